@@ -1,0 +1,67 @@
+"""The validation set: real workloads that estimates are checked against on a GPU.
+
+Each entry is the arguments of ``memfit estimate`` / ``memfit validate``. Chosen to cover CNNs,
+ViTs, encoders, decoders (>= 1B parameters), encoder-decoders, an LSTM; fp32, pure bf16/fp16
+and mixed precision; checkpointing; inference; foreach and fused optimizers; expandable segments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+WORKLOADS: list[dict[str, Any]] = [
+    {"id": "resnet50-fp32-b64", "model": "tv:resnet50", "batch_size": 64},
+    {"id": "resnet50-bf16mixed-b64", "model": "tv:resnet50", "batch_size": 64,
+     "precision": "bf16-mixed"},
+    {"id": "resnet50-fp16-infer-b128", "model": "tv:resnet50", "batch_size": 128,
+     "precision": "fp16", "mode": "infer"},
+    {"id": "convnext_tiny-bf16mixed-b64", "model": "timm:convnext_tiny", "batch_size": 64,
+     "precision": "bf16-mixed"},
+    {"id": "efficientnet_b0-fp32-b128", "model": "timm:efficientnet_b0", "batch_size": 128},
+    {"id": "vit_b_16-bf16mixed-b64", "model": "tv:vit_b_16", "batch_size": 64,
+     "precision": "bf16-mixed"},
+    {"id": "hf-vit-base-fp32-b32", "model": "vit-base-patch16-224", "batch_size": 32},
+    {"id": "bert-base-fp32-b32-s512", "model": "bert-base-uncased", "batch_size": 32,
+     "seq_len": 512},
+    {"id": "bert-base-fp32-b32-s512-ckpt", "model": "bert-base-uncased", "batch_size": 32,
+     "seq_len": 512, "checkpointing": True},
+    {"id": "bert-base-bf16mixed-b32-s512", "model": "bert-base-uncased", "batch_size": 32,
+     "seq_len": 512, "precision": "bf16-mixed"},
+    {"id": "roberta-base-fp32-b32-s512-expandable", "model": "roberta-base", "batch_size": 32,
+     "seq_len": 512, "allocator_config": "expandable_segments:True"},
+    {"id": "bert-large-fp16-infer-b64-s512", "model": "bert-large-uncased", "batch_size": 64,
+     "seq_len": 512, "precision": "fp16", "mode": "infer"},
+    {"id": "gpt2-bf16mixed-b16-s1024-fused", "model": "gpt2", "batch_size": 16,
+     "seq_len": 1024, "precision": "bf16-mixed", "optimizer": "adamw-fused"},
+    {"id": "gpt2-fp32-b8-s1024-sgd", "model": "gpt2", "batch_size": 8, "seq_len": 1024,
+     "optimizer": "sgd"},
+    {"id": "gpt2-medium-fp16mixed-b8-s1024", "model": "gpt2-medium", "batch_size": 8,
+     "seq_len": 1024, "precision": "fp16-mixed"},
+    {"id": "tinyllama-bf16-b4-s2048", "model": "tinyllama-1.1b", "batch_size": 4,
+     "seq_len": 2048, "precision": "bf16"},
+    {"id": "tinyllama-bf16-b4-s2048-expandable", "model": "tinyllama-1.1b", "batch_size": 4,
+     "seq_len": 2048, "precision": "bf16", "allocator_config": "expandable_segments:True"},
+    {"id": "qwen2.5-0.5b-bf16mixed-b8-s1024-ckpt", "model": "qwen2.5-0.5b", "batch_size": 8,
+     "seq_len": 1024, "precision": "bf16-mixed", "checkpointing": True},
+    {"id": "llama-2-7b-bf16-b1-s4096", "model": "llama-2-7b-hf", "batch_size": 1,
+     "seq_len": 4096, "precision": "bf16"},
+    {"id": "llama-2-7b-bf16-infer-b8-s2048", "model": "llama-2-7b-hf", "batch_size": 8,
+     "seq_len": 2048, "precision": "bf16", "mode": "infer"},
+    {"id": "t5-small-fp32-b32-s512", "model": "t5-small", "batch_size": 32, "seq_len": 512},
+    {"id": "t5-base-bf16mixed-b16-s512", "model": "t5-base", "batch_size": 16, "seq_len": 512,
+     "precision": "bf16-mixed"},
+    {"id": "lstm-lm-fp32-b64-s256", "model": "benchmarks/models/lstm_lm.py:make_model",
+     "batch_size": 64, "seq_len": 256, "optimizer": "adam"},
+]
+
+
+def estimate_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of memfit's workload builder for one entry."""
+    return {
+        "batch_size": entry["batch_size"],
+        "seq_len": entry.get("seq_len"),
+        "optimizer": entry.get("optimizer", "adamw"),
+        "precision": entry.get("precision", "fp32"),
+        "mode": entry.get("mode", "train"),
+        "activation_checkpointing": entry.get("checkpointing", False),
+    }

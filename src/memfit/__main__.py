@@ -1,0 +1,7 @@
+"""``python -m memfit``."""
+
+import sys
+
+from memfit.cli import main
+
+sys.exit(main())

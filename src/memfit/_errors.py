@@ -1,0 +1,66 @@
+"""The exceptions memfit raises. All derive from :class:`MemfitError`.
+
+::
+
+    MemfitError
+    ├── InvalidInputError        a value the user gave is malformed or unknown
+    │   └── UnknownModelError    a model name matched nothing (carries close matches)
+    ├── MissingExtraError        an optional dependency is not installed
+    ├── TraceError               the step could not run on fake tensors
+    └── NoGPUError               a command that needs a GPU found none
+
+Messages are plain sentences that name the offending value and the fix; the CLI prints them
+without a traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "InvalidInputError",
+    "MemfitError",
+    "MissingExtraError",
+    "NoGPUError",
+    "TraceError",
+    "UnknownModelError",
+]
+
+
+class MemfitError(Exception):
+    """Base class of every error memfit raises on purpose."""
+
+
+class InvalidInputError(MemfitError, ValueError):
+    """A value given by the user is malformed or not one of the accepted ones."""
+
+
+class UnknownModelError(InvalidInputError):
+    """A model name matched no catalog entry, hub prefix or importable factory."""
+
+    def __init__(self, message: str, close_matches: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.close_matches = close_matches or []
+
+
+class MissingExtraError(MemfitError, ImportError):
+    """An optional dependency is needed for this feature and is not installed."""
+
+    def __init__(self, package: str, feature: str, extra: str) -> None:
+        super().__init__(
+            f"{feature} needs the package '{package}', which is not installed. "
+            f"Install it with: pip install 'memfit[{extra}]'"
+        )
+        self.package = package
+        self.extra = extra
+
+
+class TraceError(MemfitError):
+    """The workload could not be run on fake tensors (data-dependent op, custom kernel...)."""
+
+    def __init__(self, message: str, op: str | None = None, module: str | None = None) -> None:
+        super().__init__(message)
+        self.op = op
+        self.module = module
+
+
+class NoGPUError(MemfitError):
+    """A command that needs a CUDA GPU was run where none is available."""

@@ -1,0 +1,70 @@
+"""GPUs memfit knows by name, and what a process pays on them before PyTorch allocates.
+
+``total`` is the memory the driver reports (nvidia-smi's "Total"). ``context`` is what a PyTorch
+process holds outside the caching allocator once CUDA, cuBLAS and cuDNN are loaded: nvidia-smi's
+per-process figure minus ``torch.cuda.memory_reserved()``. It was measured on the H200
+(benchmarks/results/); other cards reuse it until measured, and say so.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from memfit._errors import InvalidInputError
+from memfit._units import MiB, parse_size
+
+__all__ = ["GPU", "KNOWN_GPUS", "resolve_gpu"]
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    """A target GPU: its memory, architecture, and the non-PyTorch memory a process needs."""
+
+    name: str
+    total: int
+    compute_capability: tuple[int, int] = (9, 0)
+    context: int = 520 * MiB
+    context_measured: bool = False
+
+    @property
+    def sm(self) -> int:
+        return self.compute_capability[0] * 10 + self.compute_capability[1]
+
+
+KNOWN_GPUS: dict[str, GPU] = {
+    "4090": GPU("RTX 4090 24GB", 24564 * MiB, (8, 9)),
+    "3090": GPU("RTX 3090 24GB", 24576 * MiB, (8, 6)),
+    "l4": GPU("L4 24GB", 23034 * MiB, (8, 9)),
+    "a10g": GPU("A10G 24GB", 23028 * MiB, (8, 6)),
+    "v100": GPU("V100 32GB", 32768 * MiB, (7, 0)),
+    "a100-40g": GPU("A100 40GB", 40960 * MiB, (8, 0)),
+    "a100-80g": GPU("A100 80GB", 81920 * MiB, (8, 0)),
+    "l40s": GPU("L40S 48GB", 46068 * MiB, (8, 9)),
+    "h100": GPU("H100 80GB", 81559 * MiB, (9, 0)),
+    "h200": GPU("H200 141GB", 143771 * MiB, (9, 0)),
+}
+_ALIASES = {"a100": "a100-80g", "h100-80g": "h100", "h200-141g": "h200", "rtx4090": "4090"}
+
+
+def resolve_gpu(spec: str | GPU | int) -> GPU:
+    """A GPU by name (``h100``, ``a100-40g``, ``4090``) or by memory size (``24GiB``)."""
+    if isinstance(spec, GPU):
+        return spec
+    if isinstance(spec, int):
+        return GPU(f"{spec} B GPU", parse_size(spec))
+    key = spec.strip().lower().replace("_", "-").replace(" ", "")
+    key = _ALIASES.get(key, key)
+    if key in KNOWN_GPUS:
+        return KNOWN_GPUS[key]
+    if key and key[0].isdigit():
+        try:
+            return GPU(f"{spec} GPU", parse_size(spec))
+        except InvalidInputError:
+            pass
+    close = difflib.get_close_matches(key, list(KNOWN_GPUS), n=3, cutoff=0.5)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise InvalidInputError(
+        f"GPU {spec!r} is not known.{hint} Give one of {', '.join(KNOWN_GPUS)} "
+        "or a memory size such as '24GiB' or '80GB'."
+    )

@@ -1,0 +1,127 @@
+"""What an estimate returns: peaks, the breakdown at the peak, a timeline and a verdict."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from memfit._events import Category
+from memfit._gpus import GPU, resolve_gpu
+
+__all__ = ["Estimate", "Timeline", "Verdict", "WorkloadSummary"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSummary:
+    """The workload an estimate is for, in words a report can print."""
+
+    model: str
+    parameters: int  # number of parameter elements (not bytes)
+    batch: str  # e.g. "32 x 512 tokens" or "64 x 3 x 224 x 224"
+    mode: str  # "train" or "infer"
+    precision: str
+    optimizer: str
+    activation_checkpointing: bool
+    allocator_config: str
+    steps: int
+    torch_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Memory after each allocator event; ``phases`` gives (name, first event index)."""
+
+    allocated: list[int]
+    reserved: list[int]
+    phases: list[tuple[str, int]]
+
+    def phase_at(self, index: int) -> str:
+        name = ""
+        for phase, start in self.phases:
+            if start > index:
+                break
+            name = phase
+        return name
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether the estimate fits a GPU, and by how much (negative headroom: short by)."""
+
+    gpu: GPU
+    needed: int  # peak reserved + non-PyTorch memory
+    headroom: int
+
+    @property
+    def fits(self) -> bool:
+        return self.headroom >= 0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The predicted memory of one workload. Sizes are int bytes."""
+
+    workload: WorkloadSummary
+    peak_allocated: int  # predicts torch.cuda.max_memory_allocated()
+    peak_reserved: int  # predicts torch.cuda.max_memory_reserved()
+    non_pytorch: int  # CUDA context and libraries, outside the caching allocator
+    by_category: dict[Category, int]  # live bytes at the allocated peak
+    by_module: list[tuple[str, int]]  # live bytes at the allocated peak, largest first
+    peak_op: str
+    peak_module: str
+    peak_phase: str
+    timeline: Timeline
+    gpu: GPU | None = None
+    notes: list[str] = field(default_factory=list)
+    trace_seconds: float = 0.0
+
+    @property
+    def total(self) -> int:
+        """What nvidia-smi would show for the process at the peak."""
+        return self.peak_reserved + self.non_pytorch
+
+    def fits(self, gpu: GPU | str | int | None = None) -> Verdict:
+        """Compare the peak (reserved plus non-PyTorch memory) with a GPU's memory."""
+        target = resolve_gpu(gpu) if gpu is not None else self.gpu
+        if target is None:
+            target = resolve_gpu("h100")
+        return Verdict(target, self.total, target.total - self.total)
+
+    def to_dict(self) -> dict[str, Any]:
+        verdict = self.fits() if self.gpu is not None else None
+        return {
+            "workload": {
+                "model": self.workload.model,
+                "parameters": self.workload.parameters,
+                "batch": self.workload.batch,
+                "mode": self.workload.mode,
+                "precision": self.workload.precision,
+                "optimizer": self.workload.optimizer,
+                "activation_checkpointing": self.workload.activation_checkpointing,
+                "allocator_config": self.workload.allocator_config,
+                "steps": self.workload.steps,
+                "torch_version": self.workload.torch_version,
+            },
+            "units": "bytes",
+            "peak_allocated": self.peak_allocated,
+            "peak_reserved": self.peak_reserved,
+            "non_pytorch": self.non_pytorch,
+            "total": self.total,
+            "by_category": {c.value: n for c, n in self.by_category.items()},
+            "by_module": [{"module": m, "bytes": n} for m, n in self.by_module],
+            "peak": {"op": self.peak_op, "module": self.peak_module, "phase": self.peak_phase},
+            "gpu": None
+            if verdict is None
+            else {
+                "name": verdict.gpu.name,
+                "total": verdict.gpu.total,
+                "fits": verdict.fits,
+                "headroom": verdict.headroom,
+            },
+            "notes": list(self.notes),
+            "trace_seconds": round(self.trace_seconds, 3),
+        }
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)

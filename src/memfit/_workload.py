@@ -1,0 +1,233 @@
+"""A workload (model, batch, loss, optimizer, precision, mode) and the step loop that runs it.
+
+The same loop runs on fake tensors for an estimate and on a real GPU for validation, so the two
+see the same program. Only the device, the autocast and the grad scaler are passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from memfit._errors import InvalidInputError
+
+__all__ = [
+    "OPTIMIZERS",
+    "PRECISIONS",
+    "StepHooks",
+    "Workload",
+    "call_model",
+    "default_loss",
+    "make_optimizer",
+    "optimizer_for",
+    "prepare_model",
+    "run_steps",
+    "workload_for",
+]
+
+PRECISIONS = ("fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed")
+OPTIMIZERS = (
+    "sgd", "sgd-foreach", "sgd-fused", "adam", "adam-foreach", "adam-fused",
+    "adamw", "adamw-foreach", "adamw-fused",
+)
+MODES = ("train", "infer")
+
+Batch = Any
+LossFn = Callable[[nn.Module, Batch], torch.Tensor]
+OptimizerSpec = str | Callable[[Any], torch.optim.Optimizer]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Everything that decides the memory of a step, already validated."""
+
+    build_model: Callable[[], nn.Module]
+    make_batch: Callable[[], Batch]
+    loss_fn: LossFn
+    optimizer: OptimizerSpec = "adamw"
+    precision: str = "fp32"
+    mode: str = "train"
+    activation_checkpointing: bool = False
+    enable_checkpointing: Callable[[nn.Module], None] | None = None
+    steps: int = 2
+
+    def __post_init__(self) -> None:
+        check_choice("precision", self.precision, PRECISIONS)
+        check_choice("mode", self.mode, MODES)
+        if isinstance(self.optimizer, str):
+            check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        if self.steps < 1:
+            raise InvalidInputError(f"steps={self.steps} must be at least 1.")
+
+    @property
+    def param_dtype(self) -> torch.dtype:
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision, torch.float32)
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        return {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(self.precision)
+
+
+def check_choice(what: str, value: str, accepted: tuple[str, ...]) -> None:
+    if value not in accepted:
+        raise InvalidInputError(
+            f"{what.capitalize()} {value!r} is not supported. Accepted: {', '.join(accepted)}."
+        )
+
+
+def make_optimizer(spec: OptimizerSpec, params: Any) -> torch.optim.Optimizer:
+    """An optimizer from a name (``adamw``, ``adamw-fused``...) or a factory."""
+    if not isinstance(spec, str):
+        return spec(params)
+    name, _, impl = spec.partition("-")
+    flags: dict[str, Any] = {}
+    if impl == "fused":
+        flags["fused"] = True
+    elif impl == "foreach":
+        flags["foreach"] = True
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, **flags)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-4, **flags)
+    return torch.optim.AdamW(params, lr=1e-4, **flags)
+
+
+def call_model(model: nn.Module, batch: Batch) -> Any:
+    if isinstance(batch, dict):
+        return model(**batch)
+    if isinstance(batch, (tuple, list)):
+        return model(*batch)
+    return model(batch)
+
+
+def default_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """``.loss`` of the output if it has one, else the output (summed if not a scalar)."""
+    out = call_model(model, batch)
+    loss = getattr(out, "loss", None)
+    if loss is None and isinstance(out, dict):
+        loss = out.get("loss")
+    if loss is None:
+        loss = out[0] if isinstance(out, (tuple, list)) else out
+    if not isinstance(loss, torch.Tensor):
+        raise InvalidInputError(
+            "The model's output has no tensor loss; pass loss_fn=lambda model, batch: ..."
+        )
+    return loss if loss.dim() == 0 else loss.float().sum()
+
+
+@dataclass
+class StepHooks:
+    """What differs between a real run and a trace."""
+
+    to_device: Callable[[Batch], Batch]
+    autocast: Callable[[torch.dtype], AbstractContextManager[Any]]
+    grad_scaler: Callable[[], Any] | None = None
+    phase: Callable[[str], None] = lambda name: None
+    after_backward: Callable[[nn.Module], None] = lambda model: None
+    after_optimizer: Callable[[torch.optim.Optimizer], None] = lambda opt: None
+
+
+def run_steps(
+    workload: Workload, model: nn.Module, optimizer: torch.optim.Optimizer | None, hooks: StepHooks
+) -> None:
+    """Run the workload's steps: input, forward (+loss), backward, optimizer, zero_grad."""
+    dtype = workload.autocast_dtype
+    scaler = hooks.grad_scaler() if workload.precision == "fp16-mixed" and hooks.grad_scaler else None
+
+    def region() -> AbstractContextManager[Any]:
+        return hooks.autocast(dtype) if dtype is not None else nullcontext()
+
+    for step in range(1, workload.steps + 1):
+        hooks.phase(f"step{step}.input")
+        batch = hooks.to_device(workload.make_batch())
+        hooks.phase(f"step{step}.forward")
+        if workload.mode == "infer":
+            with torch.no_grad(), region():
+                out = call_model(model, batch)
+            del out, batch
+            continue
+        with region():
+            loss = workload.loss_fn(model, batch)
+        del batch
+        hooks.phase(f"step{step}.backward")
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        del loss
+        hooks.after_backward(model)
+        hooks.phase(f"step{step}.optimizer")
+        assert optimizer is not None
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        hooks.after_optimizer(optimizer)
+        hooks.phase(f"step{step}.zero_grad")
+        optimizer.zero_grad(set_to_none=True)
+    hooks.phase("end")
+
+
+def prepare_model(workload: Workload, build_device: torch.device | str) -> nn.Module:
+    """Build on ``build_device``, cast for pure low precision, set train/eval and checkpointing."""
+    with torch.device(build_device):
+        model = workload.build_model()
+    if workload.param_dtype != torch.float32:
+        model = model.to(workload.param_dtype)
+    model.train(workload.mode == "train")
+    if workload.activation_checkpointing:
+        if workload.enable_checkpointing is None:
+            raise InvalidInputError(
+                "Activation checkpointing is not known for this model: memfit can switch it on "
+                "for Hugging Face and timm models. Wrap your blocks in "
+                "torch.utils.checkpoint.checkpoint yourself and estimate without --checkpointing."
+            )
+        workload.enable_checkpointing(model)
+    for p in model.parameters():
+        if workload.mode == "infer":
+            p.requires_grad_(False)
+    return model
+
+
+def optimizer_for(workload: Workload, model: nn.Module) -> torch.optim.Optimizer | None:
+    if workload.mode == "infer":
+        return None
+    return make_optimizer(workload.optimizer, [p for p in model.parameters() if p.requires_grad])
+
+
+def workload_for(
+    recipe: Any,
+    batch_size: int,
+    seq_len: int | None = None,
+    *,
+    optimizer: OptimizerSpec = "adamw",
+    precision: str = "fp32",
+    mode: str = "train",
+    activation_checkpointing: bool = False,
+    steps: int | None = None,
+) -> Workload:
+    """A workload from a :class:`memfit._models.ModelRecipe` and the usual knobs."""
+    if batch_size < 1:
+        raise InvalidInputError(f"Batch size {batch_size} must be at least 1.")
+    if seq_len is not None and seq_len < 1:
+        raise InvalidInputError(f"Sequence length {seq_len} must be at least 1.")
+    if recipe.make_batch is None:
+        raise InvalidInputError(
+            f"memfit does not know how to make a batch for {recipe.name!r}: define "
+            "make_batch(batch_size, seq_len) beside the factory, or pass batch= to estimate()."
+        )
+    length = seq_len if seq_len is not None else recipe.default_seq_len
+    return Workload(
+        build_model=recipe.build,
+        make_batch=lambda: recipe.make_batch(batch_size, length),
+        loss_fn=recipe.loss_fn or default_loss,
+        optimizer=optimizer,
+        precision=precision,
+        mode=mode,
+        activation_checkpointing=activation_checkpointing,
+        enable_checkpointing=recipe.enable_checkpointing,
+        steps=steps if steps is not None else (2 if mode == "train" else 1),
+    )

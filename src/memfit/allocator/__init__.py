@@ -1,0 +1,48 @@
+"""An exact emulator of PyTorch's CUDA caching allocator, in pure Python.
+
+Reproduces c10/cuda/CUDACachingAllocator.cpp of torch 2.11-2.14 for one device: request
+rounding (512 B, or ``roundup_power2_divisions``), the small (<= 1 MiB, 2 MiB segments) and
+large pools (20 MiB segments below 10 MiB, else 2 MiB multiples), best fit by
+``(stream, size, address)``, splitting and merging, ``max_split_size``, garbage collection,
+the free-and-retry path on a failed ``cudaMalloc``, ``empty_cache`` and expandable segments.
+
+>>> from memfit.allocator import CachingAllocator
+>>> a = CachingAllocator("expandable_segments:False")
+>>> _ = a.malloc(1, 3 * 1024 * 1024)   # 3 MiB: a 20 MiB segment, split
+>>> a.allocated, a.reserved
+(3145728, 20971520)
+"""
+
+from __future__ import annotations
+
+from memfit.allocator._address import (
+    AddressSpace,
+    FirstFitAddressSpace,
+    ScriptedAddressSpace,
+    segment_bases_from_trace,
+)
+from memfit.allocator._caching import CachingAllocator
+from memfit.allocator._config import ENV_VARS, AllocatorConfig
+from memfit.allocator._errors import AllocatorOOM
+from memfit.allocator._replay import OOMInfo, ReplayResult, replay
+from memfit.allocator._rounding import allocation_size, round_size
+from memfit.allocator._snapshot import BlockInfo, SegmentEvent, SegmentInfo
+
+__all__ = [
+    "ENV_VARS",
+    "AddressSpace",
+    "AllocatorConfig",
+    "AllocatorOOM",
+    "BlockInfo",
+    "CachingAllocator",
+    "FirstFitAddressSpace",
+    "OOMInfo",
+    "ReplayResult",
+    "ScriptedAddressSpace",
+    "SegmentEvent",
+    "SegmentInfo",
+    "allocation_size",
+    "replay",
+    "round_size",
+    "segment_bases_from_trace",
+]

@@ -1,0 +1,147 @@
+"""Where new segments land in the address space: the part of the allocator's state owned by CUDA.
+
+The caching allocator orders free blocks of equal size by address, so which of two equal
+blocks a request gets depends on the addresses ``cudaMalloc`` (or ``cuMemAddressReserve`` for
+expandable segments) returned. The driver's placement is not documented and, as seen on an
+H200, not a simple pattern (it reuses freed ranges and grows chunks downward). Emulation
+therefore takes the addresses from an :class:`AddressSpace`:
+
+* :class:`FirstFitAddressSpace` (the default) is deterministic: lowest free 2 MiB-aligned range
+  that fits, reusing freed ranges, above a fixed base.
+* :class:`ScriptedAddressSpace` hands out given addresses in order, e.g. the segment addresses
+  of a real trace, so an emulated replay can be compared with the real one address for address.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol
+
+from memfit._errors import InvalidInputError
+from memfit.allocator._blocks import ADDRESS_LIMIT
+from memfit.allocator._constants import K_SMALL_BUFFER
+
+__all__ = [
+    "DEFAULT_BASE",
+    "AddressSpace",
+    "FirstFitAddressSpace",
+    "ScriptedAddressSpace",
+    "segment_bases_from_trace",
+]
+
+DEFAULT_BASE = 0x7F00_0000_0000  # where CUDA's device heap typically sits on Linux x86-64
+
+
+class AddressSpace(Protocol):
+    """Gives out and takes back address ranges for new segments."""
+
+    def reserve(self, size: int) -> int:
+        """An address for a new segment of ``size`` bytes."""
+        ...
+
+    def release(self, address: int, size: int) -> None:
+        """The segment at ``address`` was freed (``cudaFree`` / ``cuMemAddressFree``)."""
+        ...
+
+
+class FirstFitAddressSpace:
+    """The lowest free range that fits, 2 MiB aligned; freed ranges are reused."""
+
+    def __init__(self, base: int = DEFAULT_BASE, alignment: int = K_SMALL_BUFFER) -> None:
+        self._alignment = alignment
+        self._top = base  # everything at or above is free
+        self._gaps: list[tuple[int, int]] = []  # sorted (address, size) free ranges below top
+
+    def reserve(self, size: int) -> int:
+        size = -(-size // self._alignment) * self._alignment
+        for i, (addr, gap) in enumerate(self._gaps):
+            if gap >= size:
+                if gap == size:
+                    del self._gaps[i]
+                else:
+                    self._gaps[i] = (addr + size, gap - size)
+                return addr
+        addr = self._top
+        self._top += size
+        if self._top > ADDRESS_LIMIT:
+            raise InvalidInputError(
+                f"the emulated address space is exhausted (more than {ADDRESS_LIMIT:#x} bytes "
+                "of segments at once); this needs an unrealistically large trace."
+            )
+        return addr
+
+    def release(self, address: int, size: int) -> None:
+        size = -(-size // self._alignment) * self._alignment
+        insort(self._gaps, (address, size))
+        i = bisect_left(self._gaps, (address, size))
+        # merge with the following and the preceding gap, then with the top
+        if i + 1 < len(self._gaps) and address + size == self._gaps[i + 1][0]:
+            size += self._gaps.pop(i + 1)[1]
+            self._gaps[i] = (address, size)
+        if i > 0 and self._gaps[i - 1][0] + self._gaps[i - 1][1] == address:
+            prev_addr, prev_size = self._gaps.pop(i - 1)
+            i -= 1
+            address, size = prev_addr, prev_size + size
+            self._gaps[i] = (address, size)
+        if address + size == self._top:
+            self._top = address
+            del self._gaps[i]
+
+
+class ScriptedAddressSpace:
+    """Hands out the given addresses in order, then falls back to another address space."""
+
+    def __init__(self, addresses: Iterable[int], fallback: AddressSpace | None = None) -> None:
+        self._addresses: Iterator[int] = iter(addresses)
+        self._fallback: AddressSpace = fallback or FirstFitAddressSpace()
+        self._from_fallback: set[int] = set()
+
+    def reserve(self, size: int) -> int:
+        for addr in self._addresses:
+            return addr
+        addr = self._fallback.reserve(size)
+        self._from_fallback.add(addr)
+        return addr
+
+    def release(self, address: int, size: int) -> None:
+        if address in self._from_fallback:
+            self._from_fallback.discard(address)
+            self._fallback.release(address, size)
+
+
+def segment_bases_from_trace(
+    entries: Iterable[Sequence[Any]], device_total: int | None = None
+) -> list[int]:
+    """The segment addresses of a torch allocator trace, in the order they were reserved.
+
+    ``entries`` are ``(action, address, size, ...)`` rows as in ``_snapshot()["device_traces"]``.
+    Every ``segment_alloc`` is a new segment. With expandable segments, a ``segment_map``
+    outside all live segments starts a new one (a new segment's first page is its base); each
+    spans about 1.125 x ``device_total`` of address space, and is released (its range free for
+    reuse) when its last page is unmapped (``release_blocks``). Feed the result to
+    :class:`ScriptedAddressSpace` to replay with the real addresses.
+    """
+    bases: list[int] = []
+    live: dict[int, list[int]] = {}  # base -> [end of range, mapped bytes]
+    for entry in entries:
+        action, addr, size = entry[0], int(entry[1]), int(entry[2])
+        if action == "segment_alloc":
+            bases.append(addr)
+            continue
+        if action not in ("segment_map", "segment_unmap"):
+            continue
+        base = next((b for b, (end, _) in live.items() if b <= addr < end), None)
+        if base is None:
+            if device_total is None:
+                raise InvalidInputError(
+                    "the trace maps expandable segments; pass device_total (the GPU's total "
+                    "memory in bytes) to tell the segments' address ranges apart."
+                )
+            bases.append(addr)
+            base = addr
+            live[base] = [addr + device_total + device_total // 8, 0]
+        live[base][1] += size if action == "segment_map" else -size
+        if live[base][1] == 0:
+            del live[base]
+    return bases

@@ -1,0 +1,5 @@
+"""Trace a workload on meta tensors into allocation events (see ``_tracer``)."""
+
+from memfit.trace._tracer import Trace, trace_workload
+
+__all__ = ["Trace", "trace_workload"]

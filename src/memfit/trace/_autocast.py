@@ -1,0 +1,220 @@
+"""Emulated CUDA autocast for tracing on the meta device.
+
+Real autocast lives in the dispatcher and only acts on CUDA tensors, so on meta tensors it does
+nothing. This module reproduces what it does to memory: which ops run in the low precision
+(their floating inputs are cast, and casts of leaf tensors that need grad are cached for the
+autocast region), which run in float32, and which promote to the widest input type. The op
+lists follow ``aten/src/ATen/autocast_mode.cpp`` (CUDA) in torch 2.11.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["AutocastState", "EmulatedAutocast", "autocast_policy", "cast_args"]
+
+_Policy = str  # "lowp" | "fp32" | "fp32_opt_dtype" | "promote"
+
+
+def _names(module: Any, *names: str) -> list[Callable[..., Any]]:
+    return [getattr(module, n) for n in names if hasattr(module, n)]
+
+
+def _build_policy() -> dict[Callable[..., Any], _Policy]:
+    T = torch.Tensor
+    lowp = [
+        *_names(F, "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+                "conv_transpose2d", "conv_transpose3d", "prelu", "bilinear"),
+        *_names(torch, "matmul", "mm", "bmm", "addmm", "addmv", "addr", "baddbmm", "addbmm",
+                "mv", "einsum", "chain_matmul", "conv1d", "conv2d", "conv3d", "convolution",
+                "conv_tbc", "prelu", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell"),
+        *_names(T, "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "addmv",
+                "baddbmm", "addbmm", "mv", "addr"),
+        torch.linalg.multi_dot, torch.linalg.vecdot,
+    ]
+    fp32 = [
+        *_names(torch, "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2",
+                "log1p", "reciprocal", "rsqrt", "sinh", "tan", "pow", "layer_norm", "group_norm",
+                "norm", "nuclear_norm", "cosine_similarity", "dist", "pdist", "cdist", "renorm",
+                "logsumexp", "cosine_embedding_loss", "hinge_embedding_loss", "kl_div",
+                "margin_ranking_loss", "poisson_nll_loss", "triplet_margin_loss"),
+        *_names(T, "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2",
+                "log1p", "reciprocal", "rsqrt", "sinh", "tan", "pow", "__pow__", "__rpow__",
+                "norm", "renorm", "logsumexp", "dist"),
+        *_names(F, "layer_norm", "group_norm", "softplus", "cosine_similarity", "nll_loss",
+                "cross_entropy", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+                "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss",
+                "cosine_embedding_loss", "hinge_embedding_loss", "margin_ranking_loss",
+                "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
+                "multi_margin_loss", "multilabel_soft_margin_loss", "pdist", "interpolate",
+                "grid_sample"),
+        torch.linalg.vector_norm, torch.linalg.matrix_norm, torch.linalg.norm,
+    ]
+    opt_dtype = [
+        *_names(torch, "softmax", "log_softmax", "cumprod", "cumsum", "prod", "sum"),
+        *_names(T, "softmax", "log_softmax", "cumprod", "cumsum", "prod", "sum"),
+        *_names(F, "softmax", "log_softmax"),
+    ]
+    promote = [
+        *_names(torch, "addcdiv", "addcmul", "atan2", "cross", "dot", "tensordot", "stack",
+                "cat", "index_put", "scatter_add", "vdot"),
+        *_names(T, "addcdiv", "addcmul", "atan2", "cross", "dot", "index_put", "scatter_add"),
+    ]
+    table: dict[Callable[..., Any], _Policy] = {}
+    for fns, policy in ((promote, "promote"), (opt_dtype, "fp32_opt_dtype"), (fp32, "fp32"),
+                        (lowp, "lowp")):
+        for fn in fns:
+            table[fn] = policy
+    return table
+
+
+_POLICY: dict[Callable[..., Any], _Policy] | None = None
+
+
+def autocast_policy(func: Callable[..., Any]) -> _Policy | None:
+    """The autocast policy of a torch function, or None if autocast leaves it alone."""
+    global _POLICY
+    if _POLICY is None:
+        _POLICY = _build_policy()
+    try:
+        return _POLICY.get(func)
+    except TypeError:  # unhashable callables
+        return None
+
+
+@dataclass
+class AutocastState:
+    """The emulated autocast of the current thread: on or off, its dtype, its cast cache."""
+
+    enabled: bool = False
+    dtype: torch.dtype = torch.bfloat16
+    cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    depth: int = 0
+
+
+_local = threading.local()
+on_cached: Callable[[torch.Tensor], None] | None = None  # set by the tracer to label casts
+
+
+def current_state() -> AutocastState:
+    state = getattr(_local, "state", None)
+    if state is None:
+        state = _local.state = AutocastState()
+    return state
+
+
+def _is_float(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+
+
+def _cast(t: Any, dtype: torch.dtype, state: AutocastState) -> Any:
+    if not _is_float(t) or t.dtype == dtype:
+        return t
+    # autocast's cached_cast: leaves that need grad are cast once per autocast region.
+    if t.is_leaf and t.requires_grad and dtype != torch.float32:
+        hit = state.cache.get(id(t))
+        if hit is not None and hit[0] is t:
+            return hit[1]
+        out = t.to(dtype)
+        state.cache[id(t)] = (t, out)
+        if on_cached is not None:
+            on_cached(out)
+        return out
+    return t.to(dtype)
+
+
+def _map(obj: Any, fn: Callable[[Any], Any]) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map(o, fn) for o in obj)
+    return obj
+
+
+def cast_args(
+    policy: _Policy, args: tuple[Any, ...], kwargs: dict[str, Any], state: AutocastState
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Cast a call's floating tensors the way CUDA autocast would for ``policy``."""
+    if policy == "lowp":
+        target = state.dtype
+    elif policy == "fp32":
+        target = torch.float32
+    elif policy == "fp32_opt_dtype":
+        if kwargs.get("dtype") is not None:
+            return args, kwargs
+        target = torch.float32
+    else:  # promote: to the widest floating type among the inputs
+        dtypes = [t.dtype for t in _flat(args, kwargs) if _is_float(t)]
+        if not dtypes:
+            return args, kwargs
+        target = torch.float32 if torch.float32 in dtypes else dtypes[0]
+    new_args = tuple(_map(a, lambda t: _cast(t, target, state)) for a in args)
+    new_kwargs = {k: _map(v, lambda t: _cast(t, target, state)) for k, v in kwargs.items()}
+    return new_args, new_kwargs
+
+
+def _flat(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(x for x in a if isinstance(x, torch.Tensor))
+    return out
+
+
+class EmulatedAutocast:
+    """Stands in for ``torch.autocast`` during a trace; accepts any device type.
+
+    Like the real one, leaving the outermost region clears the cast cache, so the cached
+    low-precision weights are freed then.
+    """
+
+    def __init__(
+        self,
+        device_type: str = "cuda",
+        dtype: torch.dtype | None = None,
+        enabled: bool = True,
+        cache_enabled: bool | None = None,
+    ) -> None:
+        self.device_type = device_type
+        self.fast_dtype = dtype
+        self._enabled = enabled and device_type in ("cuda", "meta")
+        self._prev: tuple[bool, torch.dtype] | None = None
+
+    def __enter__(self) -> EmulatedAutocast:
+        state = current_state()
+        self._prev = (state.enabled, state.dtype)
+        if self.device_type in ("cuda", "meta"):
+            state.enabled = self._enabled
+            if self.fast_dtype is not None:
+                state.dtype = self.fast_dtype
+        state.depth += 1
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        state = current_state()
+        state.depth -= 1
+        if self._prev is not None:
+            state.enabled, state.dtype = self._prev
+        if state.depth == 0:
+            state.cache.clear()
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with EmulatedAutocast(self.device_type, self.fast_dtype, self._enabled):
+                return fn(*args, **kwargs)
+
+        return wrapped

@@ -1,0 +1,153 @@
+"""The dispatch layer of a trace: every storage that appears, and when it dies.
+
+:class:`Recorder` sits below autograd, so it sees each aten op the step runs, forward and
+backward, with its outputs. A storage it has not seen is an allocation; a finalizer on the
+storage records the free when the last tensor using it goes. It also adds what real CUDA
+kernels allocate that meta kernels do not (cuBLAS workspaces), and answers data-dependent
+scalars (``.item()``, ``.all()``) the way real data would.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from memfit._events import AllocationInfo, Category, MemoryEvent
+from memfit.trace._kernels import KernelModel
+from memfit.trace._shadow import ShadowValues
+
+__all__ = ["Recorder"]
+
+aten = torch.ops.aten
+
+
+class Recorder(TorchDispatchMode):
+    """Records allocation and free events of meta storages, in program order."""
+
+    def __init__(self, kernels: KernelModel, shadows: ShadowValues) -> None:
+        super().__init__()
+        self.events: list[MemoryEvent] = []
+        self.infos: list[AllocationInfo] = []
+        self.kernels = kernels
+        self.shadows = shadows
+        self.phase = "setup"
+        self.module_of: Callable[[], str] = lambda: ""
+        self._live: dict[int, tuple[int, int]] = {}  # storage key -> (block, nbytes)
+        self._block_info: dict[int, int] = {}  # block -> info index
+        self._next_block = 1
+        self._lock = threading.Lock()
+        self.notes: list[str] = []
+        self.category_hint: Category | None = None
+        self.forward_first_info = 0
+
+    # -- allocation bookkeeping ------------------------------------------------------------
+    def _key(self, storage: torch.UntypedStorage) -> int:
+        return int(storage._cdata)
+
+    def alloc(self, nbytes: int, category: Category, op: str, shape: tuple[int, ...] = (),
+              dtype: str = "") -> int:
+        """Record an allocation that no storage stands for (a workspace); returns its block."""
+        with self._lock:
+            block = self._next_block
+            self._next_block += 1
+            self.infos.append(
+                AllocationInfo(category, op, self.module_of(), self.phase, shape, dtype)
+            )
+            self._block_info[block] = len(self.infos) - 1
+            self.events.append(MemoryEvent("alloc", block, nbytes, 0, len(self.infos) - 1))
+        return block
+
+    def free(self, block: int) -> None:
+        with self._lock:
+            self.events.append(MemoryEvent("free", block, 0))
+
+    def info(self, block: int) -> AllocationInfo:
+        return self.infos[self._block_info[block]]
+
+    def track(self, t: torch.Tensor, category: Category, op: str) -> int | None:
+        """Record ``t``'s storage if it is new; returns its block either way."""
+        if t.device.type != "meta" or t.is_sparse:
+            return None
+        storage = t.untyped_storage()
+        key = self._key(storage)
+        nbytes = int(storage.nbytes())
+        seen = self._live.get(key)
+        if seen is not None:
+            block, old = seen
+            if nbytes <= old:
+                return block
+            # resize_: the CUDA storage allocates the larger buffer, then frees the old one
+            new_block = self.alloc(nbytes, self.info(block).category, op,
+                                   tuple(t.shape), str(t.dtype))
+            self.free(block)
+            self._live[key] = (new_block, nbytes)
+            return new_block
+        if nbytes == 0:
+            return None
+        block = self.alloc(nbytes, category, op, tuple(t.shape), str(t.dtype).replace("torch.", ""))
+        self._live[key] = (block, nbytes)
+        weakref.finalize(storage, self._finalized, key)
+        return block
+
+    def _finalized(self, key: int) -> None:
+        seen = self._live.pop(key, None)
+        if seen is not None:
+            self.free(seen[0])
+
+    def block_of(self, t: torch.Tensor) -> int | None:
+        if t.device.type != "meta":
+            return None
+        seen = self._live.get(self._key(t.untyped_storage()))
+        return None if seen is None else seen[0]
+
+    def mark_live_since(self, first_info: int, category: Category) -> None:
+        """Give ``category`` to live temporaries whose allocation came at or after ``first_info``."""
+        for block, _ in self._live.values():
+            index = self._block_info[block]
+            if index >= first_info and self.infos[index].category is Category.TEMPORARY:
+                self.infos[index].category = category
+
+    def set_category(self, t: torch.Tensor, category: Category, *, force: bool = False) -> None:
+        block = self.block_of(t)
+        if block is None:
+            return
+        info = self.info(block)
+        if force or info.category in (Category.TEMPORARY, Category.ACTIVATION):
+            info.category = category
+
+    # -- the dispatch hook ------------------------------------------------------------------
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
+        special = self.shadows.answer(func, args, kwargs, self)
+        if special is not None:
+            out = special.value
+        else:
+            for nbytes, label in self.kernels.before(func, args, kwargs, self.phase):
+                self.alloc(nbytes, Category.WORKSPACE, label)
+            out = func(*args, **kwargs)
+            self.shadows.propagate(func, args, kwargs, out)
+        self._track_outputs(out, name)
+        if special is None:
+            # kernel-internal scratch: allocated after the outputs, freed when the kernel ends
+            scratch = [
+                self.alloc(nbytes, Category.WORKSPACE, label)
+                for nbytes, label in self.kernels.scratch(func, args, kwargs)
+            ]
+            for block in scratch:
+                self.free(block)
+        return out
+
+    def _track_outputs(self, out: Any, name: str) -> None:
+        category = self.category_hint or Category.TEMPORARY
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.track(t, category, name)

@@ -1,0 +1,99 @@
+"""Which attention kernel ``scaled_dot_product_attention`` runs on a real GPU, and running it.
+
+On meta tensors PyTorch always picks the math backend, which saves the full attention matrix;
+on an H100/H200 the same call runs flash or memory-efficient attention and saves only the
+output and a log-sum-exp. The rules below follow ``sdp_utils.cpp`` (torch 2.11): backends are
+tried in the order flash, memory-efficient, math, and each has its own constraints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["choose_backend", "run_sdpa"]
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str, default: Any) -> Any:
+    if len(args) > i:
+        return args[i]
+    return kwargs.get(name, default)
+
+
+def choose_backend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    sm: int,
+    enable_gqa: bool = False,
+) -> str:
+    """``flash``, ``efficient`` or ``math``: what SDPA picks on a GPU of compute ``sm``."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return "math"
+    if q.requires_grad or k.requires_grad or v.requires_grad:
+        grad = True
+    else:
+        grad = False
+    same_heads = q.shape[1] == k.shape[1] == v.shape[1]
+    head_dim = q.shape[-1]
+    if (
+        sm >= 80
+        and attn_mask is None
+        and q.dtype in _HALF
+        and q.dtype == k.dtype == v.dtype
+        and head_dim <= 256
+        and head_dim % 8 == 0
+        and k.shape[-1] == head_dim
+        and v.shape[-1] == head_dim
+        and (same_heads or enable_gqa)
+    ):
+        return "flash"
+    align = 8 if q.dtype in _HALF else 4
+    if (
+        sm >= 50
+        and q.dtype in (*_HALF, torch.float32)
+        and q.dtype == k.dtype == v.dtype
+        and head_dim % align == 0
+        and v.shape[-1] % align == 0
+        and same_heads
+        and not (grad and head_dim > 128 and sm < 80)
+    ):
+        return "efficient"
+    return "math"
+
+
+def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[torch.Tensor, str]:
+    """Run SDPA with the backend the target GPU would choose; returns (output, backend)."""
+    q, k, v = args[0], args[1], args[2]
+    attn_mask = _arg(args, kwargs, 3, "attn_mask", None)
+    dropout_p = float(_arg(args, kwargs, 4, "dropout_p", 0.0))
+    is_causal = bool(_arg(args, kwargs, 5, "is_causal", False))
+    scale = _arg(args, kwargs, 6, "scale", None)
+    enable_gqa = bool(kwargs.get("enable_gqa", False))
+    backend = choose_backend(q, k, v, attn_mask, sm, enable_gqa)
+    if backend == "flash":
+        if enable_gqa and k.shape[1] != q.shape[1]:
+            rep = q.shape[1] // k.shape[1]
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        out = torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, dropout_p, is_causal, False, scale=scale
+        )
+        return out[0], backend
+    if backend == "efficient":
+        need_lse = q.requires_grad or k.requires_grad or v.requires_grad
+        bias = attn_mask
+        if bias is not None and bias.dtype == torch.bool:
+            bias = torch.zeros_like(bias, dtype=q.dtype).masked_fill_(~bias, float("-inf"))
+        out = torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, bias, need_lse, dropout_p, is_causal, scale=scale
+        )
+        return out[0], backend
+    out = torch.ops.aten._scaled_dot_product_attention_math(
+        q, k, v, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
+    )
+    return out[0], backend

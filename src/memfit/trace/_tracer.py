@@ -1,0 +1,227 @@
+"""Run a workload's real step code on meta tensors and record every allocation and free.
+
+The layers, outside in: :class:`TraceFunctionMode` (devices, autocast, attention kernel) above
+autograd; :class:`Recorder` (allocations, workspaces, data-dependent values) below it. The model
+is built inside the trace, so parameters are allocated in the order a GPU build allocates them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_map
+
+from memfit._errors import TraceError
+from memfit._events import AllocationInfo, Category, MemoryEvent
+from memfit._gpus import GPU
+from memfit._workload import StepHooks, Workload, optimizer_for, prepare_model, run_steps
+from memfit.trace import _autocast
+from memfit.trace._function_mode import TraceFunctionMode, python_function_reentry
+from memfit.trace._kernels import KernelModel
+from memfit.trace._modules import ModuleTracker
+from memfit.trace._recorder import Recorder
+from memfit.trace._shadow import ShadowValues
+
+__all__ = ["Trace", "trace_workload"]
+
+
+@dataclass
+class Trace:
+    """The ordered allocation events of a workload, with what each allocation was."""
+
+    events: list[MemoryEvent]
+    infos: list[AllocationInfo]
+    phases: list[tuple[str, int]]  # (phase name, index of its first event)
+    steps_start: int  # index of the first event after setup (model and optimizer built)
+    parameters: int
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@contextmanager
+def _optimizer_defaults_as_on_cuda() -> Iterator[None]:
+    """Make torch.optim choose foreach/fused as it would for CUDA parameters."""
+    from torch.optim import optimizer as optim_mod
+
+    original = optim_mod._default_to_fused_or_foreach
+
+    def as_on_cuda(params: list[Any], differentiable: bool, use_fused: bool = False) -> Any:
+        if torch.jit.is_scripting() or differentiable:
+            return False, False
+        fused = use_fused and all(p is None or torch.is_floating_point(p) for p in params)
+        return fused, not fused
+
+    optim_mod._default_to_fused_or_foreach = as_on_cuda  # type: ignore[assignment]
+    supported = optim_mod._get_fused_kernels_supported_devices
+    optim_mod._get_fused_kernels_supported_devices = lambda: [*supported(), "meta"]  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        optim_mod._default_to_fused_or_foreach = original
+        optim_mod._get_fused_kernels_supported_devices = supported  # type: ignore[assignment]
+
+
+@contextmanager
+def _autocast_emulated() -> Iterator[None]:
+    saved = (torch.autocast, torch.amp.autocast, torch.is_autocast_enabled)
+    torch.autocast = _autocast.EmulatedAutocast  # type: ignore[misc,assignment]
+    torch.amp.autocast = _autocast.EmulatedAutocast  # type: ignore[misc,assignment]
+
+    def is_enabled(device_type: str | None = None) -> bool:
+        if device_type in (None, "cuda", "meta"):
+            return _autocast.current_state().enabled
+        return bool(saved[2](device_type))
+
+    torch.is_autocast_enabled = is_enabled  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.autocast, torch.amp.autocast, torch.is_autocast_enabled = saved  # type: ignore[misc]
+
+
+class _EmulatedGradScaler:
+    """GradScaler's memory on a GPU: a scale tensor, an in-place unscale, a found-inf flag."""
+
+    def __init__(self) -> None:
+        self.scale_t = torch.full((), 65536.0, device="meta")
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss * self.scale_t.to(loss.dtype)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        found_inf = torch.zeros((), device="meta")
+        inv = self.scale_t.reciprocal()
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if grads:
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv)
+        del inv, found_inf
+        optimizer.step()
+
+    def update(self) -> None:
+        pass
+
+
+def _to_meta_with_shadow(shadows: ShadowValues) -> Any:
+    def convert(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            return t
+        meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+        if t.numel() <= (1 << 20):
+            shadows.set(meta, t)
+        return meta
+
+    return lambda batch: tree_map(convert, batch)
+
+
+def trace_workload(workload: Workload, gpu: GPU) -> Trace:
+    """Trace ``workload`` as it would run on ``gpu``. Never touches a real GPU."""
+    start = time.perf_counter()
+    shadows = ShadowValues()
+    recorder = Recorder(KernelModel(gpu.sm), shadows)
+    modules = ModuleTracker()
+    recorder.module_of = modules.current
+    backends: dict[str, int] = {}
+
+    def on_sdpa(backend: str) -> None:
+        backends[backend] = backends.get(backend, 0) + 1
+
+    phases: list[tuple[str, int]] = [("setup", 0)]
+
+    def set_phase(name: str) -> None:
+        recorder.phase = name
+        if name.endswith(".forward"):
+            recorder.forward_first_info = len(recorder.infos)
+        recorder.category_hint = Category.INPUT if name.endswith(".input") else None
+        phases.append((name, len(recorder.events)))
+
+    fmode = TraceFunctionMode(gpu.sm, on_sdpa=on_sdpa, on_output=modules.stamp)
+    _autocast.on_cached = lambda t: recorder.set_category(t, Category.AUTOCAST_CACHE, force=True)
+    hooks = StepHooks(
+        to_device=_to_meta_with_shadow(shadows),
+        autocast=lambda dtype: _autocast.EmulatedAutocast("cuda", dtype),
+        grad_scaler=_EmulatedGradScaler,
+        phase=set_phase,
+        after_backward=lambda model: _mark_grads(recorder, model),
+        after_optimizer=lambda opt: _mark_optimizer_state(recorder, opt),
+    )
+    with ExitStack() as stack:
+        stack.enter_context(_optimizer_defaults_as_on_cuda())
+        stack.enter_context(_autocast_emulated())
+        stack.enter_context(python_function_reentry())
+        stack.enter_context(modules.active())
+        stack.enter_context(fmode)
+        stack.enter_context(recorder)
+        try:
+            model = prepare_model(workload, "meta")
+            _mark_model(recorder, model)
+            modules.name_modules(model)
+            optimizer = optimizer_for(workload, model)
+            steps_start = len(recorder.events)
+            phases.append(("steps", steps_start))
+            _run_with_activation_marks(workload, model, optimizer, hooks, recorder)
+        except TraceError:
+            raise
+        except (RuntimeError, NotImplementedError, TypeError) as exc:
+            raise _trace_error(exc, recorder) from exc
+        parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+        del model, optimizer
+    notes = [f"attention ran {n} x {b}" for b, n in sorted(backends.items())]
+    notes += sorted(set(shadows.guesses))
+    return Trace(recorder.events, recorder.infos, phases, steps_start, parameters, notes,
+                 time.perf_counter() - start)
+
+
+def _run_with_activation_marks(
+    workload: Workload, model: nn.Module, optimizer: Any, hooks: StepHooks, recorder: Recorder
+) -> None:
+    """Run the steps; what the forward made and is still alive when backward starts was saved."""
+    inner_phase = hooks.phase
+
+    def phase(name: str) -> None:
+        if name.endswith(".backward"):
+            recorder.mark_live_since(recorder.forward_first_info, Category.ACTIVATION)
+        inner_phase(name)
+
+    hooks.phase = phase
+    run_steps(workload, model, optimizer, hooks)
+
+
+def _mark_model(recorder: Recorder, model: nn.Module) -> None:
+    for p in model.parameters():
+        recorder.set_category(p, Category.PARAMETER, force=True)
+    for b in model.buffers():
+        recorder.set_category(b, Category.BUFFER, force=True)
+
+
+def _mark_grads(recorder: Recorder, model: nn.Module) -> None:
+    for p in model.parameters():
+        if p.grad is not None:
+            recorder.set_category(p.grad, Category.GRADIENT, force=True)
+
+
+def _mark_optimizer_state(recorder: Recorder, optimizer: torch.optim.Optimizer) -> None:
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                recorder.set_category(value, Category.OPTIMIZER_STATE, force=True)
+
+
+def _trace_error(exc: BaseException, recorder: Recorder) -> TraceError:
+    module = recorder.module_of() or "the model"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return TraceError(
+        f"The step could not run on memfit's fake tensors, in {module} during {recorder.phase}: "
+        f"{text}. This happens with custom CUDA extensions and ops that have no meta "
+        "implementation. Try the pure-PyTorch code path of the model (e.g. "
+        "attn_implementation='sdpa'), or report the op so memfit can learn it; --debug shows "
+        "the full traceback.",
+        op=None,
+        module=module,
+    )
+

@@ -1,0 +1,55 @@
+"""Which attention kernel the emulated GPU picks, and what it saves for backward."""
+
+from __future__ import annotations
+
+import torch
+
+from memfit.trace._sdpa import choose_backend
+
+
+def qkv(dtype, heads=8, seq=256, dim=64, requires_grad=True):
+    t = torch.empty(2, heads, seq, dim, dtype=dtype, device="meta", requires_grad=requires_grad)
+    return t, t, t
+
+
+def test_half_precision_without_mask_runs_flash_on_hopper():
+    assert choose_backend(*qkv(torch.bfloat16), None, sm=90) == "flash"
+
+
+def test_fp32_runs_memory_efficient():
+    assert choose_backend(*qkv(torch.float32), None, sm=90) == "efficient"
+
+
+def test_a_mask_rules_out_flash():
+    mask = torch.empty(2, 1, 256, 256, dtype=torch.bool, device="meta")
+    assert choose_backend(*qkv(torch.bfloat16), mask, sm=90) == "efficient"
+
+
+def test_flash_needs_ampere():
+    assert choose_backend(*qkv(torch.float16), None, sm=75) == "efficient"
+
+
+def test_odd_head_dim_falls_back_to_math():
+    assert choose_backend(*qkv(torch.float32, dim=30), None, sm=90) == "math"
+
+
+def test_math_backend_saves_the_attention_matrix_flash_does_not():
+    from memfit import estimate
+
+    class Attn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(64, 64 * 3)
+
+        def forward(self, x):
+            q, k, v = self.proj(x).view(x.shape[0], x.shape[1], 3, 4, 16).permute(
+                2, 0, 3, 1, 4)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def batch():
+        return torch.randn(4, 2048, 64, dtype=torch.float16)
+
+    flash = estimate(Attn, batch, precision="fp16", gpu="h200")
+    old = estimate(Attn, batch, precision="fp16", gpu="v100")  # sm70: no flash
+    assert any("flash" in n for n in flash.notes)
+    assert not any("flash" in n for n in old.notes)
