@@ -251,11 +251,22 @@ def _breakdown(trace: Trace, index: int) -> tuple[dict[Category, int], list[tupl
     for size, info_index in _live_at(trace, index).values():
         info = trace.infos[info_index]
         by_category[info.category] += size
-        module = info.module.replace(" (backward)", "") or "(outside modules)"
-        by_module[module] += size
+        by_module[module_group(info.module)] += size
     modules = sorted(by_module.items(), key=lambda kv: -kv[1])
     ordered = dict(sorted(by_category.items(), key=lambda kv: -kv[1]))
     return ordered, modules
+
+
+def module_group(path: str) -> str:
+    """Group a module path at its repeated block (``encoder.layer.3``) or its first two parts."""
+    path = path.replace(" (backward)", "")
+    if not path:
+        return "(outside modules)"
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: i + 1])
+    return ".".join(parts[:2])
 
 
 def _info_at(trace: Trace, index: int) -> tuple[str, str, str]:

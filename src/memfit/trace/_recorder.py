@@ -45,6 +45,7 @@ class Recorder(TorchDispatchMode):
         self.notes: list[str] = []
         self.category_hint: Category | None = None
         self.forward_first_info = 0
+        self.param_owner: dict[int, str] = {}  # id(parameter) -> owning module path
 
     # -- allocation bookkeeping ------------------------------------------------------------
     def _key(self, storage: torch.UntypedStorage) -> int:
@@ -113,13 +114,18 @@ class Recorder(TorchDispatchMode):
             if index >= first_info and self.infos[index].category is Category.TEMPORARY:
                 self.infos[index].category = category
 
-    def set_category(self, t: torch.Tensor, category: Category, *, force: bool = False) -> None:
+    def set_category(
+        self, t: torch.Tensor, category: Category, *, force: bool = False,
+        module: str | None = None,
+    ) -> None:
         block = self.block_of(t)
         if block is None:
             return
         info = self.info(block)
         if force or info.category in (Category.TEMPORARY, Category.ACTIVATION):
             info.category = category
+            if module is not None:
+                info.module = module
 
     # -- the dispatch hook ------------------------------------------------------------------
     def __torch_dispatch__(

@@ -192,24 +192,32 @@ def _run_with_activation_marks(
     run_steps(workload, model, optimizer, hooks)
 
 
+def _owner(name: str) -> str:
+    return name.rpartition(".")[0] or "(model)"
+
+
 def _mark_model(recorder: Recorder, model: nn.Module) -> None:
-    for p in model.parameters():
-        recorder.set_category(p, Category.PARAMETER, force=True)
-    for b in model.buffers():
-        recorder.set_category(b, Category.BUFFER, force=True)
+    owners = recorder.param_owner
+    for name, p in model.named_parameters():
+        owners[id(p)] = _owner(name)
+        recorder.set_category(p, Category.PARAMETER, force=True, module=owners[id(p)])
+    for name, b in model.named_buffers():
+        recorder.set_category(b, Category.BUFFER, force=True, module=_owner(name))
 
 
 def _mark_grads(recorder: Recorder, model: nn.Module) -> None:
     for p in model.parameters():
         if p.grad is not None:
-            recorder.set_category(p.grad, Category.GRADIENT, force=True)
+            recorder.set_category(p.grad, Category.GRADIENT, force=True,
+                                  module=recorder.param_owner.get(id(p)))
 
 
 def _mark_optimizer_state(recorder: Recorder, optimizer: torch.optim.Optimizer) -> None:
-    for state in optimizer.state.values():
+    for param, state in optimizer.state.items():
+        owner = recorder.param_owner.get(id(param))
         for value in state.values():
             if isinstance(value, torch.Tensor):
-                recorder.set_category(value, Category.OPTIMIZER_STATE, force=True)
+                recorder.set_category(value, Category.OPTIMIZER_STATE, force=True, module=owner)
 
 
 def _trace_error(exc: BaseException, recorder: Recorder) -> TraceError:
