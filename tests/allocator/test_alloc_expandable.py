@@ -26,7 +26,11 @@ def test_large_pool_maps_20_mib_pages_and_splits_tightly() -> None:
     assert (a.allocated, a.reserved) == (33 * MiB, 40 * MiB)
     (segment,) = a.segments()  # one contiguous mapped range
     assert segment.is_expandable and segment.total_size == 40 * MiB
-    assert [(b.size // MiB, b.allocated) for b in segment.blocks] == [(3, True), (30, True), (7, False)]
+    assert [(b.size // MiB, b.allocated) for b in segment.blocks] == [
+        (3, True),
+        (30, True),
+        (7, False),
+    ]
 
 
 def test_large_requests_map_only_the_pages_they_need() -> None:

@@ -36,7 +36,11 @@ def test_oversize_blocks_serve_requests_within_20_mib_unsplit() -> None:
     assert a.allocated == 100 * MiB
     a.malloc(4, 70 * MiB)  # 120 >= 70 + 20: not reused
     assert actions(a)[-1] == ("segment_alloc", 70)
-    a.malloc(5, 80 * MiB)  # 100 >= 80 + 20: the limit is exclusive, not reused either
+
+
+def test_oversize_reuse_window_excludes_its_end() -> None:
+    a = cached_oversize("max_split_size_mb:64")
+    a.malloc(3, 80 * MiB)  # the 100 MiB block: 100 >= 80 + 20, so not reused
     assert actions(a)[-1] == ("segment_alloc", 80)
 
 

@@ -57,7 +57,9 @@ def test_roundup_power2_divisions_applies_above_512_times_divisions() -> None:
 
 
 def test_roundup_list_form_per_interval() -> None:
-    table = AllocatorConfig.parse("roundup_power2_divisions:[256:1,512:2,>:4]").roundup_power2_divisions
+    table = AllocatorConfig.parse(
+        "roundup_power2_divisions:[256:1,512:2,>:4]"
+    ).roundup_power2_divisions
     # intervals below the first one named take its value: 1 (no power-2 rounding)
     assert divisions_for(3 * MiB, table) == 1
     assert round_size(300 * MiB + 1, table) == 300 * MiB + 512

@@ -119,7 +119,7 @@ def garbage_collect(st: AllocatorState) -> None:
         freed = False
         for block in [pool.at(i) for i in range(len(pool.keys))]:
             age = pool.gc_calls - block.gc_base
-            if not block.is_split() and block.segment is None and age > age_threshold:
+            if not block.is_split() and block.segment is None and age >= age_threshold:
                 freed = True
                 reclaimed += block.size
                 total_age -= age

@@ -42,6 +42,22 @@ def _to_meta(obj: Any) -> Any:
 
 
 _SDPA = getattr(F, "scaled_dot_product_attention", None)
+_DROPOUTS = {F.dropout, torch.dropout}
+
+
+def _fused_dropout(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """CUDA's dropout: ``native_dropout`` with a 1-byte mask; on meta the composite would build
+    a mask of the input's dtype (4x larger in fp32). Returns None where CUDA would not fuse."""
+    x = args[0] if args else kwargs.get("input")
+    p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+    train_key = "training" if func is F.dropout else "train"
+    training = args[2] if len(args) > 2 else kwargs.get(train_key, True)
+    inplace = args[3] if len(args) > 3 else kwargs.get("inplace", False)
+    if not isinstance(x, torch.Tensor) or not training or inplace or not 0 < p < 1:
+        return None
+    if x.numel() == 0:
+        return None
+    return torch.ops.aten.native_dropout(x, float(p), True)[0]
 _CUDA_METHODS = {torch.Tensor.cuda}
 
 
@@ -78,6 +94,11 @@ class TraceFunctionMode(TorchFunctionMode):
             policy = _autocast.autocast_policy(func)
             if policy is not None:
                 args, kwargs = _autocast.cast_args(policy, args, kwargs, state)
+        if func in _DROPOUTS:
+            with self:
+                out = _fused_dropout(func, args, kwargs)
+            if out is not None:
+                return out
         if func is _SDPA:
             if state.enabled:
                 args, kwargs = _autocast.cast_args("lowp", args, kwargs, state)
