@@ -24,7 +24,7 @@ class GPU:
     name: str
     total: int
     compute_capability: tuple[int, int] = (9, 0)
-    context: int = 520 * MiB
+    context: int = 758 * MiB  # H200, torch 2.11, training (686 MiB for inference)
     context_measured: bool = False
 
     @property
@@ -42,7 +42,7 @@ KNOWN_GPUS: dict[str, GPU] = {
     "a100-80g": GPU("A100 80GB", 81920 * MiB, (8, 0)),
     "l40s": GPU("L40S 48GB", 46068 * MiB, (8, 9)),
     "h100": GPU("H100 80GB", 81559 * MiB, (9, 0)),
-    "h200": GPU("H200 141GB", 143771 * MiB, (9, 0)),
+    "h200": GPU("H200 141GB", 143771 * MiB, (9, 0), context_measured=True),
 }
 _ALIASES = {"a100": "a100-80g", "h100-80g": "h100", "h200-141g": "h200", "rtx4090": "4090"}
 

@@ -42,6 +42,7 @@ class ModelRecipe:
     default_seq_len: int | None = None
     image_size: int | None = None
     enable_checkpointing: Callable[[nn.Module], None] | None = None
+    forward_fn: Callable[[nn.Module, Batch], Any] | None = None  # inference on a batch
 
     def describe_batch(self, batch_size: int, seq_len: int | None) -> str:
         if self.image_size:
@@ -104,6 +105,11 @@ def _image_batch(size: int, hf: bool, classes: int = 1000) -> Callable[[int, int
     return make
 
 
+def classification_forward(model: nn.Module, batch: Batch) -> Any:
+    """Inference on ``(images, labels)`` batches: the model sees the images only."""
+    return model(batch[0])
+
+
 def classification_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Cross-entropy of ``model(images)`` against labels, for ``(images, labels)`` batches."""
     images, labels = batch
@@ -159,7 +165,7 @@ def _tv_recipe(name: str, builder: str, kwargs: dict[str, Any], size: int) -> Mo
         return models.get_model(builder, weights=None, **kwargs)  # type: ignore[no-any-return]
 
     return ModelRecipe(name, build, "image-classification", _image_batch(size, hf=False),
-                       classification_loss, None, size, None)
+                       classification_loss, None, size, None, classification_forward)
 
 
 def _timm_recipe(name: str, builder: str, kwargs: dict[str, Any], size: int | None) -> ModelRecipe:
@@ -177,7 +183,7 @@ def _timm_recipe(name: str, builder: str, kwargs: dict[str, Any], size: int | No
         model.set_grad_checkpointing(True)  # type: ignore[operator]
 
     return ModelRecipe(name, build, "image-classification", _image_batch(size, hf=False),
-                       classification_loss, None, size, checkpointing)
+                       classification_loss, None, size, checkpointing, classification_forward)
 
 
 def _from_entry(entry: dict[str, Any]) -> ModelRecipe:

@@ -55,6 +55,7 @@ class Workload:
     activation_checkpointing: bool = False
     enable_checkpointing: Callable[[nn.Module], None] | None = None
     steps: int = 2
+    forward_fn: Callable[[nn.Module, Batch], Any] | None = None  # inference; default call_model
 
     def __post_init__(self) -> None:
         check_choice("precision", self.precision, PRECISIONS)
@@ -148,7 +149,7 @@ def run_steps(
         hooks.phase(f"step{step}.forward")
         if workload.mode == "infer":
             with torch.no_grad(), region():
-                out = call_model(model, batch)
+                out = (workload.forward_fn or call_model)(model, batch)
             del out, batch
             continue
         with region():
@@ -230,4 +231,5 @@ def workload_for(
         activation_checkpointing=activation_checkpointing,
         enable_checkpointing=recipe.enable_checkpointing,
         steps=steps if steps is not None else (2 if mode == "train" else 1),
+        forward_fn=recipe.forward_fn,
     )

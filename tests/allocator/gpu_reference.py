@@ -73,6 +73,13 @@ CASES: dict[str, tuple[str, str, int, int, int]] = {
     ),
 }
 
+# real training traces (recorded whole, replayed from the trace): name -> allocator settings
+MODEL_CASES = {
+    "_model_default": "",
+    "_model_expandable": "expandable_segments:True",
+    "_model_split": "max_split_size_mb:64,roundup_power2_divisions:4",
+}
+
 # budget of live requested bytes the generator aims for, per profile
 _BUDGET = {"random": 12 << 30, "iter": 12 << 30}
 _FRACTION_BUDGET = 6 << 30
@@ -185,23 +192,7 @@ def _child(case: str, out_path: str) -> None:  # pragma: no cover - needs a GPU
         records.append([st["allocated_bytes.all.current"], st["reserved_bytes.all.current"], oom])
     snap = torch.cuda.memory._snapshot()
     stats = torch.cuda.memory_stats()
-    trace = [
-        [e["action"], e.get("addr", 0), e.get("size", 0), e.get("stream", 0)]
-        for e in snap["device_traces"][0]
-    ]
-    segments = [
-        {
-            "address": s["address"],
-            "total_size": s["total_size"],
-            "stream": s["stream"],
-            "segment_type": s["segment_type"],
-            "is_expandable": s.get("is_expandable"),
-            "blocks": [
-                [b["address"], b["size"], b["requested_size"], b["state"]] for b in s["blocks"]
-            ],
-        }
-        for s in snap["segments"]
-    ]
+    trace, segments = _summarize(snap)
     result = {
         "case": case,
         "conf": CASES[case][0],
@@ -219,6 +210,72 @@ def _child(case: str, out_path: str) -> None:  # pragma: no cover - needs a GPU
     }
     with open(out_path, "w") as f:
         json.dump(result, f)
+
+
+def _summarize(snap: dict[str, Any]) -> tuple[list[list[Any]], list[dict[str, Any]]]:
+    """The trace rows and segments of a ``torch.cuda.memory._snapshot()``, without frames."""
+    trace = [
+        [e["action"], e.get("addr", 0), e.get("size", 0), e.get("stream", 0)]
+        for e in snap["device_traces"][0]
+    ]
+    segments = [
+        {
+            "address": s["address"],
+            "total_size": s["total_size"],
+            "stream": s["stream"],
+            "segment_type": s["segment_type"],
+            "is_expandable": s.get("is_expandable"),
+            "blocks": [
+                [b["address"], b["size"], b["requested_size"], b["state"]] for b in s["blocks"]
+            ],
+        }
+        for s in snap["segments"]
+    ]
+    return trace, segments
+
+
+def _model_child(out_path: str) -> None:  # pragma: no cover - needs a GPU
+    """A real workload: a few training steps of a small transformer, traced by torch."""
+    import torch
+
+    torch.manual_seed(0)
+    torch.cuda.memory._record_memory_history(
+        enabled="all", context=None, stacks="python", max_entries=10_000_000
+    )
+    layer = torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)
+    model = torch.nn.Sequential(
+        torch.nn.Embedding(8192, 512), torch.nn.TransformerEncoder(layer, 6)
+    )
+    model = model.cuda()
+    head = torch.nn.Linear(512, 8192).cuda()
+    params = list(model.parameters()) + list(head.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    for step in range(4):
+        batch = 8 + 3 * step  # changing shapes, as in inference with varying batch sizes
+        x = torch.randint(0, 8192, (batch, 256), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=step % 2 == 1):
+            loss = torch.nn.functional.cross_entropy(
+                head(model(x)).float().flatten(0, 1), x.flatten()
+            )
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        del x, loss
+    torch.cuda.synchronize()
+    snap = torch.cuda.memory._snapshot()
+    trace, segments = _summarize(snap)
+    with open(out_path, "w") as f:
+        json.dump(
+            {
+                "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+                "torch": torch.__version__,
+                "total_memory": torch.cuda.get_device_properties(0).total_memory,
+                "trace": trace,
+                "segments": segments,
+                "stats": {k: v for k, v in torch.cuda.memory_stats().items() if isinstance(v, int)},
+            },
+            f,
+        )
 
 
 def _va_child(out_path: str) -> None:  # pragma: no cover - needs a GPU
@@ -259,7 +316,10 @@ def compact(result: dict[str, Any]) -> dict[str, Any]:
 def main(out: str) -> None:  # pragma: no cover - needs a GPU
     results: dict[str, Any] = {}
     tmp = out + ".part"
+    only = os.environ.get("GPU_REFERENCE_ONLY")  # e.g. "models" to record the model traces only
     for case, (conf, *_rest) in CASES.items():
+        if only == "models":
+            continue
         env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
         proc = subprocess.run(
             [sys.executable, __file__, "--child", case, tmp],
@@ -275,6 +335,18 @@ def main(out: str) -> None:  # pragma: no cover - needs a GPU
         with open(tmp) as f:
             results[case] = compact(json.load(f))
         print(case, "ok", len(results[case]["segment_trace"]), "segment events", flush=True)
+    for name, conf in MODEL_CASES.items():
+        env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--model", tmp], env=env, capture_output=True, text=True
+        )
+        if proc.returncode == 0:
+            with open(tmp) as f:
+                results[name] = json.load(f)
+            print(name, "ok", len(results[name]["trace"]), "trace entries", flush=True)
+        else:
+            results[name] = {"error": proc.stderr[-4000:]}
+            print(name, "FAILED", proc.stderr[-2000:], flush=True)
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="")
     proc = subprocess.run(
         [sys.executable, __file__, "--va", tmp], env=env, capture_output=True, text=True
@@ -291,6 +363,8 @@ def main(out: str) -> None:  # pragma: no cover - needs a GPU
 if __name__ == "__main__":  # pragma: no cover - needs a GPU
     if sys.argv[1] == "--child":
         _child(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "--model":
+        _model_child(sys.argv[2])
     elif sys.argv[1] == "--va":
         _va_child(sys.argv[2])
     else:

@@ -61,7 +61,12 @@ def test_matches_the_real_allocator(name: str) -> None:
     case = CASES[name]
     a, records, addresses = run(case)
     first_diff = next(
-        (i for i, (mine, real) in enumerate(zip(records, case["records"])) if mine != real), None
+        (
+            i
+            for i, (mine, real) in enumerate(zip(records, case["records"], strict=True))
+            if mine != real
+        ),
+        None,
     )
     assert first_diff is None, (first_diff, case["ops"][first_diff], records[first_diff])
     assert len(records) == len(case["records"])

@@ -9,7 +9,7 @@ take a few seconds.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -94,11 +94,41 @@ def replay(
     """
     st = AllocatorState(as_config(config), capacity, device_total, address_space)
     live: dict[int, Block | None] = {}
-    allocated: list[int] = []
-    reserved: list[int] = []
-    peak_index = peak_reserved_index = -1
-    peak_a = peak_r = 0
+    timeline = _Timeline()
+    _run(st, live, events, timeline)
+    return ReplayResult(
+        peak_allocated=st.peak_allocated,
+        peak_reserved=st.peak_reserved,
+        peak_index=timeline.peak_index,
+        peak_reserved_index=timeline.peak_reserved_index,
+        allocated=np.array(timeline.allocated, dtype=np.int64),
+        reserved=np.array(timeline.reserved, dtype=np.int64),
+        segment_events=st.events,
+        segments=_final_segments(st, live),
+        oom=timeline.oom,
+    )
+
+
+@dataclass
+class _Timeline:
+    """What :func:`_run` records along the trace."""
+
+    allocated: list[int] = field(default_factory=list)
+    reserved: list[int] = field(default_factory=list)
+    peak_index: int = -1
+    peak_reserved_index: int = -1
     oom: OOMInfo | None = None
+
+
+def _run(
+    st: AllocatorState,
+    live: dict[int, Block | None],
+    events: Iterable[MemoryEvent],
+    timeline: _Timeline,
+) -> None:
+    """The replay loop, kept flat: it runs once per event."""
+    allocated, reserved = timeline.allocated, timeline.reserved
+    peak_a = peak_r = 0
     malloc, free = st.malloc, st.free
     for index, event in enumerate(events):
         st.op = index
@@ -113,17 +143,8 @@ def replay(
                 try:
                     live[event.block] = malloc(size, stream)
                 except AllocatorOOM as err:
-                    oom = OOMInfo(
-                        index=index,
-                        block=event.block,
-                        size=size,
-                        alloc_size=err.alloc_size,
-                        allocated=err.allocated,
-                        reserved=err.reserved,
-                        capacity=capacity,
-                        message=str(err),
-                    )
-                    break
+                    timeline.oom = _oom_info(index, event, err)
+                    return
         elif event.kind == "free" and event.block in live:
             block = live.pop(event.block)
             if block is not None:
@@ -133,19 +154,21 @@ def replay(
         allocated.append(st.allocated)
         reserved.append(st.reserved)
         if st.peak_allocated != peak_a:
-            peak_a, peak_index = st.peak_allocated, index
+            peak_a, timeline.peak_index = st.peak_allocated, index
         if st.peak_reserved != peak_r:
-            peak_r, peak_reserved_index = st.peak_reserved, index
-    return ReplayResult(
-        peak_allocated=st.peak_allocated,
-        peak_reserved=st.peak_reserved,
-        peak_index=peak_index,
-        peak_reserved_index=peak_reserved_index,
-        allocated=np.array(allocated, dtype=np.int64),
-        reserved=np.array(reserved, dtype=np.int64),
-        segment_events=st.events,
-        segments=_final_segments(st, live),
-        oom=oom,
+            peak_r, timeline.peak_reserved_index = st.peak_reserved, index
+
+
+def _oom_info(index: int, event: MemoryEvent, err: AllocatorOOM) -> OOMInfo:
+    return OOMInfo(
+        index=index,
+        block=event.block,
+        size=event.size,
+        alloc_size=err.alloc_size,
+        allocated=err.allocated,
+        reserved=err.reserved,
+        capacity=err.capacity,
+        message=str(err),
     )
 
 

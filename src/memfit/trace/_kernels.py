@@ -28,6 +28,9 @@ _CUBLAS_OPS = {
 }
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
@@ -48,9 +51,17 @@ class KernelModel:
         """Persistent allocations a kernel triggers the first time it runs on a thread."""
         if func in _CUBLAS_OPS:
             thread = "backward" if phase.endswith("backward") else "main"
+            out: list[tuple[int, str]] = []
             if thread not in self._handles:
                 self._handles.add(thread)
-                return [(self.cublas_workspace, f"cublas workspace ({thread} thread)")]
+                out.append((self.cublas_workspace, f"cublas workspace ({thread} thread)"))
+            lt = f"lt-{thread}"
+            if (func is aten.addmm.default and args[1].dtype in _HALF and lt not in self._handles):
+                # addmm with a bias in half precision goes through cublasLt (gemm_and_bias),
+                # which takes a 1 MiB workspace of its own (measured on H200, torch 2.11)
+                self._handles.add(lt)
+                out.append((MiB, f"cublasLt workspace ({thread} thread)"))
+            return out
         return ()
 
     def scratch(

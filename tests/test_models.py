@@ -1,0 +1,58 @@
+import pytest
+
+from memfit import InvalidInputError, UnknownModelError
+from memfit._models import resolve_model
+
+
+def test_catalog_alias_resolves():
+    assert resolve_model("bert-base").name == "bert-base-uncased"
+    assert resolve_model("TinyLlama").task == "causal-lm"
+
+
+def test_unknown_name_suggests_close_matches():
+    with pytest.raises(UnknownModelError, match="Did you mean: .*gpt2") as info:
+        resolve_model("gtp2")
+    assert "gpt2" in info.value.close_matches
+
+
+def test_unknown_torchvision_name():
+    pytest.importorskip("torchvision")
+    with pytest.raises(UnknownModelError, match="tv:resnet50"):
+        resolve_model("tv:resnet5O")
+
+
+def test_user_factory_file_with_batch_and_loss(tmp_path):
+    src = tmp_path / "net.py"
+    src.write_text(
+        "import torch\n"
+        "def make_model():\n    return torch.nn.Linear(8, 2)\n"
+        "def make_batch(batch_size, seq_len):\n    return torch.randn(batch_size, 8)\n"
+    )
+    recipe = resolve_model(f"{src}:make_model")
+    assert recipe.make_batch is not None
+    assert recipe.make_batch(3, None).shape == (3, 8)
+
+
+def test_missing_file_and_missing_attribute(tmp_path):
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        resolve_model(f"{tmp_path}/nope.py:make")
+    src = tmp_path / "m.py"
+    src.write_text("x = 1\n")
+    with pytest.raises(InvalidInputError, match="no callable 'make'"):
+        resolve_model(f"{src}:make")
+
+
+def test_hf_config_file(tmp_path):
+    pytest.importorskip("transformers")
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, '
+                   '"architectures": ["GPT2LMHeadModel"]}')
+    recipe = resolve_model(f"hf:{cfg}")
+    assert recipe.task == "causal-lm"
+
+
+def test_hf_config_without_model_type(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text("{}")
+    with pytest.raises(InvalidInputError, match="no 'model_type'"):
+        resolve_model(f"hf:{cfg}")

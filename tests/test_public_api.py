@@ -1,0 +1,39 @@
+"""The public surface is exactly ``__all__``, and inner layers never import outer ones."""
+
+import ast
+import pathlib
+
+import memfit
+
+SRC = pathlib.Path(memfit.__file__).parent
+
+
+def test_all_is_complete_and_importable():
+    public = {n for n in dir(memfit) if not n.startswith("_")}
+    exported = set(memfit.__all__) - {"__version__"}
+    # every public attribute is exported; subpackages are reachable but not re-exported
+    modules = {"allocator", "trace", "report", "cli", "catalog"}
+    assert public - exported - modules == set()
+    for name in memfit.__all__:
+        assert hasattr(memfit, name)
+
+
+LAYERS = {"trace": {"report", "cli"}, "allocator": {"trace", "report", "cli"},
+          "report": {"cli", "trace"}}
+
+
+def test_inner_layers_do_not_import_outer_ones():
+    for layer, banned in LAYERS.items():
+        for path in (SRC / layer).glob("*.py"):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                names = []
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module]
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                for name in names:
+                    parts = name.split(".")
+                    assert not (parts[0] == "memfit" and len(parts) > 1 and parts[1] in banned), (
+                        f"{path.name} imports {name}"
+                    )
