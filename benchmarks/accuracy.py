@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import WORKLOADS, estimate_kwargs  # noqa: E402
+from workloads import WORKLOADS, estimate_kwargs
 
 GIB = 2**30
 
@@ -58,10 +58,13 @@ def main() -> int:
         work = workload_for(recipe, **estimate_kwargs(entry))
         start = time.perf_counter()
         try:
-            est = estimate_workload(work, name=recipe.name,
-                                    allocator_config=entry.get("allocator_config", ""),
-                                    gpu=resolve_gpu("h200"))
-        except Exception as exc:  # noqa: BLE001 - a failed estimate is a result to report
+            est = estimate_workload(
+                work,
+                name=recipe.name,
+                allocator_config=entry.get("allocator_config", ""),
+                gpu=resolve_gpu("h200"),
+            )
+        except Exception as exc:
             rows.append({"id": entry["id"], "error": f"{type(exc).__name__}: {exc}"})
             print(f"{entry['id']:45s} ERROR {exc}", flush=True)
             continue
@@ -72,28 +75,37 @@ def main() -> int:
             "estimate_reserved": est.peak_reserved,
             "measured_allocated": real["peak_allocated"],
             "measured_reserved": real["peak_reserved"],
-            "error_allocated_pct": 100 * (est.peak_allocated - real["peak_allocated"])
+            "error_allocated_pct": 100
+            * (est.peak_allocated - real["peak_allocated"])
             / real["peak_allocated"],
-            "error_reserved_pct": 100 * (est.peak_reserved - real["peak_reserved"])
+            "error_reserved_pct": 100
+            * (est.peak_reserved - real["peak_reserved"])
             / real["peak_reserved"],
             "estimate_seconds": round(seconds, 2),
             "notes": est.notes,
         }
         rows.append(row)
-        print(f"{entry['id']:45s} alloc {row['error_allocated_pct']:+7.2f}%  reserved "
-              f"{row['error_reserved_pct']:+7.2f}%  ({seconds:.1f} s)", flush=True)
+        print(
+            f"{entry['id']:45s} alloc {row['error_allocated_pct']:+7.2f}%  reserved "
+            f"{row['error_reserved_pct']:+7.2f}%  ({seconds:.1f} s)",
+            flush=True,
+        )
     ok = [r for r in rows if "error" not in r]
     summary = {
         "workloads": len(rows),
         "failed": len(rows) - len(ok),
-        "median_abs_error_allocated_pct": statistics.median(abs(r["error_allocated_pct"])
-                                                            for r in ok) if ok else None,
+        "median_abs_error_allocated_pct": statistics.median(
+            abs(r["error_allocated_pct"]) for r in ok
+        )
+        if ok
+        else None,
         "max_abs_error_allocated_pct": max(abs(r["error_allocated_pct"]) for r in ok)
-        if ok else None,
-        "median_abs_error_reserved_pct": statistics.median(abs(r["error_reserved_pct"])
-                                                           for r in ok) if ok else None,
-        "max_abs_error_reserved_pct": max(abs(r["error_reserved_pct"]) for r in ok)
-        if ok else None,
+        if ok
+        else None,
+        "median_abs_error_reserved_pct": statistics.median(abs(r["error_reserved_pct"]) for r in ok)
+        if ok
+        else None,
+        "max_abs_error_reserved_pct": max(abs(r["error_reserved_pct"]) for r in ok) if ok else None,
     }
     env = {
         "estimated_on": platform.node() or "cpu",
@@ -104,8 +116,9 @@ def main() -> int:
         "command": " ".join(sys.argv),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "accuracy.json").write_text(json.dumps(
-        {"meta": {**meta, **env}, "summary": summary, "rows": rows}, indent=1))
+    (args.out / "accuracy.json").write_text(
+        json.dumps({"meta": {**meta, **env}, "summary": summary, "rows": rows}, indent=1)
+    )
     lines = [
         f"Estimates (torch {env['torch']}, transformers {env['transformers']}, "
         f"{env['estimate_date']}) vs measured on an NVIDIA H200 ({meta.get('measured_date')}).",

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import WORKLOADS, estimate_kwargs  # noqa: E402
+from workloads import WORKLOADS, estimate_kwargs
 
 
 def _strip_frames(snapshot: dict) -> dict:
@@ -78,13 +78,19 @@ def main() -> int:
         if line is None:
             row = {"id": entry["id"], "entry": entry, "error": proc.stderr[-3000:]}
         else:
-            row = json.loads(line[len("RESULT "):])
+            row = json.loads(line[len("RESULT ") :])
         row["wall_seconds"] = round(time.time() - start, 1)
         rows.append(row)
-        print(f"{entry['id']:45s} "
-              + (f"alloc {row['peak_allocated']/2**30:7.3f} GiB  reserved "
-                 f"{row['peak_reserved']/2**30:7.3f} GiB  ctx {row.get('context')}"
-                 if "error" not in row else "ERROR " + row["error"][-300:]), flush=True)
+        print(
+            f"{entry['id']:45s} "
+            + (
+                f"alloc {row['peak_allocated'] / 2**30:7.3f} GiB  reserved "
+                f"{row['peak_reserved'] / 2**30:7.3f} GiB  ctx {row.get('context')}"
+                if "error" not in row
+                else "ERROR " + row["error"][-300:]
+            ),
+            flush=True,
+        )
     meta = {"date": dt.date.today().isoformat(), "command": " ".join(sys.argv)}
     (args.out / "measured.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0

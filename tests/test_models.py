@@ -10,7 +10,7 @@ def test_catalog_alias_resolves():
 
 
 def test_unknown_name_suggests_close_matches():
-    with pytest.raises(UnknownModelError, match="Did you mean: .*gpt2") as info:
+    with pytest.raises(UnknownModelError, match=r"Did you mean: .*gpt2") as info:
         resolve_model("gtp2")
     assert "gpt2" in info.value.close_matches
 
@@ -45,8 +45,10 @@ def test_missing_file_and_missing_attribute(tmp_path):
 def test_hf_config_file(tmp_path):
     pytest.importorskip("transformers")
     cfg = tmp_path / "config.json"
-    cfg.write_text('{"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, '
-                   '"architectures": ["GPT2LMHeadModel"]}')
+    cfg.write_text(
+        '{"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, '
+        '"architectures": ["GPT2LMHeadModel"]}'
+    )
     recipe = resolve_model(f"hf:{cfg}")
     assert recipe.task == "causal-lm"
 

@@ -18,8 +18,11 @@ def test_all_is_complete_and_importable():
         assert hasattr(memfit, name)
 
 
-LAYERS = {"trace": {"report", "cli"}, "allocator": {"trace", "report", "cli"},
-          "report": {"cli", "trace"}}
+LAYERS = {
+    "trace": {"report", "cli"},
+    "allocator": {"trace", "report", "cli"},
+    "report": {"cli", "trace"},
+}
 
 
 def test_inner_layers_do_not_import_outer_ones():

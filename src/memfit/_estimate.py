@@ -50,15 +50,38 @@ def estimate(
     name give ``batch_size`` (and ``seq_len`` for text) instead.
     """
     gpu_spec = resolve_gpu(gpu) if gpu is not None else None
-    name, workload = _workload(model, batch, loss_fn, optimizer, precision, mode,
-                               activation_checkpointing, batch_size, seq_len, steps)
-    return estimate_workload(workload, name=name, allocator_config=allocator_config or "",
-                             gpu=gpu_spec, batch_text=_batch_text(workload, batch_size, seq_len))
+    name, workload = _workload(
+        model,
+        batch,
+        loss_fn,
+        optimizer,
+        precision,
+        mode,
+        activation_checkpointing,
+        batch_size,
+        seq_len,
+        steps,
+    )
+    return estimate_workload(
+        workload,
+        name=name,
+        allocator_config=allocator_config or "",
+        gpu=gpu_spec,
+        batch_text=_batch_text(workload, batch_size, seq_len),
+    )
 
 
 def _workload(
-    model: Any, batch: Any, loss_fn: Any, optimizer: OptimizerSpec, precision: str, mode: str,
-    checkpointing: bool, batch_size: int | None, seq_len: int | None, steps: int | None,
+    model: Any,
+    batch: Any,
+    loss_fn: Any,
+    optimizer: OptimizerSpec,
+    precision: str,
+    mode: str,
+    checkpointing: bool,
+    batch_size: int | None,
+    seq_len: int | None,
+    steps: int | None,
 ) -> tuple[str, Workload]:
     if isinstance(model, str):
         recipe: ModelRecipe = resolve_model(model)
@@ -68,25 +91,49 @@ def _workload(
                     f"Give a batch for {model!r}: batch_size= (and seq_len= for text models), "
                     "or batch= with example tensors."
                 )
-            work = workload_for(recipe, batch_size, seq_len, optimizer=optimizer,
-                                precision=precision, mode=mode,
-                                activation_checkpointing=checkpointing, steps=steps)
+            work = workload_for(
+                recipe,
+                batch_size,
+                seq_len,
+                optimizer=optimizer,
+                precision=precision,
+                mode=mode,
+                activation_checkpointing=checkpointing,
+                steps=steps,
+            )
             if loss_fn is not None:
                 work = _replace(work, loss_fn=loss_fn)
             return recipe.name, work
         return recipe.name, Workload(
-            recipe.build, _batch_factory(batch), loss_fn or recipe.loss_fn or default_loss,
-            optimizer, precision, mode, checkpointing, recipe.enable_checkpointing,
+            recipe.build,
+            _batch_factory(batch),
+            loss_fn or recipe.loss_fn or default_loss,
+            optimizer,
+            precision,
+            mode,
+            checkpointing,
+            recipe.enable_checkpointing,
             steps or (2 if mode == "train" else 1),
         )
     if batch is None:
         raise InvalidInputError("Give batch= (a tensor, tuple, dict, or a factory of one).")
     build = _model_factory(model)
-    name = type(model).__name__ if isinstance(model, nn.Module) else getattr(
-        model, "__name__", "model")
-    return name, Workload(build, _batch_factory(batch), loss_fn or default_loss, optimizer,
-                          precision, mode, checkpointing, _generic_checkpointing,
-                          steps or (2 if mode == "train" else 1))
+    name = (
+        type(model).__name__
+        if isinstance(model, nn.Module)
+        else getattr(model, "__name__", "model")
+    )
+    return name, Workload(
+        build,
+        _batch_factory(batch),
+        loss_fn or default_loss,
+        optimizer,
+        precision,
+        mode,
+        checkpointing,
+        _generic_checkpointing,
+        steps or (2 if mode == "train" else 1),
+    )
 
 
 def _replace(work: Workload, **changes: Any) -> Workload:
@@ -124,9 +171,7 @@ def _model_factory(model: Any) -> Callable[[], nn.Module]:
         return rebuild
     if callable(model):
         return model  # type: ignore[no-any-return]
-    raise InvalidInputError(
-        f"model={model!r} is not an nn.Module, a factory, or a model name."
-    )
+    raise InvalidInputError(f"model={model!r} is not an nn.Module, a factory, or a model name.")
 
 
 def _all_meta(model: nn.Module) -> bool:
@@ -141,8 +186,9 @@ def _meta_clone(model: nn.Module) -> nn.Module:
     for t in [*model.parameters(), *model.buffers()]:
         if id(t) not in memo:
             meta = torch.empty_like(t, device="meta")
-            memo[id(t)] = nn.Parameter(meta, t.requires_grad) if isinstance(
-                t, nn.Parameter) else meta
+            memo[id(t)] = (
+                nn.Parameter(meta, t.requires_grad) if isinstance(t, nn.Parameter) else meta
+            )
     return copy.deepcopy(model, memo)
 
 
@@ -157,10 +203,13 @@ def _batch_text(workload: Workload, batch_size: int | None, seq_len: int | None)
         return f"{batch_size} x {seq_len} tokens" if seq_len else f"batch of {batch_size}"
     try:
         sample = workload.make_batch()
-    except Exception:  # noqa: BLE001 - only for the label
+    except Exception:
         return "custom batch"
-    tensors = [sample] if isinstance(sample, torch.Tensor) else (
-        list(sample.values()) if isinstance(sample, dict) else list(sample))
+    tensors = (
+        [sample]
+        if isinstance(sample, torch.Tensor)
+        else (list(sample.values()) if isinstance(sample, dict) else list(sample))
+    )
     first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
     return "custom batch" if first is None else " x ".join(str(s) for s in first.shape)
 
@@ -192,8 +241,11 @@ def estimate_workload(
         steps=workload.steps,
         torch_version=torch.__version__,
     )
-    phases = [(p, max(0, i - trace.steps_start)) for p, i in trace.phases if i >= trace.steps_start
-              and p not in ("setup", "steps", "end")]
+    phases = [
+        (p, max(0, i - trace.steps_start))
+        for p, i in trace.phases
+        if i >= trace.steps_start and p not in ("setup", "steps", "end")
+    ]
     return Estimate(
         workload=summary,
         peak_allocated=max(allocated) if allocated else 0,
@@ -275,4 +327,3 @@ def _info_at(trace: Trace, index: int) -> tuple[str, str, str]:
             info = trace.infos[event.info]
             return info.op, info.module or "(outside modules)", info.phase
     return "", "", ""
-

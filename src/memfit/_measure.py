@@ -63,7 +63,9 @@ def measure(workload: Workload, *, record_history: bool = False) -> tuple[Measur
         raise NoGPUError("No CUDA GPU is available here; memfit validate needs one.")
     torch.cuda.empty_cache()
     if record_history:
-        torch.cuda.memory._record_memory_history(context=None, stacks="python", max_entries=2_000_000)
+        torch.cuda.memory._record_memory_history(
+            context=None, stacks="python", max_entries=2_000_000
+        )
     model = prepare_model(workload, "cuda")
     optimizer = optimizer_for(workload, model)
     torch.cuda.synchronize()

@@ -149,8 +149,14 @@ def _hf_recipe(name: str, config_dict: dict[str, Any], task: str, **extra: Any) 
         return ModelRecipe(name, build, task, batch, None, None, size, _hf_checkpointing)
     vocab = int(config.vocab_size)
     return ModelRecipe(
-        name, build, task, _text_batch(vocab, task), None,
-        extra.get("default_seq_len"), None, _hf_checkpointing,
+        name,
+        build,
+        task,
+        _text_batch(vocab, task),
+        None,
+        extra.get("default_seq_len"),
+        None,
+        _hf_checkpointing,
     )
 
 
@@ -164,8 +170,17 @@ def _tv_recipe(name: str, builder: str, kwargs: dict[str, Any], size: int) -> Mo
     def build() -> nn.Module:
         return models.get_model(builder, weights=None, **kwargs)  # type: ignore[no-any-return]
 
-    return ModelRecipe(name, build, "image-classification", _image_batch(size, hf=False),
-                       classification_loss, None, size, None, classification_forward)
+    return ModelRecipe(
+        name,
+        build,
+        "image-classification",
+        _image_batch(size, hf=False),
+        classification_loss,
+        None,
+        size,
+        None,
+        classification_forward,
+    )
 
 
 def _timm_recipe(name: str, builder: str, kwargs: dict[str, Any], size: int | None) -> ModelRecipe:
@@ -182,20 +197,38 @@ def _timm_recipe(name: str, builder: str, kwargs: dict[str, Any], size: int | No
     def checkpointing(model: nn.Module) -> None:
         model.set_grad_checkpointing(True)  # type: ignore[operator]
 
-    return ModelRecipe(name, build, "image-classification", _image_batch(size, hf=False),
-                       classification_loss, None, size, checkpointing, classification_forward)
+    return ModelRecipe(
+        name,
+        build,
+        "image-classification",
+        _image_batch(size, hf=False),
+        classification_loss,
+        None,
+        size,
+        checkpointing,
+        classification_forward,
+    )
 
 
 def _from_entry(entry: dict[str, Any]) -> ModelRecipe:
     source = entry["source"]
     if source == "hf":
-        return _hf_recipe(entry["name"], entry["config"], entry["task"],
-                          default_seq_len=entry.get("default_seq_len"))
+        return _hf_recipe(
+            entry["name"],
+            entry["config"],
+            entry["task"],
+            default_seq_len=entry.get("default_seq_len"),
+        )
     if source == "tv":
-        return _tv_recipe(entry["name"], entry["builder"], entry.get("config", {}),
-                          int(entry.get("image_size", 224)))
-    return _timm_recipe(entry["name"], entry["builder"], entry.get("config", {}),
-                        entry.get("image_size"))
+        return _tv_recipe(
+            entry["name"],
+            entry["builder"],
+            entry.get("config", {}),
+            int(entry.get("image_size", 224)),
+        )
+    return _timm_recipe(
+        entry["name"], entry["builder"], entry.get("config", {}), entry.get("image_size")
+    )
 
 
 def _hf_from_hub_or_path(spec: str) -> ModelRecipe:
@@ -215,7 +248,7 @@ def _hf_from_hub_or_path(spec: str) -> ModelRecipe:
     transformers = _require("transformers", "Hugging Face models")
     try:
         config = transformers.AutoConfig.from_pretrained(spec)
-    except Exception as exc:  # noqa: BLE001 - any hub failure gets one clear message
+    except Exception as exc:
         raise UnknownModelError(
             f"Could not get the config of 'hf:{spec}' ({type(exc).__name__}). memfit needs only "
             "the config.json, not the weights: download it and pass its path, e.g. "

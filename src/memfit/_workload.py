@@ -32,8 +32,15 @@ __all__ = [
 
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed")
 OPTIMIZERS = (
-    "sgd", "sgd-foreach", "sgd-fused", "adam", "adam-foreach", "adam-fused",
-    "adamw", "adamw-foreach", "adamw-fused",
+    "sgd",
+    "sgd-foreach",
+    "sgd-fused",
+    "adam",
+    "adam-foreach",
+    "adam-fused",
+    "adamw",
+    "adamw-foreach",
+    "adamw-fused",
 )
 MODES = ("train", "infer")
 
@@ -138,7 +145,9 @@ def run_steps(
 ) -> None:
     """Run the workload's steps: input, forward (+loss), backward, optimizer, zero_grad."""
     dtype = workload.autocast_dtype
-    scaler = hooks.grad_scaler() if workload.precision == "fp16-mixed" and hooks.grad_scaler else None
+    scaler = (
+        hooks.grad_scaler() if workload.precision == "fp16-mixed" and hooks.grad_scaler else None
+    )
 
     def region() -> AbstractContextManager[Any]:
         return hooks.autocast(dtype) if dtype is not None else nullcontext()

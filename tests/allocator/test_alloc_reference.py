@@ -1,5 +1,8 @@
 """The emulator against the real allocator: traces recorded on an H200 with torch 2.11.
 
+``data/h200_torch2.11_models.json.gz`` holds whole allocator traces of real training steps;
+they are replayed with :func:`replay` from the trace alone, as a recorded snapshot would be.
+
 ``data/h200_torch2.11.json.gz`` was written by ``gpu_reference.py`` (see there): for each case,
 a seeded list of allocs, frees and ``empty_cache`` calls run through torch's own caching
 allocator, with ``allocated`` / ``reserved`` after every operation, every segment event, the
@@ -16,10 +19,12 @@ from typing import Any
 
 import pytest
 
+from memfit._events import MemoryEvent
 from memfit.allocator import (
     AllocatorOOM,
     CachingAllocator,
     ScriptedAddressSpace,
+    replay,
     segment_bases_from_trace,
 )
 
@@ -93,3 +98,48 @@ def test_the_reference_covers_the_interesting_paths() -> None:
     }
     assert "expandable" in unmaps
     assert all(c["torch"].startswith("2.11") and "H200" in c["device"] for c in CASES.values())
+
+
+MODELS = Path(__file__).parent / "data" / "h200_torch2.11_models.json.gz"
+with gzip.open(MODELS, "rt") as f:
+    MODEL_TRACES: dict[str, dict[str, Any]] = json.load(f)
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_TRACES))
+def test_replaying_a_real_training_trace(name: str) -> None:
+    """Four AdamW steps of a small transformer (changing batch, bf16 autocast on odd steps)."""
+    case = MODEL_TRACES[name]
+    trace = case["trace"]
+    events = [
+        MemoryEvent("alloc" if t[0] == "alloc" else "free", t[1], t[2], t[3])
+        for t in trace
+        if t[0] in ("alloc", "free_completed")
+    ]
+    bases = segment_bases_from_trace(trace, device_total=case["total_memory"])
+    result = replay(
+        events,
+        case["conf"],
+        device_total=case["total_memory"],
+        address_space=ScriptedAddressSpace(bases),
+    )
+    stats = case["stats"]
+    assert (result.peak_allocated, result.peak_reserved) == (
+        stats["allocated_bytes.all.peak"],
+        stats["reserved_bytes.all.peak"],
+    )
+    assert (result.allocated[-1], result.reserved[-1]) == (
+        stats["allocated_bytes.all.current"],
+        stats["reserved_bytes.all.current"],
+    )
+    real_events = [t[:3] for t in trace if t[0].startswith("segment_")]
+    assert [[e.action, e.address, e.size] for e in result.segment_events] == real_events
+    state = {True: "active_allocated", False: "inactive"}
+    mine = [
+        [
+            s.address,
+            s.total_size,
+            [[b.address, b.size, b.requested_size, state[b.allocated]] for b in s.blocks],
+        ]
+        for s in result.segments
+    ]
+    assert mine == case["segments"]

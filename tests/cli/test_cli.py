@@ -16,8 +16,9 @@ def test_estimate_json(capsys):
 def test_estimate_table_and_plot(capsys, tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "m.html"
-    assert main(["estimate", "gpt2", "-b", "1", "-s", "32", "--gpu", "4090", "--plot",
-                 str(out)]) == 0
+    assert (
+        main(["estimate", "gpt2", "-b", "1", "-s", "32", "--gpu", "4090", "--plot", str(out)]) == 0
+    )
     text = capsys.readouterr().out
     assert "peak reserved" in text and "fits on" in text
     assert out.read_text().startswith("<!DOCTYPE html>")

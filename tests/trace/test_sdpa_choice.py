@@ -42,8 +42,7 @@ def test_math_backend_saves_the_attention_matrix_flash_does_not():
             self.proj = torch.nn.Linear(64, 64 * 3)
 
         def forward(self, x):
-            q, k, v = self.proj(x).view(x.shape[0], x.shape[1], 3, 4, 16).permute(
-                2, 0, 3, 1, 4)
+            q, k, v = self.proj(x).view(x.shape[0], x.shape[1], 3, 4, 16).permute(2, 0, 3, 1, 4)
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     def batch():

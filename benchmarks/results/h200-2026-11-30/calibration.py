@@ -1,7 +1,12 @@
 """Calibration: cuBLAS workspaces and SDPA flags. Each case in a fresh process."""
-import os, subprocess, sys, threading
+import os
+import subprocess
+import sys
+import threading
+
 import torch
 import torch.nn.functional as F
+
 
 def active_blocks():
     sizes = []

@@ -10,16 +10,24 @@ __all__ = ["make_parser"]
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", nargs="?", help="catalog name, hf:ORG/NAME or hf:PATH/config.json, "
-                   "tv:NAME, timm:NAME, or path/to/file.py:factory")
+    p.add_argument(
+        "model",
+        nargs="?",
+        help="catalog name, hf:ORG/NAME or hf:PATH/config.json, "
+        "tv:NAME, timm:NAME, or path/to/file.py:factory",
+    )
     p.add_argument("--batch-size", "-b", type=int, default=None, help="samples per step")
     p.add_argument("--seq-len", "-s", type=int, default=None, help="tokens per sample (text)")
     p.add_argument("--precision", "-p", default="fp32", choices=PRECISIONS)
     p.add_argument("--optimizer", "-o", default="adamw", choices=OPTIMIZERS)
     p.add_argument("--mode", default="train", choices=("train", "infer"))
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
-    p.add_argument("--allocator-config", default=None, metavar="CONF",
-                   help="a PYTORCH_CUDA_ALLOC_CONF string, e.g. expandable_segments:True")
+    p.add_argument(
+        "--allocator-config",
+        default=None,
+        metavar="CONF",
+        help="a PYTORCH_CUDA_ALLOC_CONF string, e.g. expandable_segments:True",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -31,18 +39,31 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    est = sub.add_parser("estimate", help="predict the peak memory of a step, on the CPU",
-                         description="Predict the peak GPU memory of a training or inference "
-                         "step on the CPU, without a GPU. Sizes print in binary units (GiB).")
+    est = sub.add_parser(
+        "estimate",
+        help="predict the peak memory of a step, on the CPU",
+        description="Predict the peak GPU memory of a training or inference "
+        "step on the CPU, without a GPU. Sizes print in binary units (GiB).",
+    )
     _workload_args(est)
-    est.add_argument("--gpu", default=None,
-                     help="target: 4090, a100-40g, a100-80g, h100, h200, ... or a size (24GiB)")
-    est.add_argument("--plot", default=None, metavar="FILE",
-                     help="write memory over the step to FILE (.png, .html or .svg)")
+    est.add_argument(
+        "--gpu",
+        default=None,
+        help="target: 4090, a100-40g, a100-80g, h100, h200, ... or a size (24GiB)",
+    )
+    est.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="write memory over the step to FILE (.png, .html or .svg)",
+    )
     est.add_argument("--list-models", action="store_true", help="list the bundled catalog")
 
-    val = sub.add_parser("validate", help="run the workload on this machine's GPU and compare",
-                         description="Estimate a workload, run it on the local CUDA GPU, and "
-                         "print estimate vs measured (max_memory_allocated/reserved, NVML).")
+    val = sub.add_parser(
+        "validate",
+        help="run the workload on this machine's GPU and compare",
+        description="Estimate a workload, run it on the local CUDA GPU, and "
+        "print estimate vs measured (max_memory_allocated/reserved, NVML).",
+    )
     _workload_args(val)
     return parser

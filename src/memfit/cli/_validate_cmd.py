@@ -40,13 +40,20 @@ def run_validate(args: argparse.Namespace, console: Console) -> int:
     from memfit._measure import measure
 
     recipe = resolve_model(args.model)
-    workload = workload_for(recipe, args.batch_size, args.seq_len, optimizer=args.optimizer,
-                            precision=args.precision, mode=args.mode,
-                            activation_checkpointing=args.checkpointing)
+    workload = workload_for(
+        recipe,
+        args.batch_size,
+        args.seq_len,
+        optimizer=args.optimizer,
+        precision=args.precision,
+        mode=args.mode,
+        activation_checkpointing=args.checkpointing,
+    )
     props = torch.cuda.get_device_properties(0)
     gpu = GPU(props.name, props.total_memory, (props.major, props.minor))
-    est = estimate_workload(workload, name=recipe.name, allocator_config=args.allocator_config
-                            or "", gpu=gpu)
+    est = estimate_workload(
+        workload, name=recipe.name, allocator_config=args.allocator_config or "", gpu=gpu
+    )
     real, _ = measure(workload)
     rows = [
         ("peak allocated", est.peak_allocated, real.peak_allocated),
@@ -61,7 +68,11 @@ def run_validate(args: argparse.Namespace, console: Console) -> int:
     for label, e, r in rows:
         table.add_row(label, format_bytes(e), format_bytes(r), _error(e, r))
     if real.context is not None:
-        table.add_row("non-PyTorch (NVML - reserved)", format_bytes(est.non_pytorch),
-                      format_bytes(real.context), _error(est.non_pytorch, real.context))
+        table.add_row(
+            "non-PyTorch (NVML - reserved)",
+            format_bytes(est.non_pytorch),
+            format_bytes(real.context),
+            _error(est.non_pytorch, real.context),
+        )
     console.print(table)
     return 0

@@ -58,6 +58,8 @@ def _fused_dropout(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
     if x.numel() == 0:
         return None
     return torch.ops.aten.native_dropout(x, float(p), True)[0]
+
+
 _CUDA_METHODS = {torch.Tensor.cuda}
 
 

@@ -22,9 +22,17 @@ __all__ = ["KernelModel"]
 aten = torch.ops.aten
 
 _CUBLAS_OPS = {
-    aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
-    aten.addmv.default, aten.mv.default, aten.addbmm.default, aten._addmm_activation.default,
-    aten.mm.out, aten.addmm.out, aten.bmm.out,
+    aten.mm.default,
+    aten.addmm.default,
+    aten.bmm.default,
+    aten.baddbmm.default,
+    aten.addmv.default,
+    aten.mv.default,
+    aten.addbmm.default,
+    aten._addmm_activation.default,
+    aten.mm.out,
+    aten.addmm.out,
+    aten.bmm.out,
 }
 
 
@@ -56,7 +64,7 @@ class KernelModel:
                 self._handles.add(thread)
                 out.append((self.cublas_workspace, f"cublas workspace ({thread} thread)"))
             lt = f"lt-{thread}"
-            if (func is aten.addmm.default and args[1].dtype in _HALF and lt not in self._handles):
+            if func is aten.addmm.default and args[1].dtype in _HALF and lt not in self._handles:
                 # addmm with a bias in half precision goes through cublasLt (gemm_and_bias),
                 # which takes a 1 MiB workspace of its own (measured on H200, torch 2.11)
                 self._handles.add(lt)

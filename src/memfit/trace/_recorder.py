@@ -51,8 +51,9 @@ class Recorder(TorchDispatchMode):
     def _key(self, storage: torch.UntypedStorage) -> int:
         return int(storage._cdata)
 
-    def alloc(self, nbytes: int, category: Category, op: str, shape: tuple[int, ...] = (),
-              dtype: str = "") -> int:
+    def alloc(
+        self, nbytes: int, category: Category, op: str, shape: tuple[int, ...] = (), dtype: str = ""
+    ) -> int:
         """Record an allocation that no storage stands for (a workspace); returns its block."""
         with self._lock:
             block = self._next_block
@@ -84,8 +85,9 @@ class Recorder(TorchDispatchMode):
             if nbytes <= old:
                 return block
             # resize_: the CUDA storage allocates the larger buffer, then frees the old one
-            new_block = self.alloc(nbytes, self.info(block).category, op,
-                                   tuple(t.shape), str(t.dtype))
+            new_block = self.alloc(
+                nbytes, self.info(block).category, op, tuple(t.shape), str(t.dtype)
+            )
             self.free(block)
             self._live[key] = (new_block, nbytes)
             return new_block
@@ -108,14 +110,18 @@ class Recorder(TorchDispatchMode):
         return None if seen is None else seen[0]
 
     def mark_live_since(self, first_info: int, category: Category) -> None:
-        """Give ``category`` to live temporaries whose allocation came at or after ``first_info``."""
+        """Give ``category`` to live temporaries allocated at or after info ``first_info``."""
         for block, _ in self._live.values():
             index = self._block_info[block]
             if index >= first_info and self.infos[index].category is Category.TEMPORARY:
                 self.infos[index].category = category
 
     def set_category(
-        self, t: torch.Tensor, category: Category, *, force: bool = False,
+        self,
+        t: torch.Tensor,
+        category: Category,
+        *,
+        force: bool = False,
         module: str | None = None,
     ) -> None:
         block = self.block_of(t)
@@ -129,7 +135,11 @@ class Recorder(TorchDispatchMode):
 
     # -- the dispatch hook ------------------------------------------------------------------
     def __torch_dispatch__(
-        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)

@@ -34,10 +34,7 @@ def choose_backend(
     """``flash``, ``efficient`` or ``math``: what SDPA picks on a GPU of compute ``sm``."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return "math"
-    if q.requires_grad or k.requires_grad or v.requires_grad:
-        grad = True
-    else:
-        grad = False
+    grad = bool(q.requires_grad or k.requires_grad or v.requires_grad)
     same_heads = q.shape[1] == k.shape[1] == v.shape[1]
     head_dim = q.shape[-1]
     if (

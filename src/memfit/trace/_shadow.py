@@ -24,8 +24,13 @@ __all__ = ["Answer", "ShadowValues"]
 aten = torch.ops.aten
 _MAX_NUMEL = 1 << 20
 _TRUE_BY_DEFAULT = {"all", "eq", "ge", "le", "isfinite", "logical_and"}
-_DYNAMIC_SHAPE = {aten.nonzero.default, aten.masked_select.default, aten.unique_dim.default,
-                  aten._unique2.default, aten.unique_consecutive.default}
+_DYNAMIC_SHAPE = {
+    aten.nonzero.default,
+    aten.masked_select.default,
+    aten.unique_dim.default,
+    aten._unique2.default,
+    aten.unique_consecutive.default,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +76,7 @@ class ShadowValues:
         return new_args, new_kwargs
 
     def propagate(self, func: Any, args: Any, kwargs: dict[str, Any], out: Any) -> None:
-        """Run ``func`` on the shadows of its inputs if they all have one and the output is small."""
+        """Run ``func`` on its inputs' shadows if all have one and the output is small."""
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else ""
         for t in outs:
@@ -86,11 +91,11 @@ class ShadowValues:
             return
         try:
             real = func(*shadow[0], **shadow[1])
-        except Exception:  # noqa: BLE001 - a shadow is an optional helper; the trace goes on
+        except Exception:
             self._invalidate_mutated(func, args)
             return
         reals = [t for t in tree_flatten(real)[0] if isinstance(t, torch.Tensor)]
-        for fake, value in zip(outs, reals):
+        for fake, value in zip(outs, reals, strict=False):
             if tuple(fake.shape) == tuple(value.shape):
                 self._values[fake] = value
 
@@ -98,7 +103,7 @@ class ShadowValues:
         schema = getattr(func, "_schema", None)
         if schema is None or not schema.is_mutable:
             return
-        for arg, value in zip(schema.arguments, args):
+        for arg, value in zip(schema.arguments, args, strict=False):
             if arg.is_write and isinstance(value, torch.Tensor):
                 self._values.pop(value, None)
 

@@ -173,8 +173,15 @@ def trace_workload(workload: Workload, gpu: GPU) -> Trace:
         del model, optimizer
     notes = [f"attention ran {n} x {b}" for b, n in sorted(backends.items())]
     notes += sorted(set(shadows.guesses))
-    return Trace(recorder.events, recorder.infos, phases, steps_start, parameters, notes,
-                 time.perf_counter() - start)
+    return Trace(
+        recorder.events,
+        recorder.infos,
+        phases,
+        steps_start,
+        parameters,
+        notes,
+        time.perf_counter() - start,
+    )
 
 
 def _run_with_activation_marks(
@@ -208,8 +215,9 @@ def _mark_model(recorder: Recorder, model: nn.Module) -> None:
 def _mark_grads(recorder: Recorder, model: nn.Module) -> None:
     for p in model.parameters():
         if p.grad is not None:
-            recorder.set_category(p.grad, Category.GRADIENT, force=True,
-                                  module=recorder.param_owner.get(id(p)))
+            recorder.set_category(
+                p.grad, Category.GRADIENT, force=True, module=recorder.param_owner.get(id(p))
+            )
 
 
 def _mark_optimizer_state(recorder: Recorder, optimizer: torch.optim.Optimizer) -> None:
@@ -232,4 +240,3 @@ def _trace_error(exc: BaseException, recorder: Recorder) -> TraceError:
         op=None,
         module=module,
     )
-
