@@ -98,8 +98,9 @@ class ScriptedAddressSpace:
         self._from_fallback: set[int] = set()
 
     def reserve(self, size: int) -> int:
-        for addr in self._addresses:
-            return addr
+        scripted = next(self._addresses, None)
+        if scripted is not None:
+            return scripted
         addr = self._fallback.reserve(size)
         self._from_fallback.add(addr)
         return addr

@@ -66,9 +66,9 @@ class CachingAllocator:
         """
         if block in self._live:
             raise InvalidInputError(f"block {block} is already allocated; free it first.")
-        if not isinstance(size, int) or size < 0:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise InvalidInputError(f"size {size!r} is not a byte count >= 0.")
-        if not isinstance(stream, int) or stream < 0:
+        if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
             raise InvalidInputError(f"stream {stream!r} is not a stream number >= 0.")
         self._st.op = self._calls
         self._calls += 1

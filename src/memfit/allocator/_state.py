@@ -44,7 +44,9 @@ class AllocatorState:
         address_space: AddressSpace | None,
     ) -> None:
         for name, value in (("capacity", capacity), ("device_total", device_total)):
-            if value is not None and (not isinstance(value, int) or value < 0):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
                 raise InvalidInputError(f"{name} {value!r} is not a byte count >= 0.")
         self.config = config
         self.capacity = capacity

@@ -18,7 +18,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["AutocastState", "EmulatedAutocast", "autocast_policy", "cast_args"]
+__all__ = [
+    "AutocastState",
+    "EmulatedAutocast",
+    "autocast_cross_entropy",
+    "autocast_policy",
+    "cast_args",
+]
 
 _Policy = str  # "lowp" | "fp32" | "fp32_opt_dtype" | "promote"
 
@@ -149,7 +155,6 @@ def _build_policy() -> dict[Callable[..., Any], _Policy]:
             "softplus",
             "cosine_similarity",
             "nll_loss",
-            "cross_entropy",
             "mse_loss",
             "l1_loss",
             "smooth_l1_loss",
@@ -300,6 +305,28 @@ def _flat(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
         elif isinstance(a, (list, tuple)):
             out.extend(x for x in a if isinstance(x, torch.Tensor))
     return out
+
+
+def autocast_cross_entropy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``cross_entropy_loss`` under CUDA autocast: it has no autocast rule of its own, so it
+    decomposes first and autocast meets ``log_softmax`` (run with ``dtype=float32``, so its
+    gradient comes back in the input's low precision) and ``nll_loss`` (float32).
+    Returns None for label smoothing, which this does not decompose."""
+    names = ("input", "target", "weight", "reduction", "ignore_index", "label_smoothing")
+    values = dict(zip(names, args, strict=False))
+    values.update(kwargs)
+    x = values["input"]
+    if float(values.get("label_smoothing", 0.0) or 0.0) > 0.0:
+        return None
+    dim = 1 if x.dim() > 1 else 0
+    log_probs = torch.log_softmax(x, dim, dtype=torch.float32)
+    weight = values.get("weight")
+    if isinstance(weight, torch.Tensor):
+        weight = weight.float()
+    return torch._C._nn.nll_loss_nd(
+        log_probs, values["target"], weight, values.get("reduction", 1),
+        values.get("ignore_index", -100),
+    )
 
 
 class EmulatedAutocast:

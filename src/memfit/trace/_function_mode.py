@@ -43,6 +43,16 @@ def _to_meta(obj: Any) -> Any:
 
 _SDPA = getattr(F, "scaled_dot_product_attention", None)
 _DROPOUTS = {F.dropout, torch.dropout}
+_CROSS_ENTROPY = torch._C._nn.cross_entropy_loss
+
+
+def _is_inplace_foreach(func: Any) -> bool:
+    name = getattr(func, "__name__", "")
+    return name.startswith("_foreach_") and name.endswith("_")
+
+
+def _is_low(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16)
 
 
 def _fused_dropout(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -71,11 +81,13 @@ class TraceFunctionMode(TorchFunctionMode):
         sm: int,
         on_sdpa: Callable[[str], None] | None = None,
         on_output: Callable[[Any], None] | None = None,
+        fused_inplace: Callable[[], Any] | None = None,
     ) -> None:
         super().__init__()
         self.sm = sm
         self.on_sdpa = on_sdpa
         self.on_output = on_output
+        self.fused_inplace = fused_inplace
 
     def __torch_function__(
         self,
@@ -92,6 +104,11 @@ class TraceFunctionMode(TorchFunctionMode):
         if func is torch.Tensor.to or func is torch.Tensor.new_empty:
             args = tuple(_to_meta(a) for a in args)
         state = _autocast.current_state()
+        if state.enabled and func is _CROSS_ENTROPY and _is_low(args[0] if args else None):
+            with self:
+                out = _autocast.autocast_cross_entropy(args, kwargs)
+            if out is not None:
+                return out
         if state.enabled:
             policy = _autocast.autocast_policy(func)
             if policy is not None:
@@ -110,19 +127,39 @@ class TraceFunctionMode(TorchFunctionMode):
                 self.on_sdpa(backend)
             return out
         if isinstance(func, types.FunctionType):
-            if getattr(_local, "reentering", None) is func:
-                # its has_torch_function check is not one we patched: run it plainly
-                _local.reentering = None
-                _local.skip_check = False
-                return func(*args, **kwargs)
-            _local.skip_check = True
-            _local.reentering = func
-            with self:
+            return self._reenter(func, args, kwargs)
+        if self.fused_inplace is not None and _is_inplace_foreach(func):
+            # one fused CUDA kernel, no allocation; on meta some run as out-of-place pieces
+            with self.fused_inplace():
                 return func(*args, **kwargs)
         out = func(*args, **kwargs)
         if self.on_output is not None:
             self.on_output(out)
         return out
+
+
+    def _reenter(
+        self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Run a Python-level torch function's body with this mode still on."""
+        active: list[Any] = _local.__dict__.setdefault("active", [])
+        if getattr(_local, "reentering", None) is func:
+            # its module's has_torch_function was not patched yet: patch it and retry
+            _local.reentering = None
+            _local.skip_check = False
+            if not _patch_globals(func.__globals__):
+                return func(*args, **kwargs)
+        elif active and active[-1] is func:
+            # the body called the same op's builtin (``super().unflatten``): run it plainly
+            return func(*args, **kwargs)
+        _local.skip_check = True
+        _local.reentering = func
+        active.append(func)
+        try:
+            with self:
+                return func(*args, **kwargs)
+        finally:
+            active.pop()
 
 
 def _skippable(check: Callable[..., bool]) -> Callable[..., bool]:
@@ -139,19 +176,44 @@ def _skippable(check: Callable[..., bool]) -> Callable[..., bool]:
 _CHECK_NAMES = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
 
 
+_patched: list[tuple[dict[str, Any], str, Any]] = []
+_patching = False
+
+
+def _patch_globals(namespace: dict[str, Any]) -> bool:
+    """Make a module's has_torch_function checks skippable; False if nothing was patched."""
+    if not _patching:
+        return False
+    done = False
+    for name in _CHECK_NAMES:
+        original = namespace.get(name)
+        if original is not None and not getattr(original, "_memfit_skippable", False):
+            wrapped = _skippable(original)
+            wrapped._memfit_skippable = True  # type: ignore[attr-defined]
+            _patched.append((namespace, name, original))
+            namespace[name] = wrapped
+            done = True
+    return done
+
+
 @contextmanager
 def python_function_reentry() -> Iterator[None]:
-    """Let the mode re-enter Python-level torch functions once, to see the builtins inside."""
-    modules = [F, torch.functional, torch.nn.modules.activation, torch.overrides, torch.nn.init]
-    saved: list[tuple[Any, str, Any]] = []
-    for module in modules:
-        for name in _CHECK_NAMES:
-            if hasattr(module, name):
-                saved.append((module, name, getattr(module, name)))
-                setattr(module, name, _skippable(getattr(module, name)))
+    """Let the mode re-enter Python-level torch functions once, to see the builtins inside.
+
+    Such functions start with ``if has_torch_function(...)``; while this is active, that check
+    answers False once right after the mode has seen the call, so the body runs with the mode
+    on. Modules are patched as their functions are first met, and restored on exit.
+    """
+    global _patching
+    _patching = True
+    for module in (F, torch.functional, torch.overrides, torch.nn.init, torch._tensor):
+        _patch_globals(vars(module))
     try:
         yield
     finally:
-        for module, name, original in saved:
-            setattr(module, name, original)
+        _patching = False
+        while _patched:
+            namespace, name, original = _patched.pop()
+            namespace[name] = original
         _local.skip_check = False
+        _local.reentering = None

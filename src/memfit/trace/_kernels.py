@@ -64,9 +64,9 @@ class KernelModel:
                 self._handles.add(thread)
                 out.append((self.cublas_workspace, f"cublas workspace ({thread} thread)"))
             lt = f"lt-{thread}"
-            if func is aten.addmm.default and args[1].dtype in _HALF and lt not in self._handles:
-                # addmm with a bias in half precision goes through cublasLt (gemm_and_bias),
-                # which takes a 1 MiB workspace of its own (measured on H200, torch 2.11)
+            if func is aten.addmm.default and lt not in self._handles:
+                # addmm with a bias goes through cublasLt (gemm_and_bias), which takes a
+                # 1 MiB workspace of its own (H200 traces, torch 2.11: fp32 and bf16 alike)
                 self._handles.add(lt)
                 out.append((MiB, f"cublasLt workspace ({thread} thread)"))
             return out
@@ -81,8 +81,15 @@ class KernelModel:
             b, h, s, d = (int(x) for x in q.shape)
             s_round = _round_up(s, 128)
             d_round = _round_up(d, 32) if d <= 128 else _round_up(d, 64)
-            return [
+            out = [
                 (b * s_round * h * d_round * 4, "flash attention backward dq accumulator"),
                 (b * h * s_round * 4, "flash attention backward softmax sums"),
             ]
+            k = args[2]
+            if int(k.shape[1]) != h:
+                # grouped-query attention: dK and dV are computed per query head, then summed
+                size = b * s * h * d * k.element_size()
+                out += [(size, "flash attention backward expanded dK"),
+                        (size, "flash attention backward expanded dV")]
+            return out
         return ()

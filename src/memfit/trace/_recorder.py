@@ -46,6 +46,7 @@ class Recorder(TorchDispatchMode):
         self.category_hint: Category | None = None
         self.forward_first_info = 0
         self.param_owner: dict[int, str] = {}  # id(parameter) -> owning module path
+        self.suspended = 0  # > 0 while a fused in-place kernel runs as several meta ops
 
     # -- allocation bookkeeping ------------------------------------------------------------
     def _key(self, storage: torch.UntypedStorage) -> int:
@@ -163,6 +164,8 @@ class Recorder(TorchDispatchMode):
         return out
 
     def _track_outputs(self, out: Any, name: str) -> None:
+        if self.suspended:
+            return
         category = self.category_hint or Category.TEMPORARY
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):

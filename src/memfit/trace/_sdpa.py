@@ -73,10 +73,7 @@ def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[to
     enable_gqa = bool(kwargs.get("enable_gqa", False))
     backend = choose_backend(q, k, v, attn_mask, sm, enable_gqa)
     if backend == "flash":
-        if enable_gqa and k.shape[1] != q.shape[1]:
-            rep = q.shape[1] // k.shape[1]
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
+        # FlashAttention-2 takes fewer key/value heads natively (GQA): no expanded copies
         out = torch.ops.aten._scaled_dot_product_flash_attention(
             q, k, v, dropout_p, is_causal, False, scale=scale
         )

@@ -7,6 +7,7 @@ is built inside the trace, so parameters are allocated in the order a GPU build 
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -46,7 +47,11 @@ class Trace:
 
 @contextmanager
 def _optimizer_defaults_as_on_cuda() -> Iterator[None]:
-    """Make torch.optim choose foreach/fused as it would for CUDA parameters."""
+    """Make torch.optim choose foreach/fused as it would for CUDA parameters.
+
+    Each optimizer module imported ``_default_to_fused_or_foreach`` by name, so every module
+    that holds it is patched, and restored on exit.
+    """
     from torch.optim import optimizer as optim_mod
 
     original = optim_mod._default_to_fused_or_foreach
@@ -57,32 +62,60 @@ def _optimizer_defaults_as_on_cuda() -> Iterator[None]:
         fused = use_fused and all(p is None or torch.is_floating_point(p) for p in params)
         return fused, not fused
 
-    optim_mod._default_to_fused_or_foreach = as_on_cuda  # type: ignore[assignment]
+    holders = [
+        module for name, module in list(sys.modules.items())
+        if name.startswith("torch.optim") and module is not None
+        and getattr(module, "_default_to_fused_or_foreach", None) is original
+    ]
+    for module in holders:
+        module._default_to_fused_or_foreach = as_on_cuda
     supported = optim_mod._get_fused_kernels_supported_devices
     optim_mod._get_fused_kernels_supported_devices = lambda: [*supported(), "meta"]  # type: ignore[assignment]
     try:
         yield
     finally:
-        optim_mod._default_to_fused_or_foreach = original
+        for module in holders:
+            module._default_to_fused_or_foreach = original
         optim_mod._get_fused_kernels_supported_devices = supported  # type: ignore[assignment]
 
 
 @contextmanager
 def _autocast_emulated() -> Iterator[None]:
-    saved = (torch.autocast, torch.amp.autocast, torch.is_autocast_enabled)
-    torch.autocast = _autocast.EmulatedAutocast  # type: ignore[misc,assignment]
-    torch.amp.autocast = _autocast.EmulatedAutocast  # type: ignore[misc,assignment]
+    """Swap torch's autocast entry points for the emulation, for cuda and meta devices.
+
+    Activation checkpointing reads the autocast state at forward and re-enters it for the
+    recomputation, so the queries must answer for the emulated state too.
+    """
+    names = ("autocast", "is_autocast_enabled", "get_autocast_dtype")
+    saved_torch = {n: getattr(torch, n) for n in names}
+    saved_amp = {n: getattr(torch.amp, n) for n in ("autocast", "is_autocast_available")}
+    ours = ("cuda", "meta")
 
     def is_enabled(device_type: str | None = None) -> bool:
-        if device_type in (None, "cuda", "meta"):
+        if device_type is None or device_type in ours:
             return _autocast.current_state().enabled
-        return bool(saved[2](device_type))
+        return bool(saved_torch["is_autocast_enabled"](device_type))
 
+    def get_dtype(device_type: str) -> torch.dtype:
+        if device_type in ours:
+            return _autocast.current_state().dtype
+        return saved_torch["get_autocast_dtype"](device_type)  # type: ignore[no-any-return]
+
+    def is_available(device_type: str) -> bool:
+        return device_type in ours or bool(saved_amp["is_autocast_available"](device_type))
+
+    torch.autocast = _autocast.EmulatedAutocast  # type: ignore[misc,assignment]
+    torch.amp.autocast = _autocast.EmulatedAutocast  # type: ignore[misc,assignment]
     torch.is_autocast_enabled = is_enabled  # type: ignore[assignment]
+    torch.get_autocast_dtype = get_dtype  # type: ignore[assignment]
+    torch.amp.is_autocast_available = is_available  # type: ignore[assignment]
     try:
         yield
     finally:
-        torch.autocast, torch.amp.autocast, torch.is_autocast_enabled = saved  # type: ignore[misc]
+        for n, f in saved_torch.items():
+            setattr(torch, n, f)
+        for n, f in saved_amp.items():
+            setattr(torch.amp, n, f)
 
 
 class _EmulatedGradScaler:
@@ -140,7 +173,17 @@ def trace_workload(workload: Workload, gpu: GPU) -> Trace:
         recorder.category_hint = Category.INPUT if name.endswith(".input") else None
         phases.append((name, len(recorder.events)))
 
-    fmode = TraceFunctionMode(gpu.sm, on_sdpa=on_sdpa, on_output=modules.stamp)
+    @contextmanager
+    def fused_inplace() -> Iterator[None]:
+        recorder.suspended += 1
+        try:
+            yield
+        finally:
+            recorder.suspended -= 1
+
+    fmode = TraceFunctionMode(
+        gpu.sm, on_sdpa=on_sdpa, on_output=modules.stamp, fused_inplace=fused_inplace
+    )
     _autocast.on_cached = lambda t: recorder.set_category(t, Category.AUTOCAST_CACHE, force=True)
     hooks = StepHooks(
         to_device=_to_meta_with_shadow(shadows),
