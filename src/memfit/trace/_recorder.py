@@ -25,6 +25,9 @@ from memfit.trace._shadow import ShadowValues
 __all__ = ["Recorder"]
 
 aten = torch.ops.aten
+# who owns memory allocated outside any module, by phase
+_PHASE_OWNER = {"optimizer": "(optimizer step)", "input": "(input batch)",
+                "zero_grad": "(zero_grad)", "setup": "(model build)"}
 
 
 class Recorder(TorchDispatchMode):
@@ -59,9 +62,8 @@ class Recorder(TorchDispatchMode):
         with self._lock:
             block = self._next_block
             self._next_block += 1
-            self.infos.append(
-                AllocationInfo(category, op, self.module_of(), self.phase, shape, dtype)
-            )
+            module = self.module_of() or _PHASE_OWNER.get(self.phase.rpartition(".")[2], "")
+            self.infos.append(AllocationInfo(category, op, module, self.phase, shape, dtype))
             self._block_info[block] = len(self.infos) - 1
             self.events.append(MemoryEvent("alloc", block, nbytes, 0, len(self.infos) - 1))
         return block
