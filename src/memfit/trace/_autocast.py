@@ -308,9 +308,9 @@ def _flat(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
 
 
 def autocast_cross_entropy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``cross_entropy_loss`` under CUDA autocast: it has no autocast rule of its own, so it
-    decomposes first and autocast meets ``log_softmax`` (run with ``dtype=float32``, so its
-    gradient comes back in the input's low precision) and ``nll_loss`` (float32).
+    """``cross_entropy_loss`` under CUDA autocast. It has no autocast rule, so it decomposes
+    first: ``log_softmax(x, dim, dtype=x.dtype)`` keeps the low precision (its dtype is given),
+    then ``nll_loss`` (a float32 op) casts the log-probabilities up and saves that copy.
     Returns None for label smoothing, which this does not decompose."""
     names = ("input", "target", "weight", "reduction", "ignore_index", "label_smoothing")
     values = dict(zip(names, args, strict=False))
@@ -319,7 +319,7 @@ def autocast_cross_entropy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any
     if float(values.get("label_smoothing", 0.0) or 0.0) > 0.0:
         return None
     dim = 1 if x.dim() > 1 else 0
-    log_probs = torch.log_softmax(x, dim, dtype=torch.float32)
+    log_probs = torch.log_softmax(x, dim, dtype=x.dtype).float()
     weight = values.get("weight")
     if isinstance(weight, torch.Tensor):
         weight = weight.float()

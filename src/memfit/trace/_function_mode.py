@@ -46,6 +46,28 @@ _DROPOUTS = {F.dropout, torch.dropout}
 _CROSS_ENTROPY = torch._C._nn.cross_entropy_loss
 
 
+_SOFTMAXES = {torch.softmax: False, torch.log_softmax: True, F.softmax: False,
+              F.log_softmax: True, torch.Tensor.softmax: False, torch.Tensor.log_softmax: True}
+
+
+def _half_to_float_softmax(
+    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """CUDA's ``softmax(half, dtype=float)`` reads the half input directly (``half_to_float``);
+    on meta the composite first copies the input to float32. Returns None otherwise."""
+    x = args[0] if args else kwargs.get("input")
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    dtype = kwargs.get("dtype", args[-1] if len(args) > 2 and func not in (F.softmax,
+                                                                            F.log_softmax) else None)
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float16 or dim is None:
+        return None
+    if dtype != torch.float32:
+        return None
+    if _SOFTMAXES[func]:
+        return torch._log_softmax(x, dim, True)
+    return torch._softmax(x, dim, True)
+
+
 def _is_inplace_foreach(func: Any) -> bool:
     name = getattr(func, "__name__", "")
     return name.startswith("_foreach_") and name.endswith("_")
@@ -113,6 +135,10 @@ class TraceFunctionMode(TorchFunctionMode):
             policy = _autocast.autocast_policy(func)
             if policy is not None:
                 args, kwargs = _autocast.cast_args(policy, args, kwargs, state)
+        if func in _SOFTMAXES:
+            out = _half_to_float_softmax(func, args, kwargs)
+            if out is not None:
+                return out
         if func in _DROPOUTS:
             with self:
                 out = _fused_dropout(func, args, kwargs)

@@ -92,4 +92,12 @@ class KernelModel:
                 out += [(size, "flash attention backward expanded dK"),
                         (size, "flash attention backward expanded dV")]
             return out
+        if func is aten._scaled_dot_product_efficient_attention_backward.default:
+            q = args[1]
+            b, h, s, d = (int(x) for x in q.shape)
+            # cutlass memory-efficient backward: a float32 accumulator workspace of about
+            # 2 x head_dim per query row and head, then a 24-byte one (H200 traces, torch
+            # 2.11, head_dim 64: 128 floats per row for S = 512 and 1024, 196-198 for S = 197)
+            return [(b * h * s * 2 * d * 4, "memory-efficient attention backward workspace"),
+                    (24, "memory-efficient attention backward counters")]
         return ()
