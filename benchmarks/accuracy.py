@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import WORKLOADS, estimate_kwargs
+from workloads import HELD_OUT, WORKLOADS, estimate_kwargs
 
 GIB = 2**30
 
@@ -48,7 +48,8 @@ def main() -> int:
             if "error" not in row:
                 measured[row["id"]] = row
     rows = []
-    for entry in WORKLOADS:
+    held_out_ids = {e["id"] for e in HELD_OUT}
+    for entry in WORKLOADS + HELD_OUT:
         if args.only and entry["id"] not in args.only:
             continue
         real = measured.get(entry["id"])
@@ -71,6 +72,7 @@ def main() -> int:
         seconds = time.perf_counter() - start
         row = {
             "id": entry["id"],
+            "held_out": entry["id"] in held_out_ids,
             "estimate_allocated": est.peak_allocated,
             "estimate_reserved": est.peak_reserved,
             "measured_allocated": real["peak_allocated"],
@@ -90,22 +92,23 @@ def main() -> int:
             f"{row['error_reserved_pct']:+7.2f}%  ({seconds:.1f} s)",
             flush=True,
         )
-    ok = [r for r in rows if "error" not in r]
+
+    def summarize(subset: list[dict]) -> dict:
+        ok = [r for r in subset if "error" not in r]
+        alloc = [abs(r["error_allocated_pct"]) for r in ok]
+        res = [abs(r["error_reserved_pct"]) for r in ok]
+        return {
+            "workloads": len(subset),
+            "failed": len(subset) - len(ok),
+            "median_abs_error_allocated_pct": statistics.median(alloc) if ok else None,
+            "max_abs_error_allocated_pct": max(alloc) if ok else None,
+            "median_abs_error_reserved_pct": statistics.median(res) if ok else None,
+            "max_abs_error_reserved_pct": max(res) if ok else None,
+        }
+
     summary = {
-        "workloads": len(rows),
-        "failed": len(rows) - len(ok),
-        "median_abs_error_allocated_pct": statistics.median(
-            abs(r["error_allocated_pct"]) for r in ok
-        )
-        if ok
-        else None,
-        "max_abs_error_allocated_pct": max(abs(r["error_allocated_pct"]) for r in ok)
-        if ok
-        else None,
-        "median_abs_error_reserved_pct": statistics.median(abs(r["error_reserved_pct"]) for r in ok)
-        if ok
-        else None,
-        "max_abs_error_reserved_pct": max(abs(r["error_reserved_pct"]) for r in ok) if ok else None,
+        "fitted": summarize([r for r in rows if not r.get("held_out")]),
+        "held_out": summarize([r for r in rows if r.get("held_out")]),
     }
     env = {
         "estimated_on": platform.node() or "cpu",
@@ -132,7 +135,8 @@ def main() -> int:
             lines.append(f"| {r['id']} | failed: {r['error'][:80]} | | | | | |")
             continue
         lines.append(
-            f"| {r['id']} | {r['estimate_allocated'] / GIB:.3f} | "
+            f"| {r['id']}{' (held out)' if r.get('held_out') else ''} | "
+            f"{r['estimate_allocated'] / GIB:.3f} | "
             f"{r['measured_allocated'] / GIB:.3f} | {r['error_allocated_pct']:+.2f}% | "
             f"{r['estimate_reserved'] / GIB:.3f} | {r['measured_reserved'] / GIB:.3f} | "
             f"{r['error_reserved_pct']:+.2f}% |"

@@ -154,7 +154,7 @@ def run_steps(
 
     for step in range(1, workload.steps + 1):
         hooks.phase(f"step{step}.input")
-        batch = hooks.to_device(workload.make_batch())
+        batch = hooks.to_device(_cast_inputs(workload.make_batch(), workload.param_dtype))
         hooks.phase(f"step{step}.forward")
         if workload.mode == "infer":
             with torch.no_grad(), region():
@@ -179,6 +179,23 @@ def run_steps(
         hooks.phase(f"step{step}.zero_grad")
         optimizer.zero_grad(set_to_none=True)
     hooks.phase("end")
+
+
+def _cast_inputs(batch: Batch, dtype: torch.dtype) -> Batch:
+    """Pure low precision: floating inputs take the parameters' dtype (integer ids do not)."""
+    if dtype == torch.float32:
+        return batch
+
+    def cast(t: Any) -> Any:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            return t.to(dtype)
+        return t
+
+    if isinstance(batch, dict):
+        return {k: cast(v) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(cast(v) for v in batch)
+    return cast(batch)
 
 
 def prepare_model(workload: Workload, build_device: torch.device | str) -> nn.Module:

@@ -10,7 +10,8 @@ lists follow ``aten/src/ATen/autocast_mode.cpp`` (CUDA) in torch 2.11.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "autocast_cross_entropy",
     "autocast_policy",
     "cast_args",
+    "suspended",
 ]
 
 _Policy = str  # "lowp" | "fp32" | "fp32_opt_dtype" | "promote"
@@ -247,6 +249,18 @@ def current_state() -> AutocastState:
     return state
 
 
+@contextmanager
+def suspended() -> Iterator[None]:
+    """Autocast off inside a kernel it already handled (as the dispatcher's exclude guard)."""
+    state = current_state()
+    saved = state.enabled
+    state.enabled = False
+    try:
+        yield
+    finally:
+        state.enabled = saved
+
+
 def _is_float(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
 
@@ -324,7 +338,10 @@ def autocast_cross_entropy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any
     if isinstance(weight, torch.Tensor):
         weight = weight.float()
     return torch._C._nn.nll_loss_nd(
-        log_probs, values["target"], weight, values.get("reduction", 1),
+        log_probs,
+        values["target"],
+        weight,
+        values.get("reduction", 1),
         values.get("ignore_index", -100),
     )
 

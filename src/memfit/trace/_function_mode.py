@@ -46,8 +46,14 @@ _DROPOUTS = {F.dropout, torch.dropout}
 _CROSS_ENTROPY = torch._C._nn.cross_entropy_loss
 
 
-_SOFTMAXES = {torch.softmax: False, torch.log_softmax: True, F.softmax: False,
-              F.log_softmax: True, torch.Tensor.softmax: False, torch.Tensor.log_softmax: True}
+_SOFTMAXES = {
+    torch.softmax: False,
+    torch.log_softmax: True,
+    F.softmax: False,
+    F.log_softmax: True,
+    torch.Tensor.softmax: False,
+    torch.Tensor.log_softmax: True,
+}
 
 
 def _half_to_float_softmax(
@@ -57,8 +63,9 @@ def _half_to_float_softmax(
     on meta the composite first copies the input to float32. Returns None otherwise."""
     x = args[0] if args else kwargs.get("input")
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
-    dtype = kwargs.get("dtype", args[-1] if len(args) > 2 and func not in (F.softmax,
-                                                                            F.log_softmax) else None)
+    dtype = kwargs.get(
+        "dtype", args[-1] if len(args) > 2 and func not in (F.softmax, F.log_softmax) else None
+    )
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float16 or dim is None:
         return None
     if dtype != torch.float32:
@@ -147,7 +154,7 @@ class TraceFunctionMode(TorchFunctionMode):
         if func is _SDPA:
             if state.enabled:
                 args, kwargs = _autocast.cast_args("lowp", args, kwargs, state)
-            with self:
+            with self, _autocast.suspended():
                 out, backend = run_sdpa(args, kwargs, self.sm)
             if self.on_sdpa is not None:
                 self.on_sdpa(backend)
@@ -162,7 +169,6 @@ class TraceFunctionMode(TorchFunctionMode):
         if self.on_output is not None:
             self.on_output(out)
         return out
-
 
     def _reenter(
         self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]

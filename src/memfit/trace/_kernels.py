@@ -89,8 +89,10 @@ class KernelModel:
             if int(k.shape[1]) != h:
                 # grouped-query attention: dK and dV are computed per query head, then summed
                 size = b * s * h * d * k.element_size()
-                out += [(size, "flash attention backward expanded dK"),
-                        (size, "flash attention backward expanded dV")]
+                out += [
+                    (size, "flash attention backward expanded dK"),
+                    (size, "flash attention backward expanded dV"),
+                ]
             return out
         if func is aten._scaled_dot_product_efficient_attention_backward.default:
             q = args[1]
@@ -98,6 +100,8 @@ class KernelModel:
             # cutlass memory-efficient backward: a float32 accumulator workspace of about
             # 2 x head_dim per query row and head, then a 24-byte one (H200 traces, torch
             # 2.11, head_dim 64: 128 floats per row for S = 512 and 1024, 196-198 for S = 197)
-            return [(b * h * s * 2 * d * 4, "memory-efficient attention backward workspace"),
-                    (24, "memory-efficient attention backward counters")]
+            return [
+                (b * h * s * 2 * d * 4, "memory-efficient attention backward workspace"),
+                (24, "memory-efficient attention backward counters"),
+            ]
         return ()

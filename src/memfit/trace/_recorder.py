@@ -26,8 +26,12 @@ __all__ = ["Recorder"]
 
 aten = torch.ops.aten
 # who owns memory allocated outside any module, by phase
-_PHASE_OWNER = {"optimizer": "(optimizer step)", "input": "(input batch)",
-                "zero_grad": "(zero_grad)", "setup": "(model build)"}
+_PHASE_OWNER = {
+    "optimizer": "(optimizer step)",
+    "input": "(input batch)",
+    "zero_grad": "(zero_grad)",
+    "setup": "(model build)",
+}
 
 
 class Recorder(TorchDispatchMode):

@@ -8,6 +8,7 @@ tried in the order flash, memory-efficient, math, and each has its own constrain
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -49,6 +50,9 @@ def choose_backend(
         and (same_heads or enable_gqa)
     ):
         return "flash"
+    if attn_mask is not None and attn_mask.requires_grad:
+        # a learned bias (T5's position bias): the H200 runs the math kernel (traces, torch 2.11)
+        return "math"
     align = 8 if q.dtype in _HALF else 4
     if (
         sm >= 50
@@ -87,7 +91,49 @@ def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[to
             q, k, v, bias, need_lse, dropout_p, is_causal, scale=scale
         )
         return out[0], backend
-    out = torch.ops.aten._scaled_dot_product_attention_math(
-        q, k, v, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
-    )
-    return out[0], backend
+    return _math(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa), backend
+
+
+def _math(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> torch.Tensor:
+    """The math kernel op by op, as ``_scaled_dot_product_attention_math`` runs it on CUDA.
+
+    Run here rather than through the composite so that its dropout is CUDA's fused one (a
+    1-byte mask); on meta the composite would keep a mask of the attention's dtype.
+    """
+    if enable_gqa and k.shape[-3] != q.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]
+        k = k.repeat_interleave(rep, dim=-3)
+        v = v.repeat_interleave(rep, dim=-3)
+    origin = q.dtype
+    if origin in _HALF:
+        # the math kernel keeps half inputs in float32 for accuracy (the default while
+        # allow_fp16_bf16_reduction_math_sdp is off), and casts the results back
+        q, k, v = q.float(), k.float(), v.float()
+    factor = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+    attn = torch.matmul(q * factor, k.transpose(-2, -1) * factor)
+    if is_causal:
+        causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        attn_mask = causal
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            attn_mask = torch.zeros_like(attn_mask, dtype=attn.dtype).masked_fill_(
+                ~attn_mask, float("-inf")
+            )
+        attn = attn.add_(attn_mask)
+    attn = torch.ops.aten._safe_softmax(attn, -1)
+    if dropout_p > 0.0:
+        attn = torch.ops.aten.native_dropout(attn, dropout_p, True)[0]
+    out = torch.matmul(attn, v)
+    if origin != out.dtype:
+        out = out.to(origin)
+        attn.to(origin)  # the kernel also returns the weights in the input dtype; SDPA drops them
+    return out

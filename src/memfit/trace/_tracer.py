@@ -63,8 +63,10 @@ def _optimizer_defaults_as_on_cuda() -> Iterator[None]:
         return fused, not fused
 
     holders = [
-        module for name, module in list(sys.modules.items())
-        if name.startswith("torch.optim") and module is not None
+        module
+        for name, module in list(sys.modules.items())
+        if name.startswith("torch.optim")
+        and module is not None
         and getattr(module, "_default_to_fused_or_foreach", None) is original
     ]
     for module in holders:
