@@ -15,6 +15,12 @@ __all__ = ["ModuleTracker"]
 _KEY = "memfit_module"
 
 
+def _metadata(node: Any) -> dict[str, Any]:
+    """The per-node dict autograd keeps for users (``Node.metadata``)."""
+    meta: dict[str, Any] = node.metadata
+    return meta
+
+
 class ModuleTracker:
     """Knows the dotted path of the module running now, in forward and in backward."""
 
@@ -29,7 +35,7 @@ class ModuleTracker:
     def current(self) -> str:
         node = torch._C._current_autograd_node()
         if node is not None:
-            module = node.metadata.get(_KEY)
+            module = _metadata(node).get(_KEY)
             return f"{module} (backward)" if module else "(backward)"
         return self._stack[-1] if self._stack else ""
 
@@ -38,8 +44,8 @@ class ModuleTracker:
         if not self._stack or not isinstance(out, torch.Tensor):
             return
         fn = out.grad_fn
-        if fn is not None and _KEY not in fn.metadata:
-            fn.metadata[_KEY] = self._stack[-1]
+        if fn is not None:
+            _metadata(fn).setdefault(_KEY, self._stack[-1])
 
     def _pre(self, module: nn.Module, args: Any) -> None:
         self._stack.append(self._names.get(id(module), type(module).__name__))

@@ -7,6 +7,7 @@ is built inside the trace, so parameters are allocated in the order a GPU build 
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from collections.abc import Iterator
@@ -52,17 +53,17 @@ def _optimizer_defaults_as_on_cuda() -> Iterator[None]:
     Each optimizer module imported ``_default_to_fused_or_foreach`` by name, so every module
     that holds it is patched, and restored on exit.
     """
-    from torch.optim import optimizer as optim_mod
+    optim_mod: Any = importlib.import_module("torch.optim.optimizer")
 
     original = optim_mod._default_to_fused_or_foreach
 
     def as_on_cuda(params: list[Any], differentiable: bool, use_fused: bool = False) -> Any:
-        if torch.jit.is_scripting() or differentiable:
+        if differentiable:
             return False, False
         fused = use_fused and all(p is None or torch.is_floating_point(p) for p in params)
         return fused, not fused
 
-    holders = [
+    holders: list[Any] = [
         module
         for name, module in list(sys.modules.items())
         if name.startswith("torch.optim")
@@ -72,13 +73,13 @@ def _optimizer_defaults_as_on_cuda() -> Iterator[None]:
     for module in holders:
         module._default_to_fused_or_foreach = as_on_cuda
     supported = optim_mod._get_fused_kernels_supported_devices
-    optim_mod._get_fused_kernels_supported_devices = lambda: [*supported(), "meta"]  # type: ignore[assignment]
+    optim_mod._get_fused_kernels_supported_devices = lambda: [*supported(), "meta"]
     try:
         yield
     finally:
         for module in holders:
             module._default_to_fused_or_foreach = original
-        optim_mod._get_fused_kernels_supported_devices = supported  # type: ignore[assignment]
+        optim_mod._get_fused_kernels_supported_devices = supported
 
 
 @contextmanager
@@ -108,9 +109,9 @@ def _autocast_emulated() -> Iterator[None]:
 
     torch.autocast = _autocast.EmulatedAutocast  # type: ignore[misc,assignment]
     torch.amp.autocast = _autocast.EmulatedAutocast  # type: ignore[misc,assignment]
-    torch.is_autocast_enabled = is_enabled  # type: ignore[assignment]
-    torch.get_autocast_dtype = get_dtype  # type: ignore[assignment]
-    torch.amp.is_autocast_available = is_available  # type: ignore[assignment]
+    torch.is_autocast_enabled = is_enabled
+    torch.get_autocast_dtype = get_dtype
+    torch.amp.is_autocast_available = is_available
     try:
         yield
     finally:
