@@ -36,7 +36,7 @@ $(VENV_CPU)/.memfit-installed: pyproject.toml
 	touch $@
 
 test-cpu-build: $(VENV_CPU)/.memfit-installed
-	$(VENV_CPU)/bin/python -m pytest -n 2 -q -m "not gpu" -k "not torchvision and not timm"
+	$(VENV_CPU)/bin/python -m pytest -n 2 -q
 
 clean:
 	rm -rf $(VENV) $(VENV_CPU) build *.egg-info src/*.egg-info
