@@ -26,6 +26,8 @@ class GPU:
     compute_capability: tuple[int, int] = (9, 0)
     context: int = 758 * MiB  # H200, torch 2.11, training (686 MiB for inference)
     context_measured: bool = False
+    sm_count: int = 132  # streaming multiprocessors: sizes the split of CUDA reductions
+    threads_per_sm: int = 2048
 
     @property
     def sm(self) -> int:
@@ -33,14 +35,14 @@ class GPU:
 
 
 KNOWN_GPUS: dict[str, GPU] = {
-    "4090": GPU("RTX 4090 24GB", 24564 * MiB, (8, 9)),
-    "3090": GPU("RTX 3090 24GB", 24576 * MiB, (8, 6)),
-    "l4": GPU("L4 24GB", 23034 * MiB, (8, 9)),
-    "a10g": GPU("A10G 24GB", 23028 * MiB, (8, 6)),
-    "v100": GPU("V100 32GB", 32768 * MiB, (7, 0)),
-    "a100-40g": GPU("A100 40GB", 40960 * MiB, (8, 0)),
-    "a100-80g": GPU("A100 80GB", 81920 * MiB, (8, 0)),
-    "l40s": GPU("L40S 48GB", 46068 * MiB, (8, 9)),
+    "4090": GPU("RTX 4090 24GB", 24564 * MiB, (8, 9), sm_count=128, threads_per_sm=1536),
+    "3090": GPU("RTX 3090 24GB", 24576 * MiB, (8, 6), sm_count=82, threads_per_sm=1536),
+    "l4": GPU("L4 24GB", 23034 * MiB, (8, 9), sm_count=58, threads_per_sm=1536),
+    "a10g": GPU("A10G 24GB", 23028 * MiB, (8, 6), sm_count=80, threads_per_sm=1536),
+    "v100": GPU("V100 32GB", 32768 * MiB, (7, 0), sm_count=80),
+    "a100-40g": GPU("A100 40GB", 40960 * MiB, (8, 0), sm_count=108),
+    "a100-80g": GPU("A100 80GB", 81920 * MiB, (8, 0), sm_count=108),
+    "l40s": GPU("L40S 48GB", 46068 * MiB, (8, 9), sm_count=142, threads_per_sm=1536),
     "h100": GPU("H100 80GB", 81559 * MiB, (9, 0)),
     "h200": GPU("H200 141GB", 143771 * MiB, (9, 0), context_measured=True),
 }

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from memfit._units import MiB
+from memfit.trace._reduce import reduction_scratch
 
 __all__ = ["KernelModel"]
 
@@ -37,6 +38,15 @@ _CUBLAS_OPS = {
 
 
 _HALF = (torch.float16, torch.bfloat16)
+_FULL_REDUCTIONS = {aten.sum.default, aten.mean.default}
+_REDUCTIONS = {
+    aten.sum.dim_IntList,
+    aten.mean.dim,
+    aten.amax.default,
+    aten.amin.default,
+    aten.linalg_vector_norm.default,
+    *_FULL_REDUCTIONS,
+}
 
 
 def _round_up(x: int, m: int) -> int:
@@ -46,8 +56,16 @@ def _round_up(x: int, m: int) -> int:
 class KernelModel:
     """Workspaces of the kernels a real GPU of compute capability ``sm`` would run."""
 
-    def __init__(self, sm: int, cublas_workspace: int | None = None) -> None:
+    def __init__(
+        self,
+        sm: int,
+        cublas_workspace: int | None = None,
+        sm_count: int = 132,
+        threads_per_sm: int = 2048,
+    ) -> None:
         self.sm = sm
+        self.sm_count = sm_count
+        self.threads_per_sm = threads_per_sm
         if cublas_workspace is None:
             cublas_workspace = 32 * MiB if sm >= 90 else 4 * MiB + 8 * 16 * 1024 * 2
         self.cublas_workspace = cublas_workspace
@@ -94,14 +112,14 @@ class KernelModel:
                     (size, "flash attention backward expanded dV"),
                 ]
             return out
-        if func is aten._scaled_dot_product_efficient_attention_backward.default:
-            q = args[1]
-            b, h, s, d = (int(x) for x in q.shape)
-            # cutlass memory-efficient backward: a float32 accumulator workspace of about
-            # 2 x head_dim per query row and head, then a 24-byte one (H200 traces, torch
-            # 2.11, head_dim 64: 128 floats per row for S = 512 and 1024, 196-198 for S = 197)
-            return [
-                (b * h * s * 2 * d * 4, "memory-efficient attention backward workspace"),
-                (24, "memory-efficient attention backward counters"),
-            ]
+        if func in _REDUCTIONS:
+            dims = args[1] if len(args) > 1 and func not in _FULL_REDUCTIONS else None
+            if func is aten.linalg_vector_norm.default:
+                dims = args[2] if len(args) > 2 else kwargs.get("dim")
+            scratch = reduction_scratch(args[0], dims, self.sm_count, self.threads_per_sm)
+            if scratch is not None:
+                return [
+                    (scratch[0], "reduction partial results"),
+                    (scratch[1], "reduction semaphores"),
+                ]
         return ()

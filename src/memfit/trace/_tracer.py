@@ -159,7 +159,9 @@ def trace_workload(workload: Workload, gpu: GPU) -> Trace:
     """Trace ``workload`` as it would run on ``gpu``. Never touches a real GPU."""
     start = time.perf_counter()
     shadows = ShadowValues()
-    recorder = Recorder(KernelModel(gpu.sm), shadows)
+    recorder = Recorder(
+        KernelModel(gpu.sm, sm_count=gpu.sm_count, threads_per_sm=gpu.threads_per_sm), shadows
+    )
     modules = ModuleTracker()
     recorder.module_of = modules.current
     backends: dict[str, int] = {}

@@ -1,0 +1,35 @@
+"""Reduction scratch sizes against allocations recorded on an H200 (torch 2.11 traces in
+benchmarks/results/h200-2026-11-30/traces): buffer bytes, then semaphore bytes."""
+
+import pytest
+import torch
+
+from memfit.trace._reduce import reduction_scratch
+
+H200 = (132, 2048)
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "dims", "expected"),
+    [
+        ((6304, 768), torch.float32, [0], (38_928_384, 24)),  # ViT-B/16 fp32 b32 bias grad
+        ((32, 197, 768), torch.float32, [0, 1], (38_928_384, 24)),  # same, unflattened
+        ((16384, 768), torch.float32, [0], (100_663_296, 24)),  # BERT-base b32 s512
+        ((8192, 768), torch.float32, [0], (50_331_648, 24)),  # GPT-2 b8 s1024
+        ((12608, 768), torch.bfloat16, [0], (77_463_552, 24)),  # ViT b64 bf16
+        ((12544, 768), torch.bfloat16, [0], (77_070_336, 24)),  # ViT b64, patch tokens only
+    ],
+)
+def test_split_reductions_match_the_gpu(shape, dtype, dims, expected):
+    x = torch.empty(shape, dtype=dtype, device="meta")
+    assert reduction_scratch(x, dims, *H200) == expected
+
+
+def test_small_or_wide_reductions_need_no_buffer():
+    assert reduction_scratch(torch.empty(64, 768, device="meta"), [0], *H200) is None
+    assert reduction_scratch(torch.empty(768, 64, device="meta"), [1], *H200) is None
+
+
+def test_non_contiguous_input_is_not_modelled():
+    x = torch.empty(768, 6304, device="meta").t()
+    assert reduction_scratch(x, [0], *H200) is None
