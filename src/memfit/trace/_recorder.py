@@ -53,6 +53,7 @@ class Recorder(TorchDispatchMode):
         self.category_hint: Category | None = None
         self.forward_first_info = 0
         self.param_owner: dict[int, str] = {}  # id(parameter) -> owning module path
+        self.failure: tuple[str, str] | None = None  # (op, module) of the first op that raised
         self.suspended = 0  # > 0 while a fused in-place kernel runs as several meta ops
 
     # -- allocation bookkeeping ------------------------------------------------------------
@@ -156,7 +157,15 @@ class Recorder(TorchDispatchMode):
         else:
             for nbytes, label in self.kernels.before(func, args, kwargs, self.phase):
                 self.alloc(nbytes, Category.WORKSPACE, label)
-            out = func(*args, **kwargs)
+            try:
+                out = func(*args, **kwargs)
+            except Exception:
+                if self.failure is None:
+                    self.failure = (
+                        str(func.name()) if hasattr(func, "name") else name,
+                        self.module_of(),
+                    )
+                raise
             self.shadows.propagate(func, args, kwargs, out)
         self._track_outputs(out, name)
         if special is None:

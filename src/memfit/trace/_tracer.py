@@ -277,14 +277,15 @@ def _mark_optimizer_state(recorder: Recorder, optimizer: torch.optim.Optimizer) 
 
 
 def _trace_error(exc: BaseException, recorder: Recorder) -> TraceError:
-    module = recorder.module_of() or "the model"
+    op, module = recorder.failure or ("", recorder.module_of())
+    module = module or "the model"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    where = f"op {op} in {module}" if op else module
     return TraceError(
-        f"The step could not run on memfit's fake tensors, in {module} during {recorder.phase}: "
-        f"{text}. This happens with custom CUDA extensions and ops that have no meta "
-        "implementation. Try the pure-PyTorch code path of the model (e.g. "
-        "attn_implementation='sdpa'), or report the op so memfit can learn it; --debug shows "
-        "the full traceback.",
-        op=None,
+        f"The step could not run on memfit's meta tensors: {where} failed during "
+        f"{recorder.phase}: {text} Ops from custom CUDA extensions need a meta (fake) "
+        "implementation: register one with torch.library.register_fake, or use the model's "
+        "pure-PyTorch path (e.g. attn_implementation='sdpa'). --debug shows the traceback.",
+        op=op or None,
         module=module,
     )
