@@ -148,6 +148,8 @@ def _to_meta_with_shadow(shadows: ShadowValues) -> Any:
         if not isinstance(t, torch.Tensor) or t.device.type == "meta":
             return t
         meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+        if t.requires_grad:
+            meta.requires_grad_(True)
         if t.numel() <= (1 << 20):
             shadows.set(meta, t)
         return meta
