@@ -14,8 +14,7 @@ class Deep(nn.Module):
     def __init__(self, reentrant: bool | None) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(
-            nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512))
-            for _ in range(6)
+            nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512)) for _ in range(6)
         )
         self.reentrant = reentrant
 
