@@ -306,9 +306,13 @@ def cast_args(
         if not dtypes:
             return args, kwargs
         target = torch.float32 if torch.float32 in dtypes else dtypes[0]
-    new_args = tuple(_map(a, lambda t: _cast(t, target, state)) for a in args)
-    new_kwargs = {k: _map(v, lambda t: _cast(t, target, state)) for k, v in kwargs.items()}
-    return new_args, new_kwargs
+    # The C++ wrapper casts its arguments as one pack expansion, which GCC evaluates right to
+    # left: the last argument's copy is allocated first (seen in H200 traces). Order matters
+    # for where blocks land, hence for reserved memory.
+    cast = lambda t: _cast(t, target, state)  # noqa: E731
+    new_kwargs = {k: _map(kwargs[k], cast) for k in reversed(list(kwargs))}
+    new_args = tuple(reversed([_map(a, cast) for a in reversed(args)]))
+    return new_args, dict(reversed(list(new_kwargs.items())))
 
 
 def _flat(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:

@@ -155,8 +155,6 @@ class Recorder(TorchDispatchMode):
         if special is not None:
             out = special.value
         else:
-            for nbytes, label in self.kernels.before(func, args, kwargs, self.phase):
-                self.alloc(nbytes, Category.WORKSPACE, label)
             try:
                 out = func(*args, **kwargs)
             except Exception:
@@ -169,6 +167,10 @@ class Recorder(TorchDispatchMode):
             self.shadows.propagate(func, args, kwargs, out)
         self._track_outputs(out, name)
         if special is None:
+            # a library handle's workspace is created when the kernel is first launched,
+            # after the op has allocated its outputs (H200 traces)
+            for nbytes, label in self.kernels.before(func, args, kwargs, self.phase):
+                self.alloc(nbytes, Category.WORKSPACE, label)
             # kernel-internal scratch: allocated after the outputs, freed when the kernel ends
             scratch = [
                 self.alloc(nbytes, Category.WORKSPACE, label)
