@@ -1,0 +1,79 @@
+"""The emulator replays the allocator traces of 31 real workloads recorded on an H200
+(torch 2.11; benchmarks/results/h200-2026-11-30/traces) and must reproduce, to the byte, every
+segment the GPU created or released and the peak reserved that torch reported."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memfit.allocator import CachingAllocator, ScriptedAddressSpace, segment_bases_from_trace
+
+RESULTS = Path(__file__).parents[2] / "benchmarks" / "results" / "h200-2026-11-30"
+TRACES = sorted((RESULTS / "traces").glob("trace-*.pickle.gz"))
+H200_TOTAL = 143771 * 2**20
+SEGMENT_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unmap")
+
+
+def _measured() -> dict[str, dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    for path in RESULTS.glob("measured-part*.json"):
+        for row in json.loads(path.read_text())["rows"]:
+            if "error" not in row:
+                rows[row["id"]] = row
+    return rows
+
+
+MEASURED = _measured()
+
+
+def _workload_id(path: Path) -> str:
+    return path.name.removeprefix("trace-").removesuffix(".pickle.gz")
+
+
+@pytest.mark.parametrize("path", TRACES, ids=_workload_id)
+def test_replay_reproduces_the_gpu(path: Path) -> None:
+    row = MEASURED[_workload_id(path)]
+    with gzip.open(path, "rb") as fh:
+        trace = pickle.load(fh)["device_traces"][0]  # our own files, written by gpu_measure.py
+    entries = [[e["action"], e["addr"], e["size"]] for e in trace]
+    bases = segment_bases_from_trace(entries, device_total=H200_TOTAL)
+    alloc = CachingAllocator(
+        row["allocator_config"], device_total=H200_TOTAL, address_space=ScriptedAddressSpace(bases)
+    )
+    after_build, overall, previous = None, 0, ""
+    for e in trace:
+        action = e["action"]
+        if action == "alloc":
+            alloc.malloc(e["addr"], e["size"], e["stream"])
+        elif action == "free_completed":
+            alloc.free(e["addr"])
+        elif action in ("segment_free", "segment_unmap") and previous not in (
+            "segment_free",
+            "segment_unmap",
+        ):
+            alloc.empty_cache()  # gpu_measure.py empties the cache once the model is built
+            after_build = alloc.reserved
+        if after_build is not None:
+            after_build = max(after_build, alloc.reserved)
+        overall = max(overall, alloc.reserved)
+        previous = action
+    peak = after_build if after_build is not None else overall
+    assert peak == row["peak_reserved"]
+    real_segments = [[a, addr, size] for a, addr, size in entries if a in SEGMENT_ACTIONS]
+    mine = [[s.action, s.address, s.size] for s in alloc.segment_events]
+    if "expandable_segments:True" in row["allocator_config"]:
+        # the virtual range an expandable segment reserves is the driver's choice and is not
+        # scripted; every map and unmap must still match in order and size
+        real_segments = [[a, size] for a, _, size in real_segments]
+        mine = [[a, size] for a, _, size in mine]
+    assert mine == real_segments
+
+
+def test_all_recorded_workloads_are_replayed() -> None:
+    assert len(TRACES) >= 30
