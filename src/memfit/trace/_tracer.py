@@ -223,8 +223,10 @@ def trace_workload(workload: Workload, gpu: GPU) -> Trace:
         del model, optimizer
     notes = [f"attention ran {n} x {b}" for b, n in sorted(backends.items())]
     notes += sorted(set(shadows.guesses))
+    # what happens after the last step (the model torn down) is not part of the workload
+    end = next((i for name, i in reversed(phases) if name == "end"), len(recorder.events))
     return Trace(
-        recorder.events,
+        recorder.events[:end],
         recorder.infos,
         phases,
         steps_start,
