@@ -1,0 +1,182 @@
+"""Record what cuDNN takes from the caching allocator for convolutions and LSTMs on a real GPU.
+
+Data for modelling cuDNN workspaces and LSTM reserve space (not modelled yet: see
+benchmarks/results/README.md). For each configuration, the allocator trace of one forward (and
+backward, in training) is kept as (action, size) pairs.
+
+    PYTHONPATH=src python benchmarks/cudnn_probe.py OUT.json
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+
+import torch
+from torch import nn
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def conv_configs() -> list[dict]:
+    import timm
+    import torchvision
+
+    seen: dict[tuple, dict] = {}
+    models = {
+        "resnet50": torchvision.models.resnet50(),
+        "convnext_tiny": timm.create_model("convnext_tiny"),
+        "efficientnet_b0": timm.create_model("efficientnet_b0"),
+    }
+    for name, model in models.items():
+        shapes: list[tuple] = []
+
+        def hook(mod: nn.Module, args: tuple, out: torch.Tensor, shapes=shapes) -> None:
+            x = args[0]
+            shapes.append((mod, tuple(x.shape[1:])))
+
+        handles = [
+            m.register_forward_hook(hook) for m in model.modules() if isinstance(m, nn.Conv2d)
+        ]
+        with torch.no_grad():
+            model(torch.randn(1, 3, 224, 224))
+        for h in handles:
+            h.remove()
+        for mod, (c, h, w) in shapes:
+            key = (
+                c,
+                h,
+                w,
+                mod.out_channels,
+                mod.kernel_size,
+                mod.stride,
+                mod.padding,
+                mod.groups,
+                mod.bias is not None,
+            )
+            seen.setdefault(
+                key,
+                {
+                    "model": name,
+                    "c": c,
+                    "h": h,
+                    "w": w,
+                    "k": mod.out_channels,
+                    "kernel": list(mod.kernel_size),
+                    "stride": list(mod.stride),
+                    "padding": list(mod.padding),
+                    "groups": mod.groups,
+                    "bias": mod.bias is not None,
+                },
+            )
+    return list(seen.values())
+
+
+def record(fn) -> list[list]:
+    torch.cuda.synchronize()
+    torch.cuda.memory._record_memory_history(context=None, stacks="python")
+    fn()
+    torch.cuda.synchronize()
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    return [
+        [e["action"], e["size"]]
+        for e in snap["device_traces"][0]
+        if e["action"] in ("alloc", "free_completed")
+    ]
+
+
+def probe_conv(cfg: dict, batch: int, dtype: str, train: bool) -> dict:
+    conv = (
+        nn.Conv2d(
+            cfg["c"],
+            cfg["k"],
+            cfg["kernel"],
+            cfg["stride"],
+            cfg["padding"],
+            groups=cfg["groups"],
+            bias=cfg["bias"],
+        )
+        .cuda()
+        .to(DTYPES[dtype])
+    )
+    x = torch.randn(
+        batch, cfg["c"], cfg["h"], cfg["w"], device="cuda", dtype=DTYPES[dtype], requires_grad=train
+    )
+
+    def run() -> None:
+        if train:
+            y = conv(x)
+            y.backward(torch.ones_like(y))
+        else:
+            with torch.no_grad():
+                conv(x)
+
+    run()  # warm: handles, algorithm choice
+    conv.zero_grad(set_to_none=True)
+    x.grad = None
+    trace = record(run)
+    return {**cfg, "batch": batch, "dtype": dtype, "train": train, "trace": trace}
+
+
+def probe_lstm(hidden: int, layers: int, batch: int, seq: int, dtype: str, bidir: bool) -> dict:
+    lstm = (
+        nn.LSTM(hidden, hidden, num_layers=layers, batch_first=True, bidirectional=bidir)
+        .cuda()
+        .to(DTYPES[dtype])
+    )
+    x = torch.randn(batch, seq, hidden, device="cuda", dtype=DTYPES[dtype], requires_grad=True)
+
+    def run() -> None:
+        out, _ = lstm(x)
+        out.backward(torch.ones_like(out))
+
+    run()
+    lstm.zero_grad(set_to_none=True)
+    x.grad = None
+    return {
+        "hidden": hidden,
+        "layers": layers,
+        "batch": batch,
+        "seq": seq,
+        "dtype": dtype,
+        "bidirectional": bidir,
+        "trace": record(run),
+    }
+
+
+def main() -> int:
+    out = {
+        "meta": {
+            "date": dt.date.today().isoformat(),
+            "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version(),
+            "benchmark": torch.backends.cudnn.benchmark,
+            "command": " ".join(sys.argv),
+        },
+        "conv": [],
+        "lstm": [],
+    }
+    for cfg in conv_configs():
+        for batch in (32, 128):
+            for dtype in DTYPES:
+                for train in (False, True):
+                    out["conv"].append(probe_conv(cfg, batch, dtype, train))
+        torch.cuda.empty_cache()
+    for hidden in (256, 1024):
+        for layers in (1, 2):
+            for batch in (16, 64):
+                for seq in (64, 256):
+                    for dtype in ("fp32", "bf16"):
+                        for bidir in (False, True):
+                            out["lstm"].append(probe_lstm(hidden, layers, batch, seq, dtype, bidir))
+    with open(sys.argv[1], "w") as fh:
+        json.dump(out, fh)
+    print(f"{len(out['conv'])} convolution and {len(out['lstm'])} LSTM probes")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
