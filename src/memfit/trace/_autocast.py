@@ -31,186 +31,57 @@ __all__ = [
 _Policy = str  # "lowp" | "fp32" | "fp32_opt_dtype" | "promote"
 
 
-def _names(module: Any, *names: str) -> list[Callable[..., Any]]:
-    return [getattr(module, n) for n in names if hasattr(module, n)]
+# CUDA autocast's op lists (aten/src/ATen/autocast_mode.cpp, torch 2.11), by where the Python
+# entry point lives: torch.nn.functional (F), torch, and Tensor methods (T).
+_LISTS: dict[_Policy, dict[str, str]] = {
+    "lowp": {
+        "F": "linear conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d "
+        "prelu bilinear",
+        "torch": "matmul mm bmm addmm addmv addr baddbmm addbmm mv einsum chain_matmul conv1d "
+        "conv2d conv3d convolution conv_tbc prelu lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell",
+        "T": "matmul __matmul__ __rmatmul__ mm bmm addmm addmv baddbmm addbmm mv addr",
+    },
+    "fp32": {
+        "F": "layer_norm group_norm softplus cosine_similarity nll_loss mse_loss l1_loss "
+        "smooth_l1_loss huber_loss binary_cross_entropy_with_logits kl_div poisson_nll_loss "
+        "cosine_embedding_loss hinge_embedding_loss margin_ranking_loss multilabel_margin_loss "
+        "soft_margin_loss triplet_margin_loss multi_margin_loss multilabel_soft_margin_loss "
+        "pdist interpolate grid_sample",
+        "torch": "acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan "
+        "pow layer_norm group_norm norm nuclear_norm cosine_similarity dist pdist cdist renorm "
+        "logsumexp cosine_embedding_loss hinge_embedding_loss kl_div margin_ranking_loss "
+        "poisson_nll_loss triplet_margin_loss",
+        "T": "acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan pow "
+        "__pow__ __rpow__ norm renorm logsumexp dist",
+        "linalg": "vector_norm matrix_norm norm",
+    },
+    "fp32_opt_dtype": {
+        "torch": "softmax log_softmax cumprod cumsum prod sum",
+        "T": "softmax log_softmax cumprod cumsum prod sum",
+        "F": "softmax log_softmax",
+    },
+    "promote": {
+        "torch": "addcdiv addcmul atan2 cross dot tensordot stack cat index_put scatter_add vdot",
+        "T": "addcdiv addcmul atan2 cross dot index_put scatter_add",
+    },
+}
+_LOWP_EXTRA = ("multi_dot", "vecdot")  # torch.linalg
 
 
 def _build_policy() -> dict[Callable[..., Any], _Policy]:
-    T = torch.Tensor
-    lowp = [
-        *_names(
-            F,
-            "linear",
-            "conv1d",
-            "conv2d",
-            "conv3d",
-            "conv_transpose1d",
-            "conv_transpose2d",
-            "conv_transpose3d",
-            "prelu",
-            "bilinear",
-        ),
-        *_names(
-            torch,
-            "matmul",
-            "mm",
-            "bmm",
-            "addmm",
-            "addmv",
-            "addr",
-            "baddbmm",
-            "addbmm",
-            "mv",
-            "einsum",
-            "chain_matmul",
-            "conv1d",
-            "conv2d",
-            "conv3d",
-            "convolution",
-            "conv_tbc",
-            "prelu",
-            "lstm_cell",
-            "gru_cell",
-            "rnn_tanh_cell",
-            "rnn_relu_cell",
-        ),
-        *_names(
-            T,
-            "matmul",
-            "__matmul__",
-            "__rmatmul__",
-            "mm",
-            "bmm",
-            "addmm",
-            "addmv",
-            "baddbmm",
-            "addbmm",
-            "mv",
-            "addr",
-        ),
-        torch.linalg.multi_dot,
-        torch.linalg.vecdot,
-    ]
-    fp32 = [
-        *_names(
-            torch,
-            "acos",
-            "asin",
-            "cosh",
-            "erfinv",
-            "exp",
-            "expm1",
-            "log",
-            "log10",
-            "log2",
-            "log1p",
-            "reciprocal",
-            "rsqrt",
-            "sinh",
-            "tan",
-            "pow",
-            "layer_norm",
-            "group_norm",
-            "norm",
-            "nuclear_norm",
-            "cosine_similarity",
-            "dist",
-            "pdist",
-            "cdist",
-            "renorm",
-            "logsumexp",
-            "cosine_embedding_loss",
-            "hinge_embedding_loss",
-            "kl_div",
-            "margin_ranking_loss",
-            "poisson_nll_loss",
-            "triplet_margin_loss",
-        ),
-        *_names(
-            T,
-            "acos",
-            "asin",
-            "cosh",
-            "erfinv",
-            "exp",
-            "expm1",
-            "log",
-            "log10",
-            "log2",
-            "log1p",
-            "reciprocal",
-            "rsqrt",
-            "sinh",
-            "tan",
-            "pow",
-            "__pow__",
-            "__rpow__",
-            "norm",
-            "renorm",
-            "logsumexp",
-            "dist",
-        ),
-        *_names(
-            F,
-            "layer_norm",
-            "group_norm",
-            "softplus",
-            "cosine_similarity",
-            "nll_loss",
-            "mse_loss",
-            "l1_loss",
-            "smooth_l1_loss",
-            "huber_loss",
-            "binary_cross_entropy_with_logits",
-            "kl_div",
-            "poisson_nll_loss",
-            "cosine_embedding_loss",
-            "hinge_embedding_loss",
-            "margin_ranking_loss",
-            "multilabel_margin_loss",
-            "soft_margin_loss",
-            "triplet_margin_loss",
-            "multi_margin_loss",
-            "multilabel_soft_margin_loss",
-            "pdist",
-            "interpolate",
-            "grid_sample",
-        ),
-        torch.linalg.vector_norm,
-        torch.linalg.matrix_norm,
-        torch.linalg.norm,
-    ]
-    opt_dtype = [
-        *_names(torch, "softmax", "log_softmax", "cumprod", "cumsum", "prod", "sum"),
-        *_names(T, "softmax", "log_softmax", "cumprod", "cumsum", "prod", "sum"),
-        *_names(F, "softmax", "log_softmax"),
-    ]
-    promote = [
-        *_names(
-            torch,
-            "addcdiv",
-            "addcmul",
-            "atan2",
-            "cross",
-            "dot",
-            "tensordot",
-            "stack",
-            "cat",
-            "index_put",
-            "scatter_add",
-            "vdot",
-        ),
-        *_names(T, "addcdiv", "addcmul", "atan2", "cross", "dot", "index_put", "scatter_add"),
-    ]
+    spaces: dict[str, Any] = {"F": F, "torch": torch, "T": torch.Tensor, "linalg": torch.linalg}
     table: dict[Callable[..., Any], _Policy] = {}
-    for fns, policy in (
-        (promote, "promote"),
-        (opt_dtype, "fp32_opt_dtype"),
-        (fp32, "fp32"),
-        (lowp, "lowp"),
-    ):
-        for fn in fns:
-            table[fn] = policy
+    # later policies win where a name is listed twice, lowp last (as the C++ registration)
+    for policy in ("promote", "fp32_opt_dtype", "fp32", "lowp"):
+        for space, names in _LISTS[policy].items():
+            for name in names.split():
+                fn = getattr(spaces[space], name, None)
+                if fn is not None:
+                    table[fn] = policy
+    for name in _LOWP_EXTRA:
+        fn = getattr(torch.linalg, name, None)
+        if fn is not None:
+            table[fn] = "lowp"
     return table
 
 

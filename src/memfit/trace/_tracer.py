@@ -157,73 +157,95 @@ def _to_meta_with_shadow(shadows: ShadowValues) -> Any:
     return lambda batch: tree_map(convert, batch)
 
 
-def trace_workload(workload: Workload, gpu: GPU) -> Trace:
-    """Trace ``workload`` as it would run on ``gpu``. Never touches a real GPU."""
-    start = time.perf_counter()
-    shadows = ShadowValues()
-    recorder = Recorder(
-        KernelModel(gpu.sm, sm_count=gpu.sm_count, threads_per_sm=gpu.threads_per_sm), shadows
-    )
-    modules = ModuleTracker()
-    recorder.module_of = modules.current
-    backends: dict[str, int] = {}
+class _Session:
+    """The state of one trace: the recorder, the module tracker, phases and attention kernels."""
 
-    def on_sdpa(backend: str) -> None:
-        backends[backend] = backends.get(backend, 0) + 1
+    def __init__(self, gpu: GPU) -> None:
+        self.shadows = ShadowValues()
+        kernels = KernelModel(gpu.sm, sm_count=gpu.sm_count, threads_per_sm=gpu.threads_per_sm)
+        self.recorder = Recorder(kernels, self.shadows)
+        self.modules = ModuleTracker()
+        self.recorder.module_of = self.modules.current
+        self.phases: list[tuple[str, int]] = [("setup", 0)]
+        self.backends: dict[str, int] = {}
+        self.function_mode = TraceFunctionMode(
+            gpu.sm,
+            on_sdpa=self.on_sdpa,
+            on_output=self.modules.stamp,
+            fused_inplace=self.fused_inplace,
+        )
 
-    phases: list[tuple[str, int]] = [("setup", 0)]
+    def on_sdpa(self, backend: str) -> None:
+        self.backends[backend] = self.backends.get(backend, 0) + 1
 
-    def set_phase(name: str) -> None:
-        recorder.phase = name
+    def set_phase(self, name: str) -> None:
+        rec = self.recorder
+        rec.phase = name
         if name.endswith(".forward"):
-            recorder.forward_first_info = len(recorder.infos)
-        recorder.category_hint = Category.INPUT if name.endswith(".input") else None
-        phases.append((name, len(recorder.events)))
+            rec.forward_first_info = len(rec.infos)
+        rec.category_hint = Category.INPUT if name.endswith(".input") else None
+        self.phases.append((name, len(rec.events)))
 
     @contextmanager
-    def fused_inplace() -> Iterator[None]:
-        recorder.suspended += 1
+    def fused_inplace(self) -> Iterator[None]:
+        self.recorder.suspended += 1
         try:
             yield
         finally:
-            recorder.suspended -= 1
+            self.recorder.suspended -= 1
 
-    fmode = TraceFunctionMode(
-        gpu.sm, on_sdpa=on_sdpa, on_output=modules.stamp, fused_inplace=fused_inplace
-    )
-    _autocast.on_cached = lambda t: recorder.set_category(t, Category.AUTOCAST_CACHE, force=True)
-    hooks = StepHooks(
-        to_device=_to_meta_with_shadow(shadows),
-        autocast=lambda dtype: _autocast.EmulatedAutocast("cuda", dtype),
-        grad_scaler=_EmulatedGradScaler,
-        phase=set_phase,
-        after_backward=lambda model: _mark_grads(recorder, model),
-        after_optimizer=lambda opt: _mark_optimizer_state(recorder, opt),
-    )
-    with ExitStack() as stack:
-        stack.enter_context(_optimizer_defaults_as_on_cuda())
-        stack.enter_context(_autocast_emulated())
-        stack.enter_context(python_function_reentry())
-        stack.enter_context(modules.active())
-        stack.enter_context(fmode)
-        stack.enter_context(recorder)
+    def hooks(self) -> StepHooks:
+        rec = self.recorder
+        return StepHooks(
+            to_device=_to_meta_with_shadow(self.shadows),
+            autocast=lambda dtype: _autocast.EmulatedAutocast("cuda", dtype),
+            grad_scaler=_EmulatedGradScaler,
+            phase=self.set_phase,
+            after_backward=lambda model: _mark_grads(rec, model),
+            after_optimizer=lambda opt: _mark_optimizer_state(rec, opt),
+        )
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """Everything that makes the meta device behave like the target GPU, inner last."""
+        _autocast.on_cached = lambda t: self.recorder.set_category(
+            t, Category.AUTOCAST_CACHE, force=True
+        )
+        with ExitStack() as stack:
+            stack.enter_context(_optimizer_defaults_as_on_cuda())
+            stack.enter_context(_autocast_emulated())
+            stack.enter_context(python_function_reentry())
+            stack.enter_context(self.modules.active())
+            stack.enter_context(self.function_mode)
+            stack.enter_context(self.recorder)
+            yield
+        _autocast.on_cached = None
+
+
+def trace_workload(workload: Workload, gpu: GPU) -> Trace:
+    """Trace ``workload`` as it would run on ``gpu``. Never touches a real GPU."""
+    start = time.perf_counter()
+    session = _Session(gpu)
+    recorder = session.recorder
+    with session.active():
         try:
             model = prepare_model(workload, "meta")
             _mark_model(recorder, model)
-            modules.name_modules(model)
+            session.modules.name_modules(model)
             optimizer = optimizer_for(workload, model)
             steps_start = len(recorder.events)
-            phases.append(("steps", steps_start))
-            _run_with_activation_marks(workload, model, optimizer, hooks, recorder)
+            session.phases.append(("steps", steps_start))
+            _run_with_activation_marks(workload, model, optimizer, session.hooks(), recorder)
         except TraceError:
             raise
         except (RuntimeError, NotImplementedError, TypeError) as exc:
             raise _trace_error(exc, recorder) from exc
         parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
         del model, optimizer
-    notes = [f"attention ran {n} x {b}" for b, n in sorted(backends.items())]
-    notes += sorted(set(shadows.guesses))
+    notes = [f"attention ran {n} x {b}" for b, n in sorted(session.backends.items())]
+    notes += sorted(set(session.shadows.guesses))
     # what happens after the last step (the model torn down) is not part of the workload
+    phases = session.phases
     end = next((i for name, i in reversed(phases) if name == "end"), len(recorder.events))
     return Trace(
         recorder.events[:end],
