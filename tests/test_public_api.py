@@ -40,3 +40,14 @@ def test_inner_layers_do_not_import_outer_ones():
                     assert not (parts[0] == "memfit" and len(parts) > 1 and parts[1] in banned), (
                         f"{path.name} imports {name}"
                     )
+
+
+def test_fits_needs_a_gpu_when_the_estimate_has_none():
+    import pytest
+    import torch
+
+    est = memfit.estimate(lambda: torch.nn.Linear(8, 8), torch.randn(2, 8), mode="infer")
+    with pytest.raises(memfit.InvalidInputError, match="no target GPU"):
+        est.fits()
+    verdict = est.fits("24GiB")
+    assert verdict.fits and verdict.headroom == 24 * 2**30 - est.total

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from memfit._errors import InvalidInputError
 from memfit._events import Category
 from memfit._gpus import GPU, resolve_gpu
 
@@ -85,7 +86,10 @@ class Estimate:
         """Compare the peak (reserved plus non-PyTorch memory) with a GPU's memory."""
         target = resolve_gpu(gpu) if gpu is not None else self.gpu
         if target is None:
-            target = resolve_gpu("h100")
+            raise InvalidInputError(
+                "This estimate has no target GPU: pass one, e.g. estimate.fits('h100') or "
+                "estimate.fits('24GiB'), or estimate with gpu=..."
+            )
         return Verdict(target, self.total, target.total - self.total)
 
     def to_dict(self) -> dict[str, Any]:
