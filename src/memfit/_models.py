@@ -170,17 +170,7 @@ def _tv_recipe(name: str, builder: str, kwargs: dict[str, Any], size: int) -> Mo
     def build() -> nn.Module:
         return models.get_model(builder, weights=None, **kwargs)  # type: ignore[no-any-return]
 
-    return ModelRecipe(
-        name,
-        build,
-        "image-classification",
-        _image_batch(size, hf=False),
-        classification_loss,
-        None,
-        size,
-        None,
-        classification_forward,
-    )
+    return _image_recipe(name, build, size, None)
 
 
 def _timm_recipe(name: str, builder: str, kwargs: dict[str, Any], size: int | None) -> ModelRecipe:
@@ -197,6 +187,16 @@ def _timm_recipe(name: str, builder: str, kwargs: dict[str, Any], size: int | No
     def checkpointing(model: nn.Module) -> None:
         model.set_grad_checkpointing(True)  # type: ignore[operator]
 
+    return _image_recipe(name, build, size, checkpointing)
+
+
+def _image_recipe(
+    name: str,
+    build: Callable[[], nn.Module],
+    size: int,
+    checkpointing: Callable[[nn.Module], None] | None,
+) -> ModelRecipe:
+    """An image classifier fed ``(images, labels)`` and trained with cross-entropy."""
     return ModelRecipe(
         name,
         build,
