@@ -250,7 +250,7 @@ def estimate_workload(
         workload=summary,
         peak_allocated=max(allocated) if allocated else 0,
         peak_reserved=max(reserved) if reserved else 0,
-        non_pytorch=target.context,
+        non_pytorch=target.context if workload.mode == "train" else target.context_infer,
         by_category=by_category,
         by_module=by_module,
         peak_op=info[0],

@@ -24,7 +24,8 @@ class GPU:
     name: str
     total: int
     compute_capability: tuple[int, int] = (9, 0)
-    context: int = 758 * MiB  # H200, torch 2.11, training (686 MiB for inference)
+    context: int = 758 * MiB  # training process (H200, torch 2.11: 742-795 MiB measured)
+    context_infer: int = 686 * MiB  # inference process, no autograd thread (686-719 MiB)
     context_measured: bool = False
     sm_count: int = 132  # streaming multiprocessors: sizes the split of CUDA reductions
     threads_per_sm: int = 2048
