@@ -12,7 +12,7 @@ def test_all_is_complete_and_importable():
     public = {n for n in dir(memfit) if not n.startswith("_")}
     exported = set(memfit.__all__) - {"__version__"}
     # every public attribute is exported; subpackages are reachable but not re-exported
-    modules = {"allocator", "trace", "report", "cli", "catalog"}
+    modules = {"allocator", "trace", "report", "cli", "catalog", "snapshot", "oom"}
     assert public - exported - modules == set()
     for name in memfit.__all__:
         assert hasattr(memfit, name)
