@@ -17,6 +17,7 @@ from memfit._events import Category
 from memfit._gpus import GPU, resolve_gpu
 from memfit._result import Estimate, Timeline, Verdict, WorkloadSummary
 from memfit._units import format_bytes, parse_size
+from memfit.oom import oom_report
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,7 @@ __all__ = [
     "__version__",
     "estimate",
     "format_bytes",
+    "oom_report",
     "parse_size",
     "resolve_gpu",
 ]

@@ -1,0 +1,88 @@
+"""Turn the facts the observer saved into the report: analysis, ranked fixes, Markdown, JSON."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import memfit.snapshot as snapshot_api
+from memfit._errors import MemfitError
+from memfit.oom._fixes import rank_fixes
+from memfit.oom._incident import Incident, read_incident
+from memfit.oom._observer import write_json
+from memfit.oom._render import analysis_dict, render_markdown
+
+__all__ = ["ReportFiles", "finalize_reports", "write_report"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportFiles:
+    """The files of one out-of-memory report."""
+
+    report: Path  # Markdown
+    json: Path  # the facts, the analysis and the fixes
+    snapshot: Path | None  # torch's snapshot at the failure (a pickle)
+
+
+def _analyse(
+    incident: Incident, what_if: bool
+) -> tuple[snapshot_api.SnapshotReport | None, str | None]:
+    path = incident.snapshot_path
+    if path is None or not incident.history_recorded:
+        return None, None
+    try:
+        snap = snapshot_api.load(path, device=incident.device_index)
+        if snap.num_entries == 0:
+            return None, None
+        return snapshot_api.report(snap, what_if=what_if), None
+    except MemfitError as exc:
+        return None, f"The snapshot could not be analysed: {exc}"
+
+
+def write_report(path: str | os.PathLike[str], *, what_if: bool = True) -> ReportFiles:
+    """Write the report of the facts file ``path`` (``oom-....json``): ``oom-....md`` beside it,
+    and the JSON completed with the analysis and the fixes (``"status": "complete"``).
+
+    Replays the recorded trace under other allocator settings unless ``what_if=False``. A
+    report already complete is left as it is.
+    """
+    incident = read_incident(path)
+    md = incident.path.with_name(incident.stem + ".md")
+    files = ReportFiles(md, incident.path, incident.snapshot_path)
+    if incident.raw.get("status") == "complete" and md.exists():
+        return files
+    analysis, note = _analyse(incident, what_if)
+    fixes, notes = rank_fixes(incident, analysis)
+    text = render_markdown(incident, fixes, notes, analysis, note)
+    tmp = md.with_name(f"{md.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, md)
+    data = dict(incident.raw)
+    data["status"] = "complete"
+    data["units"] = "bytes"
+    data["files"] = dict(data.get("files") or {}, report=md.name)
+    data["analysis"] = analysis_dict(analysis) if analysis is not None else None
+    data["analysis_note"] = note
+    data["fixes"] = [f.to_dict() for f in fixes]
+    data["notes"] = notes
+    write_json(str(incident.path), data)
+    return files
+
+
+def finalize_reports(
+    directory: str | os.PathLike[str], *, names: set[str] | None = None
+) -> list[ReportFiles]:
+    """Write the reports still pending in ``directory`` (only files in ``names``, if given).
+
+    A facts file that cannot be read (the process was killed while writing it) is skipped.
+    """
+    out = []
+    for path in sorted(Path(directory).glob("oom-*.json")):
+        if names is not None and path.name not in names:
+            continue
+        try:
+            out.append(write_report(path))
+        except MemfitError:
+            continue
+    return out

@@ -1,0 +1,118 @@
+"""On a real GPU: a forced out-of-memory error gets its snapshot and report, in process and
+through ``memfit run``. Each program runs in its own process, as a user's would."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import memfit.snapshot
+from memfit.oom import run_with_report
+
+pytestmark = pytest.mark.gpu
+
+# A training step of an 8-layer MLP (fp32, AdamW) under a 2 GiB memory fraction: 512 MiB of
+# weights, 256 MiB of input and 256 MiB per layer output, so the fifth layer's output fails.
+STEP = """
+import json, sys
+import torch
+from torch import nn
+
+def train(directory, out):
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(2 * 2**30 / total)
+    model = nn.Sequential(*[nn.Linear(4096, 4096) for _ in range(8)]).cuda()
+    optimizer = torch.optim.AdamW(model.parameters())
+    x = torch.randn(16384, 4096, device="cuda")
+    try:
+        loss = model(x).square().mean()
+        loss.backward()
+        optimizer.step()
+    except torch.OutOfMemoryError as exc:
+        with open(out, "w") as fh:
+            fh.write(str(exc))
+        raise
+"""
+
+IN_PROCESS = (
+    STEP
+    + """
+import memfit.oom
+from memfit.oom import _observer
+
+directory, out = sys.argv[1], sys.argv[2]
+hook = memfit.oom.oom_report(directory)
+assert not torch.cuda.is_initialized(), "oom_report initialised CUDA"
+try:
+    with hook:
+        train(directory, out)
+except torch.OutOfMemoryError:
+    pass
+print("STATE", json.dumps(_observer.state()))
+print("REPORTS", json.dumps([str(r.report) for r in hook.reports]))
+"""
+)
+
+UNCHANGED = STEP + "\ntrain(sys.argv[1], sys.argv[2])\n"
+
+
+def _tried(message: str) -> str:
+    found = re.search(r"Tried to allocate ([0-9.]+ [KMG]iB)", message)
+    assert found, message
+    return found.group(1)
+
+
+def _check_report(directory: Path, message: str) -> dict:
+    (report,) = directory.glob("oom-*.md")
+    (snapshot,) = directory.glob("oom-*.pickle")
+    facts = json.loads(report.with_suffix(".json").read_text())
+    text = report.read_text()
+    size = _tried(message)
+    assert f"tried to allocate {size} on cuda:0" in text  # names the failing allocation
+    assert facts["status"] == "complete"
+    assert facts["failure"]["fraction_limited"] is True
+    assert facts["failure"]["phase"] == "forward"
+    assert facts["model"]["name"] == "Sequential"
+    assert facts["model"]["parameter_bytes"] == 8 * (4096 * 4096 + 4096) * 4
+    assert facts["analysis"]["events"] > 0  # the trace was recorded and analysed
+    assert facts["fixes"] and facts["fixes"][0]["saving"] > 0
+    snap = memfit.snapshot.load(snapshot)
+    assert memfit.snapshot.report(snap, what_if=False).ooms
+    return facts
+
+
+def test_oom_report_in_process(tmp_path):
+    script = tmp_path / "step.py"
+    script.write_text(textwrap.dedent(IN_PROCESS))
+    out = tmp_path / "message.txt"
+    run = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "oom"), str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    state = json.loads(run.stdout.split("STATE ", 1)[1].splitlines()[0])
+    assert state["attached"] is True
+    reports = json.loads(run.stdout.split("REPORTS ", 1)[1].splitlines()[0])
+    assert len(reports) == 1
+    facts = _check_report(tmp_path / "oom", out.read_text())
+    assert facts["failure"]["alloc_size"] == 256 * 2**20
+    print(Path(reports[0]).read_text())
+
+
+def test_oom_report_through_memfit_run(tmp_path, capfd):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(UNCHANGED))
+    out = tmp_path / "message.txt"
+    result = run_with_report([sys.executable, str(script), "-", str(out)], tmp_path / "oom")
+    assert result.returncode == 1  # the uncaught OutOfMemoryError, passed through
+    assert len(result.reports) == 1
+    assert "OutOfMemoryError" in capfd.readouterr().err
+    _check_report(tmp_path / "oom", out.read_text())
