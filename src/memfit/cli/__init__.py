@@ -34,6 +34,14 @@ def main(argv: list[str] | None = None) -> int:
             from memfit.cli._validate_cmd import run_validate
 
             return run_validate(args, console)
+        if args.command == "snapshot":
+            from memfit.cli._snapshot_cmd import run_snapshot
+
+            return run_snapshot(args, console)
+        if args.command == "run":
+            from memfit.cli._run_cmd import run_run
+
+            return run_run(args, console)
     except NoGPUError as exc:
         _report(err, exc, args.debug)
         return 2

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from memfit._workload import OPTIMIZERS, PRECISIONS
+from memfit.cli._run_cmd import add_run_parser
+from memfit.cli._snapshot_cmd import add_snapshot_parser
 
 __all__ = ["make_parser"]
 
@@ -66,4 +68,6 @@ def make_parser() -> argparse.ArgumentParser:
         "print estimate vs measured (max_memory_allocated/reserved, NVML).",
     )
     _workload_args(val)
+    add_snapshot_parser(sub)
+    add_run_parser(sub)
     return parser

@@ -1,0 +1,162 @@
+"""Replay what-if settings while the snapshot is still being read, on another core.
+
+Reading a large snapshot keeps one core busy for a while and leaves the others idle. The
+settings whose replay does not depend on anything learnt at the end of the file (the
+recorded settings come after the trace; the garbage-collection what-if needs the recorded
+peak) can start at once: :class:`StreamingReplays` forks one worker at the first batch of
+trace entries and sends it every batch (the kept entries, as arrays). The worker turns them
+into the same operations as ``_replay.build_ops`` (an allocation or free per event, an
+``empty_cache`` at each run of segment frees) and runs them through one emulated allocator
+per setting.
+
+The results hold only for a trace that starts empty and for the device that was streamed;
+otherwise the caller drops them and replays the usual way.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memfit._errors import InvalidInputError
+from memfit.allocator import AllocatorOOM, CachingAllocator
+from memfit.snapshot._collect import ALLOC, FREE, SEGMENT_FREE, SEGMENT_UNMAP
+from memfit.snapshot._parallel import Job
+from memfit.snapshot._replay import ReplayRun
+
+__all__ = ["STREAM_MIN_BYTES", "StreamingReplays"]
+
+STREAM_MIN_BYTES = 32 << 20  # smaller files are read in a second or two: not worth a fork
+_ALLOC, _FREE, _EMPTY = 0, 1, 2
+
+Batch = tuple[
+    npt.NDArray[np.int8], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
+]
+
+
+class _Replayer:
+    """One setting's allocator, fed operations batch by batch."""
+
+    def __init__(self, job: Job) -> None:
+        self.run = ReplayRun()
+        self.events = 0
+        self.stopped = False
+        config, capacity, total = job
+        try:
+            self.alloc: CachingAllocator | None = CachingAllocator(
+                config, capacity, device_total=total
+            )
+        except InvalidInputError as exc:
+            self.run.error, self.alloc, self.stopped = str(exc), None, True
+
+    def feed(
+        self, kinds: list[int], blocks: list[int], sizes: list[int], streams: list[int]
+    ) -> None:
+        if self.stopped or self.alloc is None:
+            return
+        malloc, free, empty = self.alloc.malloc, self.alloc.free, self.alloc.empty_cache
+        done = 0
+        try:
+            for kind, block, size, stream in zip(kinds, blocks, sizes, streams, strict=True):
+                if kind == _FREE:
+                    free(block)
+                elif kind == _EMPTY:
+                    empty()
+                    continue
+                else:
+                    malloc(block, size, stream)
+                done += 1
+        except AllocatorOOM as exc:
+            self.run.oom_event, self.run.oom_message = self.events + done, str(exc)
+            self.stopped = True
+        except InvalidInputError as exc:  # a free of a block from before the trace
+            self.run.error, self.stopped = str(exc), True
+        self.events += done
+
+    def result(self) -> ReplayRun:
+        if self.alloc is not None:
+            self.run.peak_allocated = self.alloc.peak_allocated
+            self.run.peak_reserved = self.alloc.peak_reserved
+        return self.run
+
+
+def _operations(batch: Batch, shrinking: bool) -> tuple[list[list[int]], bool]:
+    """A batch's operations, and whether it ends inside a run of segment frees."""
+    codes, addr, size, stream = batch
+    shrink = (codes == SEGMENT_FREE) | (codes == SEGMENT_UNMAP)
+    before = np.concatenate(([shrinking], shrink[:-1])) if len(shrink) else shrink
+    take = (codes == ALLOC) | (codes == FREE) | (shrink & ~before)
+    kinds = np.where(codes == ALLOC, _ALLOC, np.where(codes == FREE, _FREE, _EMPTY))[take]
+    ops = [kinds.tolist(), addr[take].tolist(), size[take].tolist(), stream[take].tolist()]
+    return ops, bool(shrink[-1]) if len(shrink) else shrinking
+
+
+def _work(jobs: list[Job], inbox: Any, outbox: Any) -> None:
+    replayers = [_Replayer(job) for job in jobs]
+    shrinking = False
+    while (batch := inbox.get()) is not None:
+        ops, shrinking = _operations(batch, shrinking)
+        for replayer in replayers:
+            replayer.feed(*ops)
+    outbox.put([r.result() for r in replayers])
+
+
+class StreamingReplays:
+    """A worker replaying ``jobs`` on trace batches as they are read (see the module doc)."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.jobs = jobs
+        self._ctx = multiprocessing.get_context("fork")
+        self._inbox: Any = None
+        self._outbox: Any = None
+        self._worker: BaseProcess | None = None
+        self.broken = False
+
+    def feed(self, codes: Any, addr: Any, size: Any, stream: Any) -> None:
+        """Send one batch of kept trace entries (in order) to the worker, starting it first."""
+        if self.broken:
+            return
+        if self._worker is None:
+            try:
+                self._inbox, self._outbox = self._ctx.Queue(), self._ctx.Queue()
+                self._worker = self._ctx.Process(
+                    target=_work, args=(self.jobs, self._inbox, self._outbox), daemon=True
+                )
+                self._worker.start()
+            except OSError:  # cannot fork: the what-ifs run after reading instead
+                self.broken = True
+                return
+        self._inbox.put((codes, addr, size, stream))
+
+    def results(self) -> list[ReplayRun] | None:
+        """The replays, once the worker has all batches; None if it could not finish."""
+        if self._worker is None or self.broken:
+            return None
+        self._inbox.put(None)
+        runs = None
+        while runs is None:
+            try:
+                runs = self._outbox.get(timeout=1.0)
+            except queue.Empty:
+                if not self._worker.is_alive():
+                    break
+        self.close()
+        return runs
+
+    def close(self) -> None:
+        """Stop the worker (if it still runs) and free the queues."""
+        if self._worker is not None:
+            if self._worker.is_alive():
+                self._worker.terminate()
+            self._worker.join()
+            self._worker = None
+        for q in (self._inbox, self._outbox):
+            if q is not None:
+                q.close()
+                q.cancel_join_thread()
+        self._inbox = self._outbox = None

@@ -1,0 +1,133 @@
+"""Run the what-if replays of a report, using the CPU cores that are free.
+
+Three places a what-if can run, cheapest first:
+
+* while the file is read, in the worker :func:`start_streaming` forks (the settings that do
+  not depend on the recorded ones or on the peak: see ``_stream``);
+* in forked workers (:class:`~memfit.snapshot._parallel.PeakJobs`) while this process replays
+  the recorded settings, when nothing was streamed;
+* in this process, after the recorded replay.
+
+:class:`WhatIfRuns` hands out the jobs and puts the results back in the order of
+``_whatif.candidates``, with the rows and the recommendation.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+
+from memfit.snapshot._parallel import Job, PeakJobs, cpu_count
+from memfit.snapshot._replay import Ops, ReplayRun, replay_peaks
+from memfit.snapshot._snapshot import Snapshot
+from memfit.snapshot._stream import STREAM_MIN_BYTES, StreamingReplays
+from memfit.snapshot._whatif import (
+    GC_FRACTION,
+    WhatIf,
+    candidates,
+    config_text,
+    recommend,
+    streamable,
+)
+
+__all__ = ["WhatIfRuns", "start_streaming"]
+
+
+def start_streaming(path: str | os.PathLike[str], capacity: int | None) -> StreamingReplays | None:
+    """A streaming worker for reading ``path``, if the file is large and a core is free."""
+    try:
+        size = Path(path).expanduser().stat().st_size
+    except OSError:
+        return None
+    if (
+        size < STREAM_MIN_BYTES
+        or cpu_count() < 2
+        or "fork" not in multiprocessing.get_all_start_methods()
+    ):
+        return None
+    return StreamingReplays([(config, capacity, capacity) for config in streamable()])
+
+
+class WhatIfRuns:
+    """The what-if replays for one snapshot: started at once, collected by :meth:`rows`."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        ops: Ops,
+        capacity: int | None,
+        peak_reserved: int,
+        streaming: StreamingReplays | None,
+    ) -> None:
+        self._snapshot = snapshot
+        self._ops = ops
+        # garbage collection acts only under a memory fraction: the allowed memory is the
+        # given capacity, or else just what the run reserved at its peak
+        gc_total = capacity if capacity is not None else -(-peak_reserved * 1000 // 999)
+        self._cands = candidates(snapshot.config)
+        self._notes: list[str | None] = []
+        self._jobs: list[Job] = []
+        for cand in self._cands:
+            note = None
+            total = capacity
+            if cand.with_capacity:
+                total = gc_total
+                source = "of the given capacity" if capacity is not None else "= the recorded peak"
+                note = f"with set_per_process_memory_fraction({GC_FRACTION}) {source}"
+            self._notes.append(note)
+            self._jobs.append((cand.config, capacity, total))
+        self._streaming = streaming
+        streamed = streaming.jobs if streaming is not None else []
+        self._here = [i for i, job in enumerate(self._jobs) if job not in streamed]
+        # with a streaming worker busy on another core, the rest run here (no third process)
+        self._pending = PeakJobs(
+            ops, [self._jobs[i] for i in self._here], parallel=streaming is None
+        )
+
+    def _runs(self) -> list[ReplayRun]:
+        runs: dict[int, ReplayRun] = dict(zip(self._here, self._pending.results(), strict=True))
+        streamed = self._streaming.results() if self._streaming is not None else None
+        if self._streaming is not None:
+            by_job = dict(zip(self._streaming.jobs, streamed or [], strict=False))
+            for i, job in enumerate(self._jobs):
+                if i not in runs:
+                    found = by_job.get(job)
+                    runs[i] = found if found is not None else replay_peaks(self._ops, *job)
+        return [runs[i] for i in range(len(self._jobs))]
+
+    def rows(self, recorded: ReplayRun) -> tuple[list[WhatIf], str]:
+        """Wait for every replay; the table rows (the recorded settings first) and the advice."""
+        runs = self._runs()
+        baseline = recorded.peak_reserved
+        rows = [
+            WhatIf(
+                label=config_text(self._snapshot.config),
+                recorded=True,
+                peak_reserved=baseline,
+                peak_allocated=recorded.peak_allocated,
+                saved=0,
+                outcome=None,
+                note="as recorded",
+            )
+        ]
+        for cand, note, run in zip(self._cands, self._notes, runs, strict=True):
+            if run.error is not None:
+                rows.append(WhatIf(cand.label, False, None, None, None, run.error, note))
+            elif run.oom_event is not None:
+                outcome = f"out of memory at event {run.oom_event:,}"
+                rows.append(WhatIf(cand.label, False, None, None, None, outcome, note))
+            else:
+                saved = baseline - run.peak_reserved
+                rows.append(
+                    WhatIf(
+                        cand.label, False, run.peak_reserved, run.peak_allocated, saved, None, note
+                    )
+                )
+        return rows, recommend(rows, baseline)
+
+    def close(self) -> None:
+        """Drop the replays (the recorded trace could not be replayed)."""
+        self._pending.cancel()
+        if self._streaming is not None:
+            self._streaming.close()

@@ -1,0 +1,75 @@
+"""Test data for the snapshot tests: the real H200 traces, and synthetic traces."""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+import random
+from pathlib import Path
+from typing import Any
+
+from memfit._events import MemoryEvent
+
+TRACES = (
+    Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h200-2026-11-30" / "traces"
+)
+ALL_TRACES = sorted(TRACES.glob("*.pickle.gz"))
+MiB = 1 << 20
+
+# a few real traces that cover the cases: default settings, expandable segments, an
+# empty_cache right before a new segment, many segments freed at once, a tiny one
+SOME_TRACES = [
+    TRACES / f"trace-{name}.pickle.gz"
+    for name in (
+        "bert-base-fp32-b32-s512",
+        "roberta-base-fp32-b32-s512-expandable",
+        "resnet50-fp16-infer-b128",
+        "llama-2-7b-bf16-infer-b8-s2048",
+        "lstm-lm-fp32-b64-s256",
+    )
+]
+
+
+def raw_trace(path: Path) -> dict[str, Any]:
+    """The snapshot as plain pickle reads it (these files are ours, so that is safe here)."""
+    with gzip.open(path, "rb") as fh:
+        data: dict[str, Any] = pickle.load(fh)
+    return data
+
+
+FRAMES = {
+    "linear": {"filename": "/x/site-packages/torch/nn/functional.py", "line": 10, "name": "linear"},
+    "call": {
+        "filename": "/x/site-packages/torch/nn/modules/module.py",
+        "line": 1,
+        "name": "_call_impl",
+    },
+    "attn": {"filename": "/home/u/model.py", "line": 42, "name": "Attention.forward"},
+    "mlp": {"filename": "/home/u/model.py", "line": 77, "name": "MLP.forward"},
+    "main": {"filename": "/home/u/train.py", "line": 7, "name": "main"},
+}
+STACKS = [
+    [FRAMES["linear"], FRAMES["attn"], FRAMES["call"], FRAMES["main"]],
+    [FRAMES["linear"], FRAMES["mlp"], FRAMES["call"], FRAMES["main"]],
+]
+
+
+def fragmenting_events(n: int = 4000, seed: int = 0) -> list[MemoryEvent]:
+    """Allocations of ever-changing sizes, freed in random order: leaves holes in segments."""
+    rng = random.Random(seed)
+    events: list[MemoryEvent] = []
+    live: list[int] = []
+    for block in range(n):
+        if live and (rng.random() < 0.45 or len(live) > 60):
+            events.append(MemoryEvent("free", live.pop(rng.randrange(len(live))), 0))
+        else:
+            size = rng.choice(
+                [
+                    rng.randint(1, MiB),
+                    rng.randint(2 * MiB, 9 * MiB),
+                    rng.randint(11 * MiB, 300 * MiB),
+                ]
+            )
+            events.append(MemoryEvent("alloc", block, size, 0, block % 2))
+            live.append(block)
+    return events
