@@ -199,19 +199,19 @@ def _batch_factory(batch: Any) -> Callable[[], Any]:
 
 
 def _batch_text(workload: Workload, batch_size: int | None, seq_len: int | None) -> str:
+    """How the batch reads in a report; empty when only the trace can tell (see below)."""
     if batch_size is not None:
         return f"{batch_size} x {seq_len} tokens" if seq_len else f"batch of {batch_size}"
-    try:
-        sample = workload.make_batch()
-    except Exception:
-        return "custom batch"
-    tensors = (
-        [sample]
-        if isinstance(sample, torch.Tensor)
-        else (list(sample.values()) if isinstance(sample, dict) else list(sample))
-    )
-    first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
-    return "custom batch" if first is None else " x ".join(str(s) for s in first.shape)
+    return ""
+
+
+def _batch_from_trace(trace: Trace) -> str:
+    """The shape of the first input the step allocated (the user's batch factory is not called
+    outside the trace: it may create CUDA tensors, and an estimate never touches a GPU)."""
+    for info in trace.infos:
+        if info.category is Category.INPUT and info.shape:
+            return " x ".join(str(s) for s in info.shape)
+    return "custom batch"
 
 
 def estimate_workload(
@@ -226,6 +226,7 @@ def estimate_workload(
     config = AllocatorConfig.parse(allocator_config)
     target = gpu or resolve_gpu(_DEFAULT_GPU)
     trace = trace_workload(workload, target)
+    batch_text = batch_text or _batch_from_trace(trace)
     allocated, reserved, peak_index = _replay(trace, config)
     by_category, by_module = _breakdown(trace, peak_index)
     info = _info_at(trace, peak_index)
