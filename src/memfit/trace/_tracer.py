@@ -150,8 +150,8 @@ def _to_meta_with_shadow(shadows: ShadowValues) -> Any:
         meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
         if t.requires_grad:
             meta.requires_grad_(True)
-        if t.numel() <= (1 << 20):
-            shadows.set(meta, t)
+        if t.device.type == "cpu" and t.numel() <= (1 << 20):
+            shadows.set(meta, t)  # values of a user's CUDA tensor are not read: no GPU work
         return meta
 
     return lambda batch: tree_map(convert, batch)
