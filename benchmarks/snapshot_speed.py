@@ -12,8 +12,10 @@ recorded with ``_record_memory_history(context='all', stacks='python')``: every 
 its Python stack (about 20 frames), with frame dicts and lists shared the way torch shares
 them. It is written to /tmp (not the repository), once; later runs reuse it.
 
-``memfit snapshot FILE --json`` then runs in a fresh process (the full command: load, replay
-with the recorded settings, five what-if replays, JSON), and again with timings of each phase.
+``memfit snapshot FILE --json`` then runs in a fresh process, three times (the full command:
+read, replay with the recorded settings, four what-if replays, JSON; the median is reported),
+and once more with the reading timed on its own. Peak RSS is that of the command's largest
+process (it, or a forked what-if worker, whose RSS counts pages it shares with it).
 """
 
 from __future__ import annotations
@@ -219,7 +221,7 @@ def generate(path: Path, entries: int) -> dict[str, Any]:
 
 
 def child_phases(path: str) -> None:
-    """Run the command's steps one by one and time each (in a fresh process)."""
+    """Time reading alone, then the whole analysis as the command runs it (fresh process)."""
     start = time.perf_counter()
     import torch
 
@@ -228,8 +230,11 @@ def child_phases(path: str) -> None:
     imported = time.perf_counter()
     snap = snapshot.load(path)
     loaded = time.perf_counter()
-    rss_after_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    rep = snapshot.report(snap)
+    rss_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    entries = snap.num_entries
+    del snap
+    again = time.perf_counter()
+    rep = snapshot.report(path)  # reads again, with the what-ifs starting meanwhile
     reported = time.perf_counter()
     text = rep.to_json()
     done = time.perf_counter()
@@ -239,18 +244,18 @@ def child_phases(path: str) -> None:
             {
                 "import_seconds": round(imported - start, 2),
                 "load_seconds": round(loaded - imported, 2),
-                "report_seconds": round(reported - loaded, 2),
+                "report_seconds": round(reported - again, 2),
                 "json_seconds": round(done - reported, 2),
-                "total_seconds": round(done - start, 2),
-                "peak_rss_after_load_bytes": rss_after_load,
+                "peak_rss_after_load_bytes": rss_load,
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                 # the what-if workers (forked: their RSS counts pages shared with the parent)
                 "peak_rss_worker_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
                 * 1024,
-                "entries": snap.num_entries,
+                "entries": entries,
                 "events": rep.events,
                 "peak_reserved": rep.peak_reserved,
                 "replay_check": rep.replay.message,
+                "what_if": [[w.label, w.peak_reserved] for w in rep.what_if],
                 "recommendation": rep.recommendation,
                 "json_bytes": len(text),
                 "torch": torch.__version__,
@@ -259,25 +264,70 @@ def child_phases(path: str) -> None:
     )
 
 
-def run_cli(path: Path) -> dict[str, Any]:
-    """``memfit snapshot PATH --json`` in a fresh process: wall time and peak RSS."""
-    cmd = [sys.executable, "-m", "memfit", "snapshot", str(path), "--json"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (read from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [pid], [pid]
+    while frontier:
+        frontier = [c for c, p in parents.items() if p in frontier]
+        found += frontier
+    return found
+
+
+def _memory(pids: list[int]) -> tuple[int, int]:
+    """Total RSS and total PSS (shared pages split between the processes) in bytes."""
+    rss = pss = 0
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("Rss:"):
+                rss += int(line.split()[1]) * 1024
+            elif line.startswith("Pss:"):
+                pss += int(line.split()[1]) * 1024
+    return rss, pss
+
+
+def child_cli(path: str) -> None:
+    """``memfit snapshot PATH --json`` as a user runs it. Peak RSS is its largest process's
+    (this process only waits for it); the memory of it and its workers together is sampled
+    every 0.2 s from /proc, as RSS (shared pages counted in each) and PSS (split)."""
+    cmd = [sys.executable, "-m", "memfit", "snapshot", path, "--json"]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    total_rss = total_pss = 0
+    while proc.poll() is None:
+        rss, pss = _memory(_descendants(proc.pid))
+        total_rss, total_pss = max(total_rss, rss), max(total_pss, pss)
+        time.sleep(0.2)
+    out_text, err_text = proc.communicate()
     wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if proc.returncode != 0:
-        raise SystemExit(f"memfit snapshot failed ({proc.returncode}):\n{proc.stderr}")
-    out = json.loads(proc.stdout)
-    return {
-        "command": " ".join(["memfit", "snapshot", str(path), "--json"]),
-        "wall_seconds": round(wall, 2),
-        "peak_rss_bytes": max(after, before) * 1024 if after > before else None,
-        "peak_reserved": out["peaks"]["reserved"]["bytes"],
-        "what_if_rows": len(out["what_if"]),
-    }
+        raise SystemExit(f"memfit snapshot failed ({proc.returncode}):\n{err_text}")
+    out = json.loads(out_text)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "command": f"memfit snapshot {path} --json",
+                "wall_seconds": round(wall, 2),
+                "peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+                "peak_total_rss_bytes": total_rss,
+                "peak_total_pss_bytes": total_pss,
+                "peak_reserved": out["peaks"]["reserved"]["bytes"],
+                "what_if_rows": len(out["what_if"]),
+            }
+        )
+    )
 
 
 def _cpu() -> str:
@@ -309,11 +359,16 @@ def main() -> int:
     parser.add_argument("--file", type=Path, default=DEFAULT_FILE)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--regenerate", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3, help="command runs (median reported)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--cli", help=argparse.SUPPRESS)
     parser.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child_phases(args.child)
+        return 0
+    if args.cli:
+        child_cli(args.cli)
         return 0
     if args.generate_only:
         print("RESULT " + json.dumps(generate(args.file, args.entries)))
@@ -326,9 +381,12 @@ def main() -> int:
         print(json.dumps(info), flush=True)
     info["bytes"] = args.file.stat().st_size
 
-    print("running memfit snapshot --json ...", flush=True)
-    cli = run_cli(args.file)
-    print(json.dumps(cli), flush=True)
+    runs = []
+    for _ in range(args.repeat):
+        print("running memfit snapshot --json ...", flush=True)
+        runs.append(_child(["--cli", str(args.file)]))
+        print(json.dumps(runs[-1]), flush=True)
+    cli = sorted(runs, key=lambda r: r["wall_seconds"])[len(runs) // 2]  # the median run
     phases = _child(["--child", str(args.file)])
     print(json.dumps(phases), flush=True)
 
@@ -345,10 +403,11 @@ def main() -> int:
         },
         "snapshot": {"file": str(args.file), **info},
         "cli": cli,
+        "cli_runs_wall_seconds": [r["wall_seconds"] for r in runs],
         "phases": phases,
-        "meets_target": cli["wall_seconds"] <= 60
-        and cli["peak_rss_bytes"] is not None
-        and cli["peak_rss_bytes"] <= 4 * 1000**3,
+        # RSS: the largest process; the sum over the command's processes, sampled, is in
+        # peak_total_rss_bytes (counts shared pages twice) and peak_total_pss_bytes
+        "meets_target": cli["wall_seconds"] <= 60 and cli["peak_total_pss_bytes"] <= 4 * 1000**3,
     }
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

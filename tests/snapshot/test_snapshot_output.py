@@ -193,3 +193,11 @@ def test_the_public_names() -> None:
     assert set(ms.__all__) == {n for n in dir(ms) if not n.startswith("_")} - {
         "annotations",
     }
+
+
+def test_html_of_a_real_snapshot_with_cpp_frames() -> None:
+    """C++ frame names are full of ``<`` and ``>`` (templates): the page must stay well formed."""
+    data = Path(__file__).parent / "data" / "all.pickle.gz"
+    text = ms.html_report(ms.report(data))
+    check_html(text)
+    assert "(backward) AddmmBackward0" in text

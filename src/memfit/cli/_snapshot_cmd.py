@@ -48,10 +48,14 @@ def run_snapshot(args: argparse.Namespace, console: Console) -> int:
     if status is not None:
         status.start()
     try:
-        snap = snapshot.load(args.file, device=args.device)
-        if status is not None:
-            status.update("Replaying the trace...")
-        result = snapshot.report(snap, capacity=capacity, top=args.top, what_if=not args.no_what_if)
+        # given the path, the what-ifs start while the file is read
+        result = snapshot.report(
+            args.file,
+            device=args.device,
+            capacity=capacity,
+            top=args.top,
+            what_if=not args.no_what_if,
+        )
     finally:
         if status is not None:
             status.stop()

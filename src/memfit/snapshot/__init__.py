@@ -23,7 +23,9 @@ from __future__ import annotations
 
 from memfit.snapshot._console import render_snapshot
 from memfit.snapshot._html import html_report, write_html
-from memfit.snapshot._report import LiveBlock, Phase, ReplayCheck, SiteRow, SnapshotReport, report
+from memfit.snapshot._live import LiveBlock, SiteRow
+from memfit.snapshot._recorded import ReplayCheck
+from memfit.snapshot._report import Phase, SnapshotReport, report
 from memfit.snapshot._snapshot import Annotation, Snapshot, load
 from memfit.snapshot._whatif import WhatIf
 

@@ -21,7 +21,7 @@ from typing import Any
 from memfit.allocator import AllocatorConfig
 from memfit.snapshot._replay import Ops, ReplayRun, replay_peaks
 
-__all__ = ["PARALLEL_MIN_EVENTS", "Job", "PeakJobs", "cpu_count"]
+__all__ = ["PARALLEL_MIN_EVENTS", "Job", "PeakJobs", "cpu_count", "take"]
 
 PARALLEL_MIN_EVENTS = 200_000
 Job = tuple[AllocatorConfig, int | None, int | None]  # config, capacity, device_total
@@ -42,7 +42,8 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _take(counter: Any, count: int) -> int | None:
+def take(counter: Any, count: int) -> int | None:
+    """The next job index from a shared counter, or None when all ``count`` are taken."""
     with counter.get_lock():
         index = int(counter.value)
         if index >= count:
@@ -53,7 +54,7 @@ def _take(counter: Any, count: int) -> int | None:
 
 def _work() -> None:
     ops, jobs, counter, results = (_SHARED[k] for k in ("ops", "jobs", "counter", "results"))
-    while (index := _take(counter, len(jobs))) is not None:
+    while (index := take(counter, len(jobs))) is not None:
         results.put((index, replay_peaks(ops, *jobs[index])))
 
 
@@ -93,7 +94,7 @@ class PeakJobs:
         if self._counter is None:
             return [replay_peaks(self._ops, *job) for job in self._jobs]
         runs: dict[int, ReplayRun] = {}
-        while (index := _take(self._counter, len(self._jobs))) is not None:
+        while (index := take(self._counter, len(self._jobs))) is not None:
             runs[index] = replay_peaks(self._ops, *self._jobs[index])
         while len(runs) < len(self._jobs):
             try:

@@ -18,51 +18,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memfit._units import format_bytes
-from memfit.allocator import ScriptedAddressSpace, SegmentInfo, segment_bases_from_trace
-from memfit.snapshot._collect import SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP
-from memfit.snapshot._replay import ReplayRun, build_ops, run_replay
-from memfit.snapshot._sites import NO_FRAMES
+from memfit.allocator import SegmentInfo
+from memfit.snapshot._live import LiveBlock, SiteRow, live_at_peak
+from memfit.snapshot._recorded import ReplayCheck, address_space, device_total, replay_check
+from memfit.snapshot._replay import build_ops, run_replay
 from memfit.snapshot._snapshot import Snapshot, read
 from memfit.snapshot._stream import StreamingReplays
-from memfit.snapshot._timeline import OOMEntry, TraceTimeline, trace_timeline
+from memfit.snapshot._timeline import OOMEntry, trace_timeline
 from memfit.snapshot._what_if_runs import WhatIfRuns, start_streaming
 from memfit.snapshot._whatif import WhatIf, config_text
 
-__all__ = ["LiveBlock", "Phase", "ReplayCheck", "SiteRow", "SnapshotReport", "report"]
+__all__ = ["Phase", "SnapshotReport", "report"]
 
-SCHEMA_VERSION = 1
 _SAMPLES = 400
-_BEFORE = "(allocated before the trace)"
-_NO_PYTHON = "(no Python frames: the autograd engine or another thread)"
-_VA_TOTAL = 1 << 40  # 1 TiB: expandable segments never run out of address space in a replay
 _JSON_POINTS = 500
-_SEGMENT_ACTIONS = {
-    SEGMENT_ALLOC: "segment_alloc",
-    SEGMENT_FREE: "segment_free",
-    SEGMENT_MAP: "segment_map",
-    SEGMENT_UNMAP: "segment_unmap",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class LiveBlock:
-    """An allocation alive at the peak. ``event`` is when it was made (None: before the trace)."""
-
-    address: int
-    size: int  # bytes requested
-    stream: int
-    event: int | None
-    site: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class SiteRow:
-    """Bytes alive at the peak, by allocation site."""
-
-    site: str
-    size: int
-    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,18 +42,6 @@ class Phase:
     kind: str  # "optimizer", "zero_grad" or "other"
     start: int  # first event
     end: int  # one past the last event
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayCheck:
-    """Does the emulator, given the recorded settings, do what the real allocator did?"""
-
-    recorded_peak_reserved: int
-    emulated_peak_reserved: int
-    segment_events: int  # in the trace
-    segment_events_matched: int  # how many from the start the replay reproduced, in order
-    exact: bool
-    message: str
 
 
 @dataclass(frozen=True)
@@ -140,79 +97,6 @@ class SnapshotReport:
 # ---------------------------------------------------------------------------------------------
 
 
-def _segment_rows(snapshot: Snapshot) -> list[tuple[str, int, int]]:
-    """The trace's segment entries as (action, address, size)."""
-    t = snapshot.trace
-    index = np.flatnonzero(np.isin(t.action, list(_SEGMENT_ACTIONS)))
-    return [
-        (_SEGMENT_ACTIONS[code], addr, size)
-        for code, addr, size in zip(
-            t.action[index].tolist(), t.addr[index].tolist(), t.size[index].tolist(), strict=True
-        )
-    ]
-
-
-def _address_space(snapshot: Snapshot, timeline: TraceTimeline) -> ScriptedAddressSpace | None:
-    """The recorded segment addresses, for a trace that starts empty."""
-    if not timeline.complete:
-        return None
-    rows = _segment_rows(snapshot)
-    # Expandable segments of one GPU lie 1.125 x its memory apart, and each maps at most the
-    # peak reserved from its base: the peak tells them apart.
-    total = max(timeline.peak_reserved, 1)
-    return ScriptedAddressSpace(segment_bases_from_trace(rows, device_total=total))
-
-
-def _device_total(snapshot: Snapshot) -> int | None:
-    """The GPU's memory for the replay with the recorded settings.
-
-    The snapshot does not say. It matters for expandable segments only: each reserves address
-    space for 1.125 x the GPU's memory, which bounds how far it can grow; a real GPU's range is
-    never the limit, so the replay takes a range no trace can fill either. (Telling the
-    recorded segments apart needs the opposite, a bound from below: see _address_space.)
-    """
-    return _VA_TOTAL if snapshot.config.expandable_segments else None
-
-
-def _replay_check(snapshot: Snapshot, timeline: TraceTimeline, run: ReplayRun) -> ReplayCheck:
-    recorded = _segment_rows(snapshot)
-    mine = [(e.action, e.address, e.size) for e in run.segment_events]
-    matched = next(
-        (i for i, (x, y) in enumerate(zip(recorded, mine, strict=False)) if x != y),
-        min(len(recorded), len(mine)),
-    )
-    real, emulated = timeline.peak_reserved, run.peak_reserved
-    same_events = matched == len(recorded) == len(mine)
-    if run.error is not None:
-        message = f"the emulator could not replay the trace: {run.error}"
-    elif real == emulated:
-        message = "emulator reproduces the recorded peak reserved exactly"
-        if same_events:
-            message += f" (and all {len(recorded):,} segment events)"
-        elif timeline.complete:
-            message += f" (segment events: {matched:,} of {len(recorded):,} match in order)"
-    else:
-        diff = emulated - real
-        share = f", {100 * abs(diff) / real:.1f}%" if real else ""
-        message = (
-            f"emulated peak reserved {format_bytes(emulated)} differs from the recorded "
-            f"{format_bytes(real)} by {'+' if diff > 0 else '-'}{format_bytes(abs(diff))}"
-            f"{share}"
-        )
-        if timeline.complete:
-            message += f"; segment events: {matched:,} of {len(recorded):,} match in order"
-    if not timeline.complete:
-        message += " (the trace does not start empty, so the replay starts from a guess)"
-    return ReplayCheck(
-        recorded_peak_reserved=real,
-        emulated_peak_reserved=emulated,
-        segment_events=len(recorded),
-        segment_events_matched=matched,
-        exact=run.error is None and real == emulated and same_events,
-        message=message,
-    )
-
-
 def _phases(snapshot: Snapshot, event_time: npt.NDArray[np.int64]) -> tuple[Phase, ...]:
     if not snapshot.trace.has_time or not len(event_time):
         return ()
@@ -233,46 +117,6 @@ def _phases(snapshot: Snapshot, event_time: npt.NDArray[np.int64]) -> tuple[Phas
                 )
                 out.append(Phase(name, kind, start, end))
     return tuple(out)
-
-
-def _live(
-    snapshot: Snapshot, timeline: TraceTimeline, event: int, top: int
-) -> tuple[list[LiveBlock], list[SiteRow], str | None]:
-    """The largest live blocks and the top sites at ``event``."""
-    t = snapshot.trace
-    alive = timeline.live_at(event)
-    sites_of_alive = t.site[timeline.entry[alive]]
-    site_names = t.sites
-    blocks = [
-        LiveBlock(
-            int(timeline.addr[i]),
-            int(timeline.size[i]),
-            int(timeline.stream[i]),
-            int(i),
-            site_names[s] if s >= 0 else None,
-        )
-        for i, s in zip(alive.tolist(), sites_of_alive.tolist(), strict=True)
-    ]
-    blocks += [
-        LiveBlock(b.address, b.size, b.stream, None, snapshot.block_sites.get(b.address))
-        for b in timeline.initial_live_at(event)
-    ]
-    blocks.sort(key=lambda b: (-b.size, b.address))
-    note = None
-    sites: list[SiteRow] = []
-    if not t.sites:
-        note = NO_FRAMES
-    else:
-        totals: dict[str, list[int]] = {}
-        for b in blocks:
-            label = b.site or (_BEFORE if b.event is None else _NO_PYTHON)
-            row = totals.setdefault(label, [0, 0])
-            row[0] += b.size
-            row[1] += 1
-        sites = sorted(
-            (SiteRow(s, v[0], v[1]) for s, v in totals.items()), key=lambda r: (-r.size, r.site)
-        )[:top]
-    return blocks[:top], sites, note
 
 
 def _read(
@@ -324,12 +168,12 @@ def report(
     run = run_replay(
         ops,
         snapshot.config,
-        device_total=_device_total(snapshot),
-        address_space=_address_space(snapshot, timeline),
+        device_total=device_total(snapshot),
+        address_space=address_space(snapshot, timeline),
         capture_event=timeline.peak_reserved_event if timeline.num_events else None,
         samples=_SAMPLES,
     )
-    check = _replay_check(snapshot, timeline, run)
+    check = replay_check(snapshot, timeline, run)
     notes = list(timeline.notes)
     if snapshot.config_note:
         notes.append(snapshot.config_note)
@@ -369,7 +213,7 @@ def report(
         (e, int(timeline.reserved[e] - allocated[e]), free) for e, free in run.samples if e < n
     )
     blocks, sites, frames_note = (
-        _live(snapshot, timeline, peak_allocated_event, top) if n else ([], [], None)
+        live_at_peak(snapshot, timeline, peak_allocated_event, top) if n else ([], [], None)
     )
     return SnapshotReport(
         source=str(snapshot.path),

@@ -57,6 +57,9 @@ class SiteIndex:
         self._by_name: dict[str, int] = {}
         self._frames: dict[int, int] = {}  # id(frame) -> site, or _INTERNAL
         self._alive: list[Any] = []  # the frames seen, so that their ids stay theirs
+        # id(innermost frame) -> (the frames up to the site, the site) of the last stack seen
+        # with it: most stacks repeat one of a few, and a list comparison checks that in C
+        self._recent: dict[int, tuple[list[Any], int]] = {}
 
     def _name(self, name: str) -> int:
         found = self._by_name.get(name)
@@ -74,11 +77,17 @@ class SiteIndex:
 
     def site(self, frames: list[Any]) -> int:
         """The site of a non-empty stack."""
+        recent = self._recent.get(id(frames[0]))
+        if recent is not None and frames[: len(recent[0])] == recent[0]:
+            return recent[1]
         known = self._frames
-        for frame in frames:
+        for depth, frame in enumerate(frames):
             site = known.get(id(frame))
             if site is None:
                 site = self._classify(frame)
             if site != _INTERNAL:
+                self._recent[id(frames[0])] = (frames[: depth + 1], site)
                 return site
-        return self._name(_inside_torch(frames))
+        site = self._name(_inside_torch(frames))
+        self._recent[id(frames[0])] = (list(frames), site)
+        return site

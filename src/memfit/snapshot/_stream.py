@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import queue
+from array import array
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -26,8 +27,8 @@ import numpy.typing as npt
 from memfit._errors import InvalidInputError
 from memfit.allocator import AllocatorOOM, CachingAllocator
 from memfit.snapshot._collect import ALLOC, FREE, SEGMENT_FREE, SEGMENT_UNMAP
-from memfit.snapshot._parallel import Job
-from memfit.snapshot._replay import ReplayRun
+from memfit.snapshot._parallel import Job, take
+from memfit.snapshot._replay import Ops, ReplayRun, replay_peaks
 
 __all__ = ["STREAM_MIN_BYTES", "StreamingReplays"]
 
@@ -85,35 +86,71 @@ class _Replayer:
         return self.run
 
 
-def _operations(batch: Batch, shrinking: bool) -> tuple[list[list[int]], bool]:
-    """A batch's operations, and whether it ends inside a run of segment frees."""
+def _operations(batch: Batch, shrinking: bool) -> tuple[list[npt.NDArray[np.int64]], bool]:
+    """A batch's operations (kind, block, size, stream), and whether it ends in a run of
+    segment frees."""
     codes, addr, size, stream = batch
     shrink = (codes == SEGMENT_FREE) | (codes == SEGMENT_UNMAP)
     before = np.concatenate(([shrinking], shrink[:-1])) if len(shrink) else shrink
     take = (codes == ALLOC) | (codes == FREE) | (shrink & ~before)
     kinds = np.where(codes == ALLOC, _ALLOC, np.where(codes == FREE, _FREE, _EMPTY))[take]
-    ops = [kinds.tolist(), addr[take].tolist(), size[take].tolist(), stream[take].tolist()]
+    ops = [kinds.astype(np.int64), addr[take], size[take], stream[take]]
     return ops, bool(shrink[-1]) if len(shrink) else shrinking
 
 
-def _work(jobs: list[Job], inbox: Any, outbox: Any) -> None:
+def _as_ops(parts: list[list[npt.NDArray[np.int64]]]) -> Ops:
+    """The batches' operations as one :class:`Ops`, freeing each batch once copied."""
+    columns: list[array[int]] = [array("q") for _ in range(4)]
+    parts.reverse()
+    while parts:
+        part = parts.pop()
+        for column, values in zip(columns, part, strict=True):
+            column.frombytes(np.ascontiguousarray(values).data)
+    kinds = np.frombuffer(columns[0], dtype=np.int64)
+    return Ops(
+        kind=columns[0],
+        block=columns[1],
+        size=columns[2],
+        stream=columns[3],
+        num_events=int((kinds != _EMPTY).sum()),
+        num_empty_cache=int((kinds == _EMPTY).sum()),
+    )
+
+
+def _work(jobs: list[Job], inbox: Any, outbox: Any, counter: Any) -> None:
+    """Replay the batches as they come; then take a share of the jobs the reader adds."""
     replayers = [_Replayer(job) for job in jobs]
+    parts: list[list[npt.NDArray[np.int64]]] = []
     shrinking = False
-    while (batch := inbox.get()) is not None:
-        ops, shrinking = _operations(batch, shrinking)
+    while not isinstance(message := inbox.get(), list):
+        ops, shrinking = _operations(message, shrinking)
+        parts.append(ops)
+        lists = [column.tolist() for column in ops]
         for replayer in replayers:
-            replayer.feed(*ops)
-    outbox.put([r.result() for r in replayers])
+            replayer.feed(*lists)
+    outbox.put(("streamed", [r.result() for r in replayers]))
+    extra: list[Job] = message
+    if extra:
+        whole = _as_ops(parts)
+        while (index := take(counter, len(extra))) is not None:
+            outbox.put(("extra", index, replay_peaks(whole, *extra[index])))
+    outbox.put(("done", None))
 
 
 class StreamingReplays:
-    """A worker replaying ``jobs`` on trace batches as they are read (see the module doc)."""
+    """A worker replaying ``jobs`` on trace batches as they are read (see the module doc).
+
+    After the last batch, :meth:`finish` gives it more jobs (settings known only once the
+    file is read), which this process shares with it: both :meth:`take` the next job.
+    """
 
     def __init__(self, jobs: list[Job]) -> None:
         self.jobs = jobs
         self._ctx = multiprocessing.get_context("fork")
         self._inbox: Any = None
         self._outbox: Any = None
+        self._counter: Any = None
+        self._extra: list[Job] = []
         self._worker: BaseProcess | None = None
         self.broken = False
 
@@ -124,8 +161,11 @@ class StreamingReplays:
         if self._worker is None:
             try:
                 self._inbox, self._outbox = self._ctx.Queue(), self._ctx.Queue()
+                self._counter = self._ctx.Value("i", 0)
                 self._worker = self._ctx.Process(
-                    target=_work, args=(self.jobs, self._inbox, self._outbox), daemon=True
+                    target=_work,
+                    args=(self.jobs, self._inbox, self._outbox, self._counter),
+                    daemon=True,
                 )
                 self._worker.start()
             except OSError:  # cannot fork: the what-ifs run after reading instead
@@ -133,20 +173,45 @@ class StreamingReplays:
                 return
         self._inbox.put((codes, addr, size, stream))
 
-    def results(self) -> list[ReplayRun] | None:
-        """The replays, once the worker has all batches; None if it could not finish."""
-        if self._worker is None or self.broken:
+    @property
+    def running(self) -> bool:
+        return self._worker is not None and not self.broken
+
+    def finish(self, extra: list[Job]) -> None:
+        """No more batches; ``extra`` jobs are to be shared between the worker and the caller."""
+        self._extra = extra
+        if self.running:
+            self._inbox.put(list(extra))
+
+    def take(self) -> int | None:
+        """The index (in ``extra``) of the next job for the caller; None when all are taken."""
+        if not self.running:
             return None
-        self._inbox.put(None)
-        runs = None
-        while runs is None:
+        return take(self._counter, len(self._extra))
+
+    def results(self) -> tuple[list[ReplayRun] | None, dict[int, ReplayRun]]:
+        """The streamed replays (None if the worker could not finish them) and the extra
+        jobs it did, by index."""
+        streamed: list[ReplayRun] | None = None
+        extra: dict[int, ReplayRun] = {}
+        if not self.running:
+            return None, extra
+        done = False
+        while not done:
             try:
-                runs = self._outbox.get(timeout=1.0)
+                kind, *payload = self._outbox.get(timeout=1.0)
             except queue.Empty:
-                if not self._worker.is_alive():
-                    break
+                if self._worker is not None and self._worker.is_alive():
+                    continue
+                break  # the worker died: what it did not send is done by the caller
+            if kind == "streamed":
+                streamed = payload[0]
+            elif kind == "extra":
+                extra[payload[0]] = payload[1]
+            else:
+                done = True
         self.close()
-        return runs
+        return streamed, extra
 
     def close(self) -> None:
         """Stop the worker (if it still runs) and free the queues."""

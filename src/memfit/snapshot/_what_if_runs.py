@@ -79,22 +79,33 @@ class WhatIfRuns:
             self._jobs.append((cand.config, capacity, total))
         self._streaming = streaming
         streamed = streaming.jobs if streaming is not None else []
-        self._here = [i for i, job in enumerate(self._jobs) if job not in streamed]
-        # with a streaming worker busy on another core, the rest run here (no third process)
-        self._pending = PeakJobs(
-            ops, [self._jobs[i] for i in self._here], parallel=streaming is None
-        )
+        self._rest = [i for i, job in enumerate(self._jobs) if job not in streamed]
+        rest = [self._jobs[i] for i in self._rest]
+        if streaming is not None:
+            # its worker shares the rest with this process: no third process on two cores
+            streaming.finish(rest)
+            self._pending = PeakJobs(ops, [], parallel=False)
+        else:
+            self._pending = PeakJobs(ops, rest)
 
     def _runs(self) -> list[ReplayRun]:
-        runs: dict[int, ReplayRun] = dict(zip(self._here, self._pending.results(), strict=True))
-        streamed = self._streaming.results() if self._streaming is not None else None
-        if self._streaming is not None:
-            by_job = dict(zip(self._streaming.jobs, streamed or [], strict=False))
-            for i, job in enumerate(self._jobs):
-                if i not in runs:
-                    found = by_job.get(job)
-                    runs[i] = found if found is not None else replay_peaks(self._ops, *job)
-        return [runs[i] for i in range(len(self._jobs))]
+        runs: dict[int, ReplayRun] = dict(zip(self._rest, self._pending.results(), strict=False))
+        streaming = self._streaming
+        if streaming is not None:
+            mine = {}
+            while (k := streaming.take()) is not None:
+                mine[k] = replay_peaks(self._ops, *self._jobs[self._rest[k]])
+            streamed, theirs = streaming.results()
+            for k, run in {**theirs, **mine}.items():
+                runs[self._rest[k]] = run
+            for job, run in zip(streaming.jobs, streamed or [], strict=False):
+                if job in self._jobs:  # not when it is the recorded setting
+                    runs[self._jobs.index(job)] = run
+        # whatever a worker could not finish (it died, or could not start) is done here
+        return [
+            runs[i] if i in runs else replay_peaks(self._ops, *job)
+            for i, job in enumerate(self._jobs)
+        ]
 
     def rows(self, recorded: ReplayRun) -> tuple[list[WhatIf], str]:
         """Wait for every replay; the table rows (the recorded settings first) and the advice."""
