@@ -135,6 +135,9 @@ def test_a_closed_hook_saves_nothing(tmp_path, probe):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.skipif(
+    torch.version.cuda is None, reason="fake CUDA tensors need a CUDA build of torch"
+)
 def test_the_model_and_optimizer_are_found_in_the_frames(tmp_path, probe):
     oom_report(tmp_path)
     with FakeTensorMode():  # fake CUDA tensors: no GPU needed
