@@ -236,3 +236,18 @@ def test_the_restricted_unpickler_builds_only_plain_data() -> None:
     assert not any(
         op.name in ("GLOBAL", "STACK_GLOBAL", "REDUCE") for op, _, _ in pickletools.genops(data)
     )
+
+
+def test_oom_entries_without_an_address_load(tmp_path):
+    """torch records an ``oom`` entry with ``device_free`` and no ``addr``."""
+    import pickle
+
+    from memfit import snapshot
+
+    entries = [
+        {"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 1},
+        {"action": "oom", "device_free": 1 << 20, "size": 1 << 30, "stream": 0, "time_us": 2},
+    ]
+    path = tmp_path / "oom.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [entries]}))
+    assert snapshot.load(path) is not None

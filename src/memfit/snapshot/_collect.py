@@ -110,11 +110,22 @@ def _bad_batch(batch: list[Any], start: int) -> BadEntry:
     return BadEntry(start, "could not be read")
 
 
+def _with_oom_addresses(batch: list[Any]) -> list[Any]:
+    """torch writes ``oom`` entries with ``device_free`` and no ``addr``; give them one."""
+    return [
+        {**e, "addr": e.get("device_free", 0)}
+        if type(e) is dict and e.get("action") == "oom" and "addr" not in e
+        else e
+        for e in batch
+    ]
+
+
 def _columns(batch: list[Any]) -> list[tuple[Any, ...]]:
     """action, addr, size, stream, time_us, frames of each entry (touching each dict once)."""
     try:
         return list(zip(*map(_ALL_FIELDS, batch), strict=True))
     except KeyError:  # no time_us (torch < 2.1) or no frames (recorded with context=None)
+        batch = _with_oom_addresses(batch)
         columns = list(zip(*map(_FIELDS, batch), strict=True))
         columns.append(tuple(map(_TIME, batch)))
         columns.append(tuple(map(_FRAMES, batch)))
