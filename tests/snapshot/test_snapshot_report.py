@@ -160,14 +160,16 @@ def test_workers_give_the_same_answers(
     assert ms.report(path).what_if == serial
 
 
-@pytest.mark.parametrize("wrapped", [False, True])
+@pytest.mark.parametrize(("wrapped", "capacity"), [(False, None), (True, None), (False, 2 * GiB)])
 def test_what_ifs_replayed_while_reading_give_the_same_answers(
-    write_snapshot: Any, monkeypatch: pytest.MonkeyPatch, wrapped: bool
+    write_snapshot: Any, monkeypatch: pytest.MonkeyPatch, wrapped: bool, capacity: int | None
 ) -> None:
     """A trace that does not start empty is replayed again after reading (the stream lacks it)."""
     kwargs = {"max_entries": 4000} if wrapped else {}
     path = write_snapshot(fragmenting_events(3000), **kwargs)
-    expected = ms.report(ms.load(path)).what_if
+    expected = ms.report(ms.load(path), capacity=capacity).what_if
+    if capacity is not None:
+        assert any(w.outcome and "out of memory at event" in w.outcome for w in expected)
     monkeypatch.setattr(_what_if_runs, "STREAM_MIN_BYTES", 0)
     monkeypatch.setattr(_what_if_runs, "cpu_count", lambda: 2)
     started: list[Any] = []
@@ -183,10 +185,11 @@ def test_what_ifs_replayed_while_reading_give_the_same_answers(
 
     def results(self: Any) -> Any:
         streamed.append(real_results(self))
+        assert self.completed  # the worker did not die
         return streamed[-1]
 
     monkeypatch.setattr(_stream.StreamingReplays, "results", results)
-    assert ms.report(path).what_if == expected
+    assert ms.report(path, capacity=capacity).what_if == expected
     assert started and started[0] is not None
     if wrapped:  # dropped, and replayed after reading
         assert streamed == []

@@ -181,23 +181,24 @@ def replay_peaks(
     if a is None:
         return run
     malloc, free, empty = a.malloc, a.free, a.empty_cache
-    done = 0
+    events = 0  # allocations and frees of the trace done (not the setup ones)
     try:
         for kind, block, size, stream in zip(
             ops.kind, ops.block, ops.size, ops.stream, strict=True
         ):
             if kind == _FREE:
                 free(block)
+            elif kind == _ALLOC:
+                malloc(block, size, stream)
             elif kind == _EMPTY:
                 empty()
                 continue
             else:
                 malloc(block, size, stream)
-            done += 1
+                continue
+            events += 1
     except AllocatorOOM as exc:
-        ops_kind = ops.kind
-        events_before = sum(1 for k in ops_kind[:done] if k in (_ALLOC, _FREE))
-        run.oom_event = events_before
+        run.oom_event = events
         run.oom_message = str(exc)
     except InvalidInputError as exc:
         run.error = str(exc)

@@ -105,7 +105,7 @@ def _as_ops(parts: list[list[npt.NDArray[np.int64]]]) -> Ops:
     while parts:
         part = parts.pop()
         for column, values in zip(columns, part, strict=True):
-            column.frombytes(np.ascontiguousarray(values).data)
+            column.frombytes(values.tobytes())
     kinds = np.frombuffer(columns[0], dtype=np.int64)
     return Ops(
         kind=columns[0],
@@ -153,6 +153,7 @@ class StreamingReplays:
         self._extra: list[Job] = []
         self._worker: BaseProcess | None = None
         self.broken = False
+        self.completed = False  # the worker sent everything and finished
 
     def feed(self, codes: Any, addr: Any, size: Any, stream: Any) -> None:
         """Send one batch of kept trace entries (in order) to the worker, starting it first."""
@@ -209,7 +210,7 @@ class StreamingReplays:
             elif kind == "extra":
                 extra[payload[0]] = payload[1]
             else:
-                done = True
+                done = self.completed = True
         self.close()
         return streamed, extra
 
