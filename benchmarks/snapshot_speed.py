@@ -317,13 +317,16 @@ def child_cli(path: str) -> None:
         if proc.returncode != 0:
             raise SystemExit(f"memfit snapshot failed ({proc.returncode}):\n{err_file.read()}")
         out = json.loads(out_file.read())
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(
         "RESULT "
         + json.dumps(
             {
                 "command": f"memfit snapshot {path} --json",
                 "wall_seconds": round(wall, 2),
-                "peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+                "peak_rss_bytes": usage.ru_maxrss * 1024,
+                # CPU time of the command and its workers: steadier than wall time on a VM
+                "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
                 "peak_total_rss_bytes": total_rss,
                 "peak_total_pss_bytes": total_pss,
                 "peak_reserved": out["peaks"]["reserved"]["bytes"],
@@ -416,6 +419,7 @@ def main() -> int:
         },
         "cli": cli,
         "cli_runs_wall_seconds": [r["wall_seconds"] for r in runs],
+        "cli_runs_cpu_seconds": [r["cpu_seconds"] for r in runs],
         "phases": phases,
         # RSS: the largest process; the sum over the command's processes, sampled, is in
         # peak_total_rss_bytes (counts shared pages twice) and peak_total_pss_bytes

@@ -281,3 +281,12 @@ def test_a_real_trace_cut_like_a_wrapped_ring_buffer(tmp_path: Path) -> None:
     assert rep.requested[-1] == full.requested[-1] and rep.reserved[-1] == full.reserved[-1]
     assert rep.peak_reserved <= full.peak_reserved
     assert rep.what_if
+
+
+def test_the_expandable_what_if_predicts_the_real_expandable_run() -> None:
+    """TinyLlama was recorded twice on the H200: default settings and expandable segments.
+    The what-if on the first gives the second's peaks to the byte."""
+    default = ms.report(TRACES / "trace-tinyllama-bf16-b4-s2048.pickle.gz")
+    real = ms.report(TRACES / "trace-tinyllama-bf16-b4-s2048-expandable.pickle.gz", what_if=False)
+    row = next(w for w in default.what_if if w.label == "expandable_segments:True")
+    assert (row.peak_reserved, row.peak_allocated) == (real.peak_reserved, real.peak_allocated)
