@@ -34,13 +34,19 @@ __all__ = ["html_report", "write_html"]
 _MODULE_ROWS = 10
 _MODULE_WIDTH = 90
 
-_CSS = """
+# the page frame shared with the snapshot report (memfit.snapshot)
+PAGE_CSS = """
 :root { color-scheme: light; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
        color: #222; background: #fafafa; margin: 0; }
 main { max-width: 1000px; margin: 0 auto; padding: 24px 20px 40px; background: #fff; }
-h1 { font-size: 20px; margin: 0 0 8px; }
 h2 { font-size: 16px; margin: 28px 0 8px; }
+"""
+
+_CSS = (
+    PAGE_CSS
+    + """
+h1 { font-size: 20px; margin: 0 0 8px; }
 dl.workload { display: flex; flex-wrap: wrap; gap: 4px 18px; margin: 0 0 12px; color: #444; }
 dl.workload div { display: flex; gap: 6px; }
 dl.workload dt { color: #777; }
@@ -65,6 +71,7 @@ figcaption, p.caption { color: #666; font-size: 12px; }
 ul.notes li { margin: 3px 0; }
 footer { margin-top: 32px; color: #888; font-size: 12px; }
 """
+)
 
 
 def _e(text: str) -> str:

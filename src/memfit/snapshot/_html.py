@@ -22,6 +22,7 @@ from memfit.report._chart import (
     downsample,
     nice_ticks,
 )
+from memfit.report._html import PAGE_CSS
 from memfit.report._paths import PathLike, output_path
 from memfit.report._svg import svg_chart
 from memfit.report._text import UNITS_CAPTION, format_share
@@ -41,13 +42,10 @@ _LABEL = 190  # px left of the bars
 _ROW = 14
 _MAX_SEGMENTS = 48
 
-_CSS = """
-:root { color-scheme: light; }
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
-       color: #222; background: #fafafa; margin: 0; }
-main { max-width: 1000px; margin: 0 auto; padding: 24px 20px 40px; background: #fff; }
+_CSS = (
+    PAGE_CSS
+    + """
 h1 { font-size: 20px; margin: 0 0 8px; overflow-wrap: anywhere; }
-h2 { font-size: 16px; margin: 28px 0 8px; }
 dl.facts { display: flex; flex-wrap: wrap; gap: 4px 18px; margin: 0 0 12px; color: #444; }
 dl.facts div { display: flex; gap: 6px; }
 dl.facts dt { color: #777; }
@@ -70,6 +68,7 @@ figcaption, p.caption { color: #666; font-size: 12px; }
 ul.notes li { margin: 3px 0; }
 footer { margin-top: 32px; color: #888; font-size: 12px; }
 """
+)
 
 
 def _e(text: object) -> str:
