@@ -29,7 +29,7 @@ from memfit.report._text import (
     workload_title,
 )
 
-__all__ = ["html_report", "write_html"]
+__all__ = ["PAGE_CSS", "html_report", "write_html"]
 
 _MODULE_ROWS = 10
 _MODULE_WIDTH = 90
