@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
 def _report(console: Console, exc: BaseException, debug: bool) -> None:
     if debug:
         console.print(traceback.format_exc(), markup=False, highlight=False)
-    console.print(f"[bold red]error:[/] {exc}", highlight=False)
+    # soft_wrap: the terminal wraps the paragraph, so paths and commands stay copyable.
+    console.print("[bold red]error:[/] ", end="", highlight=False)
+    console.print(str(exc), markup=False, highlight=False, soft_wrap=True)
     if not debug:
         console.print("[dim](run with --debug for the traceback)[/]")
 
