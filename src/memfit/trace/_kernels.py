@@ -4,6 +4,7 @@
   first matmul and never returned. PyTorch gives each thread its own handle, and the autograd
   engine runs the backward pass on its own thread, so a training step holds two.
 * Flash attention's backward allocates float32 accumulators for dQ and the softmax row sums.
+* cuDNN convolutions take a workspace per call, sized by the engine cuDNN picks (``_cudnn``).
 
 Sizes were read from real traces on an H200 with torch 2.11 (benchmarks/results/).
 """
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from memfit._units import MiB
+from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._reduce import reduction_scratch
 
 __all__ = ["KernelModel"]
@@ -70,6 +72,7 @@ class KernelModel:
             cublas_workspace = 32 * MiB if sm >= 90 else 4 * MiB + 8 * 16 * 1024 * 2
         self.cublas_workspace = cublas_workspace
         self._handles: set[str] = set()
+        self.convolutions = ConvWorkspaces()
 
     def before(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], phase: str
@@ -92,8 +95,34 @@ class KernelModel:
 
     def scratch(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> list[list[tuple[int, str]]]:
+        """Allocations a kernel makes and frees within itself, as groups that live one after
+        another (a convolution's backward frees the input gradient's workspace before it takes
+        the weight gradient's)."""
+        if func is aten.convolution.default:
+            return [[(n, "cuDNN convolution workspace")] for n in self.convolutions.forward(args)]
+        together = list(self._scratch(func, args, kwargs))
+        return [together] if together else []
+
+    def between_outputs(
+        self, func: Any, args: tuple[Any, ...]
+    ) -> dict[int, list[tuple[int, str]]] | None:
+        """Scratch a kernel takes between making one output and the next, by the index of the
+        output it follows (cuDNN's backward: input gradient, its workspace, weight gradient,
+        its workspace); None for kernels that allocate all outputs first."""
+        if func is not aten.convolution_backward.default:
+            return None
+        return {
+            i: [
+                (n, f"cuDNN convolution {'input' if i == 0 else 'weight'} gradient workspace")
+                for n in sizes
+            ]
+            for i, sizes in self.convolutions.backward(args).items()
+        }
+
+    def _scratch(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Iterable[tuple[int, str]]:
-        """Allocations a kernel makes and frees within itself."""
         if func is aten._scaled_dot_product_flash_attention_backward.default:
             q = args[1]
             b, h, s, d = (int(x) for x in q.shape)

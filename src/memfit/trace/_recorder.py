@@ -34,6 +34,17 @@ _PHASE_OWNER = {
 }
 
 
+_ADD = torch.ops.aten.add.Tensor
+_ADD_INPLACE = torch.ops.aten.add_.Tensor
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense, as the autograd engine requires to add in place."""
+    if 0 in t.stride() and t.numel() > 1:
+        return False
+    return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
+
+
 class Recorder(TorchDispatchMode):
     """Records allocation and free events of meta storages, in program order."""
 
@@ -55,6 +66,7 @@ class Recorder(TorchDispatchMode):
         self.param_owner: dict[int, str] = {}  # id(parameter) -> owning module path
         self.failure: tuple[str, str] | None = None  # (op, module) of the first op that raised
         self.suspended = 0  # > 0 while a fused in-place kernel runs as several meta ops
+        self._made_by: dict[int, int] = {}  # storage key -> autograd node that allocated it
 
     # -- allocation bookkeeping ------------------------------------------------------------
     def _key(self, storage: torch.UntypedStorage) -> int:
@@ -103,10 +115,14 @@ class Recorder(TorchDispatchMode):
             return None
         block = self.alloc(nbytes, category, op, tuple(t.shape), str(t.dtype).replace("torch.", ""))
         self._live[key] = (block, nbytes)
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            self._made_by[key] = node._sequence_nr()
         weakref.finalize(storage, self._finalized, key)
         return block
 
     def _finalized(self, key: int) -> None:
+        self._made_by.pop(key, None)
         seen = self._live.pop(key, None)
         if seen is not None:
             self.free(seen[0])
@@ -150,6 +166,8 @@ class Recorder(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
+        if func is _ADD and self._accumulates_in_place(args, kwargs):
+            func = _ADD_INPLACE
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
         special = self.shadows.answer(func, args, kwargs, self)
         if special is not None:
@@ -165,20 +183,59 @@ class Recorder(TorchDispatchMode):
                     )
                 raise
             self.shadows.propagate(func, args, kwargs, out)
-        self._track_outputs(out, name)
+        between = None if special is not None else self.kernels.between_outputs(func, args)
+        if between is not None:
+            self._track_interleaved(out, name, between)
+        else:
+            self._track_outputs(out, name)
         if special is None:
             # a library handle's workspace is created when the kernel is first launched,
             # after the op has allocated its outputs (H200 traces)
             for nbytes, label in self.kernels.before(func, args, kwargs, self.phase):
                 self.alloc(nbytes, Category.WORKSPACE, label)
             # kernel-internal scratch: allocated after the outputs, freed when the kernel ends
-            scratch = [
-                self.alloc(nbytes, Category.WORKSPACE, label)
-                for nbytes, label in self.kernels.scratch(func, args, kwargs)
-            ]
-            for block in scratch:
-                self.free(block)
+            for group in self.kernels.scratch(func, args, kwargs):
+                blocks = [self.alloc(nbytes, Category.WORKSPACE, label) for nbytes, label in group]
+                for block in blocks:
+                    self.free(block)
         return out
+
+    def _accumulates_in_place(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether this ``add`` is the autograd engine summing two gradients of one input, which
+        a real run does in place.
+
+        The engine adds a gradient arriving from another node into the one already buffered,
+        in place when the buffered tensor is dense and unshared (input_buffer.cpp). Under any
+        Python dispatch mode, this mode included, the engine takes the out-of-place path, so the
+        trace would allocate a gradient-sized tensor per junction (every residual connection)
+        that the GPU never allocates.
+        """
+        if (
+            torch.is_grad_enabled()
+            or kwargs
+            or len(args) != 2
+            or not self.phase.endswith("backward")
+        ):
+            return False
+        old, new = args
+        if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor)):
+            return False
+        if old.shape != new.shape or old.dtype != new.dtype or old.device.type != "meta":
+            return False
+        node = torch._C._current_autograd_node()
+        if node is None:
+            return False
+        made_by = self._made_by.get(self._key(old.untyped_storage()))
+        return made_by is not None and made_by != node._sequence_nr() and _dense(old)
+
+    def _track_interleaved(
+        self, out: Any, name: str, between: dict[int, list[tuple[int, str]]]
+    ) -> None:
+        for i, t in enumerate(out):
+            if isinstance(t, torch.Tensor) and not self.suspended:
+                self.track(t, self.category_hint or Category.TEMPORARY, name)
+            for nbytes, label in between.get(i, []):
+                self.free(self.alloc(nbytes, Category.WORKSPACE, label))
 
     def _track_outputs(self, out: Any, name: str) -> None:
         if self.suspended:

@@ -244,6 +244,7 @@ def trace_workload(workload: Workload, gpu: GPU) -> Trace:
         del model, optimizer
     notes = [f"attention ran {n} x {b}" for b, n in sorted(session.backends.items())]
     notes += sorted(set(session.shadows.guesses))
+    notes += session.recorder.kernels.convolutions.notes()
     # what happens after the last step (the model torn down) is not part of the workload
     phases = session.phases
     end = next((i for name, i in reversed(phases) if name == "end"), len(recorder.events))

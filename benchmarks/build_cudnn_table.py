@@ -1,0 +1,96 @@
+"""Build memfit's table of cuDNN convolution workspaces from a probe run on a real GPU.
+
+cuDNN picks a convolution engine by its own heuristics (``torch.backends.cudnn.benchmark`` off)
+and takes the engine's workspace from the caching allocator for the duration of the call. The
+size depends on the engine, so it cannot be derived from the shapes alone; this script reads the
+allocator traces that ``benchmarks/cudnn_probe.py`` recorded for each convolution configuration
+and writes, per configuration, dtype and batch size, the workspaces of the forward pass, of the
+input gradient (dgrad) and of the weight gradient (wgrad).
+
+    python benchmarks/build_cudnn_table.py PROBE.json.gz src/memfit/trace/data/cudnn_sm90.json
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from collections import Counter
+from typing import Any
+
+ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
+PHASES = ("fwd", "dgrad", "dgrad", "wgrad", "bias")
+
+
+def _sizes(p: dict[str, Any]) -> list[int]:
+    """The tensors the convolution itself allocates, in the order a training call makes them."""
+    e = ELEMENT[p["dtype"]]
+    (kh, kw), (sh, sw), (ph, pw) = p["kernel"], p["stride"], p["padding"]
+    ho = (p["h"] + 2 * ph - kh) // sh + 1
+    wo = (p["w"] + 2 * pw - kw) // sw + 1
+    out = p["batch"] * p["k"] * ho * wo * e
+    grad_in = p["batch"] * p["c"] * p["h"] * p["w"] * e
+    grad_w = p["k"] * (p["c"] // p["groups"]) * kh * kw * e
+    sizes = [out, out, grad_in, grad_w]
+    return [*sizes, p["k"] * e] if p["bias"] else sizes
+
+
+def workspaces(p: dict[str, Any]) -> dict[str, list[int]]:
+    """Split one probe's trace into the transient allocations of each phase of the call."""
+    expected = _sizes(p) if p["train"] else _sizes(p)[:1]
+    found: dict[str, list[int]] = {"fwd": [], "dgrad": [], "wgrad": []}
+    matched = 0
+    for action, size in p["trace"]:
+        if action != "alloc":
+            continue
+        if matched < len(expected) and size == expected[matched]:
+            matched += 1
+            continue
+        phase = PHASES[matched - 1]
+        if phase in found:
+            found[phase].append(size)
+    if matched != len(expected):
+        # not cuDNN's order: PyTorch's own depthwise kernels, which make the weight gradient
+        # first and take no workspace (what else they allocate is the bias gradient's sum)
+        allocs = Counter(size for action, size in p["trace"] if action == "alloc")
+        if Counter(expected) - allocs:
+            raise ValueError(f"probe trace does not match the convolution's own tensors: {p}")
+        return {"fwd": [], "dgrad": [], "wgrad": []}
+    return found
+
+
+def key(p: dict[str, Any]) -> str:
+    fields = [p["c"], p["h"], p["w"], p["k"], *p["kernel"], *p["stride"], *p["padding"]]
+    return ",".join(str(x) for x in [*fields, p["groups"]]) + f"|{p['dtype']}"
+
+
+def build(probe: dict[str, Any]) -> dict[str, Any]:
+    table: dict[str, dict[str, dict[str, list[int]]]] = {}
+    for p in probe["conv"]:
+        entry = table.setdefault(key(p), {"fwd": {}, "dgrad": {}, "wgrad": {}})
+        found = workspaces(p)
+        batch = str(p["batch"])
+        phases = ("fwd", "dgrad", "wgrad") if p["train"] else ("fwd",)
+        for phase in phases:
+            previous = entry[phase].get(batch)
+            if previous is not None and previous != found[phase]:
+                # the forward pass of a training probe ran the same engine as inference
+                entry[phase][batch] = max(previous, found[phase], key=sum)
+            else:
+                entry[phase][batch] = found[phase]
+    return {"meta": {**probe["meta"], "source": "benchmarks/cudnn_probe.py"}, "conv": table}
+
+
+def main() -> int:
+    with gzip.open(sys.argv[1], "rt") as fh:
+        probe = json.load(fh)
+    table = build(probe)
+    with open(sys.argv[2], "w") as fh:
+        json.dump(table, fh, separators=(",", ":"), sort_keys=True)
+        fh.write("\n")
+    print(f"{len(table['conv'])} configurations -> {sys.argv[2]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

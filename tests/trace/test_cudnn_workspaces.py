@@ -1,0 +1,97 @@
+"""cuDNN convolution workspaces come from the table measured on an H200, in the order a real
+call takes them; the table is exactly what the committed probe data gives."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from memfit._gpus import resolve_gpu
+from memfit._workload import Workload
+from memfit.trace._cudnn import ConvWorkspaces, _at_batch, _table
+from memfit.trace._tracer import trace_workload
+
+ROOT = Path(__file__).parents[2]
+
+
+def _trace(model_fn, batch, mode="train", precision="fp32"):
+    work = Workload(
+        build_model=model_fn,
+        make_batch=lambda: batch,
+        loss_fn=lambda m, b: m(b).float().sum(),
+        optimizer="sgd",
+        precision=precision,
+        mode=mode,
+    )
+    return trace_workload(work, resolve_gpu("h200"))
+
+
+def test_the_committed_table_is_what_the_probe_gives() -> None:
+    spec = importlib.util.spec_from_file_location("build", ROOT / "benchmarks/build_cudnn_table.py")
+    assert spec and spec.loader
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    probe_path = ROOT / "benchmarks/results/h200-2026-11-30/cudnn_probe.json.gz"
+    with gzip.open(probe_path, "rt") as fh:
+        probe = json.load(fh)
+    assert build.build(probe)["conv"] == _table()
+
+
+def test_measured_batch_sizes_are_exact_and_others_interpolated() -> None:
+    by_batch = {"32": [100], "128": [400]}
+    assert _at_batch(by_batch, 32) == ([100], True)
+    assert _at_batch(by_batch, 64) == ([200], False)
+    assert _at_batch(by_batch, 256) == ([800], False)  # beyond the probes: grows with the batch
+    assert _at_batch({"32": [100], "128": [400, 8]}, 64) == ([200], False)  # nearest, scaled
+
+
+def test_a_training_convolution_takes_its_workspaces_between_its_outputs() -> None:
+    # ResNet-50's 3x3 convolution of 64 channels at 56x56, batch 32, fp32: measured on an H200
+    conv = lambda: nn.Conv2d(64, 64, 3, padding=1, bias=False)  # noqa: E731
+    x = torch.randn(32, 64, 56, 56).requires_grad_()
+    trace = _trace(conv, x)
+    labels = [
+        (trace.infos[e.info].op, e.size)
+        for e in trace.events[trace.steps_start :]
+        if e.kind == "alloc" and trace.infos[e.info].phase == "step1.backward"
+    ]
+    entry = _table()["64,56,56,64,3,3,1,1,1,1,1|fp32"]
+    out = 32 * 64 * 56 * 56 * 4
+    assert labels[-4:] == [
+        ("convolution_backward", out),
+        ("cuDNN convolution input gradient workspace", entry["dgrad"]["32"][0]),
+        ("convolution_backward", 64 * 64 * 9 * 4),
+        ("cuDNN convolution weight gradient workspace", entry["wgrad"]["32"][0]),
+    ]
+
+
+def test_resnet50_inference_has_the_measured_stem_workspace() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    trace = _trace(
+        torchvision.models.resnet50,
+        torch.randn(128, 3, 224, 224),
+        mode="infer",
+        precision="fp16",
+    )
+    workspaces = [
+        e.size
+        for e in trace.events
+        if e.kind == "alloc" and trace.infos[e.info].op == "cuDNN convolution workspace"
+    ]
+    stem = _table()["3,224,224,64,7,7,2,2,3,3,1|fp16"]["fwd"]["128"]
+    assert workspaces[0] == stem[0]
+    assert not any("interpolated" in n for n in trace.notes)
+
+
+def test_unknown_shapes_take_no_workspace_and_say_so() -> None:
+    ws = ConvWorkspaces()
+    x = torch.empty(8, 5, 9, 9, device="meta")
+    w = torch.empty(7, 5, 3, 3, device="meta")
+    assert ws.forward((x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)) == []
+    assert ws.notes() == ["1 convolution shapes have no measured cuDNN workspace (counted as none)"]
