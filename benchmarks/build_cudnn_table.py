@@ -78,7 +78,35 @@ def build(probe: dict[str, Any]) -> dict[str, Any]:
                 entry[phase][batch] = max(previous, found[phase], key=sum)
             else:
                 entry[phase][batch] = found[phase]
-    return {"meta": {**probe["meta"], "source": "benchmarks/cudnn_probe.py"}, "conv": table}
+    return {
+        "meta": {**probe["meta"], "source": "benchmarks/cudnn_probe.py"},
+        "conv": table,
+        "lstm_workspace": lstm_workspace_fits(probe),
+    }
+
+
+def lstm_workspace_fits(probe: dict[str, Any]) -> dict[str, list[float]]:
+    """Least-squares fit, per (dtype, layers, directions), of the LSTM workspace in bytes as
+    H*e*(a*B*S + b*B + c*S + d) + k: exact to ~140 bytes on every probed configuration (the
+    forward, input-gradient and weight-gradient calls all take the same size)."""
+    import numpy as np
+
+    rows: dict[str, tuple[list[list[float]], list[float]]] = {}
+    for p in probe["lstm"]:
+        b, s, h, layers = p["batch"], p["seq"], p["hidden"], p["layers"]
+        e = ELEMENT[p["dtype"]]
+        dirs = 2 if p["bidirectional"] else 1
+        reserve = (6 * layers - 1) * dirs * b * s * h * e + 256
+        allocs = [size for action, size in p["trace"] if action == "alloc"]
+        workspace = allocs[allocs.index(reserve) - 1]
+        a, y = rows.setdefault(f"{p['dtype']}|{layers}|{dirs}", ([], []))
+        a.append([h * e * b * s, h * e * b, h * e * s, h * e, 1.0])
+        y.append(float(workspace))
+    fits = {}
+    for key, (a, y) in rows.items():
+        coef = np.linalg.lstsq(np.array(a), np.array(y), rcond=None)[0]
+        fits[key] = [round(float(c), 4) for c in coef]
+    return fits
 
 
 def main() -> int:

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from memfit.trace import _autocast
+from memfit.trace._rnn import LSTM_FUNCTION, RnnHooks, cudnn_lstm
 from memfit.trace._sdpa import run_sdpa
 
 __all__ = ["TraceFunctionMode", "python_function_reentry"]
@@ -44,6 +45,21 @@ def _to_meta(obj: Any) -> Any:
 _SDPA = getattr(F, "scaled_dot_product_attention", None)
 _DROPOUTS = {F.dropout, torch.dropout}
 _CROSS_ENTROPY = torch._C._nn.cross_entropy_loss
+_LINEAR = torch._C._nn.linear
+
+
+def _linear_with_inplace_bias(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``F.linear`` on a non-contiguous input of 3 or more dimensions: a real run computes
+    ``matmul`` and adds the bias in place. ATen adds out of place for tensor subclasses, and
+    under any Python dispatch mode every tensor counts as one, so the meta trace would allocate
+    the whole output a second time (2 GB for an LSTM LM's vocabulary head). None: not this case.
+    """
+    x, weight = args[0], args[1]
+    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    if bias is None or not isinstance(x, torch.Tensor) or x.dim() == 2 or x.is_contiguous():
+        return None  # addmm, on the flattened input when contiguous: no second output
+    out = torch.matmul(x, weight.t())
+    return out.add_(bias)
 
 
 _SOFTMAXES = {
@@ -111,8 +127,10 @@ class TraceFunctionMode(TorchFunctionMode):
         on_sdpa: Callable[[str], None] | None = None,
         on_output: Callable[[Any], None] | None = None,
         fused_inplace: Callable[[], Any] | None = None,
+        rnn: RnnHooks | None = None,
     ) -> None:
         super().__init__()
+        self.rnn = rnn
         self.sm = sm
         self.on_sdpa = on_sdpa
         self.on_output = on_output
@@ -142,6 +160,12 @@ class TraceFunctionMode(TorchFunctionMode):
             policy = _autocast.autocast_policy(func)
             if policy is not None:
                 args, kwargs = _autocast.cast_args(policy, args, kwargs, state)
+        if func is _LINEAR:
+            out = _linear_with_inplace_bias(args, kwargs)
+            if out is not None:
+                if self.on_output is not None:
+                    self.on_output(out)
+                return out
         if func in _SOFTMAXES:
             out = _half_to_float_softmax(func, args, kwargs)
             if out is not None:
@@ -159,6 +183,15 @@ class TraceFunctionMode(TorchFunctionMode):
             if self.on_sdpa is not None:
                 self.on_sdpa(backend)
             return out
+        if func is LSTM_FUNCTION and self.rnn is not None:
+            if state.enabled:
+                self.rnn.notes.add("an LSTM under autocast ran PyTorch's cell kernels")
+            else:
+                out = cudnn_lstm(args, self.rnn)
+                if out is not None:
+                    if self.on_output is not None:
+                        self.on_output(out)
+                    return out
         if isinstance(func, types.FunctionType):
             return self._reenter(func, args, kwargs)
         if self.fused_inplace is not None and _is_inplace_foreach(func):

@@ -127,6 +127,14 @@ class Recorder(TorchDispatchMode):
         if seen is not None:
             self.free(seen[0])
 
+    def name(self, t: torch.Tensor, op: str, category: Category | None = None) -> None:
+        """Say what made ``t``'s storage when the op that allocated it says too little."""
+        block = self.block_of(t)
+        if block is not None:
+            self.info(block).op = op
+            if category is not None:
+                self.info(block).category = category
+
     def block_of(self, t: torch.Tensor) -> int | None:
         if t.device.type != "meta":
             return None

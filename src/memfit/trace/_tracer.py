@@ -28,6 +28,7 @@ from memfit.trace._function_mode import TraceFunctionMode, python_function_reent
 from memfit.trace._kernels import KernelModel
 from memfit.trace._modules import ModuleTracker
 from memfit.trace._recorder import Recorder
+from memfit.trace._rnn import RnnHooks, flatten_like_cuda
 from memfit.trace._shadow import ShadowValues
 
 __all__ = ["Trace", "trace_workload"]
@@ -168,11 +169,18 @@ class _Session:
         self.recorder.module_of = self.modules.current
         self.phases: list[tuple[str, int]] = [("setup", 0)]
         self.backends: dict[str, int] = {}
+        self.rnn_notes: set[str] = set()
         self.function_mode = TraceFunctionMode(
             gpu.sm,
             on_sdpa=self.on_sdpa,
             on_output=self.modules.stamp,
             fused_inplace=self.fused_inplace,
+            rnn=RnnHooks(
+                alloc=lambda n, label: self.recorder.alloc(n, Category.WORKSPACE, label),
+                free=self.recorder.free,
+                name=self.recorder.name,
+                notes=self.rnn_notes,
+            ),
         )
 
     def on_sdpa(self, backend: str) -> None:
@@ -213,6 +221,7 @@ class _Session:
         )
         with ExitStack() as stack:
             stack.enter_context(_optimizer_defaults_as_on_cuda())
+            stack.enter_context(flatten_like_cuda())
             stack.enter_context(_autocast_emulated())
             stack.enter_context(python_function_reentry())
             stack.enter_context(self.modules.active())
@@ -245,6 +254,7 @@ def trace_workload(workload: Workload, gpu: GPU) -> Trace:
     notes = [f"attention ran {n} x {b}" for b, n in sorted(session.backends.items())]
     notes += sorted(set(session.shadows.guesses))
     notes += session.recorder.kernels.convolutions.notes()
+    notes += sorted(session.rnn_notes)
     # what happens after the last step (the model torn down) is not part of the workload
     phases = session.phases
     end = next((i for name, i in reversed(phases) if name == "end"), len(recorder.events))

@@ -1,0 +1,223 @@
+"""The cuDNN LSTM, as a real GPU runs ``nn.LSTM``.
+
+On CUDA, ``nn.LSTM`` is one cuDNN call (``_cudnn_rnn``), not the cell-by-cell loop the meta
+device would run: it keeps a *reserve space* from forward to backward, takes a workspace during
+each of its three calls (forward, input gradient, weight gradient), and writes the weight
+gradients into one flat buffer. Its weights live in one flat buffer too, made when the module
+reaches the GPU in fp32 or fp16 (``flatten_parameters``); in bf16 cuDNN copies them into a new
+buffer on every forward and keeps it for the backward.
+
+Sizes, measured on an H200 with torch 2.11 / cuDNN 9.19 for 64 configurations
+(``benchmarks/cudnn_probe.py``): the reserve space is ``(6*layers - 1) * directions * B*S*H *
+element_size + 256`` bytes on all of them; the workspace is fitted per (dtype, layers,
+directions) as ``H*e*(a*B*S + b*B + c*S + d) + k`` (``benchmarks/build_cudnn_table.py``), within
+about 140 bytes of every probe. Layer counts beyond the probed ones are extrapolated, and the
+estimate says so. Packed sequences, projections, GRU/RNN and autocast keep the meta device's
+kernels (also said in the notes).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["LSTM_FUNCTION", "RnnHooks", "cudnn_lstm", "flatten_like_cuda"]
+
+LSTM_FUNCTION = torch._C._VariableFunctions.lstm
+_ELEMENT = {torch.float32: ("fp32", 4), torch.bfloat16: ("bf16", 2), torch.float16: ("fp16", 2)}
+_FLATTENED = (torch.float32, torch.float16)  # cuDNN-acceptable dtypes flatten_parameters takes
+
+
+@dataclass
+class RnnHooks:
+    """How the LSTM emulation reaches the recorder: workspaces and names for its tensors."""
+
+    alloc: Callable[[int, str], int]  # a workspace of n bytes; returns its block
+    free: Callable[[int], None]
+    name: Callable[[torch.Tensor, str], None]
+    notes: set[str]
+
+    def workspace(self, nbytes: int, label: str) -> None:
+        self.free(self.alloc(nbytes, label))
+
+
+@functools.cache
+def _fits() -> dict[str, list[float]]:
+    text = resources.files("memfit.trace").joinpath("data/cudnn_sm90.json").read_text()
+    fits: dict[str, list[float]] = json.loads(text)["lstm_workspace"]
+    return fits
+
+
+def _workspace(dtype: str, layers: int, dirs: int, b: int, s: int, h: int, e: int) -> int:
+    # fp16 was not probed: it takes bf16's workspace (same element size, same engines)
+    name = "bf16" if dtype == "fp16" else dtype
+    probed = sorted(int(k.split("|")[1]) for k in _fits() if k.startswith(f"{name}|"))
+    lo, hi = probed[0], probed[-1]
+    if layers in probed:
+        coef = _fits()[f"{name}|{layers}|{dirs}"]
+    else:  # linear in the number of layers, from the two probed ends
+        c_lo, c_hi = _fits()[f"{name}|{lo}|{dirs}"], _fits()[f"{name}|{hi}|{dirs}"]
+        t = (layers - lo) / (hi - lo)
+        coef = [a + (b_ - a) * t for a, b_ in zip(c_lo, c_hi, strict=True)]
+    a, b_coef, c, d, k = coef
+    return max(0, round(h * e * (a * b * s + b_coef * b + c * s + d) + k))
+
+
+def reserve_bytes(layers: int, dirs: int, b: int, s: int, h: int, e: int) -> int:
+    """cuDNN's LSTM reserve space (training only), exact on every probed configuration."""
+    return (6 * layers - 1) * dirs * b * s * h * e + 256
+
+
+@dataclass(frozen=True)
+class _Spec:
+    layers: int
+    dirs: int
+    batch_first: bool
+    train: bool
+    workspace: int
+    reserve: int
+    flattened: bool
+    hooks: RnnHooks
+
+
+def _one_buffer(params: Sequence[torch.Tensor]) -> bool:
+    """Whether the weights are views of one flat buffer, in order (cuDNN uses it as is)."""
+    first = params[0].untyped_storage()
+    offset = params[0].storage_offset()
+    for p in params:
+        if p.untyped_storage()._cdata != first._cdata or p.storage_offset() != offset:
+            return False
+        if not p.is_contiguous():
+            return False
+        offset += p.numel()
+    return True
+
+
+class _CudnnLSTM(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, spec: _Spec, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, *params: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        seq_first = x.transpose(0, 1) if spec.batch_first else x
+        contiguous = seq_first.contiguous()
+        s, b, _ = contiguous.shape
+        out = contiguous.new_empty((s, b, h0.shape[-1] * spec.dirs))
+        hy, cy = torch.empty_like(h0), torch.empty_like(c0)
+        weights = None
+        if not spec.flattened:
+            weights = x.new_empty((sum(p.numel() for p in params),))
+            spec.hooks.name(weights, "cuDNN LSTM weight buffer")
+        workspace = spec.hooks.alloc(spec.workspace, "cuDNN LSTM workspace")
+        reserve = None
+        if spec.train:
+            reserve = x.new_empty((spec.reserve,), dtype=torch.uint8)
+            spec.hooks.name(reserve, "cuDNN LSTM reserve space")
+        spec.hooks.free(workspace)
+        del contiguous
+        ctx.spec = spec
+        result = out.transpose(0, 1) if spec.batch_first else out
+        # cuDNN's backward reads the output too: it stays alive until then
+        ctx.save_for_backward(x, h0, c0, reserve, weights, result, *params)
+        return result, hy, cy
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, d_out: torch.Tensor, d_hy: torch.Tensor, d_cy: torch.Tensor
+    ) -> tuple[Any, ...]:
+        spec: _Spec = ctx.spec
+        x, h0, c0, _, _, _, *params = ctx.saved_tensors
+        order = (lambda t: t.transpose(0, 1)) if spec.batch_first else (lambda t: t)
+        x_c = order(x).contiguous()
+        dy = order(d_out).contiguous()
+        dx = torch.empty_like(x_c)
+        dhx, dcx = torch.empty_like(h0), torch.empty_like(c0)
+        spec.hooks.workspace(spec.workspace, "cuDNN LSTM backward workspace")
+        del dy, x_c
+        x_c = order(x).contiguous()
+        dw = x.new_zeros((sum(p.numel() for p in params),))
+        spec.hooks.workspace(spec.workspace, "cuDNN LSTM weight gradient workspace")
+        del x_c
+        grads, offset = [], 0
+        for p in params:
+            grads.append(dw[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+        return (None, order(dx), dhx, dcx, *grads)
+
+
+def cudnn_lstm(args: tuple[Any, ...], hooks: RnnHooks) -> Any:
+    """``torch._VF.lstm`` as cuDNN runs it, or None where cuDNN's path is not modelled."""
+    if len(args) != 9 or not isinstance(args[1], (list, tuple)):
+        hooks.notes.add("packed-sequence LSTM ran PyTorch's cell kernels (cuDNN not modelled)")
+        return None
+    x, (h0, c0), params, has_biases, layers, _, train, bidir, batch_first = args
+    known = _ELEMENT.get(x.dtype)
+    if (
+        known is None
+        or x.dim() != 3
+        or not has_biases
+        or h0.shape[-1] != c0.shape[-1]
+        or any(p.dtype != x.dtype for p in params)
+    ):
+        hooks.notes.add("an LSTM ran PyTorch's cell kernels (its cuDNN path is not modelled)")
+        return None
+    name, e = known
+    dirs = 2 if bidir else 1
+    b, s = (x.shape[0], x.shape[1]) if batch_first else (x.shape[1], x.shape[0])
+    h = int(h0.shape[-1])
+    if layers not in (1, 2):
+        hooks.notes.add(f"cuDNN LSTM workspace for {layers} layers extrapolated from 1 and 2")
+    grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
+    spec = _Spec(
+        layers=int(layers),
+        dirs=dirs,
+        batch_first=bool(batch_first),
+        train=bool(train) and grad,
+        workspace=_workspace(name, int(layers), dirs, int(b), int(s), h, e),
+        reserve=reserve_bytes(int(layers), dirs, int(b), int(s), h, e),
+        flattened=_one_buffer(params),
+        hooks=hooks,
+    )
+    out, hy, cy = _CudnnLSTM.apply(spec, x, h0, c0, *params)
+    return out, hy, cy
+
+
+def _flatten(module: nn.RNNBase) -> None:
+    """What ``_cudnn_rnn_flatten_weight`` does on a GPU: one buffer, the weights views of it."""
+    weights = [w for w in module._flat_weights if isinstance(w, torch.Tensor)]
+    if len(weights) != len(module._flat_weights) or not weights:
+        return
+    dtype = weights[0].dtype
+    if dtype not in _FLATTENED or any(w.dtype != dtype or w.device.type != "meta" for w in weights):
+        return
+    if module.mode != "LSTM" or module.proj_size > 0 or _one_buffer(weights):
+        return
+    flat = torch.empty(sum(w.numel() for w in weights), dtype=dtype, device="meta")
+    offset = 0
+    with torch.no_grad():
+        for w in weights:
+            w.data = flat[offset : offset + w.numel()].view_as(w)
+            offset += math.prod(w.shape)
+
+
+@contextmanager
+def flatten_like_cuda() -> Iterator[None]:
+    """Make ``nn.LSTM`` flatten its weights on the meta device as it would on the GPU."""
+    original = nn.RNNBase.flatten_parameters
+
+    def flatten_parameters(self: nn.RNNBase) -> None:
+        _flatten(self)
+
+    nn.RNNBase.flatten_parameters = flatten_parameters  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.RNNBase.flatten_parameters = original  # type: ignore[method-assign]

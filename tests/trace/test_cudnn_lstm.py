@@ -1,0 +1,120 @@
+"""nn.LSTM is traced as the cuDNN call a GPU makes: the allocations of its forward match, one by
+one, the allocator traces recorded on an H200 for the same configurations (probe data committed
+in benchmarks/results), with the workspace within the fit's few hundred bytes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from memfit._gpus import resolve_gpu
+from memfit._workload import Workload
+from memfit.trace._rnn import reserve_bytes
+from memfit.trace._tracer import Trace, trace_workload
+
+PROBE = Path(__file__).parents[2] / "benchmarks/results/h200-2026-11-30/cudnn_probe.json.gz"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def _probes() -> list[dict[str, Any]]:
+    with gzip.open(PROBE, "rt") as fh:
+        probes: list[dict[str, Any]] = json.load(fh)["lstm"]
+    # a spread over every dimension: hidden, layers, batch, sequence, dtype, direction
+    return [p for i, p in enumerate(probes) if i % 9 == 0]
+
+
+def _trace(p: dict[str, Any]) -> Trace:
+    h = p["hidden"]
+    build = lambda: nn.LSTM(  # noqa: E731
+        h, h, num_layers=p["layers"], batch_first=True, bidirectional=p["bidirectional"]
+    )
+    x = torch.randn(p["batch"], p["seq"], h)
+    work = Workload(
+        build_model=build,
+        make_batch=lambda: x,
+        loss_fn=lambda m, b: m(b)[0].float().sum(),
+        optimizer="sgd",
+        precision=p["dtype"],
+        steps=1,
+    )
+    return trace_workload(work, resolve_gpu("h200"))
+
+
+def _forward_call(events: list[tuple[str, int]], copy: int, out: int) -> list[tuple[str, int]]:
+    """From the input's copy in sequence order (then the output) to the free of that copy."""
+    start = next(
+        i
+        for i in range(len(events) - 1)
+        if events[i] == ("a", copy) and events[i + 1] == ("a", out)
+    )
+    end = start + next(i for i, e in enumerate(events[start + 1 :], 1) if e == ("f", copy))
+    return events[start : end + 1]
+
+
+def _name(p: dict[str, Any]) -> str:
+    keys = ("hidden", "layers", "batch", "seq", "dtype", "bidirectional")
+    return "-".join(str(p[k]) for k in keys)
+
+
+@pytest.mark.parametrize("probe", _probes(), ids=_name)
+def test_forward_matches_the_gpu_allocation_for_allocation(probe: dict[str, Any]) -> None:
+    trace = _trace(probe)
+    sizes: dict[int, int] = {}
+    traced: list[tuple[str, int]] = []
+    for e in trace.events[trace.steps_start :]:
+        if e.kind == "alloc":
+            sizes[e.block] = e.size
+            traced.append(("a", e.size))
+        elif e.block in sizes:
+            traced.append(("f", sizes[e.block]))
+    real = [("a" if a == "alloc" else "f", s) for a, s in probe["trace"]]
+    element = 4 if probe["dtype"] == "fp32" else 2
+    copy = probe["batch"] * probe["seq"] * probe["hidden"] * element  # input in sequence order
+    out = copy * (2 if probe["bidirectional"] else 1)
+    ours, theirs = _forward_call(traced, copy, out), _forward_call(real, copy, out)
+    assert len(ours) == len(theirs)
+    for (kind, size), (real_kind, real_size) in zip(ours, theirs, strict=True):
+        assert kind == real_kind
+        assert abs(size - real_size) <= 512  # the workspace fit; everything else is exact
+
+
+def test_reserve_space_formula_holds_on_every_probe() -> None:
+    with gzip.open(PROBE, "rt") as fh:
+        probes = json.load(fh)["lstm"]
+    for p in probes:
+        e = 4 if p["dtype"] == "fp32" else 2
+        dirs = 2 if p["bidirectional"] else 1
+        size = reserve_bytes(p["layers"], dirs, p["batch"], p["seq"], p["hidden"], e)
+        assert ["alloc", size] in p["trace"]
+
+
+def test_reserve_space_lives_from_forward_to_backward_and_is_named() -> None:
+    probe = _probes()[0]
+    trace = _trace(probe)
+    names = [trace.infos[e.info].op for e in trace.events if e.kind == "alloc"]
+    assert "cuDNN LSTM reserve space" in names
+    assert "cuDNN LSTM weight gradient workspace" in names
+    assert not any("LSTM" in n for n in trace.notes)
+
+
+def test_packed_sequences_fall_back_and_say_so() -> None:
+    def loss(m: nn.Module, b: torch.Tensor) -> torch.Tensor:
+        packed = nn.utils.rnn.pack_padded_sequence(b, [4, 3], batch_first=True)
+        out, _ = m(packed)
+        return out.data.sum()
+
+    work = Workload(
+        build_model=lambda: nn.LSTM(8, 8, batch_first=True),
+        make_batch=lambda: torch.randn(2, 4, 8),
+        loss_fn=loss,
+        optimizer="sgd",
+        steps=1,
+    )
+    notes = trace_workload(work, resolve_gpu("h200")).notes
+    assert any("packed-sequence LSTM" in n for n in notes)
