@@ -76,6 +76,8 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if hasattr(value, "_fields_"):
         return {name: _jsonable(getattr(value, name)) for name, *_ in value._fields_}
+    if type(value).__name__ == "nvmlFriendlyObject":  # process lists come converted like this
+        return {name: _jsonable(v) for name, v in vars(value).items()}
     return value
 
 

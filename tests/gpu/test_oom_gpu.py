@@ -116,3 +116,48 @@ def test_oom_report_through_memfit_run(tmp_path, capfd):
     assert len(result.reports) == 1
     assert "OutOfMemoryError" in capfd.readouterr().err
     _check_report(tmp_path / "oom", out.read_text())
+
+
+# The forward fits (the cap is its own peak plus 32 MiB); the backward's first large gradient
+# does not. The allocation fails on the autograd engine's thread, not the script's.
+BACKWARD = """
+import json, sys
+import torch
+from torch import nn
+import memfit.oom
+
+directory = sys.argv[1]
+model = nn.Sequential(*[nn.Linear(4096, 4096) for _ in range(8)]).cuda()
+x = torch.randn(8192, 4096, device="cuda")
+loss = model(x).square().mean()
+torch.cuda.synchronize()
+cap = torch.cuda.memory_reserved() + 32 * 2**20
+del loss
+torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(0).total_memory)
+with memfit.oom.oom_report(directory) as hook:
+    try:
+        model(x).square().mean().backward()
+    except torch.OutOfMemoryError as exc:
+        print("MESSAGE", str(exc).splitlines()[0])
+print("REPORTS", len(hook.reports))
+"""
+
+
+def test_oom_report_for_an_oom_in_the_backward_pass(tmp_path):
+    script = tmp_path / "backward.py"
+    script.write_text(textwrap.dedent(BACKWARD))
+    run = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "oom")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "MESSAGE" in run.stdout and "REPORTS 1" in run.stdout, run.stdout
+    (report,) = (tmp_path / "oom").glob("oom-*.md")
+    facts = json.loads(report.with_suffix(".json").read_text())
+    assert facts["status"] == "complete"
+    assert facts["failure"]["phase"] == "backward"
+    assert facts["failure"]["fraction_limited"] is True
+    assert facts["fixes"]
+    print(report.read_text())
