@@ -7,7 +7,9 @@
     │   └── UnknownModelError    a model name matched nothing (carries close matches)
     ├── MissingExtraError        an optional dependency is not installed
     ├── TraceError               the step could not run on fake tensors
-    └── NoGPUError               a command that needs a GPU found none
+    ├── NoGPUError               a command that needs a GPU found none
+    ├── DoesNotFitError          no batch size tried fits the GPU (find_batch_size)
+    └── UnrecoverableOOMError    AutoMicrobatch cannot avoid an out-of-memory error
 
 Messages are plain sentences that name the offending value and the fix; the CLI prints them
 without a traceback.
@@ -16,12 +18,14 @@ without a traceback.
 from __future__ import annotations
 
 __all__ = [
+    "DoesNotFitError",
     "InvalidInputError",
     "MemfitError",
     "MissingExtraError",
     "NoGPUError",
     "TraceError",
     "UnknownModelError",
+    "UnrecoverableOOMError",
 ]
 
 
@@ -64,3 +68,20 @@ class TraceError(MemfitError):
 
 class NoGPUError(MemfitError):
     """A command that needs a CUDA GPU was run where none is available."""
+
+
+class DoesNotFitError(MemfitError):
+    """The workload does not fit the GPU at any batch size tried, down to the smallest."""
+
+
+class UnrecoverableOOMError(MemfitError, MemoryError):
+    """``AutoMicrobatch`` ran out of CUDA memory where splitting the batch cannot help.
+
+    Either a micro-batch of the smallest allowed size still did not fit, or the optimizer step
+    ran out of memory. ``incident`` (a ``memfit.MicrobatchIncident``) holds the step, the sizes
+    and the memory at the failure; the message holds the report and what to change.
+    """
+
+    def __init__(self, message: str, incident: object) -> None:
+        super().__init__(message)
+        self.incident = incident

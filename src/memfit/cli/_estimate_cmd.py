@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -54,26 +57,12 @@ def run_estimate(args: argparse.Namespace, console: Console) -> int:
             "Give a model, e.g. 'memfit estimate bert-base-uncased -b 32 "
             "-s 512'; 'memfit estimate --list-models' lists the catalog."
         )
+    if args.max_batch_size:
+        return _max_batch_size(args, console)
     if args.batch_size is None:
         raise InvalidInputError("Give --batch-size (and --seq-len for text models).")
-    status = console.status(f"Tracing {args.model} on meta tensors...") if not args.json else None
-    if status is not None:
-        status.start()
-    try:
-        result = estimate(
-            args.model,
-            batch_size=args.batch_size,
-            seq_len=args.seq_len,
-            optimizer=args.optimizer,
-            precision=args.precision,
-            mode=args.mode,
-            activation_checkpointing=args.checkpointing,
-            allocator_config=args.allocator_config,
-            gpu=args.gpu,
-        )
-    finally:
-        if status is not None:
-            status.stop()
+    with _status(console, args, f"Tracing {args.model} on meta tensors..."):
+        result = estimate(args.model, batch_size=args.batch_size, **_workload_kwargs(args))
     if args.plot:
         from memfit.report import write_plot
 
@@ -86,4 +75,58 @@ def run_estimate(args: argparse.Namespace, console: Console) -> int:
     render_estimate(result, console)
     if args.plot:
         console.print(f"Plot written to {args.plot}")
+    return 0
+
+
+@contextmanager
+def _status(console: Console, args: argparse.Namespace, text: str) -> Iterator[None]:
+    """A spinner while the CPU works, unless the output is JSON."""
+    if args.json:
+        yield
+        return
+    with console.status(text):
+        yield
+
+
+def _workload_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "seq_len": args.seq_len,
+        "optimizer": args.optimizer,
+        "precision": args.precision,
+        "mode": args.mode,
+        "activation_checkpointing": args.checkpointing,
+        "allocator_config": args.allocator_config,
+        "gpu": args.gpu,
+    }
+
+
+def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
+    """``--max-batch-size``: the estimator's search alone, never a GPU trial."""
+    from memfit._units import format_bytes
+    from memfit.runtime._batch_size import find_batch_size
+
+    try:
+        margin: float | str = float(args.margin)
+    except ValueError:
+        margin = args.margin  # a size such as 512MiB
+    with _status(console, args, f"Searching batch sizes for {args.model}..."):
+        result = find_batch_size(args.model, margin=margin, confirm=False, **_workload_kwargs(args))
+    if args.json:
+        print(result.to_json())
+        return 0
+    table = Table(title=f"{args.model}: batch sizes estimated on {result.gpu}")
+    for col in ("batch size", "peak reserved", "with CUDA context", "fits"):
+        table.add_column(col, justify="right")
+    for p in result.estimates:
+        fits = "yes" if p.total <= result.budget else "no"
+        table.add_row(str(p.batch_size), format_bytes(p.peak_reserved), format_bytes(p.total), fits)
+    console.print(table)
+    limit = " (the max_batch limit)" if result.limited_by == "max_batch" else ""
+    console.print(
+        f"Largest batch size: [bold]{result.batch_size}[/]{limit} · budget "
+        f"{format_bytes(result.budget)} = {format_bytes(result.gpu_total)} less a margin of "
+        f"{format_bytes(result.margin)} · {len(result.estimates)} estimates in "
+        f"{result.estimate_seconds:.1f} s · about {format_bytes(result.per_sample)} a sample",
+        highlight=False,
+    )
     return 0

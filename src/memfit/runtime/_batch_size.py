@@ -1,0 +1,274 @@
+"""``memfit.find_batch_size``: the largest batch that fits, from the estimator, confirmed in
+few GPU trials.
+
+Step 1 runs on the CPU: a search over estimates (:mod:`memfit.runtime._bs_search`) finds the
+largest batch whose predicted peak (``peak_reserved`` plus the CUDA context) stays under the
+budget: the GPU's memory minus a margin. Step 2, when asked, runs that batch on the GPU and
+corrects it in at most ``max_trials`` trials (:mod:`memfit.runtime._bs_trials`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from memfit._errors import DoesNotFitError, InvalidInputError, NoGPUError
+from memfit._estimate import _workload, estimate_workload
+from memfit._gpus import GPU, resolve_gpu
+from memfit._result import Estimate
+from memfit._units import format_bytes, parse_size
+from memfit._workload import OptimizerSpec, Workload
+from memfit.runtime._bs_search import EstimateSearch, Point
+from memfit.runtime._bs_trials import Trial, cuda_runner, run_trials
+
+__all__ = ["BatchSizeResult", "find_batch_size"]
+
+DEFAULT_MARGIN = 0.02  # of the GPU's memory; see resolve_margin
+Batch = Any
+
+
+@dataclass(frozen=True)
+class BatchSizeResult:
+    """The batch size found, what was predicted for it, and what it cost to find.
+
+    Sizes are int bytes. ``budget`` bounds the predicted (and, for trials, measured) peak
+    reserved memory plus the CUDA context; it is the GPU's memory less ``margin``.
+    """
+
+    batch_size: int
+    confirmed: bool  # a GPU trial ran this batch size within the budget
+    gpu: str
+    gpu_total: int
+    budget: int
+    margin: int
+    predicted_peak_reserved: int
+    predicted_peak_allocated: int
+    predicted_total: int  # predicted peak reserved + CUDA context
+    per_sample: int  # predicted bytes per extra sample, between the farthest estimates
+    limited_by: str  # "memory" or "max_batch"
+    estimates: list[Point] = field(default_factory=list)
+    trials: list[Trial] = field(default_factory=list)
+    estimate_seconds: float = 0.0
+    total_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["units"] = "bytes"
+        data["estimates"] = [asdict(p) for p in self.estimates]
+        data["trials"] = [t.to_dict() for t in self.trials]
+        return data
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def __str__(self) -> str:
+        how = f"confirmed in {len(self.trials)} GPU trial(s)" if self.confirmed else "estimated"
+        return (
+            f"batch size {self.batch_size} ({how}): predicted peak reserved "
+            f"{format_bytes(self.predicted_peak_reserved)}, "
+            f"{format_bytes(self.predicted_total)} with the CUDA context, "
+            f"budget {format_bytes(self.budget)} on {self.gpu}"
+        )
+
+
+def find_batch_size(
+    model: nn.Module | Callable[[], nn.Module] | str,
+    make_batch: Callable[[int], Batch] | None = None,
+    *,
+    seq_len: int | None = None,
+    loss_fn: Callable[[nn.Module, Batch], torch.Tensor] | None = None,
+    optimizer: OptimizerSpec = "adamw",
+    precision: str = "fp32",
+    mode: str = "train",
+    activation_checkpointing: bool = False,
+    allocator_config: str | None = None,
+    gpu: GPU | str | int | None = None,
+    margin: float | int | str = DEFAULT_MARGIN,
+    max_batch: int = 8192,
+    multiple_of: int = 1,
+    confirm: bool = True,
+    max_trials: int = 3,
+) -> BatchSizeResult:
+    """The largest batch size whose training (or inference) step fits the GPU.
+
+    The estimator proposes it on the CPU (about a second per estimate, typically 4-6
+    estimates); with ``confirm=True`` the proposal runs on this machine's GPU (fresh model and
+    optimizer, the same two steps as ``memfit validate``) and is corrected in at most
+    ``max_trials`` trials. With ``confirm=False`` no GPU is touched: give ``gpu=``.
+
+    ``model`` is a zero-argument factory (needed to confirm: each trial builds a fresh one on
+    the GPU), a model name (``bert-base-uncased``, ``tv:resnet50``), or an ``nn.Module``
+    (estimate only). ``make_batch(n)`` builds a batch of ``n`` samples; make it the *largest*
+    batch you expect (the longest sequence, the largest image): sizes that vary with the data
+    are the usual reason a found batch fails later. For a model name, ``seq_len`` does that.
+
+    ``margin`` is memory kept free beyond the prediction: a fraction of the GPU (default 2%)
+    or a size (``"512MiB"``, bytes). ``multiple_of`` restricts the answer to multiples of it.
+    """
+    start = time.perf_counter()
+    _check_arguments(model, make_batch, max_batch, multiple_of, max_trials, confirm)
+    target = _target_gpu(gpu, confirm)
+    margin_bytes = resolve_margin(margin, target.total)
+    budget = target.total - margin_bytes
+
+    def workload_at(batch_size: int) -> Workload:
+        batch = (lambda: make_batch(batch_size)) if make_batch is not None else None
+        return _workload(
+            model,
+            batch,
+            loss_fn,
+            optimizer,
+            precision,
+            mode,
+            activation_checkpointing,
+            batch_size if make_batch is None else None,
+            seq_len,
+            None,
+        )[1]
+
+    def estimate_at(batch_size: int) -> Estimate:
+        return estimate_workload(
+            workload_at(batch_size),
+            name="model",
+            allocator_config=allocator_config or "",
+            gpu=target,
+        )
+
+    search = EstimateSearch(estimate_at, multiple_of, max_batch)
+    proposal = search.largest_fitting(budget)
+    if proposal == 0:
+        raise DoesNotFitError(_too_large(search.point(multiple_of), multiple_of, target, budget))
+    chosen, trials = proposal, list[Trial]()
+    if confirm:
+        chosen, trials = run_trials(
+            search,
+            proposal,
+            budget,
+            cuda_runner(workload_at),
+            margin=margin_bytes,
+            max_trials=max_trials,
+        )
+    point = search.points[chosen]
+    return BatchSizeResult(
+        batch_size=chosen,
+        confirmed=any(t.fits and t.batch_size == chosen for t in trials),
+        gpu=target.name,
+        gpu_total=target.total,
+        budget=budget,
+        margin=margin_bytes,
+        predicted_peak_reserved=point.peak_reserved,
+        predicted_peak_allocated=point.peak_allocated,
+        predicted_total=point.total,
+        per_sample=search.per_sample(),
+        limited_by="max_batch" if chosen + multiple_of > max_batch else "memory",
+        estimates=sorted(search.points.values(), key=lambda p: p.batch_size),
+        trials=trials,
+        estimate_seconds=search.seconds,
+        total_seconds=time.perf_counter() - start,
+    )
+
+
+def resolve_margin(margin: float | int | str, total: int) -> int:
+    """Bytes of the margin: a float in [0, 0.5) is a fraction of ``total``, else a size."""
+    if isinstance(margin, float):
+        if not 0 <= margin < 0.5:
+            raise InvalidInputError(
+                f"margin={margin} is not a fraction in [0, 0.5); give e.g. 0.02 for 2% of the "
+                "GPU's memory, or a size such as '512MiB'."
+            )
+        return int(margin * total)
+    size = parse_size(margin)
+    if size >= total:
+        raise InvalidInputError(
+            f"margin={margin!r} ({format_bytes(size)}) leaves nothing of the GPU's "
+            f"{format_bytes(total)}; give a smaller margin."
+        )
+    return size
+
+
+def _check_arguments(
+    model: Any,
+    make_batch: Any,
+    max_batch: int,
+    multiple_of: int,
+    max_trials: int,
+    confirm: bool,
+) -> None:
+    if multiple_of < 1 or max_batch < multiple_of:
+        raise InvalidInputError(
+            f"multiple_of={multiple_of} and max_batch={max_batch} allow no batch size: give "
+            "multiple_of >= 1 and max_batch >= multiple_of."
+        )
+    if confirm and max_trials < 1:
+        raise InvalidInputError(
+            f"max_trials={max_trials} allows no GPU trial; give at least 1, or confirm=False."
+        )
+    if make_batch is None and not isinstance(model, str):
+        raise InvalidInputError(
+            "Give make_batch, a function of the batch size that returns a batch "
+            "(make_batch=lambda n: torch.randn(n, 3, 224, 224)); only a model name has one."
+        )
+    if make_batch is not None and not _takes_one_argument(make_batch):
+        raise InvalidInputError(
+            f"make_batch={make_batch!r} must be a function of one argument, the batch size, "
+            "that returns a batch (a tensor, tuple or dict): make_batch=lambda n: ..."
+        )
+    if confirm and isinstance(model, nn.Module):
+        raise InvalidInputError(
+            f"To confirm on the GPU, each trial builds a fresh model: pass a zero-argument "
+            f"factory (model=lambda: {type(model).__name__}(...)) or a model name instead of "
+            "the module, or confirm=False to estimate only."
+        )
+
+
+def _takes_one_argument(fn: Any) -> bool:
+    if not callable(fn):
+        return False
+    try:
+        inspect.signature(fn).bind(1)
+    except TypeError:
+        return False
+    except ValueError:  # builtins without a signature: let the call decide
+        return True
+    return True
+
+
+def _target_gpu(gpu: GPU | str | int | None, confirm: bool) -> GPU:
+    if confirm and not torch.cuda.is_available():
+        raise NoGPUError(
+            "find_batch_size(confirm=True) runs trials on a CUDA GPU, and none is available "
+            "here. Pass confirm=False with gpu='24GiB' (or a name such as 'a100-80g') to get "
+            "the estimator's answer without a GPU."
+        )
+    if gpu is not None:
+        return resolve_gpu(gpu)
+    if not torch.cuda.is_available():
+        raise InvalidInputError(
+            "No GPU to size the batch for: give gpu= (--gpu on the command line), a name such "
+            "as 'h100' or a size such as '24GiB'; this machine has no CUDA GPU to read it from."
+        )
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    free, _ = torch.cuda.mem_get_info()
+    local = GPU(props.name, props.total_memory, (props.major, props.minor))
+    # memory other processes hold is not ours to plan with
+    room = free + torch.cuda.memory_reserved() + local.context
+    if room >= local.total:
+        return local
+    return GPU(f"{props.name} (free part)", room, (props.major, props.minor))
+
+
+def _too_large(point: Point, batch_size: int, gpu: GPU, budget: int) -> str:
+    return (
+        f"The step does not fit {gpu.name} even at batch size {batch_size}: the estimate is "
+        f"{format_bytes(point.total)} (peak reserved {format_bytes(point.peak_reserved)} plus "
+        f"the CUDA context) against a budget of {format_bytes(budget)}. Make it smaller: "
+        "precision='bf16-mixed' or 'bf16', activation_checkpointing=True, a shorter sequence, "
+        "an optimizer with less state (sgd, or adamw with bf16 weights), or a larger GPU."
+    )

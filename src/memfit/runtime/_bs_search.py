@@ -1,0 +1,140 @@
+"""The CPU half of the batch-size finder: the largest batch whose estimate fits a budget.
+
+Each estimate costs about a second of CPU whatever the batch size (the step runs on meta
+tensors), so the search spends as few as it can. Peak memory is close to affine in the batch
+size, so after two estimates a straight line through the nearest points lands within a sample
+or two of the answer; each further estimate narrows a bracket ``fits <= b < fails`` and the
+search stops when the bracket is exact: the estimate at ``b`` fits and the one at the next
+allowed size does not. A guess that does not halve the bracket is followed by a bisection, so
+a curve that is not affine still ends in a bounded number of estimates.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from memfit._events import Category
+from memfit._result import Estimate
+
+__all__ = ["EstimateSearch", "Point"]
+
+# what grows with the batch at the peak: used for the first guess only
+_PER_SAMPLE = (Category.ACTIVATION, Category.TEMPORARY, Category.INPUT)
+_OVERSHOOT = 1.1
+
+
+@dataclass(frozen=True)
+class Point:
+    """One estimate the search made: batch size, predicted peaks, seconds it took."""
+
+    batch_size: int
+    peak_reserved: int
+    peak_allocated: int
+    total: int  # peak_reserved + the CUDA context: what the GPU must hold
+    seconds: float
+
+
+@dataclass
+class EstimateSearch:
+    """Estimates by batch size, cached, and the largest size under a budget.
+
+    ``estimate_at(b)`` returns the estimate of the workload at batch ``b``. Sizes are the
+    multiples of ``multiple_of`` up to ``max_batch``.
+    """
+
+    estimate_at: Callable[[int], Estimate]
+    multiple_of: int = 1
+    max_batch: int = 8192
+    points: dict[int, Point] = field(default_factory=dict)
+    estimates: dict[int, Estimate] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return sum(p.seconds for p in self.points.values())
+
+    def point(self, batch_size: int) -> Point:
+        """The estimate at ``batch_size``, from the cache or made now."""
+        found = self.points.get(batch_size)
+        if found is None:
+            start = time.perf_counter()
+            est = self.estimate_at(batch_size)
+            found = Point(
+                batch_size,
+                est.peak_reserved,
+                est.peak_allocated,
+                est.total,
+                time.perf_counter() - start,
+            )
+            self.points[batch_size] = found
+            self.estimates[batch_size] = est
+        return found
+
+    def per_sample(self) -> int:
+        """Bytes one more sample adds, from the two estimates farthest apart (0 if < 2)."""
+        if len(self.points) < 2:
+            return 0
+        lo, hi = min(self.points), max(self.points)
+        return max(0, (self.points[hi].total - self.points[lo].total) // (hi - lo))
+
+    def largest_fitting(self, budget: int) -> int:
+        """The largest allowed batch whose predicted total is at most ``budget``; 0 if even
+        the smallest does not fit. Estimates are assumed to grow with the batch."""
+        step, top = self.multiple_of, self.max_batch // self.multiple_of
+        fits_k, fails_k = 0, top + 1  # bracket in units of multiple_of
+        for k in sorted(b // step for b in self.points if b % step == 0 and b <= self.max_batch):
+            if self.points[k * step].total <= budget:
+                fits_k = max(fits_k, k)
+            else:
+                fails_k = min(fails_k, k)
+        fits_k = min(fits_k, fails_k - 1)
+        bisect_next = False
+        while fails_k - fits_k > 1:
+            guess = self._guess(budget, fits_k, fails_k, bisect_next)
+            before = fails_k - fits_k
+            if self.point(guess * step).total <= budget:
+                fits_k = guess
+            else:
+                fails_k = guess
+            bisect_next = (fails_k - fits_k) * 2 > before and not bisect_next
+        return fits_k * step
+
+    def _guess(self, budget: int, fits_k: int, fails_k: int, bisect: bool) -> int:
+        """Next size to estimate, in units, strictly inside the bracket."""
+        step = self.multiple_of
+        top = self.max_batch // step
+        if fits_k == 0:
+            guess = 1  # whether anything fits at all decides the rest
+        elif bisect and fails_k <= top:
+            guess = (fits_k + fails_k) // 2
+        else:
+            guess = self._line_guess(budget, fits_k, fails_k, top)
+        return min(max(guess, fits_k + 1), fails_k - 1)
+
+    def _line_guess(self, budget: int, fits_k: int, fails_k: int, top: int) -> int:
+        step = self.multiple_of
+        low = self.points[fits_k * step]
+        if fails_k <= top:
+            high = self.points[fails_k * step]
+        else:
+            others = [p for b, p in self.points.items() if b != low.batch_size]
+            if not others:
+                return self._first_guess(budget, low)
+            high = max(others, key=lambda p: p.batch_size)
+        slope = (high.total - low.total) / (high.batch_size - low.batch_size)
+        if slope <= 0:
+            return top  # memory does not grow with the batch: try the largest allowed
+        reach = (budget - low.total) / slope
+        if fails_k > top:
+            # no failing size yet: aim a little beyond the line, so that a line which keeps
+            # falling short (the curve bends up) is bracketed in one estimate, not crept up on
+            reach *= _OVERSHOOT
+        return int(reach + low.batch_size) // step
+
+    def _first_guess(self, budget: int, low: Point) -> int:
+        """From one estimate: the bytes at its peak that scale with the batch."""
+        est = self.estimates[low.batch_size]
+        scaling = sum(est.by_category.get(c, 0) for c in _PER_SAMPLE)
+        per_sample = max(1, scaling // low.batch_size)
+        return (low.batch_size + (budget - low.total) // per_sample) // self.multiple_of

@@ -1,0 +1,68 @@
+"""The messages of the guard's unrecoverable errors: what happened, the memory, what to change.
+
+The expected savings reuse the factors the OOM report ranks its fixes with
+(``memfit.oom._fixes``: measured on an H200), applied to the working set at the failure.
+"""
+
+from __future__ import annotations
+
+from memfit._units import format_bytes
+from memfit.oom._fixes import CHECKPOINT_SAVING, MIXED_SAVING
+from memfit.runtime._incident import MemoryFacts, MicrobatchIncident
+
+__all__ = ["optimizer_message", "too_small_message"]
+
+
+def _memory(memory: MemoryFacts | None) -> str:
+    if memory is None:
+        return "Memory figures are not available: the model's parameters are not on a CUDA device."
+    return f"Memory at the failure: {memory.text()}."
+
+
+def _saving(memory: MemoryFacts | None, share: float) -> str:
+    if memory is None:
+        return f"~{share:.0%} of the activations"
+    return f"~{format_bytes(int(share * memory.working_set))}, {share:.0%} of the working set"
+
+
+def too_small_message(incident: MicrobatchIncident, min_microbatch: int, grown: bool) -> str:
+    """The error for a micro-batch of the smallest allowed size that still runs out."""
+    smallest = incident.microbatch_before
+    limit = (
+        "the smallest allowed (min_microbatch)"
+        if smallest <= min_microbatch and min_microbatch > 1
+        else "a single sample"
+        if smallest == 1
+        else "as small as this batch can be split"
+    )
+    where = "" if incident.here else " on another rank"
+    memory = incident.memory
+    return (
+        f"A batch of {incident.batch_size} samples does not fit even as micro-batches of "
+        f"{smallest} ({limit}): CUDA ran out of memory in the {incident.phase}{where} at step "
+        f"{incident.step}. {_memory(memory)} Splitting cannot go further; what would make it "
+        f"fit: activation checkpointing ({_saving(memory, CHECKPOINT_SAVING)}, ~25% more step "
+        f"time), bf16 mixed precision ({_saving(memory, MIXED_SAVING)}), a shorter sequence or "
+        "smaller images for this batch, or a smaller or sharded (FSDP) model; `memfit estimate "
+        "MODEL --checkpointing` and `--precision bf16-mixed` predict each before a run"
+        + ("" if min_microbatch <= 1 else f", and min_microbatch={min_microbatch} can be lowered")
+        + ". The gradients of the failed step were cleared and the parameters are unchanged; "
+        "the guard can go on with the next batch"
+        + (" (it also stopped growing micro-batches back)." if grown else ".")
+    )
+
+
+def optimizer_message(incident: MicrobatchIncident, optimizer: str) -> str:
+    """The error for an out-of-memory error in the optimizer step."""
+    where = "" if incident.here else " of another rank"
+    return (
+        f"CUDA ran out of memory in the optimizer step{where} at step {incident.step} "
+        f"({optimizer}). {_memory(incident.memory)} Splitting the batch cannot help: the "
+        "optimizer step's memory does not depend on it. State left behind: the gradients are "
+        "cleared, the gradient scaler's step and update were not recorded, and the guard's "
+        "micro-batch size is kept; the parameters and the optimizer state may be partly updated "
+        "(torch optimizers update tensor by tensor or in groups), so reload the last checkpoint "
+        "before training on. Fix: a fused step has no large temporaries "
+        f"(torch.optim.{optimizer}(..., fused=True)); foreach=False keeps them to one tensor at a "
+        "time (slower); or shard the optimizer state (ZeRO, FSDP)."
+    )

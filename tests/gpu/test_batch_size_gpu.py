@@ -1,0 +1,65 @@
+"""find_batch_size on a real GPU: the batch it returns runs, and 5% more does not fit.
+
+The GPU is made small with ``set_per_process_memory_fraction`` (in a fresh process), so the
+test is quick on a large card and "does not fit" is a real out-of-memory error.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+CHILD = """
+import json, math, torch, memfit
+from memfit._measure import measure
+from memfit._models import resolve_model
+from memfit._units import GiB
+from memfit._workload import workload_for
+
+size = 12 * GiB
+gpu = memfit.GPU("12 GiB slice", size)
+total = torch.cuda.get_device_properties(0).total_memory
+# the allocator may hold what the slice has beyond the CUDA context
+torch.cuda.set_per_process_memory_fraction((size - gpu.context) / total)
+result = memfit.find_batch_size("gpt2", seq_len=512, gpu=gpu, margin=0.0)
+recipe = resolve_model("gpt2")
+
+def runs(b):
+    try:
+        measure(workload_for(recipe, b, 512))
+        return True
+    except torch.OutOfMemoryError:
+        return False
+
+larger = math.ceil(result.batch_size * 1.05)
+print("RESULT", json.dumps({"result": result.to_dict(), "fits": runs(result.batch_size),
+                            "larger": larger, "larger_fits": runs(larger)}))
+"""
+
+
+def test_found_batch_runs_and_five_percent_more_does_not():
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(s for s in out.stdout.splitlines() if s.startswith("RESULT "))
+    data = json.loads(line[len("RESULT ") :])
+    result = data["result"]
+    assert result["confirmed"] and 1 <= len(result["trials"]) <= 3
+    assert data["fits"], result
+    assert not data["larger_fits"] or result["limited_by"] == "max_batch", result
+
+
+def test_estimate_only_does_not_initialise_cuda():
+    code = (
+        "import torch, memfit\n"
+        "r = memfit.find_batch_size('gpt2', seq_len=128, gpu='24GiB', confirm=False)\n"
+        "assert not torch.cuda.is_initialized(), 'CUDA was initialised'\n"
+        "print(r.batch_size)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.strip().splitlines()[-1]) > 0
