@@ -7,7 +7,9 @@ script. Ours loads a copy of the observer (``_memfit_oom_observer``, standard li
 the child's Python needs no memfit), arms it from the ``MEMFIT_OOM_*`` variables, and then
 runs the ``sitecustomize`` that would have run without us (a distribution's, or one on the
 user's own ``PYTHONPATH``), so that keeps working. The observer is installed only once the
-program imports torch; a process that never does pays for one small import.
+program imports torch; a process that never does pays for one small import. It also starts a
+copy of memfit.monitor's publisher (``_memfit_publisher``), which writes the allocator stats
+for ``memfit watch``/``export`` once the program initialises CUDA (``MEMFIT_PUBLISH=0``: off).
 
 ``python -I``, ``-E`` and ``-S`` ignore ``PYTHONPATH`` or ``sitecustomize``: such a process
 gets no report.
@@ -17,11 +19,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from memfit.monitor import _publisher
 from memfit.oom import _observer
 
-__all__ = ["OBSERVER_MODULE", "write_bootstrap"]
+__all__ = ["OBSERVER_MODULE", "PUBLISHER_MODULE", "write_bootstrap"]
 
 OBSERVER_MODULE = "_memfit_oom_observer"
+PUBLISHER_MODULE = "_memfit_publisher"  # memfit.monitor's publisher, for memfit watch/export
 
 _SITECUSTOMIZE = '''\
 """Written by memfit run: report CUDA out-of-memory errors of this process, then run the
@@ -41,6 +45,12 @@ def _memfit_oom_arm():
         _memfit_oom_observer.arm_from_environment()
     except Exception as exc:
         sys.stderr.write(f"memfit: the out-of-memory report is off in this process: {exc!r}\\n")
+    try:
+        import _memfit_publisher
+
+        _memfit_publisher.arm_from_environment()  # stats for memfit watch / export
+    except Exception as exc:
+        sys.stderr.write(f"memfit: the allocator stats are not published: {exc!r}\\n")
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
@@ -55,7 +65,9 @@ del _memfit_oom_arm
 
 
 def write_bootstrap(directory: Path) -> None:
-    """Write ``sitecustomize.py`` and the observer's copy into ``directory``."""
+    """Write ``sitecustomize.py`` and the copies of the observer and the publisher."""
     source = Path(_observer.__file__).read_text(encoding="utf-8")
     (directory / f"{OBSERVER_MODULE}.py").write_text(source, encoding="utf-8")
+    publisher = Path(_publisher.__file__).read_text(encoding="utf-8")
+    (directory / f"{PUBLISHER_MODULE}.py").write_text(publisher, encoding="utf-8")
     (directory / "sitecustomize.py").write_text(_SITECUSTOMIZE, encoding="utf-8")

@@ -1,0 +1,89 @@
+"""Live GPU memory: NVML per GPU and per process, with PyTorch's own numbers beside.
+
+``nvidia-smi`` shows how much memory a process holds; PyTorch knows how much of it is
+allocated and how much is only cached; neither shows the rest (CUDA context, cuBLAS/cuDNN,
+NCCL). ``memfit.publish()`` in a training script (or ``memfit run``) writes the allocator's
+stats to a small file; :class:`Monitor` joins them with NVML's readings into a :class:`Sample`
+that ``memfit watch`` renders and ``memfit export`` serves to Prometheus.
+
+::
+
+    import memfit
+    publisher = memfit.publish(interval=1.0)       # in the training process
+
+    from memfit.monitor import sample              # anywhere on the machine (memfit[nvml])
+    for gpu in sample().devices:
+        for p in gpu.processes:
+            print(p.pid, p.used_memory, p.torch and p.torch.reserved, p.non_torch)
+"""
+
+from __future__ import annotations
+
+import sys
+
+from memfit._errors import InvalidInputError
+from memfit.monitor._exporter import METRICS, Exporter, SampleCollector, start_exporter
+from memfit.monitor._nvml import MemoryInfo, NvmlBackend, NvmlCallError, PynvmlBackend
+from memfit.monitor._procs import LinuxProcs, ProcInfo, ProcReader, parse_cgroup
+from memfit.monitor._published import Published, PublishedSource, RuntimeDir
+from memfit.monitor._publisher import Publisher, runtime_dir
+from memfit.monitor._replay import Replay, load_recording
+from memfit.monitor._sampler import Monitor, parse_devices, sample
+from memfit.monitor._samples import DeviceSample, ProcessSample, Sample, TorchStats
+
+__all__ = [
+    "METRICS",
+    "DeviceSample",
+    "Exporter",
+    "LinuxProcs",
+    "MemoryInfo",
+    "Monitor",
+    "NvmlBackend",
+    "NvmlCallError",
+    "ProcInfo",
+    "ProcReader",
+    "ProcessSample",
+    "Published",
+    "PublishedSource",
+    "Publisher",
+    "PynvmlBackend",
+    "Replay",
+    "RuntimeDir",
+    "Sample",
+    "SampleCollector",
+    "TorchStats",
+    "load_recording",
+    "parse_cgroup",
+    "parse_devices",
+    "publish",
+    "runtime_dir",
+    "sample",
+    "start_exporter",
+]
+
+_current: Publisher | None = None
+
+
+def publish(interval: float = 1.0, directory: str | None = None) -> Publisher:
+    """Publish this process's PyTorch allocator stats every ``interval`` seconds for
+    ``memfit watch`` and ``memfit export``, from a daemon thread, until the process ends (or
+    ``stop()``; it is also a context manager). Never initialises CUDA.
+
+    Calling it again returns the running publisher with the new interval. Under ``memfit
+    run`` the child already publishes; this call takes that publisher's place.
+    """
+    global _current
+    if not interval > 0:
+        raise InvalidInputError(
+            f"publish(interval={interval!r}) is not accepted; give seconds > 0, e.g. 1.0."
+        )
+    armed = sys.modules.get("_memfit_publisher")  # the copy memfit run loads (see oom/_bootstrap)
+    if armed is not None and armed.active() is not None:
+        armed.active().stop()
+    if _current is not None and _current.running:
+        if directory is None or directory == _current.directory:
+            _current.interval = float(interval)
+            return _current
+        _current.stop()
+    _current = Publisher(interval, directory).start()
+    return _current

@@ -1,0 +1,162 @@
+"""Render a monitor sample in the terminal: GPUs with a bar and a short history, then processes.
+
+The process table puts NVML's figure for each process beside PyTorch's own (allocated,
+reserved, peak) and the difference, ``non-torch`` = NVML used - torch reserved: the CUDA
+context, cuBLAS/cuDNN workspaces held outside the caching allocator, NCCL buffers. That is the
+answer to "why do nvidia-smi and PyTorch disagree". What NVML or the process could not give
+prints ``N/A``; a GPU that stopped answering prints ``lost``. Every string from a process
+(command, user) goes through :class:`rich.text.Text`, never markup.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from memfit._units import format_bytes
+from memfit.monitor import DeviceSample, ProcessSample, Sample
+from memfit.report._console import _bar
+from memfit.report._text import shorten_middle
+
+__all__ = ["NA", "WatchHistory", "render_sample", "watch_frame"]
+
+NA = "N/A"
+_SPARKS = "▁▂▃▄▅▆▇█"
+_COMMAND_WIDTH = 48
+_BAR_WIDTH = 16
+
+
+def _size(n: int | None) -> str:
+    return NA if n is None else format_bytes(n)
+
+
+class WatchHistory:
+    """The last ``length`` memory-used shares of each GPU (keyed by UUID, else index)."""
+
+    def __init__(self, length: int = 40) -> None:
+        self.length = length
+        self._shares: dict[str, deque[float | None]] = {}
+
+    def add(self, sample: Sample) -> None:
+        for dev in sample.devices:
+            key = dev.uuid or str(dev.index)
+            shares = self._shares.setdefault(key, deque(maxlen=self.length))
+            shares.append(_share(dev))
+
+    def sparkline(self, dev: DeviceSample) -> str:
+        """One character per sample, ``▁`` (empty) to ``█`` (full); a space where unknown."""
+        out = []
+        for share in self._shares.get(dev.uuid or str(dev.index), ()):
+            if share is None:
+                out.append(" ")
+            else:
+                out.append(_SPARKS[min(len(_SPARKS) - 1, int(share * len(_SPARKS)))])
+        return "".join(out)
+
+
+def _share(dev: DeviceSample) -> float | None:
+    if dev.memory_used is None or not dev.memory_total:
+        return None
+    return dev.memory_used / dev.memory_total
+
+
+def _gpu_table(sample: Sample, history: WatchHistory | None) -> Table:
+    table = Table(title="GPUs", title_justify="left", expand=False)
+    for name, justify in (("gpu", "right"), ("name", "left"), ("memory", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for name in ("used / total", "util", "temp", "power", "other"):
+        table.add_column(name, justify="right")
+    if history is not None:
+        table.add_column("history", justify="left", no_wrap=True)
+    for dev in sample.devices:
+        share = _share(dev)
+        bar = Text(NA if share is None else _bar(share, _BAR_WIDTH).ljust(_BAR_WIDTH) + "▕")
+        if dev.status == "lost":
+            used = Text(f"lost ({dev.error})", style="bold red")
+        elif dev.status == "error":
+            used = Text(f"{NA} ({dev.error})", style="yellow")
+        else:
+            used = Text(f"{_size(dev.memory_used)} / {_size(dev.memory_total)}")
+        row: list[RenderableType] = [
+            str(dev.index),
+            Text(dev.name or NA),
+            bar,
+            used,
+            NA if dev.utilization_gpu is None else f"{dev.utilization_gpu}%",
+            NA if dev.temperature_c is None else f"{dev.temperature_c}°C",
+            NA if dev.power_w is None else f"{dev.power_w:.0f} W",
+            _size(dev.other),
+        ]
+        if history is not None:
+            row.append(Text(history.sparkline(dev), style="cyan"))
+        table.add_row(*row)
+    return table
+
+
+def _torch_cells(proc: ProcessSample) -> list[str]:
+    if proc.torch is None:
+        note = "CUDA not initialised" if proc.cuda_initialised is False else "-"
+        return [note, "-", "-", "-"]
+    t = proc.torch
+    return [_size(t.allocated), _size(t.reserved), _size(t.max_allocated), _size(proc.non_torch)]
+
+
+def _process_table(sample: Sample) -> Table:
+    table = Table(
+        title="Processes",
+        title_justify="left",
+        caption="torch columns: processes that call memfit.publish() or run under memfit run; "
+        "peak = max allocated; non-torch = GPU mem - reserved (CUDA context, libraries, NCCL)",
+        caption_justify="left",
+    )
+    for name in ("gpu", "pid"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("user", no_wrap=True)
+    for name in ("GPU mem", "torch alloc", "reserved", "peak", "non-torch"):
+        table.add_column(name, justify="right", no_wrap=True)
+    procs = [(dev, proc) for dev in sample.devices for proc in dev.processes]
+    containers = any(proc.container or proc.pod for _, proc in procs)
+    if containers:
+        table.add_column("container", no_wrap=True)
+    table.add_column("command", overflow="fold")  # the one column that wraps
+    for dev in sample.devices:
+        if dev.processes_error is not None:
+            table.add_row(str(dev.index), "", Text(f"{NA}: {dev.processes_error}"))
+    for dev, proc in procs:
+        command = shorten_middle(proc.command, _COMMAND_WIDTH) if proc.command else NA
+        cells: list[RenderableType] = [
+            str(dev.index),
+            str(proc.pid),
+            Text(proc.user or NA),
+            _size(proc.used_memory),
+            *_torch_cells(proc),
+        ]
+        if containers:
+            container = proc.container[:12] if proc.container else ""
+            pod = f"pod {proc.pod[:8]}" if proc.pod else ""
+            cells.append(Text(f"{container} {pod}".strip()))
+        table.add_row(*cells, Text(command))
+    if not procs:
+        table.add_row("", "", Text("no processes on the selected GPUs", style="dim"))
+    return table
+
+
+def watch_frame(sample: Sample, history: WatchHistory | None = None) -> Group:
+    """One frame of ``memfit watch``: a header, the GPU table, the process table."""
+    import datetime
+
+    when = datetime.datetime.fromtimestamp(sample.time).strftime("%Y-%m-%d %H:%M:%S")
+    header = Text(f"memfit watch  {when}", style="bold")
+    header.append(f" · driver {sample.driver_version or NA} · {len(sample.devices)} GPU(s)")
+    units = Text("GiB = 2^30 bytes, MiB = 2^20 bytes", style="dim")
+    return Group(header, _gpu_table(sample, history), _process_table(sample), units)
+
+
+def render_sample(
+    sample: Sample, console: Console | None = None, history: WatchHistory | None = None
+) -> None:
+    """Print one frame (``memfit watch --once``)."""
+    (console or Console()).print(watch_frame(sample, history))
