@@ -12,16 +12,18 @@ def test_all_is_complete_and_importable():
     public = {n for n in dir(memfit) if not n.startswith("_")}
     exported = set(memfit.__all__) - {"__version__"}
     # every public attribute is exported; subpackages are reachable but not re-exported
-    modules = {"allocator", "trace", "report", "cli", "catalog", "snapshot", "oom"}
+    modules = {"allocator", "trace", "report", "cli", "catalog", "snapshot", "oom", "monitor"}
+    modules |= {"runtime", "integrations"}
     assert public - exported - modules == set()
     for name in memfit.__all__:
         assert hasattr(memfit, name)
 
 
 LAYERS = {
-    "trace": {"report", "cli"},
-    "allocator": {"trace", "report", "cli"},
-    "report": {"cli", "trace"},
+    "trace": {"report", "cli", "monitor", "runtime"},
+    "allocator": {"trace", "report", "cli", "monitor", "runtime"},
+    "report": {"cli", "trace", "runtime"},
+    "monitor": {"cli", "report", "trace", "allocator"},
 }
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from memfit._choices import MODES, OPTIMIZERS, PRECISIONS
 from memfit._errors import InvalidInputError
 
 __all__ = [
@@ -30,19 +31,6 @@ __all__ = [
     "workload_for",
 ]
 
-PRECISIONS = ("fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed")
-OPTIMIZERS = (
-    "sgd",
-    "sgd-foreach",
-    "sgd-fused",
-    "adam",
-    "adam-foreach",
-    "adam-fused",
-    "adamw",
-    "adamw-foreach",
-    "adamw-fused",
-)
-MODES = ("train", "infer")
 
 Batch = Any
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]

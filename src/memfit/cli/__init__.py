@@ -42,6 +42,14 @@ def main(argv: list[str] | None = None) -> int:
             from memfit.cli._run_cmd import run_run
 
             return run_run(args, console)
+        if args.command == "watch":
+            from memfit.cli._watch_cmd import run_watch
+
+            return run_watch(args, console)
+        if args.command == "export":
+            from memfit.cli._export_cmd import run_export
+
+            return run_export(args, console)
     except NoGPUError as exc:
         _report(err, exc, args.debug)
         return 2

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from memfit._workload import OPTIMIZERS, PRECISIONS
+from memfit._choices import OPTIMIZERS, PRECISIONS
+from memfit.cli._export_cmd import add_export_parser
 from memfit.cli._run_cmd import add_run_parser
 from memfit.cli._snapshot_cmd import add_snapshot_parser
+from memfit.cli._watch_cmd import add_watch_parser
 
 __all__ = ["make_parser"]
 
@@ -60,6 +62,16 @@ def make_parser() -> argparse.ArgumentParser:
         help="write memory over the step to FILE (.png, .html or .svg)",
     )
     est.add_argument("--list-models", action="store_true", help="list the bundled catalog")
+    est.add_argument(
+        "--max-batch-size",
+        action="store_true",
+        help="find the largest batch size that fits --gpu (estimates only, no GPU)",
+    )
+    est.add_argument(
+        "--margin",
+        default="0.02",
+        help="with --max-batch-size: memory kept free, a fraction (0.02) or a size (512MiB)",
+    )
 
     val = sub.add_parser(
         "validate",
@@ -70,4 +82,6 @@ def make_parser() -> argparse.ArgumentParser:
     _workload_args(val)
     add_snapshot_parser(sub)
     add_run_parser(sub)
+    add_watch_parser(sub)
+    add_export_parser(sub)
     return parser
