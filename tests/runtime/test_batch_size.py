@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 
 import pytest
 import torch
-import torchvision
 from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
 import memfit
@@ -53,12 +54,15 @@ def total(model, make_batch, n, **kw):
     [
         (tiny_bert, tokens, {}, "1GiB", 1),
         (tiny_gpt2, tokens, {"precision": "bf16-mixed"}, "1GiB", 8),
-        (
-            lambda: torchvision.models.resnet18(num_classes=10),
+        pytest.param(
+            lambda: importlib.import_module("torchvision").models.resnet18(num_classes=10),
             images,
             {"loss_fn": classification_loss, "optimizer": "sgd"},
             "1GiB",
             4,
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("torchvision") is None, reason="needs torchvision"
+            ),
         ),
     ],
     ids=["bert", "gpt2-bf16-mixed", "resnet18-sgd"],
