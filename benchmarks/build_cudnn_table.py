@@ -85,8 +85,21 @@ def build(probe: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _transients(trace: list[list[Any]]) -> list[int]:
+    """Sizes allocated and freed again within the trace (a kernel's scratch), in order."""
+    live: dict[int, int] = {}
+    out = []
+    for action, size in trace:
+        if action == "alloc":
+            live[size] = live.get(size, 0) + 1
+        elif live.get(size):
+            live[size] -= 1
+            out.append(size)
+    return out
+
+
 def lstm_workspace_fits(probe: dict[str, Any]) -> dict[str, list[float]]:
-    """Least-squares fit, per (dtype, layers, directions), of the LSTM workspace in bytes as
+    """Least-squares fit, per (dtype, layers, directions[, infer]), of the LSTM workspace as
     H*e*(a*B*S + b*B + c*S + d) + k: exact to ~140 bytes on every probed configuration (the
     forward, input-gradient and weight-gradient calls all take the same size)."""
     import numpy as np
@@ -96,10 +109,15 @@ def lstm_workspace_fits(probe: dict[str, Any]) -> dict[str, list[float]]:
         b, s, h, layers = p["batch"], p["seq"], p["hidden"], p["layers"]
         e = ELEMENT[p["dtype"]]
         dirs = 2 if p["bidirectional"] else 1
-        reserve = (6 * layers - 1) * dirs * b * s * h * e + 256
-        allocs = [size for action, size in p["trace"] if action == "alloc"]
-        workspace = allocs[allocs.index(reserve) - 1]
-        a, y = rows.setdefault(f"{p['dtype']}|{layers}|{dirs}", ([], []))
+        train = p.get("train", True)
+        if train:
+            reserve = (6 * layers - 1) * dirs * b * s * h * e + 256
+            allocs = [size for action, size in p["trace"] if action == "alloc"]
+            workspace = allocs[allocs.index(reserve) - 1]
+        else:  # no reserve space: the workspace is the call's largest transient allocation
+            workspace = max(_transients(p["trace"]))
+        key = f"{p['dtype']}|{layers}|{dirs}" + ("" if train else "|infer")
+        a, y = rows.setdefault(key, ([], []))
         a.append([h * e * b * s, h * e * b, h * e * s, h * e, 1.0])
         y.append(float(workspace))
     fits = {}

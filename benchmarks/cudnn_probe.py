@@ -4,12 +4,15 @@ Data for modelling cuDNN workspaces and LSTM reserve space (not modelled yet: se
 benchmarks/results/README.md). For each configuration, the allocator trace of one forward (and
 backward, in training) is kept as (action, size) pairs.
 
-    PYTHONPATH=src python benchmarks/cudnn_probe.py OUT.json
+    PYTHONPATH=src python benchmarks/cudnn_probe.py OUT.json [--conv-batches 1 8 32 64 128 256]
+        [--models resnet50 resnet18 ...] [--lstm-layers 1 2 3 4] [--lstm-infer]
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
+import itertools
 import json
 import sys
 
@@ -19,16 +22,29 @@ from torch import nn
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def conv_configs() -> list[dict]:
+CNNS = {
+    "resnet50": "tv:resnet50",
+    "convnext_tiny": "timm:convnext_tiny",
+    "efficientnet_b0": "timm:efficientnet_b0",
+    "resnet18": "tv:resnet18",
+    "resnet101": "tv:resnet101",
+    "mobilenet_v3_large": "tv:mobilenet_v3_large",
+    "vgg16": "tv:vgg16",
+    "regnety_016": "timm:regnety_016",
+}
+
+
+def _build(spec: str) -> nn.Module:
     import timm
     import torchvision
 
+    kind, name = spec.split(":")
+    return torchvision.models.get_model(name) if kind == "tv" else timm.create_model(name)
+
+
+def conv_configs(names: list[str]) -> list[dict]:
     seen: dict[tuple, dict] = {}
-    models = {
-        "resnet50": torchvision.models.resnet50(),
-        "convnext_tiny": timm.create_model("convnext_tiny"),
-        "efficientnet_b0": timm.create_model("efficientnet_b0"),
-    }
+    models = {name: _build(CNNS[name]) for name in names}
     for name, model in models.items():
         shapes: list[tuple] = []
 
@@ -120,15 +136,22 @@ def probe_conv(cfg: dict, batch: int, dtype: str, train: bool) -> dict:
     return {**cfg, "batch": batch, "dtype": dtype, "train": train, "trace": trace}
 
 
-def probe_lstm(hidden: int, layers: int, batch: int, seq: int, dtype: str, bidir: bool) -> dict:
+def probe_lstm(
+    hidden: int, layers: int, batch: int, seq: int, dtype: str, bidir: bool, train: bool = True
+) -> dict:
     lstm = (
         nn.LSTM(hidden, hidden, num_layers=layers, batch_first=True, bidirectional=bidir)
         .cuda()
         .to(DTYPES[dtype])
     )
-    x = torch.randn(batch, seq, hidden, device="cuda", dtype=DTYPES[dtype], requires_grad=True)
+    x = torch.randn(batch, seq, hidden, device="cuda", dtype=DTYPES[dtype], requires_grad=train)
+    lstm.train(train)
 
     def run() -> None:
+        if not train:
+            with torch.no_grad():
+                lstm(x)
+            return
         out, _ = lstm(x)
         out.backward(torch.ones_like(out))
 
@@ -142,11 +165,24 @@ def probe_lstm(hidden: int, layers: int, batch: int, seq: int, dtype: str, bidir
         "seq": seq,
         "dtype": dtype,
         "bidirectional": bidir,
+        "train": train,
         "trace": record(run),
     }
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out")
+    parser.add_argument("--models", nargs="*", default=list(CNNS), choices=list(CNNS))
+    parser.add_argument("--conv-batches", nargs="*", type=int, default=[32, 128])
+    parser.add_argument("--conv-dtypes", nargs="*", default=list(DTYPES), choices=list(DTYPES))
+    parser.add_argument("--lstm-hidden", nargs="*", type=int, default=[256, 1024])
+    parser.add_argument("--lstm-layers", nargs="*", type=int, default=[1, 2])
+    parser.add_argument("--lstm-batches", nargs="*", type=int, default=[16, 64])
+    parser.add_argument("--lstm-seqs", nargs="*", type=int, default=[64, 256])
+    parser.add_argument("--lstm-dtypes", nargs="*", default=["fp32", "bf16"], choices=list(DTYPES))
+    parser.add_argument("--lstm-infer", action="store_true", help="also probe inference calls")
+    args = parser.parse_args()
     out = {
         "meta": {
             "date": dt.date.today().isoformat(),
@@ -159,20 +195,24 @@ def main() -> int:
         "conv": [],
         "lstm": [],
     }
-    for cfg in conv_configs():
-        for batch in (32, 128):
-            for dtype in DTYPES:
+    for cfg in conv_configs(args.models):
+        for batch in args.conv_batches:
+            for dtype in args.conv_dtypes:
                 for train in (False, True):
                     out["conv"].append(probe_conv(cfg, batch, dtype, train))
         torch.cuda.empty_cache()
-    for hidden in (256, 1024):
-        for layers in (1, 2):
-            for batch in (16, 64):
-                for seq in (64, 256):
-                    for dtype in ("fp32", "bf16"):
-                        for bidir in (False, True):
-                            out["lstm"].append(probe_lstm(hidden, layers, batch, seq, dtype, bidir))
-    with open(sys.argv[1], "w") as fh:
+    modes = (True, False) if args.lstm_infer else (True,)
+    for hidden, layers, batch, seq, dtype, bidir, train in itertools.product(
+        args.lstm_hidden,
+        args.lstm_layers,
+        args.lstm_batches,
+        args.lstm_seqs,
+        args.lstm_dtypes,
+        (False, True),
+        modes,
+    ):
+        out["lstm"].append(probe_lstm(hidden, layers, batch, seq, dtype, bidir, train))
+    with open(args.out, "w") as fh:
         json.dump(out, fh)
     print(f"{len(out['conv'])} convolution and {len(out['lstm'])} LSTM probes")
     return 0

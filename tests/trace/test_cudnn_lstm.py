@@ -118,3 +118,17 @@ def test_packed_sequences_fall_back_and_say_so() -> None:
     )
     notes = trace_workload(work, resolve_gpu("h200")).notes
     assert any("packed-sequence LSTM" in n for n in notes)
+
+
+def test_inference_takes_no_reserve_space_and_says_where_its_workspace_came_from() -> None:
+    work = Workload(
+        build_model=lambda: nn.LSTM(64, 64, num_layers=2, batch_first=True),
+        make_batch=lambda: torch.randn(4, 16, 64),
+        loss_fn=lambda m, b: m(b)[0].sum(),
+        mode="infer",
+    )
+    trace = trace_workload(work, resolve_gpu("h200"))
+    names = [trace.infos[e.info].op for e in trace.events if e.kind == "alloc"]
+    assert "cuDNN LSTM workspace" in names
+    assert "cuDNN LSTM reserve space" not in names
+    assert any("inference workspace taken from training's" in n for n in trace.notes)

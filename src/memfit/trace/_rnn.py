@@ -57,15 +57,20 @@ def _fits() -> dict[str, list[float]]:
     return fits
 
 
-def _workspace(dtype: str, layers: int, dirs: int, b: int, s: int, h: int, e: int) -> int:
+def _workspace(
+    dtype: str, layers: int, dirs: int, b: int, s: int, h: int, e: int, mode: str = ""
+) -> int:
+    """The fitted workspace; ``mode`` is "" for training calls, "|infer" for inference ones."""
     # fp16 was not probed: it takes bf16's workspace (same element size, same engines)
     name = "bf16" if dtype == "fp16" else dtype
-    probed = sorted(int(k.split("|")[1]) for k in _fits() if k.startswith(f"{name}|"))
+    fits = {k: v for k, v in _fits().items() if k.startswith(f"{name}|") and k.endswith(mode)}
+    fits = {k: v for k, v in fits.items() if mode or not k.endswith("|infer")}
+    probed = sorted({int(k.split("|")[1]) for k in fits})
     lo, hi = probed[0], probed[-1]
     if layers in probed:
-        coef = _fits()[f"{name}|{layers}|{dirs}"]
+        coef = fits[f"{name}|{layers}|{dirs}{mode}"]
     else:  # linear in the number of layers, from the two probed ends
-        c_lo, c_hi = _fits()[f"{name}|{lo}|{dirs}"], _fits()[f"{name}|{hi}|{dirs}"]
+        c_lo, c_hi = fits[f"{name}|{lo}|{dirs}{mode}"], fits[f"{name}|{hi}|{dirs}{mode}"]
         t = (layers - lo) / (hi - lo)
         coef = [a + (b_ - a) * t for a, b_ in zip(c_lo, c_hi, strict=True)]
     a, b_coef, c, d, k = coef
@@ -176,12 +181,17 @@ def cudnn_lstm(args: tuple[Any, ...], hooks: RnnHooks) -> Any:
     if layers not in (1, 2):
         hooks.notes.add(f"cuDNN LSTM workspace for {layers} layers extrapolated from 1 and 2")
     grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
+    training = bool(train) and grad
+    mode = "" if training else "|infer"
+    if mode and not any(k.endswith(mode) for k in _fits()):
+        hooks.notes.add("cuDNN LSTM inference workspace taken from training's (not probed)")
+        mode = ""
     spec = _Spec(
         layers=int(layers),
         dirs=dirs,
         batch_first=bool(batch_first),
-        train=bool(train) and grad,
-        workspace=_workspace(name, int(layers), dirs, int(b), int(s), h, e),
+        train=training,
+        workspace=_workspace(name, int(layers), dirs, int(b), int(s), h, e, mode),
         reserve=reserve_bytes(int(layers), dirs, int(b), int(s), h, e),
         flattened=_one_buffer(params),
         hooks=hooks,
