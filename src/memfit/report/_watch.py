@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -27,6 +27,7 @@ NA = "N/A"
 _SPARKS = "▁▂▃▄▅▆▇█"
 _COMMAND_WIDTH = 48
 _BAR_WIDTH = 16
+_WIDE = 120  # columns from which the command fits beside the numbers
 
 
 def _size(n: int | None) -> str:
@@ -104,7 +105,31 @@ def _torch_cells(proc: ProcessSample) -> list[str]:
     return [_size(t.allocated), _size(t.reserved), _size(t.max_allocated), _size(proc.non_torch)]
 
 
-def _process_table(sample: Sample) -> Table:
+class _ProcessView:
+    """The process table, laid out for the width it gets: one row a process where the command
+    fits beside the numbers; on a narrow terminal the numbers first, then the commands by pid
+    (a command squeezed into the last column would wrap a character a line)."""
+
+    def __init__(self, sample: Sample) -> None:
+        self.sample = sample
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if options.max_width >= _WIDE:
+            yield _process_table(self.sample, with_command=True)
+            return
+        yield _process_table(self.sample, with_command=False)
+        commands = Table(box=None, show_header=False, padding=(0, 1))
+        commands.add_column("pid", justify="right", no_wrap=True, style="dim")
+        commands.add_column("command", overflow="fold")
+        for dev in self.sample.devices:
+            for proc in dev.processes:
+                command = shorten_middle(proc.command, _COMMAND_WIDTH) if proc.command else NA
+                commands.add_row(str(proc.pid), Text(command))
+        if commands.row_count:
+            yield commands
+
+
+def _process_table(sample: Sample, with_command: bool = True) -> Table:
     table = Table(
         title="Processes",
         title_justify="left",
@@ -121,7 +146,8 @@ def _process_table(sample: Sample) -> Table:
     containers = any(proc.container or proc.pod for _, proc in procs)
     if containers:
         table.add_column("container", no_wrap=True)
-    table.add_column("command", overflow="fold")  # the one column that wraps
+    if with_command:
+        table.add_column("command", overflow="fold")  # the one column that wraps
     for dev in sample.devices:
         if dev.processes_error is not None:
             table.add_row(str(dev.index), "", Text(f"{NA}: {dev.processes_error}"))
@@ -138,7 +164,7 @@ def _process_table(sample: Sample) -> Table:
             container = proc.container[:12] if proc.container else ""
             pod = f"pod {proc.pod[:8]}" if proc.pod else ""
             cells.append(Text(f"{container} {pod}".strip()))
-        table.add_row(*cells, Text(command))
+        table.add_row(*cells, *([Text(command)] if with_command else []))
     if not procs:
         table.add_row("", "", Text("no processes on the selected GPUs", style="dim"))
     return table
@@ -152,7 +178,7 @@ def watch_frame(sample: Sample, history: WatchHistory | None = None) -> Group:
     header = Text(f"memfit watch  {when}", style="bold")
     header.append(f" · driver {sample.driver_version or NA} · {len(sample.devices)} GPU(s)")
     units = Text("GiB = 2^30 bytes, MiB = 2^20 bytes", style="dim")
-    return Group(header, _gpu_table(sample, history), _process_table(sample), units)
+    return Group(header, _gpu_table(sample, history), _ProcessView(sample), units)
 
 
 def render_sample(
