@@ -7,6 +7,7 @@ import pytest
 from memfit._errors import InvalidInputError
 from memfit.allocator import (
     CachingAllocator,
+    ChunkedAddressSpace,
     FirstFitAddressSpace,
     ScriptedAddressSpace,
     segment_bases_from_trace,
@@ -32,6 +33,20 @@ def test_first_fit_merges_gaps_and_shrinks_the_top() -> None:
     for addr in (blocks[1], blocks[2], blocks[3]):
         space.release(addr, 2 * MiB)  # three gaps merge and fall back into the top
     assert space.reserve(6 * MiB) == 2 * MiB
+
+
+def test_chunks_are_reserved_downward_and_filled_upward() -> None:
+    space = ChunkedAddressSpace(chunk=100 * MiB, top=1000 * MiB)
+    a, b = space.reserve(20 * MiB), space.reserve(50 * MiB)
+    assert (a, b) == (900 * MiB, 920 * MiB)  # one chunk below the top, filled upward
+    c = space.reserve(40 * MiB)  # 30 MiB left in the first chunk: a new one below it
+    assert c == 800 * MiB
+    assert space.reserve(30 * MiB) == 840 * MiB  # first fit: the lowest gap that holds it
+    big = space.reserve(300 * MiB)  # larger than a chunk: a chunk of its own size
+    assert big == 500 * MiB
+    space.release(a, 20 * MiB)
+    space.release(b, 50 * MiB)  # merges with a's range and the free ranges around it
+    assert space.reserve(60 * MiB) == 870 * MiB
 
 
 def test_scripted_addresses_come_first_then_the_fallback() -> None:

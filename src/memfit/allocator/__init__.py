@@ -11,7 +11,8 @@ reserved bytes, every segment event and block address, and snapshots match exact
 Not emulated: CUDA graphs and private memory pools, cross-stream ``record_stream`` (blocks
 waiting on events), several devices, ``backend:cudaMallocAsync`` and
 ``throw_on_cudamalloc_oom``. Where CUDA places new segments is the driver's choice; the
-default :class:`FirstFitAddressSpace` is a deterministic stand-in, and
+default :class:`ChunkedAddressSpace` models what H200 traces show (chunks reserved downward,
+filled upward), :class:`FirstFitAddressSpace` is a simpler stand-in, and
 :class:`ScriptedAddressSpace` replays a real trace's addresses.
 
 >>> from memfit.allocator import CachingAllocator
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from memfit.allocator._address import (
     AddressSpace,
+    ChunkedAddressSpace,
     FirstFitAddressSpace,
     ScriptedAddressSpace,
     segment_bases_from_trace,
@@ -43,6 +45,7 @@ __all__ = [
     "AllocatorOOM",
     "BlockInfo",
     "CachingAllocator",
+    "ChunkedAddressSpace",
     "FirstFitAddressSpace",
     "OOMInfo",
     "ReplayResult",

@@ -6,8 +6,15 @@ expandable segments) returned. The driver's placement is not documented and, as 
 H200, not a simple pattern (it reuses freed ranges and grows chunks downward). Emulation
 therefore takes the addresses from an :class:`AddressSpace`:
 
-* :class:`FirstFitAddressSpace` (the default) is deterministic: lowest free 2 MiB-aligned range
-  that fits, reusing freed ranges, above a fixed base.
+* :class:`ChunkedAddressSpace` (the default) follows what the H200 traces show: the driver
+  reserves address space in chunks, each new chunk below the ones before, and fills a chunk
+  upward, first fit. Replaying the 31 recorded traces without their addresses, it gives the real
+  peak reserved on 25 and is within 1.1% on all (first fit from a fixed base: 22, within 3.3%);
+  the chunk size, 512 MiB, was chosen among 256 MiB - 2 GiB on those same traces, so this is
+  fitted, not held out. Other libraries' own cudaMallocs, which the driver places in the same
+  space, are invisible to a trace: no model of this kind can be exact.
+* :class:`FirstFitAddressSpace` is deterministic too: lowest free 2 MiB-aligned range that fits,
+  reusing freed ranges, above a fixed base.
 * :class:`ScriptedAddressSpace` hands out given addresses in order, e.g. the segment addresses
   of a real trace, so an emulated replay can be compared with the real one address for address.
 """
@@ -25,6 +32,7 @@ from memfit.allocator._constants import K_SMALL_BUFFER
 __all__ = [
     "DEFAULT_BASE",
     "AddressSpace",
+    "ChunkedAddressSpace",
     "FirstFitAddressSpace",
     "ScriptedAddressSpace",
     "segment_bases_from_trace",
@@ -89,12 +97,59 @@ class FirstFitAddressSpace:
             del self._gaps[i]
 
 
+class ChunkedAddressSpace:
+    """Chunks of ``chunk`` bytes, each new one below the last; first fit, upward, inside them.
+
+    A segment larger than a chunk gets a chunk of its own size. Freed ranges merge with their
+    neighbours and are reused; chunks are never given back (the driver keeps its reservations).
+    """
+
+    def __init__(
+        self, chunk: int = 512 * 2**20, top: int = DEFAULT_BASE, alignment: int = K_SMALL_BUFFER
+    ) -> None:
+        self._chunk = chunk
+        self._alignment = alignment
+        self._bottom = top
+        self._gaps: list[tuple[int, int]] = []  # sorted (address, size) free ranges
+
+    def reserve(self, size: int) -> int:
+        size = -(-size // self._alignment) * self._alignment
+        for i, (addr, gap) in enumerate(self._gaps):
+            if gap >= size:
+                if gap == size:
+                    del self._gaps[i]
+                else:
+                    self._gaps[i] = (addr + size, gap - size)
+                return addr
+        length = max(self._chunk, size)
+        self._bottom -= length
+        if self._bottom < 0:
+            raise InvalidInputError(
+                "the emulated address space is exhausted (more segments at once than fit below "
+                f"{DEFAULT_BASE:#x}); this needs an unrealistically large trace."
+            )
+        if length > size:
+            insort(self._gaps, (self._bottom + size, length - size))
+        return self._bottom
+
+    def release(self, address: int, size: int) -> None:
+        size = -(-size // self._alignment) * self._alignment
+        insort(self._gaps, (address, size))
+        i = bisect_left(self._gaps, (address, size))
+        if i + 1 < len(self._gaps) and address + size == self._gaps[i + 1][0]:
+            size += self._gaps.pop(i + 1)[1]
+            self._gaps[i] = (address, size)
+        if i > 0 and self._gaps[i - 1][0] + self._gaps[i - 1][1] == address:
+            prev_addr, prev_size = self._gaps.pop(i - 1)
+            self._gaps[i - 1] = (prev_addr, prev_size + size)
+
+
 class ScriptedAddressSpace:
     """Hands out the given addresses in order, then falls back to another address space."""
 
     def __init__(self, addresses: Iterable[int], fallback: AddressSpace | None = None) -> None:
         self._addresses: Iterator[int] = iter(addresses)
-        self._fallback: AddressSpace = fallback or FirstFitAddressSpace()
+        self._fallback: AddressSpace = fallback or ChunkedAddressSpace()
         self._from_fallback: set[int] = set()
 
     def reserve(self, size: int) -> int:
