@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Every GPU run of one session in one call (device time is scarce): run from the repository
-# root on the GPU machine with $OUT set; each step has its own time limit so that a slow one
-# cannot starve the rest, and each writes its results under $OUT as soon as it ends.
+# A session's GPU runs in few device calls (device time is scarce; one call may run 10 minutes):
+# run from the repository root on the GPU machine with $OUT set, one part per call:
+#
+#   bash benchmarks/gpu_session.sh tests      # NVML fixtures, GPU tests, guard benchmark (~4 min)
+#   bash benchmarks/gpu_session.sh finders    # find_batch_size vs accelerate, all workloads (~8 min)
+#   bash benchmarks/gpu_session.sh monitor    # monitor overhead (~3 min) and the cuDNN probe (~5 min)
+#
+# Each step has its own time limit, so that a slow one cannot starve the rest, and writes its
+# results under $OUT as soon as it ends; steps.txt says how each ended.
 set -u
 export PYTHONPATH=src
 mkdir -p "$OUT"
@@ -15,15 +21,28 @@ step() {  # step NAME SECONDS COMMAND...
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt"
 python -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" >> "$OUT/gpu.txt"
 
-# 1. NVML fixtures for the watch/export tests: alone, so "idle" is idle
-step nvml-record 60 python benchmarks/nvml_record.py --out "$OUT/nvml-h200.json.gz"
-
-# 2. GPU tests (4 workers) while the guard benchmark runs beside them: correctness only
-step guard-bench 140 python benchmarks/guard_gpu.py --out "$OUT/guard_gpu.json" &
-step gpu-tests 150 python -m pytest -q -n 4 --timeout 130 tests/gpu -p no:cacheprovider -rA
-wait
-
-# 3. timed benchmarks, alone
-step batch-size-bench 120 python benchmarks/batch_size_gpu.py --workloads bert --out "$OUT/batch_size.json"
-step monitor-bench 60 python benchmarks/monitor_overhead.py --out "$OUT/monitor_overhead.json" --samples 200 --rounds 2 --steps 30
+case "${1:-tests}" in
+tests)
+    # NVML fixtures for the watch/export tests: alone, so "idle" is idle
+    step nvml-record 60 python benchmarks/nvml_record.py --out "$OUT/nvml-h200.json.gz"
+    # GPU tests (4 workers) beside the guard benchmark: correctness only, no timings compared
+    step guard-bench 140 python benchmarks/guard_gpu.py --out "$OUT/guard_gpu.json" &
+    step gpu-tests 150 python -m pytest -q -n 4 --timeout 130 tests/gpu -p no:cacheprovider -rA
+    wait
+    ;;
+finders)
+    # timed: alone on the machine
+    step batch-size-bench 560 python benchmarks/batch_size_gpu.py --out "$OUT/batch_size.json"
+    ;;
+monitor)
+    step monitor-bench 240 python benchmarks/monitor_overhead.py --out "$OUT/monitor_overhead.json"
+    step cudnn-probe 300 python benchmarks/cudnn_probe.py "$OUT/cudnn_probe.json" \
+        --conv-batches 1 8 16 32 64 96 128 256 --lstm-layers 1 2 3 4 --lstm-infer
+    gzip -f "$OUT/cudnn_probe.json"
+    ;;
+*)
+    echo "unknown part '$1': give tests, finders or monitor" >&2
+    exit 2
+    ;;
+esac
 cat "$OUT/steps.txt"
