@@ -36,9 +36,14 @@ finders)
     ;;
 monitor)
     step monitor-bench 240 python benchmarks/monitor_overhead.py --out "$OUT/monitor_overhead.json"
-    step cudnn-probe 300 python benchmarks/cudnn_probe.py "$OUT/cudnn_probe.json" \
-        --conv-batches 1 8 16 32 64 96 128 256 --lstm-layers 1 2 3 4 --lstm-infer
-    gzip -f "$OUT/cudnn_probe.json"
+    # the probe writes its file at the end: convolutions and LSTMs in two runs, so that a time
+    # limit costs one of them only
+    step cudnn-probe-lstm 120 python benchmarks/cudnn_probe.py "$OUT/cudnn_probe_lstm.json" \
+        --models --lstm-layers 1 2 3 4 --lstm-infer
+    step cudnn-probe-conv 240 python benchmarks/cudnn_probe.py "$OUT/cudnn_probe_conv.json" \
+        --lstm-hidden --models resnet50 convnext_tiny efficientnet_b0 resnet18 mobilenet_v3_large \
+        --conv-batches 1 16 64 96 256
+    gzip -f "$OUT"/cudnn_probe_*.json
     ;;
 *)
     echo "unknown part '$1': give tests, finders or monitor" >&2
