@@ -7,7 +7,8 @@ allocator traces that ``benchmarks/cudnn_probe.py`` recorded for each convolutio
 and writes, per configuration, dtype and batch size, the workspaces of the forward pass, of the
 input gradient (dgrad) and of the weight gradient (wgrad).
 
-    python benchmarks/build_cudnn_table.py PROBE.json.gz src/memfit/trace/data/cudnn_sm90.json
+    python benchmarks/build_cudnn_table.py PROBE.json.gz [MORE.json.gz ...] \
+        src/memfit/trace/data/cudnn_sm90.json
 """
 
 from __future__ import annotations
@@ -127,14 +128,32 @@ def lstm_workspace_fits(probe: dict[str, Any]) -> dict[str, list[float]]:
     return fits
 
 
+def merge(probes: list[dict[str, Any]]) -> dict[str, Any]:
+    """One probe document from several runs on the same GPU and library versions."""
+    versions = {(p["meta"]["gpu"], p["meta"]["torch"], p["meta"]["cudnn"]) for p in probes}
+    if len(versions) != 1:
+        raise ValueError(f"probes from different GPUs or versions cannot be merged: {versions}")
+    meta = dict(probes[0]["meta"])
+    meta["command"] = " | ".join(p["meta"]["command"] for p in probes)
+    meta["date"] = max(p["meta"]["date"] for p in probes)
+    return {
+        "meta": meta,
+        "conv": [c for p in probes for c in p["conv"]],
+        "lstm": [x for p in probes for x in p["lstm"]],
+    }
+
+
 def main() -> int:
-    with gzip.open(sys.argv[1], "rt") as fh:
-        probe = json.load(fh)
-    table = build(probe)
-    with open(sys.argv[2], "w") as fh:
+    *inputs, output = sys.argv[1:]
+    probes = []
+    for path in inputs:
+        with gzip.open(path, "rt") as fh:
+            probes.append(json.load(fh))
+    table = build(merge(probes))
+    with open(output, "w") as fh:
         json.dump(table, fh, separators=(",", ":"), sort_keys=True)
         fh.write("\n")
-    print(f"{len(table['conv'])} configurations -> {sys.argv[2]}")
+    print(f"{len(table['conv'])} configurations -> {output}")
     return 0
 
 

@@ -7,6 +7,7 @@ import gzip
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -32,15 +33,30 @@ def _trace(model_fn, batch, mode="train", precision="fp32"):
     return trace_workload(work, resolve_gpu("h200"))
 
 
-def test_the_committed_table_is_what_the_probe_gives() -> None:
+def _builder() -> Any:
     spec = importlib.util.spec_from_file_location("build", ROOT / "benchmarks/build_cudnn_table.py")
     assert spec and spec.loader
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
-    probe_path = ROOT / "benchmarks/results/h200-2026-11-30/cudnn_probe.json.gz"
-    with gzip.open(probe_path, "rt") as fh:
-        probe = json.load(fh)
-    assert build.build(probe)["conv"] == _table()
+    return build
+
+
+def _probe() -> dict[str, Any]:
+    with gzip.open(ROOT / "benchmarks/results/h200-2026-11-30/cudnn_probe.json.gz", "rt") as fh:
+        probe: dict[str, Any] = json.load(fh)
+    return probe
+
+
+def test_the_committed_table_is_what_the_probe_gives() -> None:
+    assert _builder().build(_probe())["conv"] == _table()
+
+
+def test_probes_of_one_gpu_merge_and_others_do_not() -> None:
+    build, probe = _builder(), _probe()
+    assert build.build(build.merge([probe, probe]))["conv"] == _table()
+    other = {**probe, "meta": {**probe["meta"], "gpu": "NVIDIA A100-SXM4-80GB"}}
+    with pytest.raises(ValueError, match="cannot be merged"):
+        build.merge([probe, other])
 
 
 def test_measured_batch_sizes_are_exact_and_others_interpolated() -> None:
