@@ -86,25 +86,7 @@ def test_replay_reproduces_the_gpu(path: Path) -> None:
     alloc = CachingAllocator(
         row["allocator_config"], device_total=H200_TOTAL, address_space=ScriptedAddressSpace(bases)
     )
-    after_build, overall, previous = None, 0, ""
-    for e in trace:
-        action = e["action"]
-        if action == "alloc":
-            alloc.malloc(e["addr"], e["size"], e["stream"])
-        elif action == "free_completed":
-            alloc.free(e["addr"])
-        elif action in ("segment_free", "segment_unmap") and previous not in (
-            "segment_free",
-            "segment_unmap",
-        ):
-            alloc.empty_cache()  # gpu_measure.py empties the cache once the model is built
-            after_build = alloc.reserved
-        if after_build is not None:
-            after_build = max(after_build, alloc.reserved)
-        overall = max(overall, alloc.reserved)
-        previous = action
-    peak = after_build if after_build is not None else overall
-    assert peak == row["peak_reserved"]
+    assert _replay_peak(trace, alloc) == row["peak_reserved"]
     real_segments = [[a, addr, size] for a, addr, size in entries if a in SEGMENT_ACTIONS]
     mine = [[s.action, s.address, s.size] for s in alloc.segment_events]
     if "expandable_segments:True" in row["allocator_config"]:

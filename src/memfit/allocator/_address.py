@@ -53,23 +53,55 @@ class AddressSpace(Protocol):
         ...
 
 
+class _FreeRanges:
+    """Free address ranges, sorted and merged; taken first fit from the lowest address."""
+
+    def __init__(self) -> None:
+        self.ranges: list[tuple[int, int]] = []  # sorted (address, size)
+
+    def take(self, size: int) -> int | None:
+        """The lowest address with ``size`` free bytes, now taken; None if no range holds it."""
+        for i, (addr, gap) in enumerate(self.ranges):
+            if gap >= size:
+                if gap == size:
+                    del self.ranges[i]
+                else:
+                    self.ranges[i] = (addr + size, gap - size)
+                return addr
+        return None
+
+    def add(self, address: int, size: int) -> tuple[int, int]:
+        """Free ``size`` bytes at ``address``; returns the merged range they are now part of."""
+        insort(self.ranges, (address, size))
+        i = bisect_left(self.ranges, (address, size))
+        if i + 1 < len(self.ranges) and address + size == self.ranges[i + 1][0]:
+            size += self.ranges.pop(i + 1)[1]
+            self.ranges[i] = (address, size)
+        if i > 0 and self.ranges[i - 1][0] + self.ranges[i - 1][1] == address:
+            prev_addr, prev_size = self.ranges.pop(i - 1)
+            i -= 1
+            address, size = prev_addr, prev_size + size
+            self.ranges[i] = (address, size)
+        return address, size
+
+
+def _aligned(size: int, alignment: int) -> int:
+    return -(-size // alignment) * alignment
+
+
 class FirstFitAddressSpace:
     """The lowest free range that fits, 2 MiB aligned; freed ranges are reused."""
 
     def __init__(self, base: int = DEFAULT_BASE, alignment: int = K_SMALL_BUFFER) -> None:
         self._alignment = alignment
         self._top = base  # everything at or above is free
-        self._gaps: list[tuple[int, int]] = []  # sorted (address, size) free ranges below top
+        self._gaps = _FreeRanges()  # below the top
 
     def reserve(self, size: int) -> int:
-        size = -(-size // self._alignment) * self._alignment
-        for i, (addr, gap) in enumerate(self._gaps):
-            if gap >= size:
-                if gap == size:
-                    del self._gaps[i]
-                else:
-                    self._gaps[i] = (addr + size, gap - size)
-                return addr
+        size = _aligned(size, self._alignment)
+        addr = self._gaps.take(size)
+        if addr is not None:
+            return addr
         addr = self._top
         self._top += size
         if self._top > ADDRESS_LIMIT:
@@ -80,21 +112,10 @@ class FirstFitAddressSpace:
         return addr
 
     def release(self, address: int, size: int) -> None:
-        size = -(-size // self._alignment) * self._alignment
-        insort(self._gaps, (address, size))
-        i = bisect_left(self._gaps, (address, size))
-        # merge with the following and the preceding gap, then with the top
-        if i + 1 < len(self._gaps) and address + size == self._gaps[i + 1][0]:
-            size += self._gaps.pop(i + 1)[1]
-            self._gaps[i] = (address, size)
-        if i > 0 and self._gaps[i - 1][0] + self._gaps[i - 1][1] == address:
-            prev_addr, prev_size = self._gaps.pop(i - 1)
-            i -= 1
-            address, size = prev_addr, prev_size + size
-            self._gaps[i] = (address, size)
-        if address + size == self._top:
+        address, size = self._gaps.add(address, _aligned(size, self._alignment))
+        if address + size == self._top:  # the range reaches the top: fall back into it
+            self._gaps.ranges.remove((address, size))
             self._top = address
-            del self._gaps[i]
 
 
 class ChunkedAddressSpace:
@@ -110,17 +131,13 @@ class ChunkedAddressSpace:
         self._chunk = chunk
         self._alignment = alignment
         self._bottom = top
-        self._gaps: list[tuple[int, int]] = []  # sorted (address, size) free ranges
+        self._gaps = _FreeRanges()
 
     def reserve(self, size: int) -> int:
-        size = -(-size // self._alignment) * self._alignment
-        for i, (addr, gap) in enumerate(self._gaps):
-            if gap >= size:
-                if gap == size:
-                    del self._gaps[i]
-                else:
-                    self._gaps[i] = (addr + size, gap - size)
-                return addr
+        size = _aligned(size, self._alignment)
+        addr = self._gaps.take(size)
+        if addr is not None:
+            return addr
         length = max(self._chunk, size)
         self._bottom -= length
         if self._bottom < 0:
@@ -128,20 +145,12 @@ class ChunkedAddressSpace:
                 "the emulated address space is exhausted (more segments at once than fit below "
                 f"{DEFAULT_BASE:#x}); this needs an unrealistically large trace."
             )
-        if length > size:
-            insort(self._gaps, (self._bottom + size, length - size))
+        if length > size:  # the rest of the new chunk, kept apart from the chunk above
+            insort(self._gaps.ranges, (self._bottom + size, length - size))
         return self._bottom
 
     def release(self, address: int, size: int) -> None:
-        size = -(-size // self._alignment) * self._alignment
-        insort(self._gaps, (address, size))
-        i = bisect_left(self._gaps, (address, size))
-        if i + 1 < len(self._gaps) and address + size == self._gaps[i + 1][0]:
-            size += self._gaps.pop(i + 1)[1]
-            self._gaps[i] = (address, size)
-        if i > 0 and self._gaps[i - 1][0] + self._gaps[i - 1][1] == address:
-            prev_addr, prev_size = self._gaps.pop(i - 1)
-            self._gaps[i - 1] = (prev_addr, prev_size + size)
+        self._gaps.add(address, _aligned(size, self._alignment))
 
 
 class ScriptedAddressSpace:

@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 memfit error (bad input, trace failure), 2 no GPU where
 
 from __future__ import annotations
 
+import importlib
 import sys
 import traceback
 
@@ -15,6 +16,9 @@ from memfit._errors import MemfitError, NoGPUError
 from memfit.cli._parser import make_parser
 
 __all__ = ["main"]
+
+# each command lives in memfit.cli._<name>_cmd as run_<name>(args, console), imported when used
+_COMMANDS = ("estimate", "validate", "snapshot", "run", "watch", "export")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,30 +30,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 1
     try:
-        if args.command == "estimate":
-            from memfit.cli._estimate_cmd import run_estimate
-
-            return run_estimate(args, console)
-        if args.command == "validate":
-            from memfit.cli._validate_cmd import run_validate
-
-            return run_validate(args, console)
-        if args.command == "snapshot":
-            from memfit.cli._snapshot_cmd import run_snapshot
-
-            return run_snapshot(args, console)
-        if args.command == "run":
-            from memfit.cli._run_cmd import run_run
-
-            return run_run(args, console)
-        if args.command == "watch":
-            from memfit.cli._watch_cmd import run_watch
-
-            return run_watch(args, console)
-        if args.command == "export":
-            from memfit.cli._export_cmd import run_export
-
-            return run_export(args, console)
+        if args.command in _COMMANDS:
+            run = getattr(
+                importlib.import_module(f"memfit.cli._{args.command}_cmd"), f"run_{args.command}"
+            )
+            return int(run(args, console))
     except NoGPUError as exc:
         _report(err, exc, args.debug)
         return 2

@@ -29,7 +29,7 @@ from memfit.report._text import (
     workload_title,
 )
 
-__all__ = ["PAGE_CSS", "html_report", "write_html"]
+__all__ = ["PAGE_CSS", "html_report", "page_start", "write_html"]
 
 _MODULE_ROWS = 10
 _MODULE_WIDTH = 90
@@ -162,21 +162,28 @@ def _notes(estimate: Estimate) -> str:
     return f'<h2>Notes</h2><ul class="notes">{items}</ul>'
 
 
-def html_report(estimate: Estimate, *, max_points: int = DEFAULT_MAX_POINTS) -> str:
-    """The full HTML page for ``estimate``, as a string."""
-    title = f"memfit: {workload_title(estimate.workload)}"
-    chart = svg_chart(chart_data(estimate, max_points))
-    parts = [
+def page_start(title: str, css: str) -> list[str]:
+    """The lines that open a self-contained page, up to its ``<main>``: no external resource."""
+    return [
         "<!DOCTYPE html>",
         '<html lang="en">',
         "<head>",
         '<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(title)}</title>",
-        f"<style>{_CSS}</style>",
+        f"<style>{css}</style>",
         "</head>",
         "<body>",
         "<main>",
+    ]
+
+
+def html_report(estimate: Estimate, *, max_points: int = DEFAULT_MAX_POINTS) -> str:
+    """The full HTML page for ``estimate``, as a string."""
+    title = f"memfit: {workload_title(estimate.workload)}"
+    chart = svg_chart(chart_data(estimate, max_points))
+    parts = [
+        *page_start(title, _CSS),
         f"<h1>memfit estimate: {_e(estimate.workload.model)}</h1>",
         _workload(estimate),
         _verdict(estimate),

@@ -22,7 +22,7 @@ from memfit.report._chart import (
     downsample,
     nice_ticks,
 )
-from memfit.report._html import PAGE_CSS
+from memfit.report._html import PAGE_CSS, page_start
 from memfit.report._paths import PathLike, output_path
 from memfit.report._svg import svg_chart
 from memfit.report._text import UNITS_CAPTION, format_share
@@ -320,16 +320,7 @@ def html_report(report: SnapshotReport, *, max_points: int = DEFAULT_MAX_POINTS)
         else "<p>No segments at the peak.</p>"
     )
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_e(f'memfit snapshot: {name}')}</title>",
-        f"<style>{_CSS}</style>",
-        "</head>",
-        "<body>",
-        "<main>",
+        *page_start(f"memfit snapshot: {name}", _CSS),
         f"<h1>memfit snapshot: {_e(name)}</h1>",
         _facts(report),
         _peaks(report),

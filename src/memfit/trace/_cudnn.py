@@ -23,8 +23,6 @@ import torch
 __all__ = ["ConvWorkspaces"]
 
 _DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-# phases of one convolution call: forward, input gradient, weight gradient
-Phase = str
 
 
 @functools.cache
@@ -96,7 +94,7 @@ class ConvWorkspaces:
         dilation: Sequence[int],
         transposed: bool,
         groups: int,
-        phases: list[Phase],
+        phases: list[str],  # of "fwd", "dgrad", "wgrad"
     ) -> list[int]:
         if transposed or any(int(d) != 1 for d in dilation):
             return []

@@ -163,9 +163,7 @@ class TraceFunctionMode(TorchFunctionMode):
         if func is _LINEAR:
             out = _linear_with_inplace_bias(args, kwargs)
             if out is not None:
-                if self.on_output is not None:
-                    self.on_output(out)
-                return out
+                return self._stamped(out)
         if func in _SOFTMAXES:
             out = _half_to_float_softmax(func, args, kwargs)
             if out is not None:
@@ -189,16 +187,17 @@ class TraceFunctionMode(TorchFunctionMode):
             else:
                 out = cudnn_lstm(args, self.rnn)
                 if out is not None:
-                    if self.on_output is not None:
-                        self.on_output(out)
-                    return out
+                    return self._stamped(out)
         if isinstance(func, types.FunctionType):
             return self._reenter(func, args, kwargs)
         if self.fused_inplace is not None and _is_inplace_foreach(func):
             # one fused CUDA kernel, no allocation; on meta some run as out-of-place pieces
             with self.fused_inplace():
                 return func(*args, **kwargs)
-        out = func(*args, **kwargs)
+        return self._stamped(func(*args, **kwargs))
+
+    def _stamped(self, out: Any) -> Any:
+        """``out``, after telling the module tracker about it (backward attribution)."""
         if self.on_output is not None:
             self.on_output(out)
         return out

@@ -115,9 +115,10 @@ class Recorder(TorchDispatchMode):
             return None
         block = self.alloc(nbytes, category, op, tuple(t.shape), str(t.dtype).replace("torch.", ""))
         self._live[key] = (block, nbytes)
-        node = torch._C._current_autograd_node()
-        if node is not None:
-            self._made_by[key] = node._sequence_nr()
+        if self.phase.endswith("backward"):  # only gradients are ever asked about
+            node = torch._C._current_autograd_node()
+            if node is not None:
+                self._made_by[key] = node._sequence_nr()
         weakref.finalize(storage, self._finalized, key)
         return block
 
@@ -127,13 +128,11 @@ class Recorder(TorchDispatchMode):
         if seen is not None:
             self.free(seen[0])
 
-    def name(self, t: torch.Tensor, op: str, category: Category | None = None) -> None:
+    def name(self, t: torch.Tensor, op: str) -> None:
         """Say what made ``t``'s storage when the op that allocated it says too little."""
         block = self.block_of(t)
         if block is not None:
             self.info(block).op = op
-            if category is not None:
-                self.info(block).category = category
 
     def block_of(self, t: torch.Tensor) -> int | None:
         if t.device.type != "meta":
@@ -192,10 +191,7 @@ class Recorder(TorchDispatchMode):
                 raise
             self.shadows.propagate(func, args, kwargs, out)
         between = None if special is not None else self.kernels.between_outputs(func, args)
-        if between is not None:
-            self._track_interleaved(out, name, between)
-        else:
-            self._track_outputs(out, name)
+        self._track_outputs(out, name, between)
         if special is None:
             # a library handle's workspace is created when the kernel is first launched,
             # after the op has allocated its outputs (H200 traces)
@@ -203,10 +199,14 @@ class Recorder(TorchDispatchMode):
                 self.alloc(nbytes, Category.WORKSPACE, label)
             # kernel-internal scratch: allocated after the outputs, freed when the kernel ends
             for group in self.kernels.scratch(func, args, kwargs):
-                blocks = [self.alloc(nbytes, Category.WORKSPACE, label) for nbytes, label in group]
-                for block in blocks:
-                    self.free(block)
+                self._scratch(group)
         return out
+
+    def _scratch(self, group: list[tuple[int, str]]) -> None:
+        """Workspaces that live together and are freed when the kernel ends."""
+        blocks = [self.alloc(nbytes, Category.WORKSPACE, label) for nbytes, label in group]
+        for block in blocks:
+            self.free(block)
 
     def _accumulates_in_place(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Whether this ``add`` is the autograd engine summing two gradients of one input, which
@@ -236,19 +236,17 @@ class Recorder(TorchDispatchMode):
         made_by = self._made_by.get(self._key(old.untyped_storage()))
         return made_by is not None and made_by != node._sequence_nr() and _dense(old)
 
-    def _track_interleaved(
-        self, out: Any, name: str, between: dict[int, list[tuple[int, str]]]
+    def _track_outputs(
+        self, out: Any, name: str, between: dict[int, list[tuple[int, str]]] | None = None
     ) -> None:
-        for i, t in enumerate(out):
-            if isinstance(t, torch.Tensor) and not self.suspended:
-                self.track(t, self.category_hint or Category.TEMPORARY, name)
-            for nbytes, label in between.get(i, []):
-                self.free(self.alloc(nbytes, Category.WORKSPACE, label))
-
-    def _track_outputs(self, out: Any, name: str) -> None:
+        """Record an op's outputs; ``between`` puts a kernel's scratch after output i (cuDNN's
+        backward frees the input gradient's workspace before it makes the weight gradient)."""
         if self.suspended:
             return
         category = self.category_hint or Category.TEMPORARY
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self.track(t, category, name)
+        for i, item in enumerate(out if between is not None else (out,)):
+            for t in tree_leaves(item):
+                if isinstance(t, torch.Tensor):
+                    self.track(t, category, name)
+            for workspace in between.get(i, []) if between is not None else ():
+                self._scratch([workspace])  # one after the other

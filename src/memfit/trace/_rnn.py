@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -58,23 +57,29 @@ def _fits() -> dict[str, list[float]]:
 
 
 def _workspace(
-    dtype: str, layers: int, dirs: int, b: int, s: int, h: int, e: int, mode: str = ""
-) -> int:
-    """The fitted workspace; ``mode`` is "" for training calls, "|infer" for inference ones."""
+    dtype: str, layers: int, dirs: int, b: int, s: int, h: int, e: int, infer: bool
+) -> tuple[int, bool]:
+    """The fitted workspace of a training (or, ``infer``, inference) call, and whether the
+    layer count was probed (else the fit is extrapolated linearly in the number of layers)."""
     # fp16 was not probed: it takes bf16's workspace (same element size, same engines)
     name = "bf16" if dtype == "fp16" else dtype
-    fits = {k: v for k, v in _fits().items() if k.startswith(f"{name}|") and k.endswith(mode)}
-    fits = {k: v for k, v in fits.items() if mode or not k.endswith("|infer")}
+    mode = "|infer" if infer else ""
+    fits = {
+        k: v
+        for k, v in _fits().items()
+        if k.startswith(f"{name}|") and k.endswith("|infer") == infer
+    }
     probed = sorted({int(k.split("|")[1]) for k in fits})
     lo, hi = probed[0], probed[-1]
     if layers in probed:
         coef = fits[f"{name}|{layers}|{dirs}{mode}"]
-    else:  # linear in the number of layers, from the two probed ends
+    else:
         c_lo, c_hi = fits[f"{name}|{lo}|{dirs}{mode}"], fits[f"{name}|{hi}|{dirs}{mode}"]
         t = (layers - lo) / (hi - lo)
         coef = [a + (b_ - a) * t for a, b_ in zip(c_lo, c_hi, strict=True)]
     a, b_coef, c, d, k = coef
-    return max(0, round(h * e * (a * b * s + b_coef * b + c * s + d) + k))
+    size = max(0, round(h * e * (a * b * s + b_coef * b + c * s + d) + k))
+    return size, layers in probed
 
 
 def reserve_bytes(layers: int, dirs: int, b: int, s: int, h: int, e: int) -> int:
@@ -84,7 +89,6 @@ def reserve_bytes(layers: int, dirs: int, b: int, s: int, h: int, e: int) -> int
 
 @dataclass(frozen=True)
 class _Spec:
-    layers: int
     dirs: int
     batch_first: bool
     train: bool
@@ -178,21 +182,22 @@ def cudnn_lstm(args: tuple[Any, ...], hooks: RnnHooks) -> Any:
     dirs = 2 if bidir else 1
     b, s = (x.shape[0], x.shape[1]) if batch_first else (x.shape[1], x.shape[0])
     h = int(h0.shape[-1])
-    if layers not in (1, 2):
-        hooks.notes.add(f"cuDNN LSTM workspace for {layers} layers extrapolated from 1 and 2")
     grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
     training = bool(train) and grad
-    mode = "" if training else "|infer"
-    if mode and not any(k.endswith(mode) for k in _fits()):
+    infer = not training
+    if infer and not any(k.endswith("|infer") for k in _fits()):
         hooks.notes.add("cuDNN LSTM inference workspace taken from training's (not probed)")
-        mode = ""
+        infer = False
+    layers = int(layers)
+    workspace, probed = _workspace(name, layers, dirs, int(b), int(s), h, e, infer)
+    if not probed:
+        hooks.notes.add(f"cuDNN LSTM workspace for {layers} layers extrapolated")
     spec = _Spec(
-        layers=int(layers),
         dirs=dirs,
         batch_first=bool(batch_first),
         train=training,
-        workspace=_workspace(name, int(layers), dirs, int(b), int(s), h, e, mode),
-        reserve=reserve_bytes(int(layers), dirs, int(b), int(s), h, e),
+        workspace=workspace,
+        reserve=reserve_bytes(layers, dirs, int(b), int(s), h, e),
         flattened=_one_buffer(params),
         hooks=hooks,
     )
@@ -215,7 +220,7 @@ def _flatten(module: nn.RNNBase) -> None:
     with torch.no_grad():
         for w in weights:
             w.data = flat[offset : offset + w.numel()].view_as(w)
-            offset += math.prod(w.shape)
+            offset += w.numel()
 
 
 @contextmanager
