@@ -2,7 +2,7 @@
 # A session's GPU runs in few device calls (device time is scarce; one call may run 10 minutes):
 # run from the repository root on the GPU machine with $OUT set, one part per call:
 #
-#   bash benchmarks/gpu_session.sh tests      # NVML fixtures, GPU tests, guard benchmark (~4 min)
+#   bash benchmarks/gpu_session.sh tests      # NVML fixtures, GPU tests, guard benchmark, finder profile (~7 min)
 #   bash benchmarks/gpu_session.sh finders    # find_batch_size vs accelerate, all workloads (~8 min)
 #   bash benchmarks/gpu_session.sh monitor    # monitor overhead (~3 min) and the cuDNN probe (~5 min)
 #
@@ -29,6 +29,8 @@ tests)
     step guard-bench 140 python benchmarks/guard_gpu.py --out "$OUT/guard_gpu.json" &
     step gpu-tests 150 python -m pytest -q -n 4 --timeout 130 tests/gpu -p no:cacheprovider -rA
     wait
+    # where find_batch_size's time goes, and whether a TF32 trial holds the same memory: alone
+    step bs-profile 200 python benchmarks/batch_size_profile.py --out "$OUT/batch_size_profile.json"
     ;;
 finders)
     # timed: alone on the machine
