@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_leaves
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._kernels import KernelModel
+from memfit.trace._meta_cache import META_CACHE
 from memfit.trace._shadow import ShadowValues
 
 __all__ = ["Recorder"]
@@ -181,7 +182,7 @@ class Recorder(TorchDispatchMode):
             out = special.value
         else:
             try:
-                out = func(*args, **kwargs)
+                out = META_CACHE.call(func, args, kwargs)
             except Exception:
                 if self.failure is None:
                     self.failure = (
