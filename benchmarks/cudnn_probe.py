@@ -15,6 +15,7 @@ import datetime as dt
 import itertools
 import json
 import sys
+import time
 
 import torch
 from torch import nn
@@ -195,12 +196,24 @@ def main() -> int:
         "conv": [],
         "lstm": [],
     }
+    saved = time.monotonic()
+
+    def save(every: float = 0.0) -> None:
+        """Write what is probed so far (at most every ``every`` seconds): a time limit then
+        costs the probes after the last write only."""
+        nonlocal saved
+        if time.monotonic() - saved >= every:
+            with open(args.out, "w") as fh:
+                json.dump(out, fh)
+            saved = time.monotonic()
+
     for cfg in conv_configs(args.models):
         for batch in args.conv_batches:
             for dtype in args.conv_dtypes:
                 for train in (False, True):
                     out["conv"].append(probe_conv(cfg, batch, dtype, train))
         torch.cuda.empty_cache()
+        save(every=20.0)
     modes = (True, False) if args.lstm_infer else (True,)
     for hidden, layers, batch, seq, dtype, bidir, train in itertools.product(
         args.lstm_hidden,
@@ -212,8 +225,8 @@ def main() -> int:
         modes,
     ):
         out["lstm"].append(probe_lstm(hidden, layers, batch, seq, dtype, bidir, train))
-    with open(args.out, "w") as fh:
-        json.dump(out, fh)
+        save(every=20.0)
+    save()
     print(f"{len(out['conv'])} convolution and {len(out['lstm'])} LSTM probes")
     return 0
 

@@ -37,12 +37,14 @@ finders)
     step batch-size-bench 560 python benchmarks/batch_size_gpu.py --out "$OUT/batch_size.json"
     ;;
 monitor)
-    step monitor-bench 240 python benchmarks/monitor_overhead.py --out "$OUT/monitor_overhead.json"
+    # the finder's GPU tests again (they changed after the tests part ran this session)
+    step gpu-tests-finder 70 python -m pytest -q tests/gpu/test_batch_size_gpu.py -p no:cacheprovider -rA
+    step monitor-bench 200 python benchmarks/monitor_overhead.py --out "$OUT/monitor_overhead.json"
     # the probe writes its file at the end: convolutions and LSTMs in two runs, so that a time
     # limit costs one of them only
-    step cudnn-probe-lstm 120 python benchmarks/cudnn_probe.py "$OUT/cudnn_probe_lstm.json" \
+    step cudnn-probe-lstm 90 python benchmarks/cudnn_probe.py "$OUT/cudnn_probe_lstm.json" \
         --models --lstm-layers 1 2 3 4 --lstm-infer
-    step cudnn-probe-conv 240 python benchmarks/cudnn_probe.py "$OUT/cudnn_probe_conv.json" \
+    step cudnn-probe-conv 190 python benchmarks/cudnn_probe.py "$OUT/cudnn_probe_conv.json" \
         --lstm-hidden --models resnet50 convnext_tiny efficientnet_b0 resnet18 mobilenet_v3_large \
         --conv-batches 1 16 64 96 256
     gzip -f "$OUT"/cudnn_probe_*.json
@@ -53,3 +55,6 @@ monitor)
     ;;
 esac
 cat "$OUT/steps.txt"
+# at most 8 files come back from the device: the logs travel as one archive
+(cd "$OUT" && tar czf logs.tar.gz ./*.log steps.txt gpu.txt && rm -f ./*.log steps.txt gpu.txt)
+ls "$OUT"

@@ -40,11 +40,15 @@ SRC = str(ROOT / "src")
 
 def _env(runtime: str) -> dict[str, str]:
     path = os.environ.get("PYTHONPATH")
-    return dict(
+    env = dict(
         os.environ,
         PYTHONPATH=SRC + (os.pathsep + path if path else ""),
         MEMFIT_RUNTIME_DIR=runtime,
+        # byte code cached as in an installed environment (the GPU machine ships none)
+        PYTHONPYCACHEPREFIX=os.path.join(tempfile.gettempdir(), "memfit-bench-pycache"),
     )
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 # -- (c) the training worker --------------------------------------------------------------------
@@ -215,22 +219,29 @@ def main() -> None:
     gpu = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
     driver = pynvml.nvmlSystemGetDriverVersion()
     pynvml.nvmlShutdown()
+    result: dict[str, Any] = {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+        "host": platform.node(),
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "gpu": gpu,
+        "driver": driver,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as runtime:
-        result = {
-            "date": dt.datetime.now().isoformat(timespec="seconds"),
-            "command": " ".join(sys.argv),
-            "host": platform.node(),
-            "cpu": platform.processor() or platform.machine(),
-            "torch": torch.__version__,
-            "gpu": gpu,
-            "driver": driver,
-            "sampling": sampling(runtime, args.samples),
-            "startup": startup(runtime),
-            "publisher": publisher_overhead(runtime, args.rounds, args.steps),
+        parts = {
+            "sampling": lambda: sampling(runtime, args.samples),
+            "startup": lambda: startup(runtime),
+            "publisher": lambda: publisher_overhead(runtime, args.rounds, args.steps),
         }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
+        for name, part in parts.items():  # written after each part: a time limit costs one
+            start = time.perf_counter()
+            result[name] = part()
+            result[name + "_seconds"] = time.perf_counter() - start
+            out.write_text(json.dumps(result, indent=2))
+            print(name, json.dumps(result[name], indent=2), flush=True)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -41,7 +42,9 @@ def test_without_a_terminal_log_only(capsys, tmp_path):
     args = ["watch", "--count", "2", "--interval", "0.01", "--log", str(log), *REPLAY]
     assert main([*args, "--scenario", "train"]) == 0
     assert capsys.readouterr().out == ""
-    assert log.read_text().count("\n") == 1 + 2 * 2  # header, then a GPU and a process each
+    rows = list(csv.reader(log.open(newline="")))
+    assert len(rows) == 1 + 2 * 2  # header, then a GPU and a process each
+    assert log.read_text().count("\n") == len(rows)  # one line a row: commands are one line
 
 
 def test_export_prints_where_it_serves(capsys):

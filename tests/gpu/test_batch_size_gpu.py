@@ -37,8 +37,10 @@ def runs(b):
         return False
 
 larger = math.ceil(result.batch_size * 1.05)
+precision = torch.get_float32_matmul_precision()  # the trials' TF32 is undone
 print("RESULT", json.dumps({"result": result.to_dict(), "fits": runs(result.batch_size),
-                            "larger": larger, "larger_fits": runs(larger)}))
+                            "larger": larger, "larger_fits": runs(larger),
+                            "precision": precision}))
 """
 
 
@@ -50,6 +52,7 @@ def test_found_batch_runs_and_five_percent_more_does_not():
     result = data["result"]
     assert result["confirmed"] and 1 <= len(result["trials"]) <= 3
     assert data["fits"], result
+    assert data["precision"] == "highest"
     assert not data["larger_fits"] or result["limited_by"] == "max_batch", result
 
 
@@ -63,3 +66,28 @@ def test_estimate_only_does_not_initialise_cuda():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.strip().splitlines()[-1]) > 0
+
+
+TF32_CHILD = """
+import json, torch
+from memfit._measure import measure
+from memfit._models import resolve_model
+from memfit._workload import workload_for
+
+peaks = {}
+for mode in ("highest", "high", "highest"):
+    torch.set_float32_matmul_precision(mode)
+    m, _ = measure(workload_for(resolve_model("bert-base-uncased"), 8, 256))
+    peaks[mode] = [m.peak_allocated, m.peak_reserved]
+print("RESULT", json.dumps(peaks))
+"""
+
+
+def test_tf32_trials_hold_the_same_memory_as_fp32():
+    """The finder's trials run fp32 products in TF32; the peaks must not change (the first
+    run of a process is left out: it differs from later ones by one-time allocations)."""
+    out = subprocess.run([sys.executable, "-c", TF32_CHILD], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(s for s in out.stdout.splitlines() if s.startswith("RESULT "))
+    peaks = json.loads(line[len("RESULT ") :])
+    assert peaks["high"] == peaks["highest"]

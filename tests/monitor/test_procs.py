@@ -92,3 +92,11 @@ def test_a_proc_tree_is_parsed_and_cached_by_start_time(tmp_path):
 def test_a_process_that_exits_mid_read_gives_none(tmp_path):
     _fake_proc(tmp_path, 77, 5, status=False)  # stat still there, status already gone
     assert LinuxProcs(str(tmp_path)).read(77) is None
+
+
+def test_a_multi_line_command_becomes_one_line(tmp_path):
+    # `python -c` with a script: the row, the CSV line and the Prometheus label stay one line
+    _fake_proc(tmp_path, 4343, 99)
+    (tmp_path / "4343" / "cmdline").write_bytes(b"python\0-c\0import torch\n\tx = 1\n\0 8\0")
+    info = LinuxProcs(str(tmp_path)).read(4343)
+    assert info is not None and info.command == "python -c import torch x = 1 8"

@@ -9,6 +9,7 @@ from monitor_data import recorded, replay_monitor, with_error
 
 from memfit import InvalidInputError
 from memfit.monitor import Monitor, Replay, RuntimeDir
+from memfit.monitor._procs import command_line
 
 SCENARIOS = ["idle", "train", "train+infer", "infer-exits"]
 
@@ -53,7 +54,7 @@ def test_a_training_process_shows_torch_beside_nvml(recording):
     assert proc.torch.allocated <= proc.torch.reserved < proc.used_memory
     assert proc.non_torch == proc.used_memory - proc.torch.reserved
     rec_proc = next(p for p in raw["procs"] if p["pid"] == proc.pid)
-    assert proc.user == rec_proc["user"] and proc.command == " ".join(rec_proc["cmdline"])
+    assert proc.user == rec_proc["user"] and proc.command == command_line(rec_proc["cmdline"])
     assert dev.other == dev.memory_used - proc.used_memory
 
 

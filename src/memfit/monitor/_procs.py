@@ -15,7 +15,7 @@ from typing import Protocol
 
 from memfit.monitor._publisher import start_ticks
 
-__all__ = ["LinuxProcs", "ProcInfo", "ProcReader", "parse_cgroup"]
+__all__ = ["LinuxProcs", "ProcInfo", "ProcReader", "command_line", "parse_cgroup"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +75,13 @@ def parse_cgroup(text: str) -> tuple[str | None, str | None]:
     return container, pod
 
 
+def command_line(args: list[str]) -> str | None:
+    """One line for the arguments of a command: ``python -c`` scripts carry newlines and tabs,
+    which would break a table row, a CSV line or a Prometheus label; runs of white space
+    become one space."""
+    return " ".join(" ".join(args).split()) or None
+
+
 def _user(uid: int) -> str | None:
     try:
         import pwd
@@ -129,4 +136,4 @@ class LinuxProcs:
         parts = [p.decode(errors="replace") for p in raw.split(b"\0") if p]
         container, pod = parse_cgroup(cgroup)
         user = None if uid is None else _user(uid)
-        return ProcInfo(pid, uid, user, " ".join(parts) or None, container, pod, ticks)
+        return ProcInfo(pid, uid, user, command_line(parts), container, pod, ticks)

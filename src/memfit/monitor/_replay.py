@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from memfit._errors import InvalidInputError
 from memfit.monitor._nvml import MemoryInfo, NvmlCallError, ProcessKind, error_kind
-from memfit.monitor._procs import ProcInfo, parse_cgroup
+from memfit.monitor._procs import ProcInfo, command_line, parse_cgroup
 from memfit.monitor._published import Published, published_from_json
 from memfit.monitor._publisher import SCHEMA
 
@@ -173,7 +173,7 @@ class _ReplayProcs:
                 if "error" in p:
                     return None  # the process had exited when it was read
                 container, pod = parse_cgroup(p.get("cgroup", ""))
-                command = " ".join(p.get("cmdline", [])) or None
+                command = command_line(p.get("cmdline", []))
                 ticks = p.get("create_time_ticks")
                 return ProcInfo(pid, p.get("uid"), p.get("user"), command, container, pod, ticks)
         return None

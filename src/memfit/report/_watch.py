@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -25,9 +26,9 @@ __all__ = ["NA", "WatchHistory", "render_sample", "watch_frame"]
 
 NA = "N/A"
 _SPARKS = "▁▂▃▄▅▆▇█"
-_COMMAND_WIDTH = 48
+_COMMAND_WIDTH = 96  # the longest a command is shown
+_MIN_COMMAND = 30  # narrower than this, the commands go below the numbers
 _BAR_WIDTH = 16
-_WIDE = 120  # columns from which the command fits beside the numbers
 
 
 def _size(n: int | None) -> str:
@@ -114,22 +115,28 @@ class _ProcessView:
         self.sample = sample
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        if options.max_width >= _WIDE:
-            yield _process_table(self.sample, with_command=True)
+        numbers = _process_table(self.sample, command_width=0)
+        # what is left of the line for the command: the column's border and padding take 3
+        room = options.max_width - Measurement.get(console, options, numbers).maximum - 3
+        if room >= _MIN_COMMAND:
+            yield _process_table(self.sample, command_width=min(room, _COMMAND_WIDTH))
             return
-        yield _process_table(self.sample, with_command=False)
+        yield numbers
         commands = Table(box=None, show_header=False, padding=(0, 1))
         commands.add_column("pid", justify="right", no_wrap=True, style="dim")
         commands.add_column("command", overflow="fold")
+        width = max(_MIN_COMMAND, options.max_width - 10)
         for dev in self.sample.devices:
             for proc in dev.processes:
-                command = shorten_middle(proc.command, _COMMAND_WIDTH) if proc.command else NA
+                command = shorten_middle(proc.command, width) if proc.command else NA
                 commands.add_row(str(proc.pid), Text(command))
         if commands.row_count:
             yield commands
 
 
-def _process_table(sample: Sample, with_command: bool = True) -> Table:
+def _process_table(sample: Sample, command_width: int) -> Table:
+    """The process table; with a command column of at most ``command_width`` characters
+    (the middle of a longer command is left out) unless it is 0."""
     table = Table(
         title="Processes",
         title_justify="left",
@@ -146,13 +153,15 @@ def _process_table(sample: Sample, with_command: bool = True) -> Table:
     containers = any(proc.container or proc.pod for _, proc in procs)
     if containers:
         table.add_column("container", no_wrap=True)
-    if with_command:
-        table.add_column("command", overflow="fold")  # the one column that wraps
+    if command_width:
+        table.add_column("command", no_wrap=True, overflow="ellipsis")
     for dev in sample.devices:
         if dev.processes_error is not None:
             table.add_row(str(dev.index), "", Text(f"{NA}: {dev.processes_error}"))
     for dev, proc in procs:
-        command = shorten_middle(proc.command, _COMMAND_WIDTH) if proc.command else NA
+        command = NA
+        if proc.command and command_width:
+            command = shorten_middle(proc.command, command_width)
         cells: list[RenderableType] = [
             str(dev.index),
             str(proc.pid),
@@ -164,7 +173,7 @@ def _process_table(sample: Sample, with_command: bool = True) -> Table:
             container = proc.container[:12] if proc.container else ""
             pod = f"pod {proc.pod[:8]}" if proc.pod else ""
             cells.append(Text(f"{container} {pod}".strip()))
-        table.add_row(*cells, *([Text(command)] if with_command else []))
+        table.add_row(*cells, *([Text(command)] if command_width else []))
     if not procs:
         table.add_row("", "", Text("no processes on the selected GPUs", style="dim"))
     return table

@@ -166,9 +166,7 @@ def _inplace_spec(out: Any, args: tuple[Any, ...]) -> Any:
 def _build(spec: Any) -> Any:
     single, kind, specs = spec
     with torch._C.DisableTorchFunction():
-        outs = [
-            None if s is None else _EMPTY(s[0], s[1], dtype=s[2], device="meta") for s in specs
-        ]
+        outs = [None if s is None else _EMPTY(s[0], s[1], dtype=s[2], device="meta") for s in specs]
     if single:
         return outs[0]
     return list(outs) if kind is list else tuple(outs)

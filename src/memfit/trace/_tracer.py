@@ -148,7 +148,8 @@ def _to_meta_with_shadow(shadows: ShadowValues) -> Any:
     def convert(t: Any) -> Any:
         if not isinstance(t, torch.Tensor) or t.device.type == "meta":
             return t
-        meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+        # the layout ``t.to("cuda")`` gives: its strides if dense, else contiguous ones
+        meta = torch.empty_like(t, device="meta")
         if t.requires_grad:
             meta.requires_grad_(True)
         if t.device.type == "cpu" and t.numel() <= (1 << 20):
