@@ -33,8 +33,9 @@ tests)
     step bs-profile 200 python benchmarks/batch_size_profile.py --out "$OUT/batch_size_profile.json"
     ;;
 finders)
+    step gpu-tests-finder 70 python -m pytest -q tests/gpu/test_batch_size_gpu.py -p no:cacheprovider -rA
     # timed: alone on the machine
-    step batch-size-bench 560 python benchmarks/batch_size_gpu.py --out "$OUT/batch_size.json"
+    step batch-size-bench 480 python benchmarks/batch_size_gpu.py --out "$OUT/batch_size.json"
     ;;
 monitor)
     # the finder's GPU tests again (they changed after the tests part ran this session)

@@ -76,6 +76,9 @@ class Estimate:
     gpu: GPU | None = None
     notes: list[str] = field(default_factory=list)
     trace_seconds: float = 0.0
+    # the least reserved memory the step runs in (the allocator frees its cache under
+    # pressure, see memfit._pressure); None where not asked for (it costs a few replays)
+    least_capacity: int | None = None
 
     @property
     def total(self) -> int:
@@ -125,6 +128,7 @@ class Estimate:
             },
             "notes": list(self.notes),
             "trace_seconds": round(self.trace_seconds, 3),
+            "least_capacity": self.least_capacity,
         }
 
     def to_json(self, *, indent: int | None = 2) -> str:

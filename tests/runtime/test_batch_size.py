@@ -11,6 +11,7 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
 import memfit
+from memfit._estimate import _workload, estimate_workload
 from memfit._models import classification_loss
 
 SEQ = 128
@@ -44,9 +45,24 @@ def images(n):
     return (torch.randn(n, 3, 64, 64), torch.randint(0, 10, (n,)))
 
 
-def total(model, make_batch, n, **kw):
-    """An independent estimate at batch n: peak reserved plus the CUDA context."""
-    return memfit.estimate(model, lambda: make_batch(n), **kw).total
+def total(model, make_batch, n, gpu="1GiB", **kw):
+    """An independent estimate at batch n: the least reserved memory the step runs in (the
+    allocator frees its cache under pressure) plus the CUDA context."""
+    work = _workload(
+        model,
+        lambda: make_batch(n),
+        kw.get("loss_fn"),
+        kw.get("optimizer", "adamw"),
+        kw.get("precision", "fp32"),
+        "train",
+        False,
+        None,
+        None,
+        None,
+    )[1]
+    est = estimate_workload(work, name="m", gpu=memfit.resolve_gpu(gpu), with_least_capacity=True)
+    assert est.least_capacity is not None and est.least_capacity <= est.peak_reserved
+    return est.least_capacity + est.non_pytorch
 
 
 @pytest.mark.parametrize(
@@ -76,9 +92,9 @@ def test_the_batch_is_the_largest_whose_estimate_fits(model, make_batch, kwargs,
     assert result.budget == memfit.resolve_gpu(gpu).total - result.margin
     assert result.margin == int(0.02 * memfit.resolve_gpu(gpu).total)
     # the estimate at b fits the budget and the one at the next allowed size does not
-    assert total(model, make_batch, b, **kwargs) <= result.budget
-    assert total(model, make_batch, b + step, **kwargs) > result.budget
-    assert result.predicted_total == total(model, make_batch, b, **kwargs)
+    assert total(model, make_batch, b, gpu, **kwargs) <= result.budget
+    assert total(model, make_batch, b + step, gpu, **kwargs) > result.budget
+    assert result.predicted_total == total(model, make_batch, b, gpu, **kwargs)
     assert len(result.estimates) <= 10, [p.batch_size for p in result.estimates]
     assert not result.confirmed and result.trials == []
     assert result.limited_by == "memory"

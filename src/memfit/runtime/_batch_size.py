@@ -2,9 +2,11 @@
 few GPU trials.
 
 Step 1 runs on the CPU: a search over estimates (:mod:`memfit.runtime._bs_search`) finds the
-largest batch whose predicted peak (``peak_reserved`` plus the CUDA context) stays under the
-budget: the GPU's memory minus a margin. Step 2, when asked, runs that batch on the GPU and
-corrects it in at most ``max_trials`` trials (:mod:`memfit.runtime._bs_trials`).
+largest batch whose predicted need (the least reserved memory the step runs in, as the caching
+allocator frees its cache under pressure: :mod:`memfit._pressure`, plus the CUDA context) stays
+under the budget: the GPU's memory minus a margin. Step 2, when asked, runs that batch on the
+GPU, held to the budget, and corrects it in at most ``max_trials`` trials
+(:mod:`memfit.runtime._bs_trials`).
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ class BatchSizeResult:
     gpu_total: int
     budget: int
     margin: int
-    predicted_peak_reserved: int
+    predicted_peak_reserved: int  # with memory to spare (the allocator keeps its cache)
     predicted_peak_allocated: int
-    predicted_total: int  # predicted peak reserved + CUDA context
+    predicted_need: int  # the least reserved memory the step runs in (see memfit._pressure)
+    predicted_total: int  # predicted need + CUDA context
     per_sample: int  # predicted bytes per extra sample, between the farthest estimates
     limited_by: str  # "memory" or "max_batch"
     estimates: list[Point] = field(default_factory=list)
@@ -71,8 +74,8 @@ class BatchSizeResult:
     def __str__(self) -> str:
         how = f"confirmed in {len(self.trials)} GPU trial(s)" if self.confirmed else "estimated"
         return (
-            f"batch size {self.batch_size} ({how}): predicted peak reserved "
-            f"{format_bytes(self.predicted_peak_reserved)}, "
+            f"batch size {self.batch_size} ({how}): needs {format_bytes(self.predicted_need)} "
+            f"reserved ({format_bytes(self.predicted_peak_reserved)} with memory to spare), "
             f"{format_bytes(self.predicted_total)} with the CUDA context, "
             f"budget {format_bytes(self.budget)} on {self.gpu}"
         )
@@ -139,6 +142,7 @@ def find_batch_size(
             name="model",
             allocator_config=allocator_config or "",
             gpu=target,
+            with_least_capacity=True,
         )
 
     search = EstimateSearch(estimate_at, multiple_of, max_batch)
@@ -151,7 +155,7 @@ def find_batch_size(
             search,
             proposal,
             budget,
-            cuda_runner(workload_at),
+            cuda_runner(workload_at, budget - search.point(proposal).context),
             margin=margin_bytes,
             max_trials=max_trials,
         )
@@ -164,6 +168,7 @@ def find_batch_size(
         budget=budget,
         margin=margin_bytes,
         predicted_peak_reserved=point.peak_reserved,
+        predicted_need=point.need,
         predicted_peak_allocated=point.peak_allocated,
         predicted_total=point.total,
         per_sample=search.per_sample(),

@@ -27,13 +27,23 @@ _OVERSHOOT = 1.1
 
 @dataclass(frozen=True)
 class Point:
-    """One estimate the search made: batch size, predicted peaks, seconds it took."""
+    """One estimate the search made: batch size, predicted peaks, seconds it took.
+
+    ``need`` is the reserved memory the step must be able to get: its least capacity where
+    the estimate has one (the allocator frees its cache under pressure, so a step runs in
+    less than its free-running ``peak_reserved``), else ``peak_reserved``.
+    """
 
     batch_size: int
     peak_reserved: int
     peak_allocated: int
-    total: int  # peak_reserved + the CUDA context: what the GPU must hold
+    total: int  # need + the CUDA context: what the GPU must hold
     seconds: float
+    context: int = 0
+
+    @property
+    def need(self) -> int:
+        return self.total - self.context
 
 
 @dataclass
@@ -60,12 +70,14 @@ class EstimateSearch:
         if found is None:
             start = time.perf_counter()
             est = self.estimate_at(batch_size)
+            need = est.least_capacity if est.least_capacity is not None else est.peak_reserved
             found = Point(
                 batch_size,
                 est.peak_reserved,
                 est.peak_allocated,
-                est.total,
+                need + est.non_pytorch,
                 time.perf_counter() - start,
+                est.non_pytorch,
             )
             self.points[batch_size] = found
             self.estimates[batch_size] = est

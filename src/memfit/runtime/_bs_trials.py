@@ -82,7 +82,7 @@ def run_trials(
     batch, shift = proposal, 0
     while batch and len(trials) < max_trials:
         point = search.point(batch)
-        context = point.total - point.peak_reserved
+        context = point.context
         run = runner(batch)
         over = run.peak_reserved + context > budget
         fits = not run.out_of_memory and not over
@@ -92,7 +92,7 @@ def run_trials(
                 batch,
                 fits,
                 outcome,
-                point.peak_reserved,
+                point.need,
                 run.peak_reserved,
                 run.peak_allocated,
                 run.seconds,
@@ -100,7 +100,7 @@ def run_trials(
         )
         if fits:
             best = max(best, batch)
-            slack = point.peak_reserved - run.peak_reserved  # > 0: the estimate was high
+            slack = point.need - run.peak_reserved  # > 0: the estimate was high
             larger = search.largest_fitting(budget + slack) if slack > 0 else 0
             if best < failed_below - search.multiple_of and larger >= batch * (1 + STEP_UP_GAIN):
                 batch = min(larger, failed_below - search.multiple_of)
@@ -109,7 +109,7 @@ def run_trials(
         failed_below = min(failed_below, batch)
         if best:
             break  # a step up failed: the last batch that fitted stands
-        shift = _shift_after_failure(run, point.peak_reserved, context, budget, margin, shift)
+        shift = _shift_after_failure(run, point.need, context, budget, margin, shift)
         batch = min(search.largest_fitting(budget - shift), batch - search.multiple_of)
     if not best:
         raise DoesNotFitError(_nothing_fitted(trials, budget))
@@ -145,28 +145,38 @@ def _nothing_fitted(trials: list[Trial], budget: int) -> str:
     )
 
 
-def cuda_runner(workload_at: Callable[[int], Workload]) -> Callable[[int], TrialRun]:
-    """A runner that runs the workload at a batch size on the current CUDA device.
+def cuda_runner(workload_at: Callable[[int], Workload], cap: int) -> Callable[[int], TrialRun]:
+    """A runner that runs the workload at a batch size on the current CUDA device, with the
+    caching allocator held to ``cap`` bytes (``set_per_process_memory_fraction``): the budget
+    less the CUDA context. Under the cap the allocator frees its cache and retries before it
+    gives up, as it does when a GPU is full, so a trial that runs fits the budget.
 
     Each trial builds a fresh model and optimizer through :func:`memfit._measure.measure` (the
     run ``memfit validate`` makes), and leaves the device as it found it: every tensor of the
-    trial freed, the cache emptied, the peak statistics reset.
+    trial freed, the cache emptied, the peak statistics reset, the caller's memory fraction
+    and matrix-product precision restored.
 
     fp32 matrix products run in TF32 during a trial: the cuBLAS workspaces are fixed in size,
     so the memory is the same to the byte (measured on an H200 for BERT-base, GPT-2 and
     ResNet-50, ``benchmarks/batch_size_profile.py``) and an fp32 trial takes a half to a third
-    of the time. The caller's setting is restored after each trial.
+    of the time.
     """
     import torch
 
     from memfit._measure import measure
 
+    device_total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    fraction = min(1.0, max(cap, 0) / device_total)
+
     def run(batch_size: int) -> TrialRun:
         start = time.perf_counter()
         message = ""
         prior = torch.get_float32_matmul_precision()
+        prior_fraction = _memory_fraction(torch)
         try:
             torch.set_float32_matmul_precision("high")
+            # a caller's smaller fraction stands
+            torch.cuda.set_per_process_memory_fraction(min(fraction, prior_fraction))
             measured, _ = measure(workload_at(batch_size))
             peak_reserved, peak_allocated = measured.peak_reserved, measured.peak_allocated
         except RuntimeError as exc:  # torch.OutOfMemoryError derives from RuntimeError
@@ -178,19 +188,32 @@ def cuda_runner(workload_at: Callable[[int], Workload]) -> Callable[[int], Trial
             exc.__traceback__ = None  # the frames hold the trial's tensors
         finally:
             torch.set_float32_matmul_precision(prior)
+            torch.cuda.set_per_process_memory_fraction(prior_fraction)
         seconds = time.perf_counter() - start
         gc.collect()
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         free, _ = torch.cuda.mem_get_info()
+        room = free + torch.cuda.memory_reserved()
         return TrialRun(
             bool(message),
             peak_reserved,
             peak_allocated,
             seconds,
-            capacity=free + torch.cuda.memory_reserved(),
+            capacity=min(room, int(fraction * device_total)),
             message=message,
         )
 
     return run
+
+
+def _memory_fraction(torch: Any) -> float:
+    """The caller's per-process memory fraction (1.0 where torch cannot tell)."""
+    getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if getter is None:
+        return 1.0
+    try:
+        return float(getter())
+    except (RuntimeError, TypeError):
+        return 1.0
