@@ -115,12 +115,24 @@ def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
         print(result.to_json())
         return 0
     table = Table(title=f"{args.model}: batch sizes estimated on {result.gpu}")
-    for col in ("batch size", "peak reserved", "with CUDA context", "fits"):
+    for col in ("batch size", "peak reserved", "runs in", "with CUDA context", "fits"):
         table.add_column(col, justify="right")
     for p in result.estimates:
         fits = "yes" if p.total <= result.budget else "no"
-        table.add_row(str(p.batch_size), format_bytes(p.peak_reserved), format_bytes(p.total), fits)
+        table.add_row(
+            str(p.batch_size),
+            format_bytes(p.peak_reserved),
+            format_bytes(p.need),
+            format_bytes(p.total),
+            fits,
+        )
     console.print(table)
+    console.print(
+        "peak reserved: with memory to spare; runs in: the least the step needs, as the "
+        "caching allocator frees its cache and retries when the GPU is full",
+        style="dim",
+        highlight=False,
+    )
     limit = " (the max_batch limit)" if result.limited_by == "max_batch" else ""
     console.print(
         f"Largest batch size: [bold]{result.batch_size}[/]{limit} · budget "

@@ -101,7 +101,11 @@ def run_trials(
         if fits:
             best = max(best, batch)
             slack = point.need - run.peak_reserved  # > 0: the estimate was high
-            larger = search.largest_fitting(budget + slack) if slack > 0 else 0
+            # estimates cost time too: search for a larger batch only if the line says the
+            # slack is worth the gain (an exact curve stays a search away)
+            per_sample = search.per_sample()
+            worth = slack > 0 and (per_sample == 0 or slack >= per_sample * batch * STEP_UP_GAIN)
+            larger = search.largest_fitting(budget + slack) if worth else 0
             if best < failed_below - search.multiple_of and larger >= batch * (1 + STEP_UP_GAIN):
                 batch = min(larger, failed_below - search.multiple_of)
                 continue
