@@ -5,6 +5,7 @@
 #   bash benchmarks/gpu_session.sh tests      # NVML fixtures, GPU tests, guard benchmark, finder profile (~7 min)
 #   bash benchmarks/gpu_session.sh finders    # find_batch_size vs accelerate, all workloads (~8 min)
 #   bash benchmarks/gpu_session.sh monitor    # monitor overhead (~3 min) and the cuDNN probe (~5 min)
+#   bash benchmarks/gpu_session.sh x2         # on 2 GPUs: DDP guard test, 2-GPU NVML fixture, monitor
 #
 # Each step has its own time limit, so that a slow one cannot starve the rest, and writes its
 # results under $OUT as soon as it ends; steps.txt says how each ended.
@@ -50,12 +51,34 @@ monitor)
         --conv-batches 1 16 64 96 256
     gzip -f "$OUT"/cudnn_probe_*.json
     ;;
+x2)
+    # on the nvidia-h200-x2 machine (carry .whl: nvidia-ml-py, in case its image lacks it)
+    python -c "import pynvml" 2>/dev/null || {
+        python -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
+            export PYTHONPATH=src:/tmp/site
+    }
+    python - > "$OUT/x2-env.txt" 2>&1 <<'PY'
+import importlib, torch
+print(torch.__version__, torch.cuda.device_count(), [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
+for name in ("transformers", "pynvml", "prometheus_client", "rich", "psutil"):
+    try:
+        m = importlib.import_module(name)
+        print(name, getattr(m, "__version__", "ok"))
+    except ImportError as exc:
+        print(name, "MISSING", exc)
+PY
+    step ddp-gpu-test 200 python -m pytest -q -s tests/gpu/test_ddp_microbatch_gpu.py -p no:cacheprovider -rA
+    if python -c "import pynvml, transformers" 2>/dev/null; then
+        step nvml-record-x2 90 python benchmarks/nvml_record.py --out "$OUT/nvml-h200x2.json.gz"
+        step monitor-bench-x2 150 python benchmarks/monitor_overhead.py --out "$OUT/monitor_overhead_x2.json"
+    fi
+    ;;
 *)
-    echo "unknown part '$1': give tests, finders or monitor" >&2
+    echo "unknown part '$1': give tests, finders, monitor or x2" >&2
     exit 2
     ;;
 esac
 cat "$OUT/steps.txt"
 # at most 8 files come back from the device: the logs travel as one archive
-(cd "$OUT" && tar czf logs.tar.gz ./*.log steps.txt gpu.txt && rm -f ./*.log steps.txt gpu.txt)
+(cd "$OUT" && tar czf logs.tar.gz ./*.log ./*.txt && rm -f ./*.log ./*.txt)
 ls "$OUT"
