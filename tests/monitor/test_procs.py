@@ -100,3 +100,17 @@ def test_a_multi_line_command_becomes_one_line(tmp_path):
     (tmp_path / "4343" / "cmdline").write_bytes(b"python\0-c\0import torch\n\tx = 1\n\0 8\0")
     info = LinuxProcs(str(tmp_path)).read(4343)
     assert info is not None and info.command == "python -c import torch x = 1 8"
+
+
+def test_start_times_are_read_once_per_sample(tmp_path):
+    # a pid asked about twice in one sample (two GPUs, or its published file) costs one read;
+    # the next sample reads again and so sees a reused pid
+    _fake_proc(tmp_path, 4444, 100)
+    procs = LinuxProcs(str(tmp_path))
+    procs.begin_sample()
+    assert procs.read(4444).start_ticks == 100
+    stat = tmp_path / "4444" / "stat"
+    stat.write_text(stat.read_text().replace(" 100 ", " 200 "))
+    assert procs.read(4444).start_ticks == 100
+    procs.end_sample()
+    assert procs.read(4444).start_ticks == 200  # outside a sample: read every time

@@ -97,9 +97,26 @@ class LinuxProcs:
     def __init__(self, root: str = "/proc") -> None:
         self.root = root
         self._cache: dict[int, ProcInfo] = {}
+        # start times read in the sample under way (None: no sample, read every time): a
+        # process on several GPUs, or one that publishes, is asked about several times per
+        # sample, and /proc reads are the sampler's main cost
+        self._ticks_now: dict[int, int | None] | None = None
+
+    def begin_sample(self) -> None:
+        """Until :meth:`end_sample`, read each process's start time once."""
+        self._ticks_now = {}
+
+    def end_sample(self) -> None:
+        self._ticks_now = None
 
     def read(self, pid: int) -> ProcInfo | None:
-        ticks = start_ticks(pid, self.root)
+        memo = self._ticks_now
+        if memo is None:
+            ticks = start_ticks(pid, self.root)
+        elif pid in memo:
+            ticks = memo[pid]
+        else:
+            ticks = memo[pid] = start_ticks(pid, self.root)
         if ticks is None:
             self._cache.pop(pid, None)
             return None

@@ -129,8 +129,16 @@ class Monitor(contextlib.AbstractContextManager["Monitor"]):
     def sample(self) -> Sample:
         """Read every selected GPU now."""
         now = self.backend.now()
-        published = self.published.read()
-        devices = tuple(self._device(i, now, published) for i in self.devices)
+        begin = getattr(self.procs, "begin_sample", None)
+        end = getattr(self.procs, "end_sample", None)
+        if begin is not None:
+            begin()
+        try:
+            published = self.published.read()
+            devices = tuple(self._device(i, now, published) for i in self.devices)
+        finally:
+            if end is not None:
+                end()
         forget = getattr(self.procs, "forget_except", None)
         if forget is not None:
             forget({p.pid for d in devices for p in d.processes})
