@@ -67,8 +67,11 @@ for name in ("transformers", "pynvml", "prometheus_client", "rich", "psutil"):
     except ImportError as exc:
         print(name, "MISSING", exc)
 PY
-    step ddp-gpu-test 200 python -m pytest -q -s tests/gpu/test_ddp_microbatch_gpu.py -p no:cacheprovider -rA
-    if python -c "import pynvml, transformers" 2>/dev/null; then
+    [ "${2:-}" = sampling ] || step ddp-gpu-test 200 python -m pytest -q -s tests/gpu/test_ddp_microbatch_gpu.py -p no:cacheprovider -rA
+    if [ "${2:-}" = sampling ]; then  # the sampling cost alone, again
+        step monitor-sampling-x2 100 python benchmarks/monitor_overhead.py \
+            --out "$OUT/monitor_sampling_x2.json" --parts sampling
+    elif python -c "import pynvml, transformers" 2>/dev/null; then
         step nvml-record-x2 90 python benchmarks/nvml_record.py --out "$OUT/nvml-h200x2.json.gz"
         step monitor-bench-x2 150 python benchmarks/monitor_overhead.py --out "$OUT/monitor_overhead_x2.json"
     fi
