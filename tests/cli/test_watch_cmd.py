@@ -68,3 +68,39 @@ def test_bad_options_are_one_paragraph(capsys, args, message):
     assert main(["watch", *REPLAY, *args]) == 1
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+H200X2 = str(Path(__file__).parents[1] / "monitor" / "fixtures" / "nvml-h200x2.json.gz")
+
+
+def _x2(capsys, *args):
+    assert main(["watch", "--once", "--json", "--replay", H200X2, *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_two_gpus_each_with_its_own_processes(capsys):
+    # recorded on the 2-GPU machine: the training and inference processes ran on GPU 0
+    doc = _x2(capsys, "--scenario", "train+infer")
+    assert [d["index"] for d in doc["devices"]] == [0, 1]
+    busy, idle = doc["devices"]
+    assert len(busy["processes"]) == 2 and all(p["torch"] for p in busy["processes"])
+    assert idle["processes"] == [] and busy["uuid"] != idle["uuid"]
+    assert busy["memory_used"] >= sum(p["used_memory"] for p in busy["processes"])
+
+
+def test_two_gpus_one_selected(capsys):
+    doc = _x2(capsys, "--scenario", "train", "--devices", "1")
+    assert [d["index"] for d in doc["devices"]] == [1]
+    assert doc["devices"][0]["processes"] == []
+
+
+def test_two_gpus_a_third_does_not_exist(capsys):
+    assert main(["watch", "--once", "--replay", H200X2, "--devices", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "GPU 2 does not exist: this machine has 2" in err and "Traceback" not in err
+
+
+def test_two_gpus_exported(capsys):
+    args = ["export", "--port", "0", "--duration", "0.2", "--json", "--replay", H200X2]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["devices"] == [0, 1]
