@@ -52,3 +52,14 @@ def test_freeing_the_cache_lets_the_step_run_in_less_than_its_peak_reserved(resn
     config = AllocatorConfig()
     allocated, reserved = _peaks(resnet_trace, config)
     assert least_capacity(resnet_trace, config, allocated, reserved) < reserved
+
+
+def test_running_in_less_than_the_peak_reserved_costs_cache_frees(resnet_trace):
+    from memfit._pressure import retries_within
+
+    config = AllocatorConfig()
+    allocated, reserved = _peaks(resnet_trace, config)
+    least = least_capacity(resnet_trace, config, allocated, reserved)
+    assert retries_within(resnet_trace, config, reserved) == 0  # memory to spare: none
+    assert retries_within(resnet_trace, config, least) > 0  # it runs only by freeing its cache
+    assert retries_within(resnet_trace, config, allocated - 1) is None  # it does not run

@@ -17,7 +17,7 @@ from memfit._errors import InvalidInputError
 from memfit._events import Category
 from memfit._gpus import GPU, resolve_gpu
 from memfit._models import ModelRecipe, resolve_model
-from memfit._pressure import least_capacity
+from memfit._pressure import least_capacity, retries_within
 from memfit._result import Estimate, Timeline, WorkloadSummary
 from memfit._workload import OptimizerSpec, Workload, default_loss, workload_for
 from memfit.allocator import AllocatorConfig, CachingAllocator
@@ -223,17 +223,21 @@ def estimate_workload(
     gpu: GPU | None = None,
     batch_text: str = "",
     with_least_capacity: bool = False,
+    capacity: int | None = None,
 ) -> Estimate:
     """Trace and replay one workload (the work behind :func:`estimate`). With
-    ``with_least_capacity``, also the least memory it runs in (:mod:`memfit._pressure`)."""
+    ``with_least_capacity``, also the least memory it runs in (:mod:`memfit._pressure`) and,
+    given a ``capacity`` it runs in, how often the allocator frees its cache there."""
     config = AllocatorConfig.parse(allocator_config)
     target = gpu or resolve_gpu(_DEFAULT_GPU)
     trace = trace_workload(workload, target)
     batch_text = batch_text or _batch_from_trace(trace)
     allocated, reserved, peak_index = _replay(trace, config)
-    least = None
+    least = retries = None
     if with_least_capacity and allocated:
         least = least_capacity(trace, config, max(allocated), max(reserved))
+        if capacity is not None and capacity >= least:
+            retries = retries_within(trace, config, capacity)
     by_category, by_module = _breakdown(trace, peak_index)
     info = _info_at(trace, peak_index)
     summary = WorkloadSummary(
@@ -268,6 +272,7 @@ def estimate_workload(
         notes=list(trace.notes),
         trace_seconds=trace.seconds,
         least_capacity=least,
+        alloc_retries=retries,
     )
 
 

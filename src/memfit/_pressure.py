@@ -14,13 +14,14 @@ from __future__ import annotations
 from memfit.allocator import AllocatorConfig, AllocatorOOM, CachingAllocator
 from memfit.trace import Trace
 
-__all__ = ["least_capacity", "runs_within"]
+__all__ = ["least_capacity", "retries_within", "runs_within"]
 
 TOLERANCE = 64 << 20  # bytes: the bisection stops this close to the answer (from above)
 
 
-def runs_within(trace: Trace, config: AllocatorConfig, capacity: int) -> bool:
-    """Whether the traced run completes with at most ``capacity`` bytes reserved."""
+def retries_within(trace: Trace, config: AllocatorConfig, capacity: int) -> int | None:
+    """How many times the allocator frees its cache and retries (``num_alloc_retries``) while
+    the traced run completes with at most ``capacity`` bytes reserved; None if it cannot."""
     alloc = CachingAllocator(config, capacity)
     try:
         for i, event in enumerate(trace.events):
@@ -31,8 +32,13 @@ def runs_within(trace: Trace, config: AllocatorConfig, capacity: int) -> bool:
             else:
                 alloc.free(event.block)
     except AllocatorOOM:
-        return False
-    return True
+        return None
+    return alloc.num_alloc_retries
+
+
+def runs_within(trace: Trace, config: AllocatorConfig, capacity: int) -> bool:
+    """Whether the traced run completes with at most ``capacity`` bytes reserved."""
+    return retries_within(trace, config, capacity) is not None
 
 
 def least_capacity(

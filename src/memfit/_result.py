@@ -79,6 +79,9 @@ class Estimate:
     # the least reserved memory the step runs in (the allocator frees its cache under
     # pressure, see memfit._pressure); None where not asked for (it costs a few replays)
     least_capacity: int | None = None
+    # times the allocator frees its cache and retries over the steps when held to the
+    # capacity the estimate was asked about (None: not asked, or it does not run there)
+    alloc_retries: int | None = None
 
     @property
     def total(self) -> int:
@@ -129,6 +132,7 @@ class Estimate:
             "notes": list(self.notes),
             "trace_seconds": round(self.trace_seconds, 3),
             "least_capacity": self.least_capacity,
+            "alloc_retries": self.alloc_retries,
         }
 
     def to_json(self, *, indent: int | None = 2) -> str:

@@ -117,6 +117,8 @@ def test_result_serialises_with_every_estimate():
     )
     assert data["per_sample"] > 0
     assert str(result.batch_size) in str(result)
+    assert data["predicted_need"] <= data["predicted_peak_reserved"]
+    assert isinstance(data["predicted_alloc_retries"], int)  # known: the search replayed it
 
 
 def test_margin_as_a_size_lowers_the_budget():
@@ -191,6 +193,11 @@ def test_cli_max_batch_size(tmp_path, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert f"Largest batch size: {data['batch_size']}" in out
+    assert "runs in" in out  # the least memory the step needs, beside the peak reserved
+    # the cache-free warning is printed exactly when the search predicts such frees
+    assert ("fits only because the allocator frees its cache" in out) == bool(
+        data["predicted_alloc_retries"]
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")

@@ -141,4 +141,7 @@ def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
         f"{result.estimate_seconds:.1f} s · about {format_bytes(result.per_sample)} a sample",
         highlight=False,
     )
+    note = result.pressure_note()
+    if note:
+        console.print(f"Note: batch {result.batch_size} {note}.", style="yellow", highlight=False)
     return 0

@@ -54,6 +54,10 @@ class BatchSizeResult:
     predicted_peak_allocated: int
     predicted_need: int  # the least reserved memory the step runs in (see memfit._pressure)
     predicted_total: int  # predicted need + CUDA context
+    # times the allocator is predicted to free its cache and retry over the steps, held to the
+    # budget: > 0 means the batch fits only because it does (each costs a device sync and
+    # cudaFree/cudaMalloc calls: slower steps); None where unknown
+    predicted_alloc_retries: int | None
     per_sample: int  # predicted bytes per extra sample, between the farthest estimates
     limited_by: str  # "memory" or "max_batch"
     estimates: list[Point] = field(default_factory=list)
@@ -78,6 +82,19 @@ class BatchSizeResult:
             f"reserved ({format_bytes(self.predicted_peak_reserved)} with memory to spare), "
             f"{format_bytes(self.predicted_total)} with the CUDA context, "
             f"budget {format_bytes(self.budget)} on {self.gpu}"
+            + (f"; it {self.pressure_note()}" if self.pressure_note() else "")
+        )
+
+    def pressure_note(self) -> str:
+        """Why the batch may run slower: it fits only because the allocator frees its cache
+        (a phrase: "fits only because ..."); empty when it does not need to."""
+        if not self.predicted_alloc_retries:
+            return ""
+        return (
+            f"fits only because the allocator frees its cache and retries "
+            f"({self.predicted_alloc_retries} times over the estimated steps): each costs a "
+            "device synchronisation and cudaFree/cudaMalloc calls, so steps run slower than "
+            "at a batch whose peak reserved fits"
         )
 
 
@@ -136,6 +153,8 @@ def find_batch_size(
             None,
         )[1]
 
+    context = target.context if mode == "train" else target.context_infer
+
     def estimate_at(batch_size: int) -> Estimate:
         return estimate_workload(
             workload_at(batch_size),
@@ -143,6 +162,7 @@ def find_batch_size(
             allocator_config=allocator_config or "",
             gpu=target,
             with_least_capacity=True,
+            capacity=budget - context,
         )
 
     search = EstimateSearch(estimate_at, multiple_of, max_batch)
@@ -171,6 +191,7 @@ def find_batch_size(
         predicted_need=point.need,
         predicted_peak_allocated=point.peak_allocated,
         predicted_total=point.total,
+        predicted_alloc_retries=point.alloc_retries,
         per_sample=search.per_sample(),
         limited_by="max_batch" if chosen + multiple_of > max_batch else "memory",
         estimates=sorted(search.points.values(), key=lambda p: p.batch_size),

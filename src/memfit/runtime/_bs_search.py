@@ -40,6 +40,7 @@ class Point:
     total: int  # need + the CUDA context: what the GPU must hold
     seconds: float
     context: int = 0
+    alloc_retries: int | None = None  # cache frees a run makes held to the budget (estimated)
 
     @property
     def need(self) -> int:
@@ -78,6 +79,7 @@ class EstimateSearch:
                 need + est.non_pytorch,
                 time.perf_counter() - start,
                 est.non_pytorch,
+                est.alloc_retries,
             )
             self.points[batch_size] = found
             self.estimates[batch_size] = est

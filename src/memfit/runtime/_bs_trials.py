@@ -45,6 +45,7 @@ class TrialRun:
     seconds: float
     capacity: int | None = None
     message: str = ""
+    alloc_retries: int | None = None  # times the allocator freed its cache and retried
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Trial:
     peak_reserved: int
     peak_allocated: int
     seconds: float
+    alloc_retries: int | None = None  # measured: times the allocator freed its cache
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,6 +98,7 @@ def run_trials(
                 run.peak_reserved,
                 run.peak_allocated,
                 run.seconds,
+                run.alloc_retries,
             )
         )
         if fits:
@@ -177,6 +180,7 @@ def cuda_runner(workload_at: Callable[[int], Workload], cap: int) -> Callable[[i
         message = ""
         prior = torch.get_float32_matmul_precision()
         prior_fraction = _memory_fraction(torch)
+        retries_before = torch.cuda.memory_stats().get("num_alloc_retries", 0)
         try:
             torch.set_float32_matmul_precision("high")
             # a caller's smaller fraction stands
@@ -194,6 +198,7 @@ def cuda_runner(workload_at: Callable[[int], Workload], cap: int) -> Callable[[i
             torch.set_float32_matmul_precision(prior)
             torch.cuda.set_per_process_memory_fraction(prior_fraction)
         seconds = time.perf_counter() - start
+        retries = torch.cuda.memory_stats().get("num_alloc_retries", 0) - retries_before
         gc.collect()
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -207,6 +212,7 @@ def cuda_runner(workload_at: Callable[[int], Workload], cap: int) -> Callable[[i
             seconds,
             capacity=min(room, int(fraction * device_total)),
             message=message,
+            alloc_retries=retries,
         )
 
     return run
