@@ -52,3 +52,37 @@ def test_math_backend_saves_the_attention_matrix_flash_does_not():
     old = estimate(Attn, batch, precision="fp16", gpu="v100")  # sm70: no flash
     assert any("flash" in n for n in flash.notes)
     assert not any("flash" in n for n in old.notes)
+
+
+def test_flash_backward_takes_one_buffer_for_its_accumulator_and_sums():
+    # H200, torch 2.11: one allocation of the fp32 dq accumulator + the softmax sums + 256 bytes
+    # (51,118,336 bytes for GPT-2 b16 s1024), freed when the kernel ends
+    from memfit._gpus import resolve_gpu
+    from memfit._workload import Workload
+    from memfit.trace import trace_workload
+
+    b, h, s, d = 2, 4, 256, 64
+
+    class Attn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(h * d, 3 * h * d)
+
+        def forward(self, x):
+            q, k, v = self.proj(x).view(b, s, 3, h, d).permute(2, 0, 3, 1, 4)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    work = Workload(
+        lambda: Attn().half(),
+        lambda: torch.randn(b, s, h * d, dtype=torch.float16),
+        lambda m, x: m(x).float().sum(),
+        optimizer="sgd",
+        steps=1,
+    )
+    trace = trace_workload(work, resolve_gpu("h200"))
+    sizes = [
+        e.size
+        for e in trace.events
+        if e.kind == "alloc" and "flash attention backward" in trace.infos[e.info].op
+    ]
+    assert sizes == [b * s * h * d * 4 + b * h * s * 4 + 256]
