@@ -63,3 +63,29 @@ def test_running_in_less_than_the_peak_reserved_costs_cache_frees(resnet_trace):
     assert retries_within(resnet_trace, config, reserved) == 0  # memory to spare: none
     assert retries_within(resnet_trace, config, least) > 0  # it runs only by freeing its cache
     assert retries_within(resnet_trace, config, allocated - 1) is None  # it does not run
+
+
+def test_the_verdict_says_when_a_step_fits_only_by_freeing_the_cache():
+    import memfit
+
+    def batch():
+        return torch.randn(1, 3, 224, 224).expand(32, -1, -1, -1), torch.randint(0, 10, (32,))
+
+    def loss(model, b):
+        return torch.nn.functional.cross_entropy(model(b[0]), b[1])
+
+    def model():
+        return torchvision.models.resnet18(num_classes=10)
+
+    roomy = memfit.estimate(model, batch, loss_fn=loss, gpu="8GiB").fits()
+    assert roomy.fits and not roomy.tight
+    free_running = memfit.estimate(model, batch, loss_fn=loss, gpu="8GiB").total
+    # between what it needs and its free-running peak: it fits, tightly
+    est = memfit.estimate(model, batch, loss_fn=loss, gpu=f"{free_running - (64 << 20)}B")
+    verdict = est.fits()
+    assert verdict.fits and verdict.tight and verdict.alloc_retries
+    assert est.least_capacity + est.non_pytorch == verdict.needed < est.total
+    assert est.to_dict()["gpu"]["tight"] is True
+    # below what it needs: it does not fit, short by the difference from the need
+    short = memfit.estimate(model, batch, loss_fn=loss, gpu=f"{verdict.needed - (1 << 20)}B")
+    assert not short.fits().fits and short.fits().needed == verdict.needed

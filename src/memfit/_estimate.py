@@ -69,6 +69,7 @@ def estimate(
         allocator_config=allocator_config or "",
         gpu=gpu_spec,
         batch_text=_batch_text(workload, batch_size, seq_len),
+        tight_verdict=True,
     )
 
 
@@ -224,15 +225,23 @@ def estimate_workload(
     batch_text: str = "",
     with_least_capacity: bool = False,
     capacity: int | None = None,
+    tight_verdict: bool = False,
 ) -> Estimate:
     """Trace and replay one workload (the work behind :func:`estimate`). With
     ``with_least_capacity``, also the least memory it runs in (:mod:`memfit._pressure`) and,
-    given a ``capacity`` it runs in, how often the allocator frees its cache there."""
+    given a ``capacity`` it runs in, how often the allocator frees its cache there. With
+    ``tight_verdict``, both are found when the free-running peak does not fit ``gpu``, so that
+    the verdict can say whether the step fits by freeing the cache."""
     config = AllocatorConfig.parse(allocator_config)
     target = gpu or resolve_gpu(_DEFAULT_GPU)
     trace = trace_workload(workload, target)
     batch_text = batch_text or _batch_from_trace(trace)
     allocated, reserved, peak_index = _replay(trace, config)
+    context = target.context if workload.mode == "train" else target.context_infer
+    free_running = max(reserved, default=0) + context
+    if tight_verdict and gpu is not None and capacity is None and free_running > gpu.total:
+        # it does not fit with memory to spare: say whether it fits by freeing the cache
+        with_least_capacity, capacity = True, gpu.total - context
     least = retries = None
     if with_least_capacity and allocated:
         least = least_capacity(trace, config, max(allocated), max(reserved))
@@ -261,7 +270,7 @@ def estimate_workload(
         workload=summary,
         peak_allocated=max(allocated) if allocated else 0,
         peak_reserved=max(reserved) if reserved else 0,
-        non_pytorch=target.context if workload.mode == "train" else target.context_infer,
+        non_pytorch=context,
         by_category=by_category,
         by_module=by_module,
         peak_op=info[0],

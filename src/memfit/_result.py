@@ -51,8 +51,12 @@ class Verdict:
     """Whether the estimate fits a GPU, and by how much (negative headroom: short by)."""
 
     gpu: GPU
-    needed: int  # peak reserved + non-PyTorch memory
+    needed: int  # peak reserved (or, tight, the least it runs in) + non-PyTorch memory
     headroom: int
+    # fits only because the caching allocator frees its cache and retries when the GPU is
+    # full (slower steps); ``alloc_retries`` says how often over the steps, where known
+    tight: bool = False
+    alloc_retries: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -89,14 +93,25 @@ class Estimate:
         return self.peak_reserved + self.non_pytorch
 
     def fits(self, gpu: GPU | str | int | None = None) -> Verdict:
-        """Compare the peak (reserved plus non-PyTorch memory) with a GPU's memory."""
+        """Compare the peak (reserved plus non-PyTorch memory) with a GPU's memory. A step
+        whose free-running peak does not fit may still run, slower, because the caching
+        allocator frees its cache and retries when the GPU is full: where the estimate knows
+        the least it runs in (estimated with ``gpu=``), the verdict says so (``tight``)."""
         target = resolve_gpu(gpu) if gpu is not None else self.gpu
         if target is None:
             raise InvalidInputError(
                 "This estimate has no target GPU: pass one, e.g. estimate.fits('h100') or "
                 "estimate.fits('24GiB'), or estimate with gpu=..."
             )
-        return Verdict(target, self.total, target.total - self.total)
+        free_running = Verdict(target, self.total, target.total - self.total)
+        if free_running.fits or self.least_capacity is None:
+            return free_running
+        needed = self.least_capacity + self.non_pytorch
+        if needed > target.total:
+            return Verdict(target, needed, target.total - needed)
+        # the retries were counted at the estimate's own GPU; another GPU's are not known
+        retries = self.alloc_retries if self.gpu is not None and target == self.gpu else None
+        return Verdict(target, needed, target.total - needed, tight=True, alloc_retries=retries)
 
     def to_dict(self) -> dict[str, Any]:
         verdict = self.fits() if self.gpu is not None else None
@@ -128,6 +143,7 @@ class Estimate:
                 "total": verdict.gpu.total,
                 "fits": verdict.fits,
                 "headroom": verdict.headroom,
+                "tight": verdict.tight,
             },
             "notes": list(self.notes),
             "trace_seconds": round(self.trace_seconds, 3),

@@ -117,7 +117,7 @@ def _verdict(estimate: Estimate) -> Text | None:
     verdict = verdict_text(estimate)
     if verdict is None:
         return None
-    style = "bold green" if verdict.fits else "bold red"
+    style = "bold yellow" if verdict.tight else "bold green" if verdict.fits else "bold red"
     return Text.assemble(("Verdict: ", "bold"), (verdict.text, style))
 
 

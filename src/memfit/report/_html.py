@@ -54,6 +54,7 @@ dl.workload dd { margin: 0; font-weight: 600; }
 p.verdict { font-size: 16px; font-weight: 700; padding: 8px 12px; border-radius: 4px; }
 p.verdict.fits { color: #1b5e20; background: #e8f5e9; }
 p.verdict.short { color: #b71c1c; background: #ffebee; }
+p.verdict.tight { color: #8a5a00; background: #fff8e1; }
 table { border-collapse: collapse; width: 100%; }
 th, td { padding: 4px 10px; border-bottom: 1px solid #eee; text-align: left;
          vertical-align: top; }
@@ -90,7 +91,7 @@ def _verdict(estimate: Estimate) -> str:
     verdict = verdict_text(estimate)
     if verdict is None:
         return ""
-    css = "fits" if verdict.fits else "short"
+    css = "tight" if verdict.tight else "fits" if verdict.fits else "short"
     return f'<p class="verdict {css}">{_e(verdict.text[0].upper() + verdict.text[1:])}</p>'
 
 

@@ -166,6 +166,7 @@ class VerdictText:
 
     text: str
     fits: bool
+    tight: bool = False  # fits only by the allocator freeing its cache: slower steps
 
 
 def verdict_text(estimate: Estimate) -> VerdictText | None:
@@ -174,6 +175,16 @@ def verdict_text(estimate: Estimate) -> VerdictText | None:
         return None
     verdict = estimate.fits()
     amount = format_bytes(abs(verdict.headroom), precision=1)
+    if verdict.tight:
+        n = verdict.alloc_retries
+        times = "" if n is None else " (once)" if n == 1 else f" ({n} times)"
+        return VerdictText(
+            f"fits on {verdict.gpu.name} only because the allocator frees its cache and "
+            f"retries{times}, which slows the steps: it needs {format_bytes(verdict.needed)}, "
+            f"{format_bytes(estimate.total)} with memory to spare",
+            True,
+            tight=True,
+        )
     if verdict.fits:
         return VerdictText(f"fits on {verdict.gpu.name} with {amount} headroom", True)
     return VerdictText(f"does not fit on {verdict.gpu.name}: short by {amount}", False)
