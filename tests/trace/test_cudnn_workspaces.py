@@ -122,3 +122,19 @@ def test_unknown_shapes_take_no_workspace_and_say_so() -> None:
     w = torch.empty(7, 5, 3, 3, device="meta")
     assert ws.forward((x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)) == []
     assert ws.notes() == ["1 convolution shapes have no measured cuDNN workspace (counted as none)"]
+
+
+def test_a_channels_last_convolution_is_not_read_off_the_nchw_probe() -> None:
+    # cuDNN picks other engines in NHWC (ConvNeXt after its stem's LayerNorm2d): the probe ran
+    # NCHW, so the table says nothing about it and the workspace counts as none, with a note
+    from memfit.trace._cudnn import ConvWorkspaces
+
+    w = torch.empty(192, 96, 2, 2, device="meta")
+    x = torch.empty(64, 96, 56, 56, device="meta")
+    args = (x, w, None, [2, 2], [0, 0], [1, 1], False, [0, 0], 1)
+    nchw = ConvWorkspaces()
+    assert nchw.forward(args) != [] and not nchw.unknown  # ConvNeXt-T's first downsample
+    nhwc = ConvWorkspaces()
+    cl = (x.to(memory_format=torch.channels_last), *args[1:])
+    assert nhwc.forward(cl) == [] and nhwc.unknown
+    assert any("no measured cuDNN workspace" in n for n in nhwc.notes())

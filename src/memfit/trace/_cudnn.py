@@ -45,7 +45,14 @@ def _key(
     _, c, h, w = (int(s) for s in x.shape)
     k, _, kh, kw = (int(s) for s in weight.shape)
     fields = [c, h, w, k, kh, kw, *(int(s) for s in stride), *(int(p) for p in padding), groups]
-    return ",".join(str(f) for f in fields) + f"|{dtype}"
+    # cuDNN runs a channels-last convolution with other engines: the probe (NCHW) does not
+    # tell its workspaces
+    layout = (
+        "|nhwc"
+        if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+        else ""
+    )
+    return ",".join(str(f) for f in fields) + f"|{dtype}{layout}"
 
 
 def _at_batch(by_batch: dict[str, list[int]], batch: int) -> tuple[list[int], bool]:

@@ -93,6 +93,16 @@ class KernelModel:
             return out
         return ()
 
+    def copies_first(self, func: Any, args: tuple[Any, ...]) -> list[tuple[int, str]]:
+        """Copies a kernel makes of its inputs before it allocates its outputs, freed when it
+        ends: layer norm runs on a contiguous input (``expect_contiguous``), so a permuted
+        one (torchvision's ViT adds attention output in (L, N, E) order) is copied first."""
+        if func in (aten.native_layer_norm.default, aten.native_layer_norm_backward.default):
+            x = args[0] if func is aten.native_layer_norm.default else args[1]
+            if isinstance(x, torch.Tensor) and not x.is_contiguous():
+                return [(x.numel() * x.element_size(), "layer norm contiguous input copy")]
+        return []
+
     def scratch(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> list[list[tuple[int, str]]]:
@@ -147,6 +157,10 @@ class KernelModel:
                     (size, "flash attention backward expanded dV"),
                 ]
             return out
+        if func is aten.native_layer_norm_backward.default:
+            grad = args[0]  # made contiguous after the gradients are allocated
+            if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
+                return [(grad.numel() * grad.element_size(), "layer norm contiguous grad copy")]
         if func in _REDUCTIONS:
             dims = args[1] if len(args) > 1 and func not in _FULL_REDUCTIONS else None
             if func is aten.linalg_vector_norm.default:

@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_leaves
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._kernels import KernelModel
+from memfit.trace._layouts import cuda_layout
 from memfit.trace._meta_cache import META_CACHE
 from memfit.trace._shadow import ShadowValues
 
@@ -187,11 +188,16 @@ class Recorder(TorchDispatchMode):
             func = _ADD_INPLACE
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
         special = self.shadows.answer(func, args, kwargs, self)
+        copies: list[int] = []
         if special is not None:
             out = special.value
         else:
+            copies = [
+                self.alloc(nbytes, Category.TEMPORARY, label)
+                for nbytes, label in self.kernels.copies_first(func, args)
+            ]
             try:
-                out = META_CACHE.call(func, args, kwargs)
+                out = cuda_layout(func, args, META_CACHE.call(func, args, kwargs))
             except Exception:
                 if self.failure is None:
                     self.failure = (
@@ -210,6 +216,8 @@ class Recorder(TorchDispatchMode):
             # kernel-internal scratch: allocated after the outputs, freed when the kernel ends
             for group in self.kernels.scratch(func, args, kwargs):
                 self._scratch(group)
+        for block in copies:
+            self.free(block)
         return out
 
     def _scratch(self, group: list[tuple[int, str]]) -> None:

@@ -1,0 +1,56 @@
+"""Output layouts where a CUDA kernel and its meta kernel disagree.
+
+The meta convolution always returns NCHW-contiguous tensors, but on a GPU cuDNN runs a 2-d
+convolution in channels-last when its input or weight is channels-last
+(``cudnn_conv_suggest_memory_format``), and so returns channels-last outputs and gradients.
+Sizes are the same either way; what changes is which later ops see a contiguous tensor, and so
+which of them copy (layer norm makes a contiguous copy of its input: ConvNeXt's permuted
+``(N, H, W, C)`` view is contiguous on the GPU, after the stem's LayerNorm2d turned the
+activations channels-last, and the trace must see it the same way).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["cuda_layout"]
+
+aten = torch.ops.aten
+_EMPTY = aten.empty_strided.default
+
+
+def _channels_last(t: Any) -> bool:
+    """``suggest_memory_format(t) == ChannelsLast`` for a 4-d tensor."""
+    return (
+        isinstance(t, torch.Tensor)
+        and t.dim() == 4
+        and t.dtype != torch.float64
+        and not t.is_contiguous()
+        and t.is_contiguous(memory_format=torch.channels_last)
+    )
+
+
+def _as_channels_last(t: Any) -> Any:
+    if not isinstance(t, torch.Tensor) or t.dim() != 4 or t.device.type != "meta":
+        return t
+    _, c, h, w = t.shape
+    stride = (h * w * c, 1, w * c, c)
+    with torch._C.DisableTorchFunction():
+        return _EMPTY(tuple(t.shape), stride, dtype=t.dtype, device="meta")
+
+
+def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
+    """``out`` as the CUDA kernel would lay it out (a new meta tensor where it differs)."""
+    if func is aten.convolution.default:
+        if _channels_last(args[0]) or _channels_last(args[1]):
+            return _as_channels_last(out)
+        return out
+    if (
+        func is aten.convolution_backward.default
+        and isinstance(out, tuple)
+        and (_channels_last(args[1]) or _channels_last(args[2]))
+    ):
+        return (_as_channels_last(out[0]), _as_channels_last(out[1]), *out[2:])
+    return out
