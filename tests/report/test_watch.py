@@ -137,3 +137,17 @@ def test_jsonl_log_is_a_sample_a_line(recording, tmp_path):
 def test_a_log_with_another_suffix_is_refused(tmp_path):
     with pytest.raises(InvalidInputError, match=r"gpu\.txt: the suffix picks the format"):
         SampleLog(tmp_path / "gpu.txt")
+
+
+@pytest.mark.parametrize("width", [80, 100, 220])
+def test_no_number_wraps_at_any_width(recording, width):
+    # on a narrow terminal the memory bar goes (the numbers say it), never "used / total"
+    sample = _samples(recording, "train+infer")[0]
+    console = Console(record=True, width=width, color_system=None)
+    render_sample(sample, console, WatchHistory())
+    text = console.export_text()
+    gpu_rows = [line for line in text.splitlines() if "NVIDIA H200" in line]
+    assert gpu_rows and all("/ 140.40 GiB" in line for line in gpu_rows)
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+    if width in (80, 220):
+        assert ("▕" in text) == (width == 220)  # the bar, where it fits

@@ -65,17 +65,36 @@ def _share(dev: DeviceSample) -> float | None:
     return dev.memory_used / dev.memory_total
 
 
-def _gpu_table(sample: Sample, history: WatchHistory | None) -> Table:
+class _GpuView:
+    """The GPU table, laid out for the width it gets: the numbers never wrap; on a narrow
+    terminal the memory bar gets shorter, then goes with the history (the numbers say it)."""
+
+    def __init__(self, sample: Sample, history: WatchHistory | None) -> None:
+        self.sample = sample
+        self.history = history
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        unclamped = options.update_width(10_000)  # a measurement is clamped to the width
+        for bar_width, history in ((_BAR_WIDTH, self.history), (8, self.history), (0, None)):
+            table = _gpu_table(self.sample, history, bar_width)
+            if Measurement.get(console, unclamped, table).maximum <= options.max_width:
+                break
+        yield table
+
+
+def _gpu_table(sample: Sample, history: WatchHistory | None, bar_width: int = _BAR_WIDTH) -> Table:
     table = Table(title="GPUs", title_justify="left", expand=False)
-    for name, justify in (("gpu", "right"), ("name", "left"), ("memory", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table.add_column("gpu", justify="right", no_wrap=True)
+    table.add_column("name", justify="left")
+    if bar_width:
+        table.add_column("memory", justify="left", no_wrap=True)
     for name in ("used / total", "util", "temp", "power", "other"):
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", no_wrap=True)
     if history is not None:
         table.add_column("history", justify="left", no_wrap=True)
     for dev in sample.devices:
         share = _share(dev)
-        bar = Text(NA if share is None else _bar(share, _BAR_WIDTH).ljust(_BAR_WIDTH) + "▕")
+        bar = Text(NA if share is None else _bar(share, bar_width).ljust(bar_width) + "▕")
         if dev.status == "lost":
             used = Text(f"lost ({dev.error})", style="bold red")
         elif dev.status == "error":
@@ -85,7 +104,7 @@ def _gpu_table(sample: Sample, history: WatchHistory | None) -> Table:
         row: list[RenderableType] = [
             str(dev.index),
             Text(dev.name or NA),
-            bar,
+            *([bar] if bar_width else []),
             used,
             NA if dev.utilization_gpu is None else f"{dev.utilization_gpu}%",
             NA if dev.temperature_c is None else f"{dev.temperature_c}°C",
@@ -187,7 +206,7 @@ def watch_frame(sample: Sample, history: WatchHistory | None = None) -> Group:
     header = Text(f"memfit watch  {when}", style="bold")
     header.append(f" · driver {sample.driver_version or NA} · {len(sample.devices)} GPU(s)")
     units = Text("GiB = 2^30 bytes, MiB = 2^20 bytes", style="dim")
-    return Group(header, _gpu_table(sample, history), _ProcessView(sample), units)
+    return Group(header, _GpuView(sample, history), _ProcessView(sample), units)
 
 
 def render_sample(
