@@ -139,24 +139,16 @@ class KernelModel:
             s_round = _round_up(s, 128)
             d_round = _round_up(d, 32) if d <= 128 else _round_up(d, 64)
             # one buffer for the fp32 dq accumulator and the softmax sums, 256 bytes beyond
-            # both (H200 traces, torch 2.11: 51,118,336 = 50,331,648 + 786,432 + 256 for GPT-2
-            # b16 s1024; 21,299,456 = 20,971,520 + 327,680 + 256 for GPT-2-large b4)
-            dq_accum, softmax_d = b * s_round * h * d_round * 4, b * h * s_round * 4
-            out = [
-                (
-                    dq_accum + softmax_d + 256,
-                    "flash attention backward dq accumulator and softmax sums",
-                )
-            ]
-            k = args[2]
-            if int(k.shape[1]) != h:
-                # grouped-query attention: dK and dV are computed per query head, then summed
-                size = b * s * h * d * k.element_size()
-                out += [
-                    (size, "flash attention backward expanded dK"),
-                    (size, "flash attention backward expanded dV"),
-                ]
-            return out
+            # both, and with grouped-query attention the per-query-head dK and dV (summed into
+            # the key/value heads after): H200 traces, torch 2.11: 51,118,336 = 50,331,648 +
+            # 786,432 + 256 for GPT-2 b16 s1024; 135,266,560 = 68,157,696 + 2 x 33,554,432 for
+            # TinyLlama b4 s2048 (32 query heads, 4 key/value heads)
+            size = b * s_round * h * d_round * 4 + b * h * s_round * 4 + 256
+            label = "flash attention backward dq accumulator and softmax sums"
+            if int(args[2].shape[1]) != h:
+                size += 2 * b * s * h * d * args[2].element_size()
+                label += ", expanded dK and dV"
+            return [(size, label)]
         if func is aten.native_layer_norm_backward.default:
             grad = args[0]  # made contiguous after the gradients are allocated
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
