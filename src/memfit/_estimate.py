@@ -249,25 +249,13 @@ def estimate_workload(
             retries = retries_within(trace, config, capacity)
     by_category, by_module = _breakdown(trace, peak_index)
     info = _info_at(trace, peak_index)
-    summary = WorkloadSummary(
-        model=name,
-        parameters=trace.parameters,
-        batch=batch_text,
-        mode=workload.mode,
-        precision=workload.precision,
-        optimizer=workload.optimizer if isinstance(workload.optimizer, str) else "custom",
-        activation_checkpointing=workload.activation_checkpointing,
-        allocator_config=allocator_config,
-        steps=workload.steps,
-        torch_version=torch.__version__,
-    )
     phases = [
         (p, max(0, i - trace.steps_start))
         for p, i in trace.phases
         if i >= trace.steps_start and p not in ("setup", "steps", "end")
     ]
     return Estimate(
-        workload=summary,
+        workload=_summary(workload, trace, name, batch_text, allocator_config),
         peak_allocated=max(allocated) if allocated else 0,
         peak_reserved=max(reserved) if reserved else 0,
         non_pytorch=context,
@@ -282,6 +270,23 @@ def estimate_workload(
         trace_seconds=trace.seconds,
         least_capacity=least,
         alloc_retries=retries,
+    )
+
+
+def _summary(
+    workload: Workload, trace: Trace, name: str, batch_text: str, allocator_config: str
+) -> WorkloadSummary:
+    return WorkloadSummary(
+        model=name,
+        parameters=trace.parameters,
+        batch=batch_text,
+        mode=workload.mode,
+        precision=workload.precision,
+        optimizer=workload.optimizer if isinstance(workload.optimizer, str) else "custom",
+        activation_checkpointing=workload.activation_checkpointing,
+        allocator_config=allocator_config,
+        steps=workload.steps,
+        torch_version=torch.__version__,
     )
 
 

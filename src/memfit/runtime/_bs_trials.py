@@ -158,15 +158,11 @@ def cuda_runner(workload_at: Callable[[int], Workload], cap: int) -> Callable[[i
     less the CUDA context. Under the cap the allocator frees its cache and retries before it
     gives up, as it does when a GPU is full, so a trial that runs fits the budget.
 
-    Each trial builds a fresh model and optimizer through :func:`memfit._measure.measure` (the
-    run ``memfit validate`` makes), and leaves the device as it found it: every tensor of the
-    trial freed, the cache emptied, the peak statistics reset, the caller's memory fraction
-    and matrix-product precision restored.
-
-    fp32 matrix products run in TF32 during a trial: the cuBLAS workspaces are fixed in size,
-    so the memory is the same to the byte (measured on an H200 for BERT-base, GPT-2 and
-    ResNet-50, ``benchmarks/batch_size_profile.py``) and an fp32 trial takes a half to a third
-    of the time.
+    Each trial builds a fresh model and optimizer (:func:`memfit._measure.measure`, as
+    ``memfit validate`` does) and leaves the device as it found it, the caller's memory
+    fraction and matrix-product precision restored. fp32 products run in TF32 during a trial:
+    the cuBLAS workspaces are fixed in size, so the memory is the same to the byte (measured
+    on an H200: BERT-base, GPT-2, ResNet-50) in a half to a third of the time.
     """
     import torch
 
