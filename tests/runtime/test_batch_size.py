@@ -206,3 +206,20 @@ def test_cli_max_batch_size_without_gpu_is_a_clear_error(capsys):
 
     assert main(["estimate", "gpt2", "-s", "64", "--max-batch-size"]) == 1
     assert "give gpu=" in capsys.readouterr().err
+
+
+def test_cli_max_batch_size_draws_the_search(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from memfit.cli import main
+
+    config = tmp_path / "config.json"
+    tiny_gpt2().config.to_json_file(config)
+    png = tmp_path / "search.png"
+    argv = ["estimate", f"hf:{config}", "-s", "64", "--max-batch-size", "--gpu", "1GiB"]
+    assert main([*argv, "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"Plot written to {png}" in capsys.readouterr().out
+    # another format is refused before the search, with the fix in the message
+    assert main([*argv, "--plot", str(tmp_path / "search.svg")]) == 1
+    err = capsys.readouterr().err
+    assert "drawn as a PNG" in err and "Traceback" not in err

@@ -74,7 +74,7 @@ def run_estimate(args: argparse.Namespace, console: Console) -> int:
 
     render_estimate(result, console)
     if args.plot:
-        console.print(f"Plot written to {args.plot}")
+        console.print(f"Plot written to {args.plot}", soft_wrap=True, highlight=False)
     return 0
 
 
@@ -109,8 +109,14 @@ def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
         margin: float | str = float(args.margin)
     except ValueError:
         margin = args.margin  # a size such as 512MiB
+    if args.plot:
+        from memfit.report._batch_png import batch_size_plot_path, write_batch_size_png
+
+        batch_size_plot_path(args.plot)  # before the search: a bad path fails at once
     with _status(console, args, f"Searching batch sizes for {args.model}..."):
         result = find_batch_size(args.model, margin=margin, confirm=False, **_workload_kwargs(args))
+    if args.plot:
+        write_batch_size_png(result, args.plot)
     if args.json:
         print(result.to_json())
         return 0
@@ -144,4 +150,6 @@ def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
     note = result.pressure_note()
     if note:
         console.print(f"Note: batch {result.batch_size} {note}.", style="yellow", highlight=False)
+    if args.plot:
+        console.print(f"Plot written to {args.plot}", soft_wrap=True, highlight=False)
     return 0
