@@ -8,18 +8,40 @@ matplotlib is an optional extra (``memfit[plot]``); the figure has its own Agg c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from memfit._errors import InvalidInputError, MissingExtraError
 from memfit._units import GiB, format_bytes
 from memfit.report._chart import CAPACITY_COLOR, PEAK_COLOR, RESERVED_COLOR
 from memfit.report._paths import PathLike, output_path
 
-if TYPE_CHECKING:
-    from memfit.runtime import BatchSizeResult
 
-__all__ = ["batch_size_plot_path", "write_batch_size_png"]
+class BatchSearch(Protocol):
+    """What the plot reads of :class:`memfit.runtime.BatchSizeResult` (the report layer does
+    not import the runtime): its estimates have ``batch_size``, ``peak_reserved``,
+    ``context`` and ``total``; its trials ``batch_size``, ``outcome`` and ``peak_reserved``."""
+
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def confirmed(self) -> bool: ...
+    @property
+    def gpu(self) -> str: ...
+    @property
+    def gpu_total(self) -> int: ...
+    @property
+    def budget(self) -> int: ...
+    @property
+    def margin(self) -> int: ...
+    @property
+    def estimates(self) -> Sequence[Any]: ...
+    @property
+    def trials(self) -> Sequence[Any]: ...
+
+
+__all__ = ["BatchSearch", "batch_size_plot_path", "write_batch_size_png"]
 
 _TRIAL_COLORS = {"fits": "#2e7d32", "over budget": "#ef6c00", "out of memory": "#c62828"}
 
@@ -36,7 +58,7 @@ def batch_size_plot_path(path: PathLike) -> Path:
     return target
 
 
-def write_batch_size_png(result: BatchSizeResult, path: PathLike) -> None:
+def write_batch_size_png(result: BatchSearch, path: PathLike) -> None:
     """Write the search behind ``result`` to ``path`` (a ``.png``)."""
     target = batch_size_plot_path(path)
     try:
