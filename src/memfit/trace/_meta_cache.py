@@ -84,9 +84,14 @@ class _NotCacheable(Exception):
 
 
 class MetaCache:
-    """``call(func, args, kwargs)`` runs ``func`` or answers it from an earlier run."""
+    """``call(func, args, kwargs)`` runs ``func`` or answers it from an earlier run.
 
-    def __init__(self) -> None:
+    At most ``max_entries`` answers are kept (a process that estimates many models would
+    otherwise keep every shape it met); past that the cache starts again, empty.
+    """
+
+    def __init__(self, max_entries: int = 50_000) -> None:
+        self.max_entries = max_entries
         self._entries: dict[Any, Any] = {}
         self.hits = 0
         self.misses = 0
@@ -108,6 +113,8 @@ class MetaCache:
         if entry is None:
             self.misses += 1
             out = func(*args, **kwargs)
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
             self._entries[key] = (
                 _fresh_spec(out, args, kwargs) if kind == "functional" else _inplace_spec(out, args)
             )
