@@ -91,3 +91,27 @@ def test_tf32_trials_hold_the_same_memory_as_fp32():
     line = next(s for s in out.stdout.splitlines() if s.startswith("RESULT "))
     peaks = json.loads(line[len("RESULT ") :])
     assert peaks["high"] == peaks["highest"]
+
+
+def test_cli_confirm_runs_a_trial_and_reports_it():
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memfit",
+            "estimate",
+            "gpt2",
+            "-s",
+            "128",
+            "--max-batch-size",
+            "--confirm",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    assert data["confirmed"] and 1 <= len(data["trials"]) <= 3
+    chosen = [t for t in data["trials"] if t["batch_size"] == data["batch_size"]]
+    assert chosen and chosen[0]["fits"] and chosen[0]["alloc_retries"] is not None

@@ -223,3 +223,20 @@ def test_cli_max_batch_size_draws_the_search(tmp_path, capsys):
     assert main([*argv, "--plot", str(tmp_path / "search.svg")]) == 1
     err = capsys.readouterr().err
     assert "drawn as a PNG" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_cli_confirm_without_a_gpu_says_how_to_do_without(capsys):
+    from memfit.cli import main
+
+    assert main(["estimate", "gpt2", "-s", "64", "--max-batch-size", "--confirm"]) == 2
+    err = capsys.readouterr().err
+    assert "--confirm runs trials on this machine's GPU" in err and "--gpu" in err
+    assert "Traceback" not in err
+
+
+def test_cli_confirm_needs_max_batch_size(capsys):
+    from memfit.cli import main
+
+    assert main(["estimate", "gpt2", "-b", "2", "-s", "64", "--confirm"]) == 1
+    assert "--confirm goes with --max-batch-size" in capsys.readouterr().err

@@ -6,13 +6,16 @@ import argparse
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from memfit._errors import InvalidInputError
+from memfit._errors import InvalidInputError, NoGPUError
 from memfit._estimate import estimate
+
+if TYPE_CHECKING:
+    from memfit.runtime import BatchSizeResult
 from memfit._models import catalog_entries
 
 __all__ = ["run_estimate"]
@@ -59,6 +62,11 @@ def run_estimate(args: argparse.Namespace, console: Console) -> int:
         )
     if args.max_batch_size:
         return _max_batch_size(args, console)
+    if args.confirm:
+        raise InvalidInputError(
+            "--confirm goes with --max-batch-size (it confirms the largest batch on this "
+            "machine's GPU); to check one batch size on the GPU, use memfit validate."
+        )
     if args.batch_size is None:
         raise InvalidInputError("Give --batch-size (and --seq-len for text models).")
     with _status(console, args, f"Tracing {args.model} on meta tensors..."):
@@ -101,8 +109,7 @@ def _workload_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
-    """``--max-batch-size``: the estimator's search alone, never a GPU trial."""
-    from memfit._units import format_bytes
+    """``--max-batch-size``: the estimator's search, and with ``--confirm`` GPU trials."""
     from memfit.runtime._batch_size import find_batch_size
 
     try:
@@ -113,14 +120,35 @@ def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
         from memfit.report._batch_png import batch_size_plot_path, write_batch_size_png
 
         batch_size_plot_path(args.plot)  # before the search: a bad path fails at once
-    with _status(console, args, f"Searching batch sizes for {args.model}..."):
-        result = find_batch_size(args.model, margin=margin, confirm=False, **_workload_kwargs(args))
+    if args.confirm:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise NoGPUError(
+                "--confirm runs trials on this machine's GPU, and none is available here. "
+                "Drop --confirm and give --gpu (a name such as h100 or a size such as 24GiB) "
+                "for the estimator's answer without a GPU."
+            )
+    how = "Searching batch sizes" + (" and trying them on the GPU" if args.confirm else "")
+    with _status(console, args, f"{how} for {args.model}..."):
+        result = find_batch_size(
+            args.model, margin=margin, confirm=args.confirm, **_workload_kwargs(args)
+        )
     if args.plot:
         write_batch_size_png(result, args.plot)
     if args.json:
         print(result.to_json())
         return 0
-    table = Table(title=f"{args.model}: batch sizes estimated on {result.gpu}")
+    _render_search(result, args.model, console)
+    if args.plot:
+        console.print(f"Plot written to {args.plot}", soft_wrap=True, highlight=False)
+    return 0
+
+
+def _render_search(result: BatchSizeResult, model: str, console: Console) -> None:
+    from memfit._units import format_bytes
+
+    table = Table(title=f"{model}: batch sizes estimated on {result.gpu}")
     for col in ("batch size", "peak reserved", "runs in", "with CUDA context", "fits"):
         table.add_column(col, justify="right")
     for p in result.estimates:
@@ -139,9 +167,17 @@ def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
         style="dim",
         highlight=False,
     )
+    for t in result.trials:
+        console.print(
+            f"GPU trial at batch {t.batch_size}: {t.outcome}, measured peak reserved "
+            f"{format_bytes(t.peak_reserved)} (predicted {format_bytes(t.predicted_reserved)}), "
+            f"{t.seconds:.1f} s",
+            highlight=False,
+        )
     limit = " (the max_batch limit)" if result.limited_by == "max_batch" else ""
+    how = f", confirmed in {len(result.trials)} GPU trial(s)" if result.confirmed else ""
     console.print(
-        f"Largest batch size: [bold]{result.batch_size}[/]{limit} · budget "
+        f"Largest batch size: [bold]{result.batch_size}[/]{limit}{how} · budget "
         f"{format_bytes(result.budget)} = {format_bytes(result.gpu_total)} less a margin of "
         f"{format_bytes(result.margin)} · {len(result.estimates)} estimates in "
         f"{result.estimate_seconds:.1f} s · about {format_bytes(result.per_sample)} a sample",
@@ -150,6 +186,3 @@ def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
     note = result.pressure_note()
     if note:
         console.print(f"Note: batch {result.batch_size} {note}.", style="yellow", highlight=False)
-    if args.plot:
-        console.print(f"Plot written to {args.plot}", soft_wrap=True, highlight=False)
-    return 0

@@ -65,12 +65,17 @@ def make_parser() -> argparse.ArgumentParser:
     est.add_argument(
         "--max-batch-size",
         action="store_true",
-        help="find the largest batch size that fits --gpu (estimates only, no GPU)",
+        help="find the largest batch size that fits --gpu (estimates only; --confirm: GPU trials)",
     )
     est.add_argument(
         "--margin",
         default="0.02",
         help="with --max-batch-size: memory kept free, a fraction (0.02) or a size (512MiB)",
+    )
+    est.add_argument(
+        "--confirm",
+        action="store_true",
+        help="with --max-batch-size: confirm the answer on this machine's GPU (at most 3 trials)",
     )
 
     val = sub.add_parser(
