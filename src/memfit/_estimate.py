@@ -239,9 +239,11 @@ def estimate_workload(
     allocated, reserved, peak_index = _replay(trace, config)
     context = target.context if workload.mode == "train" else target.context_infer
     free_running = max(reserved, default=0) + context
+    could_fit = max(allocated, default=0) + context <= (gpu.total if gpu is not None else 0)
     if tight_verdict and gpu is not None and capacity is None and free_running > gpu.total:
         # it does not fit with memory to spare: say whether it fits by freeing the cache
-        with_least_capacity, capacity = True, gpu.total - context
+        # (not worth the replays when even the allocated peak does not fit)
+        with_least_capacity, capacity = could_fit, gpu.total - context
     least = retries = None
     if with_least_capacity and allocated:
         least = least_capacity(trace, config, max(allocated), max(reserved))
