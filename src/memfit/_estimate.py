@@ -17,7 +17,7 @@ from memfit._errors import InvalidInputError
 from memfit._events import Category
 from memfit._gpus import GPU, resolve_gpu
 from memfit._models import ModelRecipe, resolve_model
-from memfit._pressure import least_capacity, retries_within
+from memfit._pressure import feed, least_capacity, retries_within
 from memfit._result import Estimate, Timeline, WorkloadSummary
 from memfit._workload import OptimizerSpec, Workload, default_loss, workload_for
 from memfit.allocator import AllocatorConfig, CachingAllocator
@@ -237,13 +237,17 @@ def estimate_workload(
     trace = trace_workload(workload, target)
     batch_text = batch_text or _batch_from_trace(trace)
     allocated, reserved, peak_index = _replay(trace, config)
-    context = target.context if workload.mode == "train" else target.context_infer
-    free_running = max(reserved, default=0) + context
-    could_fit = max(allocated, default=0) + context <= (gpu.total if gpu is not None else 0)
-    if tight_verdict and gpu is not None and capacity is None and free_running > gpu.total:
+    context = target.context_for(workload.mode)
+    if (
+        tight_verdict
+        and gpu is not None
+        and capacity is None
+        and max(reserved, default=0) + context > gpu.total
+    ):
         # it does not fit with memory to spare: say whether it fits by freeing the cache
         # (not worth the replays when even the allocated peak does not fit)
-        with_least_capacity, capacity = could_fit, gpu.total - context
+        capacity = gpu.total - context
+        with_least_capacity = max(allocated, default=0) + context <= gpu.total
     least = retries = None
     if with_least_capacity and allocated:
         least = least_capacity(trace, config, max(allocated), max(reserved))
@@ -298,13 +302,7 @@ def _replay(trace: Trace, config: AllocatorConfig) -> tuple[list[int], list[int]
     allocated: list[int] = []
     reserved: list[int] = []
     peak, peak_index = -1, trace.steps_start
-    for i, event in enumerate(trace.events):
-        if i == trace.steps_start:
-            alloc.empty_cache()  # as memfit validate (and a fresh job) does after building
-        if event.kind == "alloc":
-            alloc.malloc(event.block, event.size, event.stream)
-        else:
-            alloc.free(event.block)
+    for i in feed(trace, alloc):
         if i >= trace.steps_start:
             allocated.append(alloc.allocated)
             reserved.append(alloc.reserved)

@@ -34,6 +34,10 @@ class GPU:
     def sm(self) -> int:
         return self.compute_capability[0] * 10 + self.compute_capability[1]
 
+    def context_for(self, mode: str) -> int:
+        """The non-PyTorch memory of a ``train`` or ``infer`` process."""
+        return self.context if mode == "train" else self.context_infer
+
 
 KNOWN_GPUS: dict[str, GPU] = {
     "4090": GPU("RTX 4090 24GB", 24564 * MiB, (8, 9), sm_count=128, threads_per_sm=1536),

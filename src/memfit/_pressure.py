@@ -11,12 +11,27 @@ and the peak reserved (which always runs).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from memfit.allocator import AllocatorConfig, AllocatorOOM, CachingAllocator
 from memfit.trace import Trace
 
-__all__ = ["least_capacity", "retries_within", "runs_within"]
+__all__ = ["feed", "least_capacity", "retries_within", "runs_within"]
 
 TOLERANCE = 64 << 20  # bytes: the bisection stops this close to the answer (from above)
+
+
+def feed(trace: Trace, alloc: CachingAllocator) -> Iterator[int]:
+    """Replay ``trace`` into ``alloc``, yielding each event's index once it is applied; the
+    cache is emptied where the steps start, as ``memfit validate`` (and a fresh job) does."""
+    for i, event in enumerate(trace.events):
+        if i == trace.steps_start:
+            alloc.empty_cache()
+        if event.kind == "alloc":
+            alloc.malloc(event.block, event.size, event.stream)
+        else:
+            alloc.free(event.block)
+        yield i
 
 
 def retries_within(trace: Trace, config: AllocatorConfig, capacity: int) -> int | None:
@@ -24,13 +39,8 @@ def retries_within(trace: Trace, config: AllocatorConfig, capacity: int) -> int 
     the traced run completes with at most ``capacity`` bytes reserved; None if it cannot."""
     alloc = CachingAllocator(config, capacity)
     try:
-        for i, event in enumerate(trace.events):
-            if i == trace.steps_start:
-                alloc.empty_cache()
-            if event.kind == "alloc":
-                alloc.malloc(event.block, event.size, event.stream)
-            else:
-                alloc.free(event.block)
+        for _ in feed(trace, alloc):
+            pass
     except AllocatorOOM:
         return None
     return alloc.num_alloc_retries

@@ -13,10 +13,10 @@ from rich.table import Table
 
 from memfit._errors import InvalidInputError, NoGPUError
 from memfit._estimate import estimate
+from memfit._models import catalog_entries
 
 if TYPE_CHECKING:
     from memfit.runtime import BatchSizeResult
-from memfit._models import catalog_entries
 
 __all__ = ["run_estimate"]
 

@@ -77,12 +77,12 @@ class BatchSizeResult:
 
     def __str__(self) -> str:
         how = f"confirmed in {len(self.trials)} GPU trial(s)" if self.confirmed else "estimated"
+        note = self.pressure_note()
         return (
             f"batch size {self.batch_size} ({how}): needs {format_bytes(self.predicted_need)} "
             f"reserved ({format_bytes(self.predicted_peak_reserved)} with memory to spare), "
             f"{format_bytes(self.predicted_total)} with the CUDA context, "
-            f"budget {format_bytes(self.budget)} on {self.gpu}"
-            + (f"; it {self.pressure_note()}" if self.pressure_note() else "")
+            f"budget {format_bytes(self.budget)} on {self.gpu}" + (f"; it {note}" if note else "")
         )
 
     def pressure_note(self) -> str:
@@ -153,8 +153,6 @@ def find_batch_size(
             None,
         )[1]
 
-    context = target.context if mode == "train" else target.context_infer
-
     def estimate_at(batch_size: int) -> Estimate:
         return estimate_workload(
             workload_at(batch_size),
@@ -162,7 +160,7 @@ def find_batch_size(
             allocator_config=allocator_config or "",
             gpu=target,
             with_least_capacity=True,
-            capacity=budget - context,
+            capacity=budget - target.context_for(mode),
         )
 
     search = EstimateSearch(estimate_at, multiple_of, max_batch)

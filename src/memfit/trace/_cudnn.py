@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from memfit.trace._layouts import channels_last
+
 __all__ = ["ConvWorkspaces"]
 
 _DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -47,11 +49,7 @@ def _key(
     fields = [c, h, w, k, kh, kw, *(int(s) for s in stride), *(int(p) for p in padding), groups]
     # cuDNN runs a channels-last convolution with other engines: the probe (NCHW) does not
     # tell its workspaces
-    layout = (
-        "|nhwc"
-        if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
-        else ""
-    )
+    layout = "|nhwc" if channels_last(x) else ""
     return ",".join(str(f) for f in fields) + f"|{dtype}{layout}"
 
 

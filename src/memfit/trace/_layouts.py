@@ -1,4 +1,4 @@
-"""Output layouts where a CUDA kernel and its meta kernel disagree.
+"""Outputs where a CUDA kernel and its meta kernel disagree: their layout and their order.
 
 The meta convolution always returns NCHW-contiguous tensors, but on a GPU cuDNN runs a 2-d
 convolution in channels-last when its input or weight is channels-last
@@ -6,7 +6,8 @@ convolution in channels-last when its input or weight is channels-last
 Sizes are the same either way; what changes is which later ops see a contiguous tensor, and so
 which of them copy (layer norm makes a contiguous copy of its input: ConvNeXt's permuted
 ``(N, H, W, C)`` view is contiguous on the GPU, after the stem's LayerNorm2d turned the
-activations channels-last, and the trace must see it the same way).
+activations channels-last, and the trace must see it the same way). And CUDA's dropout
+allocates its mask before its output, the meta kernel the other way round (H200 traces).
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["cuda_layout"]
+__all__ = ["channels_last", "cuda_layout", "cuda_order"]
 
 aten = torch.ops.aten
 _EMPTY = aten.empty_strided.default
 
 
-def _channels_last(t: Any) -> bool:
+def channels_last(t: Any) -> bool:
     """``suggest_memory_format(t) == ChannelsLast`` for a 4-d tensor."""
     return (
         isinstance(t, torch.Tensor)
@@ -44,13 +45,20 @@ def _as_channels_last(t: Any) -> Any:
 def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
     """``out`` as the CUDA kernel would lay it out (a new meta tensor where it differs)."""
     if func is aten.convolution.default:
-        if _channels_last(args[0]) or _channels_last(args[1]):
+        if channels_last(args[0]) or channels_last(args[1]):
             return _as_channels_last(out)
         return out
     if (
         func is aten.convolution_backward.default
         and isinstance(out, tuple)
-        and (_channels_last(args[1]) or _channels_last(args[2]))
+        and (channels_last(args[1]) or channels_last(args[2]))
     ):
         return (_as_channels_last(out[0]), _as_channels_last(out[1]), *out[2:])
+    return out
+
+
+def cuda_order(func: Any, out: Any) -> Any:
+    """``out`` in the order the CUDA kernel allocates its outputs."""
+    if func is aten.native_dropout.default and isinstance(out, tuple):
+        return out[::-1]
     return out

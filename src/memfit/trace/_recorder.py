@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_leaves
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._kernels import KernelModel
-from memfit.trace._layouts import cuda_layout
+from memfit.trace._layouts import cuda_layout, cuda_order
 from memfit.trace._meta_cache import META_CACHE
 from memfit.trace._shadow import ShadowValues
 
@@ -38,15 +38,6 @@ _PHASE_OWNER = {
 
 _ADD = torch.ops.aten.add.Tensor
 _ADD_INPLACE = torch.ops.aten.add_.Tensor
-_DROPOUT = torch.ops.aten.native_dropout.default
-
-
-def _in_cuda_order(func: Any, out: Any) -> Any:
-    """An op's outputs in the order its CUDA kernel allocates them, where that differs from
-    the meta kernel's: CUDA dropout makes its mask before its output (H200 traces)."""
-    if func is _DROPOUT and isinstance(out, tuple):
-        return out[::-1]
-    return out
 
 
 def _dense(t: torch.Tensor) -> bool:
@@ -207,7 +198,7 @@ class Recorder(TorchDispatchMode):
                 raise
             self.shadows.propagate(func, args, kwargs, out)
         between = None if special is not None else self.kernels.between_outputs(func, args)
-        self._track_outputs(_in_cuda_order(func, out), name, between)
+        self._track_outputs(cuda_order(func, out), name, between)
         if special is None:
             # a library handle's workspace is created when the kernel is first launched,
             # after the op has allocated its outputs (H200 traces)
