@@ -13,6 +13,7 @@ from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadMode
 import memfit
 from memfit._estimate import _workload, estimate_workload
 from memfit._models import classification_loss
+from memfit.runtime._bs_search import TOLERANCE
 
 SEQ = 128
 
@@ -91,9 +92,12 @@ def test_the_batch_is_the_largest_whose_estimate_fits(model, make_batch, kwargs,
     assert b >= step and b % step == 0
     assert result.budget == memfit.resolve_gpu(gpu).total - result.margin
     assert result.margin == int(0.02 * memfit.resolve_gpu(gpu).total)
-    # the estimate at b fits the budget and the one at the next allowed size does not
+    # the estimate at b fits the budget, and one at a size at most the tolerance above does
+    # not (the next allowed size, for batches this small)
+    failed = min(p.batch_size for p in result.estimates if p.batch_size > b)
+    assert failed - b <= max(step, b * TOLERANCE)
     assert total(model, make_batch, b, gpu, **kwargs) <= result.budget
-    assert total(model, make_batch, b + step, gpu, **kwargs) > result.budget
+    assert total(model, make_batch, failed, gpu, **kwargs) > result.budget
     assert result.predicted_total == total(model, make_batch, b, gpu, **kwargs)
     assert len(result.estimates) <= 10, [p.batch_size for p in result.estimates]
     assert not result.confirmed and result.trials == []

@@ -118,7 +118,7 @@ def find_batch_size(
 ) -> BatchSizeResult:
     """The largest batch size whose training (or inference) step fits the GPU.
 
-    The estimator proposes it on the CPU (about a second per estimate, typically 4-6
+    The estimator proposes it on the CPU (about a second per estimate, typically 4-5
     estimates); with ``confirm=True`` the proposal runs on this machine's GPU (fresh model and
     optimizer, the same two steps as ``memfit validate``) and is corrected in at most
     ``max_trials`` trials. With ``confirm=False`` no GPU is touched: give ``gpu=``.
