@@ -2,8 +2,8 @@
 # A session's GPU runs in few device calls (device time is scarce; one call may run 10 minutes):
 # run from the repository root on the GPU machine with $OUT set, one part per call:
 #
-#   bash benchmarks/gpu_session.sh tests      # NVML fixtures, GPU tests, guard benchmark, finder profile (~7 min)
-#   bash benchmarks/gpu_session.sh finders    # find_batch_size vs accelerate, all workloads (~8 min)
+#   bash benchmarks/gpu_session.sh tests [nvml|profile]  # GPU tests, guard benchmark, SDPA probe (~4 min)
+#   bash benchmarks/gpu_session.sh finders    # find_batch_size vs accelerate, all workloads (~9 min)
 #   bash benchmarks/gpu_session.sh monitor    # monitor overhead (~3 min) and the cuDNN probe (~5 min)
 #   bash benchmarks/gpu_session.sh x2         # on 2 GPUs: DDP guard test, 2-GPU NVML fixture, monitor
 #
@@ -24,19 +24,21 @@ python -c "import torch; print(torch.__version__, torch.cuda.get_device_name())"
 
 case "${1:-tests}" in
 tests)
-    # NVML fixtures for the watch/export tests: alone, so "idle" is idle
-    step nvml-record 60 python benchmarks/nvml_record.py --out "$OUT/nvml-h200.json.gz"
+    # NVML fixtures for the watch/export tests (committed; again only when asked): alone, so
+    # "idle" is idle
+    [ "${2:-}" = nvml ] && step nvml-record 60 python benchmarks/nvml_record.py --out "$OUT/nvml-h200.json.gz"
     # GPU tests (4 workers) beside the guard benchmark: correctness only, no timings compared
     step guard-bench 140 python benchmarks/guard_gpu.py --out "$OUT/guard_gpu.json" &
     step gpu-tests 150 python -m pytest -q -n 4 --timeout 130 tests/gpu -p no:cacheprovider -rA
     wait
-    # where find_batch_size's time goes, and whether a TF32 trial holds the same memory: alone
-    step bs-profile 200 python benchmarks/batch_size_profile.py --out "$OUT/batch_size_profile.json"
+    # which attention kernel SDPA picks, and what it allocates
+    step sdpa-probe 120 python benchmarks/sdpa_probe.py --out "$OUT/sdpa_probe.json"
+    # where find_batch_size's time goes (only when asked: session 3 measured it)
+    [ "${2:-}" = profile ] && step bs-profile 200 python benchmarks/batch_size_profile.py --out "$OUT/batch_size_profile.json"
     ;;
 finders)
-    step gpu-tests-finder 70 python -m pytest -q tests/gpu/test_batch_size_gpu.py -p no:cacheprovider -rA
-    # timed: alone on the machine
-    step batch-size-bench 480 python benchmarks/batch_size_gpu.py --out "$OUT/batch_size.json"
+    # timed: alone on the machine (the finder's GPU tests run in the tests part)
+    step batch-size-bench 570 python benchmarks/batch_size_gpu.py --out "$OUT/batch_size.json"
     ;;
 monitor)
     # the finder's GPU tests again (they changed after the tests part ran this session)

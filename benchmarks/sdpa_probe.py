@@ -1,0 +1,172 @@
+"""Which attention kernel ``scaled_dot_product_attention`` picks on this GPU, and what it
+allocates: the ground truth for ``memfit.trace._sdpa.choose_backend``.
+
+For a grid of shapes, dtypes, masks, causal flags and gradient settings it asks torch which
+backend it would run (``torch._fused_sdp_choice``, the function SDPA itself calls) and writes
+it beside memfit's prediction for the same call. For a few calls taken from the validation
+set (Llama-2-7B and Mistral-7B inference, TinyLlama training, T5's learned bias) it also runs
+SDPA with the allocator's history recorded and lists every allocation the call made.
+
+Usage, on a GPU machine, from the repository root:
+
+    PYTHONPATH=src python benchmarks/sdpa_probe.py --out $OUT/sdpa_probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.attention import SDPBackend
+
+from memfit.trace._sdpa import choose_backend
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+HEAD_DIMS = [64, 80, 96, 128, 256]
+HEADS = [(12, 12), (32, 32), (32, 8)]  # (query heads, key/value heads)
+SIZES = [(8, 2048), (2, 4096), (32, 512), (4, 1)]  # (batch, sequence)
+MASKS = ["none", "bool", "float", "float-grad"]
+TORCH_NAMES = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+# calls whose allocations are listed: name -> (batch, q heads, kv heads, seq, head dim,
+# dtype, causal, mask, requires grad)
+CALLS: dict[str, tuple[Any, ...]] = {
+    "llama-2-7b-infer-b8-s2048": (8, 32, 32, 2048, 128, "bf16", True, "none", False),
+    "mistral-7b-infer-b2-s4096": (2, 32, 8, 4096, 128, "bf16", True, "none", False),
+    "mistral-7b-infer-b2-s4096-mask": (2, 32, 8, 4096, 128, "bf16", False, "float", False),
+    "tinyllama-train-b4-s2048": (4, 32, 4, 2048, 64, "bf16", True, "none", True),
+    "t5-small-bias-b32-s512": (32, 8, 8, 512, 64, "fp32", False, "float-grad", True),
+    "bert-base-fp32-b32-s512": (32, 12, 12, 512, 64, "fp32", False, "none", True),
+    "bert-base-fp32-infer-b32-s512": (32, 12, 12, 512, 64, "fp32", False, "none", False),
+}
+
+
+def _mask(kind: str, batch: int, seq: int, dtype: torch.dtype) -> torch.Tensor | None:
+    if kind == "none":
+        return None
+    if kind == "bool":
+        return torch.ones(batch, 1, seq, seq, dtype=torch.bool, device="cuda").tril()
+    mask = torch.zeros(batch, 1, seq, seq, dtype=dtype, device="cuda")
+    if kind == "float-grad":
+        mask.requires_grad_(True)
+    return mask
+
+
+def _inputs(
+    batch: int, hq: int, hkv: int, seq: int, dim: int, dtype: torch.dtype, grad: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def make(heads: int) -> torch.Tensor:
+        return torch.randn(batch, heads, seq, dim, dtype=dtype, device="cuda", requires_grad=grad)
+
+    return make(hq), make(hkv), make(hkv)
+
+
+def choices() -> list[dict[str, Any]]:
+    rows = []
+    sm = torch.cuda.get_device_capability()
+    sm_int = sm[0] * 10 + sm[1]
+    for (dname, dtype), dim, (hq, hkv), (batch, seq) in itertools.product(
+        DTYPES.items(), HEAD_DIMS, HEADS, SIZES
+    ):
+        for grad, causal, mkind in itertools.product((False, True), (False, True), MASKS):
+            if causal and mkind != "none":
+                continue  # SDPA refuses a mask with is_causal
+            q, k, v = _inputs(batch, hq, hkv, seq, dim, dtype, grad)
+            mask = _mask(mkind, batch, seq, dtype)
+            gqa = hq != hkv
+            try:
+                got = SDPBackend(
+                    torch._fused_sdp_choice(q, k, v, mask, 0.0, causal, scale=None, enable_gqa=gqa)
+                ).name
+            except RuntimeError as exc:
+                got = "error: " + str(exc).splitlines()[0][:200]
+            predicted = choose_backend(q, k, v, mask, sm_int, gqa)
+            rows.append(
+                {
+                    "dtype": dname,
+                    "head_dim": dim,
+                    "heads": [hq, hkv],
+                    "batch": batch,
+                    "seq": seq,
+                    "requires_grad": grad,
+                    "causal": causal,
+                    "mask": mkind,
+                    "torch": got,
+                    "memfit": predicted,
+                }
+            )
+            del q, k, v, mask
+    torch.cuda.empty_cache()
+    return rows
+
+
+def allocations() -> dict[str, Any]:
+    """Every allocation one SDPA call (and its backward, with gradients) makes."""
+    out: dict[str, Any] = {}
+    for name, (batch, hq, hkv, seq, dim, dname, causal, mkind, grad) in CALLS.items():
+        dtype = DTYPES[dname]
+        q, k, v = _inputs(batch, hq, hkv, seq, dim, dtype, grad)
+        mask = _mask(mkind, batch, seq, dtype)
+        gqa = hq != hkv
+        backend = SDPBackend(
+            torch._fused_sdp_choice(q, k, v, mask, 0.0, causal, scale=None, enable_gqa=gqa)
+        ).name
+        torch.cuda.synchronize()
+        torch.cuda.memory._record_memory_history(max_entries=100000)
+        with torch.set_grad_enabled(grad):
+            o = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa
+            )
+            if grad:
+                o.backward(torch.ones_like(o))
+        torch.cuda.synchronize()
+        snap = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        events = [
+            {"action": e["action"], "size": e["size"]}
+            for trace in snap["device_traces"]
+            for e in trace
+            if e["action"] in ("alloc", "free_requested")
+        ]
+        out[name] = {"backend": backend, "events": events}
+        del q, k, v, mask, o
+        torch.cuda.empty_cache()
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    report: dict[str, Any] = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "enabled": {
+            "flash": torch.backends.cuda.flash_sdp_enabled(),
+            "efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+            "cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
+            "math": torch.backends.cuda.math_sdp_enabled(),
+        },
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }
+    report["choices"] = choices()
+    report["allocations"] = allocations()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    wrong = [r for r in report["choices"] if r["torch"] != TORCH_NAMES[r["memfit"]]]
+    print(f"{len(report['choices'])} calls, {len(wrong)} where memfit's backend differs")
+    for name, call in report["allocations"].items():
+        sizes = [e["size"] for e in call["events"] if e["action"] == "alloc"]
+        print(name, call["backend"], sizes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
