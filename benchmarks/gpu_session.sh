@@ -4,6 +4,7 @@
 #
 #   bash benchmarks/gpu_session.sh tests [nvml|profile]  # GPU tests, guard benchmark, SDPA probe (~4 min)
 #   bash benchmarks/gpu_session.sh finders    # find_batch_size vs accelerate, all workloads (~9 min)
+#   bash benchmarks/gpu_session.sh attention  # SDPA's kernel choice: synthetic grid and real models (~6 min)
 #   bash benchmarks/gpu_session.sh monitor    # monitor overhead (~3 min) and the cuDNN probe (~5 min)
 #   bash benchmarks/gpu_session.sh x2         # on 2 GPUs: DDP guard test, 2-GPU NVML fixture, monitor
 #
@@ -39,6 +40,12 @@ tests)
 finders)
     # timed: alone on the machine (the finder's GPU tests run in the tests part)
     step batch-size-bench 570 python benchmarks/batch_size_gpu.py --out "$OUT/batch_size.json"
+    ;;
+attention)
+    # which attention kernel SDPA picks: a grid of synthetic calls, then the validation set's
+    # own calls (each model at a small batch)
+    step sdpa-probe 120 python benchmarks/sdpa_probe.py --out "$OUT/sdpa_probe.json"
+    step sdpa-calls 420 python benchmarks/sdpa_calls.py --out "$OUT/sdpa_calls.json"
     ;;
 monitor)
     # the finder's GPU tests again (they changed after the tests part ran this session)
@@ -79,7 +86,7 @@ PY
     fi
     ;;
 *)
-    echo "unknown part '$1': give tests, finders, monitor or x2" >&2
+    echo "unknown part '$1': give tests, finders, attention, monitor or x2" >&2
     exit 2
     ;;
 esac

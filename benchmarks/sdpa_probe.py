@@ -46,24 +46,37 @@ CALLS: dict[str, tuple[Any, ...]] = {
 }
 
 
-def _mask(kind: str, batch: int, seq: int, dtype: torch.dtype) -> torch.Tensor | None:
+def _mask(
+    kind: str, batch: int, seq: int, dtype: torch.dtype, kv_seq: int | None = None
+) -> torch.Tensor | None:
+    kv = kv_seq or seq
     if kind == "none":
         return None
     if kind == "bool":
-        return torch.ones(batch, 1, seq, seq, dtype=torch.bool, device="cuda").tril()
-    mask = torch.zeros(batch, 1, seq, seq, dtype=dtype, device="cuda")
+        return torch.ones(batch, 1, seq, kv, dtype=torch.bool, device="cuda").tril()
+    mask = torch.zeros(batch, 1, seq, kv, dtype=dtype, device="cuda")
     if kind == "float-grad":
         mask.requires_grad_(True)
     return mask
 
 
 def _inputs(
-    batch: int, hq: int, hkv: int, seq: int, dim: int, dtype: torch.dtype, grad: bool
+    batch: int,
+    hq: int,
+    hkv: int,
+    seq: int,
+    dim: int,
+    dtype: torch.dtype,
+    grad: bool,
+    kv_seq: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    def make(heads: int) -> torch.Tensor:
-        return torch.randn(batch, heads, seq, dim, dtype=dtype, device="cuda", requires_grad=grad)
+    def make(heads: int, length: int) -> torch.Tensor:
+        return torch.randn(
+            batch, heads, length, dim, dtype=dtype, device="cuda", requires_grad=grad
+        )
 
-    return make(hq), make(hkv), make(hkv)
+    kv = kv_seq or seq
+    return make(hq, seq), make(hkv, kv), make(hkv, kv)
 
 
 def choices() -> list[dict[str, Any]]:
@@ -102,6 +115,44 @@ def choices() -> list[dict[str, Any]]:
             )
             del q, k, v, mask
     torch.cuda.empty_cache()
+    return rows
+
+
+def edges() -> list[dict[str, Any]]:
+    """bf16 only, around what the grid leaves open: short sequences, queries shorter than
+    the keys (decoding with a cache, chunked prefill), dropout."""
+    rows = []
+    sm = torch.cuda.get_device_capability()
+    sm_int = sm[0] * 10 + sm[1]
+    lengths = [(s, s) for s in (2, 8, 16, 64, 128, 256, 511)] + [(1, 2048), (128, 2048)]
+    for (seq, kv), dim, (hq, hkv), dropout, grad, mkind in itertools.product(
+        lengths, (64, 128), HEADS[1:], (0.0, 0.1), (False, True), ("none", "bool", "float")
+    ):
+        q, k, v = _inputs(2, hq, hkv, seq, dim, torch.bfloat16, grad, kv)
+        mask = _mask(mkind, 2, seq, torch.bfloat16, kv)
+        gqa = hq != hkv
+        try:
+            got = SDPBackend(
+                torch._fused_sdp_choice(q, k, v, mask, dropout, False, scale=None, enable_gqa=gqa)
+            ).name
+        except RuntimeError as exc:
+            got = "error: " + str(exc).splitlines()[0][:200]
+        rows.append(
+            {
+                "dtype": "bf16",
+                "head_dim": dim,
+                "heads": [hq, hkv],
+                "batch": 2,
+                "seq": seq,
+                "kv_seq": kv,
+                "dropout": dropout,
+                "requires_grad": grad,
+                "causal": False,
+                "mask": mkind,
+                "torch": got,
+                "memfit": choose_backend(q, k, v, mask, sm_int, gqa),
+            }
+        )
     return rows
 
 
@@ -157,6 +208,7 @@ def main() -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
     }
     report["choices"] = choices()
+    report["edges"] = edges()
     report["allocations"] = allocations()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
