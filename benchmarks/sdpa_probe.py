@@ -32,9 +32,14 @@ HEAD_DIMS = [64, 80, 96, 128, 256]
 HEADS = [(12, 12), (32, 32), (32, 8)]  # (query heads, key/value heads)
 SIZES = [(8, 2048), (2, 4096), (32, 512), (4, 1)]  # (batch, sequence)
 MASKS = ["none", "bool", "float", "float-grad"]
-TORCH_NAMES = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+TORCH_NAMES = {
+    "cudnn": "CUDNN_ATTENTION",
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "math": "MATH",
+}
 # calls whose allocations are listed: name -> (batch, q heads, kv heads, seq, head dim,
-# dtype, causal, mask, requires grad)
+# dtype, causal, mask, requires grad[, dropout])
 CALLS: dict[str, tuple[Any, ...]] = {
     "llama-2-7b-infer-b8-s2048": (8, 32, 32, 2048, 128, "bf16", True, "none", False),
     "mistral-7b-infer-b2-s4096": (2, 32, 8, 4096, 128, "bf16", True, "none", False),
@@ -43,15 +48,31 @@ CALLS: dict[str, tuple[Any, ...]] = {
     "t5-small-bias-b32-s512": (32, 8, 8, 512, 64, "fp32", False, "float-grad", True),
     "bert-base-fp32-b32-s512": (32, 12, 12, 512, 64, "fp32", False, "none", True),
     "bert-base-fp32-infer-b32-s512": (32, 12, 12, 512, 64, "fp32", False, "none", False),
+    # T5's learned position bias as transformers 5.24 passes it: (1, heads, q, k), contiguous
+    "t5-small-bias-5.24-b32-s512": (32, 8, 8, 512, 64, "fp32", False, "bias", True, 0.1),
+    "t5-base-bias-5.24-bf16-b16-s512": (16, 12, 12, 512, 64, "bf16", False, "bias32", True, 0.1),
+    # as transformers 5.17 passes it: strides (heads, 1, heads * q, heads)
+    "t5-small-bias-5.17-b32-s512": (32, 8, 8, 512, 64, "fp32", False, "bias-t", True, 0.1),
 }
 
 
 def _mask(
-    kind: str, batch: int, seq: int, dtype: torch.dtype, kv_seq: int | None = None
+    kind: str,
+    batch: int,
+    seq: int,
+    dtype: torch.dtype,
+    kv_seq: int | None = None,
+    heads: int = 1,
 ) -> torch.Tensor | None:
     kv = kv_seq or seq
     if kind == "none":
         return None
+    if kind.startswith("bias"):  # a learned bias broadcast over the batch
+        bias_dtype = torch.float32 if kind == "bias32" else dtype
+        if kind == "bias-t":
+            bias = torch.zeros(1, seq, kv, heads, dtype=bias_dtype, device="cuda")
+            return bias.permute(0, 3, 1, 2).detach().requires_grad_(True)
+        return torch.zeros(1, heads, seq, kv, dtype=bias_dtype, device="cuda", requires_grad=True)
     if kind == "bool":
         return torch.ones(batch, 1, seq, kv, dtype=torch.bool, device="cuda").tril()
     mask = torch.zeros(batch, 1, seq, kv, dtype=dtype, device="cuda")
@@ -98,7 +119,7 @@ def choices() -> list[dict[str, Any]]:
                 ).name
             except RuntimeError as exc:
                 got = "error: " + str(exc).splitlines()[0][:200]
-            predicted = choose_backend(q, k, v, mask, sm_int, gqa)
+            predicted = choose_backend(q, k, v, mask, sm_int, gqa)  # dropout 0
             rows.append(
                 {
                     "dtype": dname,
@@ -150,7 +171,7 @@ def edges() -> list[dict[str, Any]]:
                 "causal": False,
                 "mask": mkind,
                 "torch": got,
-                "memfit": choose_backend(q, k, v, mask, sm_int, gqa),
+                "memfit": choose_backend(q, k, v, mask, sm_int, gqa, dropout),
             }
         )
     return rows
@@ -159,19 +180,21 @@ def edges() -> list[dict[str, Any]]:
 def allocations() -> dict[str, Any]:
     """Every allocation one SDPA call (and its backward, with gradients) makes."""
     out: dict[str, Any] = {}
-    for name, (batch, hq, hkv, seq, dim, dname, causal, mkind, grad) in CALLS.items():
+    for name, spec in CALLS.items():
+        batch, hq, hkv, seq, dim, dname, causal, mkind, grad = spec[:9]
+        dropout = spec[9] if len(spec) > 9 else 0.0
         dtype = DTYPES[dname]
         q, k, v = _inputs(batch, hq, hkv, seq, dim, dtype, grad)
-        mask = _mask(mkind, batch, seq, dtype)
+        mask = _mask(mkind, batch, seq, dtype, heads=hq)
         gqa = hq != hkv
         backend = SDPBackend(
-            torch._fused_sdp_choice(q, k, v, mask, 0.0, causal, scale=None, enable_gqa=gqa)
+            torch._fused_sdp_choice(q, k, v, mask, dropout, causal, scale=None, enable_gqa=gqa)
         ).name
         torch.cuda.synchronize()
         torch.cuda.memory._record_memory_history(max_entries=100000)
         with torch.set_grad_enabled(grad):
             o = torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa
+                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal, enable_gqa=gqa
             )
             if grad:
                 o.backward(torch.ones_like(o))
@@ -184,7 +207,9 @@ def allocations() -> dict[str, Any]:
             for e in trace
             if e["action"] in ("alloc", "free_requested")
         ]
-        out[name] = {"backend": backend, "events": events}
+        sm = torch.cuda.get_device_capability()
+        predicted = choose_backend(q, k, v, mask, sm[0] * 10 + sm[1], gqa, dropout)
+        out[name] = {"backend": backend, "memfit": predicted, "events": events}
         del q, k, v, mask, o
         torch.cuda.empty_cache()
     return out
@@ -216,7 +241,7 @@ def main() -> int:
     print(f"{len(report['choices'])} calls, {len(wrong)} where memfit's backend differs")
     for name, call in report["allocations"].items():
         sizes = [e["size"] for e in call["events"] if e["action"] == "alloc"]
-        print(name, call["backend"], sizes)
+        print(name, call["backend"], "memfit:", call["memfit"], sizes)
     return 0
 
 

@@ -12,21 +12,46 @@ def qkv(dtype, heads=8, seq=256, dim=64, requires_grad=True):
     return t, t, t
 
 
-def test_half_precision_without_mask_runs_flash_on_hopper():
-    assert choose_backend(*qkv(torch.bfloat16), None, sm=90) == "flash"
+def test_half_precision_runs_cudnn_on_hopper_and_flash_on_ampere():
+    # H200, torch 2.11, cuDNN 9.19 (benchmarks/results/*/sdpa_probe.json): cuDNN comes first
+    assert choose_backend(*qkv(torch.bfloat16), None, sm=90) == "cudnn"
+    assert choose_backend(*qkv(torch.bfloat16), None, sm=80) == "flash"
 
 
 def test_fp32_runs_memory_efficient():
     assert choose_backend(*qkv(torch.float32), None, sm=90) == "efficient"
 
 
-def test_a_mask_rules_out_flash():
+def test_a_mask_rules_out_flash_not_cudnn():
     mask = torch.empty(2, 1, 256, 256, dtype=torch.bool, device="meta")
-    assert choose_backend(*qkv(torch.bfloat16), mask, sm=90) == "efficient"
+    assert choose_backend(*qkv(torch.bfloat16), mask, sm=90) == "cudnn"
+    assert choose_backend(*qkv(torch.bfloat16), mask, sm=80) == "efficient"
 
 
 def test_flash_needs_ampere():
     assert choose_backend(*qkv(torch.float16), None, sm=75) == "efficient"
+
+
+def test_a_learned_bias_runs_memory_efficient_with_equal_heads_else_math():
+    bias = torch.empty(1, 8, 256, 256, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    assert choose_backend(*qkv(torch.bfloat16), bias, sm=90) == "efficient"
+    q = torch.empty(2, 8, 256, 64, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    kv = torch.empty(2, 2, 256, 64, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    assert choose_backend(q, kv, kv, bias, sm=90, enable_gqa=True) == "math"
+
+
+def test_a_bias_with_strided_rows_runs_math():
+    # transformers 5.17's T5 position bias: (1, heads, q, k) with strides (8, 1, 4096, 8)
+    bias = torch.empty_strided((1, 8, 512, 512), (8, 1, 4096, 8), device="meta")
+    assert choose_backend(*qkv(torch.float32, seq=512), bias, sm=90) == "math"
+
+
+def test_a_single_key_or_a_single_query_with_dropout_leaves_cudnn():
+    q1 = torch.empty(2, 8, 1, 64, dtype=torch.bfloat16, device="meta")
+    k = torch.empty(2, 8, 2048, 64, dtype=torch.bfloat16, device="meta")
+    assert choose_backend(q1, k, k, None, sm=90) == "cudnn"  # decoding with a cache
+    assert choose_backend(q1, k, k, None, sm=90, dropout_p=0.1) == "flash"
+    assert choose_backend(q1, q1, q1, None, sm=90) == "flash"
 
 
 def test_odd_head_dim_falls_back_to_math():
@@ -48,10 +73,12 @@ def test_math_backend_saves_the_attention_matrix_flash_does_not():
     def batch():
         return torch.randn(4, 2048, 64, dtype=torch.float16)
 
-    flash = estimate(Attn, batch, precision="fp16", gpu="h200")
-    old = estimate(Attn, batch, precision="fp16", gpu="v100")  # sm70: no flash
-    assert any("flash" in n for n in flash.notes)
-    assert not any("flash" in n for n in old.notes)
+    hopper = estimate(Attn, batch, precision="fp16", gpu="h200")
+    ampere = estimate(Attn, batch, precision="fp16", gpu="a100-80g")
+    old = estimate(Attn, batch, precision="fp16", gpu="v100")  # sm70: no flash, no cuDNN
+    assert any("cudnn" in n for n in hopper.notes)
+    assert any("flash" in n for n in ampere.notes)
+    assert any("efficient" in n for n in old.notes)
 
 
 def test_flash_backward_takes_one_buffer_for_its_accumulator_and_sums():
@@ -83,7 +110,7 @@ def test_flash_backward_takes_one_buffer_for_its_accumulator_and_sums():
     sizes = [
         e.size
         for e in trace.events
-        if e.kind == "alloc" and "flash attention backward" in trace.infos[e.info].op
+        if e.kind == "alloc" and "fused attention backward" in trace.infos[e.info].op
     ]
     assert sizes == [b * s * h * d * 4 + b * h * s * 4 + 256]
 
@@ -99,3 +126,69 @@ def test_grouped_query_flash_backward_adds_the_expanded_dk_dv_to_the_same_buffer
     args = (q, q, kv, kv, q, q, None, None, 2048, 2048, 0.0, True, None, None)
     groups = KernelModel(90).scratch(func, args, {})
     assert [[size for size, _ in group] for group in groups] == [[135_266_560]]
+
+
+def _attention_trace(mask=None, *, grad=True, dtype=torch.bfloat16, heads=(8, 8)):
+    """The trace of one SDPA call for an H200, with a backward when ``grad``."""
+    from memfit._gpus import resolve_gpu
+    from memfit._workload import Workload
+    from memfit.trace import trace_workload
+
+    b, s, d = 2, 1024, 64
+    hq, hkv = heads
+
+    class Attn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q = torch.nn.Linear(96, hq * d)  # 96: the input is not the output's size
+            self.kv = torch.nn.Linear(96, 2 * hkv * d)
+
+        def forward(self, x):
+            q = self.q(x).view(b, s, hq, d).transpose(1, 2)
+            k, v = self.kv(x).view(b, s, 2, hkv, d).permute(2, 0, 3, 1, 4)
+            m = None if mask is None else mask.to(x.device)
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=m, enable_gqa=hq != hkv
+            )
+            return out.transpose(1, 2).reshape(b, s, hq * d)
+
+    work = Workload(
+        lambda: Attn().to(dtype),
+        lambda: torch.randn(b, s, 96, dtype=dtype),
+        lambda m, x: m(x).float().sum(),
+        optimizer="sgd",
+        steps=1,
+        mode="train" if grad else "infer",
+    )
+    return trace_workload(work, resolve_gpu("h200")), (b, hq, s, d)
+
+
+def _sizes(trace, op):
+    return [
+        e.size for e in trace.events if e.kind == "alloc" and op in trace.infos[e.info].op
+    ]
+
+
+def test_cudnn_without_gradients_makes_no_log_sum_exp():
+    # H200 (sdpa_probe.json, Llama-2-7B inference b8 s2048): the seed, the offset and the
+    # output, which is laid out as the query is, so going back to (batch, seq) copies nothing
+    trace, (b, h, s, d) = _attention_trace(grad=False)
+    lse = b * h * s * 4
+    sizes = [e.size for e in trace.events if e.kind == "alloc"]
+    assert lse not in sizes
+    assert _sizes(trace, "empty_like").count(b * h * s * d * 2) == 1  # (the other: the input)
+    assert _sizes(trace, "clone") == []
+
+
+def test_cudnn_with_gradients_saves_a_log_sum_exp():
+    trace, (b, h, s, d) = _attention_trace(grad=True)
+    assert b * h * s * 4 in _sizes(trace, "_scaled_dot_product_flash_attention")
+
+
+def test_a_boolean_mask_becomes_an_additive_one_for_the_call():
+    # Mistral-7B inference on an H200: where(mask, 0, -inf) of the query's dtype, 64 MiB per
+    # layer at b2 s4096, freed when the call returns
+    mask = torch.ones(2, 1, 1024, 1024, dtype=torch.bool).tril()
+    trace, _ = _attention_trace(mask, grad=False, heads=(8, 2))
+    assert _sizes(trace, "where") == [2 * 1 * 1024 * 1024 * 2]
+    assert _sizes(trace, "repeat") == []  # cuDNN takes fewer key/value heads as they are

@@ -3,7 +3,8 @@
 * cuBLAS keeps one workspace per handle and stream, taken from the caching allocator at the
   first matmul and never returned. PyTorch gives each thread its own handle, and the autograd
   engine runs the backward pass on its own thread, so a training step holds two.
-* Flash attention's backward allocates float32 accumulators for dQ and the softmax row sums.
+* Fused attention's backward (cuDNN's on an H200, flash attention's elsewhere) allocates one
+  workspace for a float32 dQ accumulator and the softmax row sums.
 * cuDNN convolutions take a workspace per call, sized by the engine cuDNN picks (``_cudnn``).
 
 Sizes were read from real traces on an H200 with torch 2.11 (benchmarks/results/).
@@ -138,13 +139,14 @@ class KernelModel:
             b, h, s, d = (int(x) for x in q.shape)
             s_round = _round_up(s, 128)
             d_round = _round_up(d, 32) if d <= 128 else _round_up(d, 64)
-            # one buffer for the fp32 dq accumulator and the softmax sums, 256 bytes beyond
+            # cuDNN's attention (what an H200 runs for half precision) and flash attention
+            # alike: one buffer for the fp32 dq accumulator and the softmax sums, 256 bytes beyond
             # both, and with grouped-query attention the per-query-head dK and dV (summed into
             # the key/value heads after): H200 traces, torch 2.11: 51,118,336 = 50,331,648 +
             # 786,432 + 256 for GPT-2 b16 s1024; 135,266,560 = 68,157,696 + 2 x 33,554,432 for
             # TinyLlama b4 s2048 (32 query heads, 4 key/value heads)
             size = b * s_round * h * d_round * 4 + b * h * s_round * 4 + 256
-            label = "flash attention backward dq accumulator and softmax sums"
+            label = "fused attention backward workspace (dQ accumulator, softmax sums)"
             if int(args[2].shape[1]) != h:
                 size += 2 * b * s * h * d * args[2].element_size()
                 label += ", expanded dK and dV"

@@ -1,9 +1,16 @@
 """Which attention kernel ``scaled_dot_product_attention`` runs on a real GPU, and running it.
 
 On meta tensors PyTorch always picks the math backend, which saves the full attention matrix;
-on an H100/H200 the same call runs flash or memory-efficient attention and saves only the
-output and a log-sum-exp. The rules below follow ``sdp_utils.cpp`` (torch 2.11): backends are
-tried in the order flash, memory-efficient, math, and each has its own constraints.
+on a GPU the same call runs a fused kernel that saves only the output and a log-sum-exp. The
+rules below follow ``sdp_utils.cpp`` and what torch picks on an H200 (torch 2.11, cuDNN 9.19;
+``benchmarks/sdpa_probe.py`` and ``sdpa_calls.py``, 2,232 synthetic calls and every call of
+the validation set's models): on Hopper cuDNN's fused attention comes first for half
+precision, masks and dropout included; then flash, memory-efficient, math.
+
+cuDNN's kernel takes the memory flash attention takes when training (the output and a float32
+log-sum-exp per query; in backward dQ, dK, dV and one workspace for a float32 dQ accumulator
+and the softmax sums), so it is traced through flash attention's meta kernel; without
+gradients it makes no log-sum-exp (flash attention always does).
 """
 
 from __future__ import annotations
@@ -31,27 +38,25 @@ def choose_backend(
     attn_mask: torch.Tensor | None,
     sm: int,
     enable_gqa: bool = False,
+    dropout_p: float = 0.0,
 ) -> str:
-    """``flash``, ``efficient`` or ``math``: what SDPA picks on a GPU of compute ``sm``."""
+    """``cudnn``, ``flash``, ``efficient`` or ``math``: what SDPA picks on a GPU of compute
+    ``sm``."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return "math"
     grad = bool(q.requires_grad or k.requires_grad or v.requires_grad)
     same_heads = q.shape[1] == k.shape[1] == v.shape[1]
     head_dim = q.shape[-1]
-    if (
-        sm >= 80
-        and attn_mask is None
-        and q.dtype in _HALF
-        and q.dtype == k.dtype == v.dtype
-        and head_dim <= 256
-        and head_dim % 8 == 0
-        and k.shape[-1] == head_dim
-        and v.shape[-1] == head_dim
-        and (same_heads or enable_gqa)
-    ):
+    half = q.dtype in _HALF and q.dtype == k.dtype == v.dtype
+    dims_ok = head_dim <= 256 and head_dim % 8 == 0 and k.shape[-1] == v.shape[-1] == head_dim
+    fused = half and dims_ok and (same_heads or enable_gqa)
+    if sm == 90 and fused and _cudnn_takes(q, k, attn_mask, dropout_p):
+        return "cudnn"
+    if sm >= 80 and attn_mask is None and fused:
         return "flash"
-    if attn_mask is not None and attn_mask.requires_grad:
-        # a learned bias (T5's position bias): the H200 runs the math kernel (traces, torch 2.11)
+    if attn_mask is not None and attn_mask.shape[-1] > 1 and attn_mask.stride(-1) != 1:
+        # a mask whose rows are not contiguous (T5's learned position bias, transposed):
+        # neither fused kernel takes it (H200, torch 2.11)
         return "math"
     align = 8 if q.dtype in _HALF else 4
     if (
@@ -67,6 +72,18 @@ def choose_backend(
     return "math"
 
 
+def _cudnn_takes(
+    q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None, dropout_p: float
+) -> bool:
+    """Whether cuDNN's fused attention takes the call (H200, torch 2.11): not a learned or
+    non-contiguous mask, not a single key, not a single query with dropout."""
+    if attn_mask is not None and (
+        attn_mask.requires_grad or (attn_mask.shape[-1] > 1 and attn_mask.stride(-1) != 1)
+    ):
+        return False
+    return k.shape[-2] > 1 and not (q.shape[-2] == 1 and dropout_p > 0)
+
+
 def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[torch.Tensor, str]:
     """Run SDPA with the backend the target GPU would choose; returns (output, backend)."""
     q, k, v = args[0], args[1], args[2]
@@ -75,23 +92,49 @@ def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[to
     is_causal = bool(_arg(args, kwargs, 5, "is_causal", False))
     scale = _arg(args, kwargs, 6, "scale", None)
     enable_gqa = bool(kwargs.get("enable_gqa", False))
-    backend = choose_backend(q, k, v, attn_mask, sm, enable_gqa)
-    if backend == "flash":
-        # FlashAttention-2 takes fewer key/value heads natively (GQA): no expanded copies
+    backend = choose_backend(q, k, v, attn_mask, sm, enable_gqa, dropout_p)
+    need_lse = q.requires_grad or k.requires_grad or v.requires_grad
+    bool_mask = attn_mask is not None and attn_mask.dtype == torch.bool
+    if backend in ("cudnn", "efficient") and bool_mask:
+        # the fused kernels take an additive mask: SDPA makes one of the query's dtype with
+        # where(mask, 0, -inf) from two scalar tensors, held until the call returns (H200
+        # traces, torch 2.11: Mistral-7B's sliding-window mask, 64 MiB per layer at s4096)
+        zero, neg_inf = (
+            torch.full((), x, dtype=q.dtype, device=q.device) for x in (0.0, -math.inf)
+        )
+        attn_mask = torch.where(attn_mask, zero, neg_inf)
+        del zero, neg_inf
+    if backend == "cudnn" and not need_lse:
+        # the philox seed and offset, the output, and no log-sum-exp without gradients; the
+        # seed and offset go when the call returns
+        seeds = [torch.empty((), dtype=torch.int64, device=q.device) for _ in range(2)]
+        out_only = _like_query(q, v.shape[-1])
+        del seeds
+        return out_only, backend
+    if backend in ("cudnn", "flash"):
+        # both take fewer key/value heads natively (GQA): no expanded copies; a mask changes
+        # what is computed, not what is allocated
         out = torch.ops.aten._scaled_dot_product_flash_attention(
             q, k, v, dropout_p, is_causal, False, scale=scale
         )
         return out[0], backend
     if backend == "efficient":
-        need_lse = q.requires_grad or k.requires_grad or v.requires_grad
-        bias = attn_mask
-        if bias is not None and bias.dtype == torch.bool:
-            bias = torch.zeros_like(bias, dtype=q.dtype).masked_fill_(~bias, float("-inf"))
         out = torch.ops.aten._scaled_dot_product_efficient_attention(
-            q, k, v, bias, need_lse, dropout_p, is_causal, scale=scale
+            q, k, v, attn_mask, need_lse, dropout_p, is_causal, scale=scale
         )
         return out[0], backend
     return _math(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa), backend
+
+
+def _like_query(q: torch.Tensor, dim: int) -> torch.Tensor:
+    """An attention output laid out as the query is (fused kernels write it so: a query made
+    by transposing (batch, seq, heads, dim) gives an output that needs no copy to go back)."""
+    if dim == q.shape[-1]:
+        return torch.empty_like(q)
+    b, h, s, _ = q.shape
+    if q.stride(1) < q.stride(2):  # (batch, seq, heads, dim) in memory
+        return q.new_empty((b, s, h, dim)).transpose(1, 2)
+    return q.new_empty((b, h, s, dim))
 
 
 def _math(
