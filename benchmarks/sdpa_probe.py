@@ -192,12 +192,16 @@ def allocations() -> dict[str, Any]:
         ).name
         torch.cuda.synchronize()
         torch.cuda.memory._record_memory_history(max_entries=100000)
-        with torch.set_grad_enabled(grad):
-            o = torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal, enable_gqa=gqa
-            )
-            if grad:
-                o.backward(torch.ones_like(o))
+        error = None
+        try:
+            with torch.set_grad_enabled(grad):
+                o = torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal, enable_gqa=gqa
+                )
+                if grad:
+                    o.backward(torch.ones_like(o))
+        except RuntimeError as exc:  # torch refuses some calls: that is a finding too
+            error, o = str(exc).splitlines()[0][:200], None
         torch.cuda.synchronize()
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
@@ -209,7 +213,7 @@ def allocations() -> dict[str, Any]:
         ]
         sm = torch.cuda.get_device_capability()
         predicted = choose_backend(q, k, v, mask, sm[0] * 10 + sm[1], gqa, dropout)
-        out[name] = {"backend": backend, "memfit": predicted, "events": events}
+        out[name] = {"backend": backend, "memfit": predicted, "events": events, "error": error}
         del q, k, v, mask, o
         torch.cuda.empty_cache()
     return out

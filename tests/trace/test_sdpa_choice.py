@@ -192,3 +192,46 @@ def test_a_boolean_mask_becomes_an_additive_one_for_the_call():
     trace, _ = _attention_trace(mask, grad=False, heads=(8, 2))
     assert _sizes(trace, "where") == [2 * 1 * 1024 * 1024 * 2]
     assert _sizes(trace, "repeat") == []  # cuDNN takes fewer key/value heads as they are
+
+
+def test_memory_efficient_backward_takes_delta_then_its_workspace():
+    # BERT-base b32 s512 fp32 on an H200: grad_out x output (50,331,648) and two row sums
+    # (786,432), the product and first sum freed, then a 50,380,800-byte workspace
+    from memfit.trace._kernels import KernelModel
+
+    q = torch.empty(32, 12, 512, 64, device="meta")
+    func = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default
+    groups = KernelModel(90).scratch(func, (q, q, q, q, None, q), {})
+    assert [[item[0] for item in group] for group in groups] == [
+        [50_331_648, 786_432, 786_432],
+        [50_380_800],
+    ]
+    assert [len(item) == 3 and item[2] for item in groups[0]] == [False, False, True]
+
+
+def test_a_learned_bias_broadcast_over_the_batch_gets_a_full_size_gradient():
+    # T5's position bias (1, heads, q, k) on an H200: the kernel writes a dense (batch, heads,
+    # q, k) gradient (268,435,456 bytes at b32 s512), summed to the bias's shape after
+    from memfit._gpus import resolve_gpu
+    from memfit._workload import Workload
+    from memfit.trace import trace_workload
+
+    b, h, s, d = 4, 2, 128, 64
+
+    class Biased(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(d))
+            self.bias = torch.nn.Parameter(torch.zeros(1, h, s, s))
+
+        def forward(self, x):
+            q = x.view(b, h, s, d) * self.w
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=self.bias)
+
+    work = Workload(
+        Biased, lambda: torch.randn(b, h * s * d), lambda m, x: m(x).sum(), "sgd", steps=1
+    )
+    trace = trace_workload(work, resolve_gpu("h200"))
+    grads = _sizes(trace, "_scaled_dot_product_efficient_attention_backward")
+    assert b * h * s * s * 4 in grads
+    assert h * s * s * 4 in _sizes(trace, "sum")  # the bias's own gradient

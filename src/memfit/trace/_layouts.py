@@ -54,6 +54,16 @@ def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
         and (channels_last(args[1]) or channels_last(args[2]))
     ):
         return (_as_channels_last(out[0]), _as_channels_last(out[1]), *out[2:])
+    if (
+        func is aten._scaled_dot_product_efficient_attention_backward.default
+        and isinstance(out, tuple)
+        and isinstance(out[3], torch.Tensor)
+    ):
+        # the bias gradient is dense at the full (batch, heads, q, k) size even for a bias
+        # broadcast over the batch (meta keeps the bias's zero strides); autograd then sums it
+        # to the bias's shape (H200, torch 2.11: 268,435,456 bytes for T5-small's b32 s512)
+        grad_bias = out[3]
+        return (*out[:3], torch.empty(grad_bias.shape, dtype=grad_bias.dtype, device="meta"))
     return out
 
 

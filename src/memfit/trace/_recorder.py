@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
-from memfit.trace._kernels import KernelModel
+from memfit.trace._kernels import KernelModel, Scratch
 from memfit.trace._layouts import cuda_layout, cuda_order
 from memfit.trace._meta_cache import META_CACHE
 from memfit.trace._shadow import ShadowValues
@@ -205,17 +205,25 @@ class Recorder(TorchDispatchMode):
             for nbytes, label in self.kernels.before(func, args, kwargs, self.phase):
                 self.alloc(nbytes, Category.WORKSPACE, label)
             # kernel-internal scratch: allocated after the outputs, freed when the kernel ends
+            held: list[int] = []
             for group in self.kernels.scratch(func, args, kwargs):
-                self._scratch(group)
+                held = self._scratch(group, held)
+            for block in held:
+                self.free(block)
         for block in copies:
             self.free(block)
         return out
 
-    def _scratch(self, group: list[tuple[int, str]]) -> None:
-        """Workspaces that live together and are freed when the kernel ends."""
-        blocks = [self.alloc(nbytes, Category.WORKSPACE, label) for nbytes, label in group]
-        for block in blocks:
+    def _scratch(self, group: list[Scratch], held: list[int] | None = None) -> list[int]:
+        """Workspaces that live together: allocated, then ``held`` (kept from the group
+        before) freed, then this group's freed but for its own held ones, which it returns."""
+        blocks = [(self.alloc(item[0], Category.WORKSPACE, item[1]), item[2:]) for item in group]
+        for block in held or ():
             self.free(block)
+        for block, rest in blocks:
+            if not rest or not rest[0]:
+                self.free(block)
+        return [block for block, rest in blocks if rest and rest[0]]
 
     def _accumulates_in_place(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Whether this ``add`` is the autograd engine summing two gradients of one input, which

@@ -119,6 +119,11 @@ def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[to
         )
         return out[0], backend
     if backend == "efficient":
+        if attn_mask is not None:
+            # SDPA expands the mask to (batch, heads, q, k): a learned bias broadcast over the
+            # batch gets a gradient of that full size in backward
+            b, h, sq, sk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+            attn_mask = attn_mask.expand(b, h, sq, sk)
         out = torch.ops.aten._scaled_dot_product_efficient_attention(
             q, k, v, attn_mask, need_lse, dropout_p, is_causal, scale=scale
         )
