@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 from memfit.trace._sdpa import choose_backend
@@ -164,9 +167,7 @@ def _attention_trace(mask=None, *, grad=True, dtype=torch.bfloat16, heads=(8, 8)
 
 
 def _sizes(trace, op):
-    return [
-        e.size for e in trace.events if e.kind == "alloc" and op in trace.infos[e.info].op
-    ]
+    return [e.size for e in trace.events if e.kind == "alloc" and op in trace.infos[e.info].op]
 
 
 def test_cudnn_without_gradients_makes_no_log_sum_exp():
@@ -181,7 +182,7 @@ def test_cudnn_without_gradients_makes_no_log_sum_exp():
 
 
 def test_cudnn_with_gradients_saves_a_log_sum_exp():
-    trace, (b, h, s, d) = _attention_trace(grad=True)
+    trace, (b, h, s, _) = _attention_trace(grad=True)
     assert b * h * s * 4 in _sizes(trace, "_scaled_dot_product_flash_attention")
 
 
@@ -235,3 +236,69 @@ def test_a_learned_bias_broadcast_over_the_batch_gets_a_full_size_gradient():
     grads = _sizes(trace, "_scaled_dot_product_efficient_attention_backward")
     assert b * h * s * s * 4 in grads
     assert h * s * s * 4 in _sizes(trace, "sum")  # the bias's own gradient
+
+
+# --- every call torch was asked about on an H200 (torch 2.11, cuDNN 9.19) --------------------
+
+_SESSION4 = (
+    Path(__file__).resolve().parents[2] / "benchmarks/results/h200-2026-11-30-session4/attention"
+)
+_TORCH_NAMES = {
+    "CUDNN_ATTENTION": "cudnn",
+    "FLASH_ATTENTION": "flash",
+    "EFFICIENT_ATTENTION": "efficient",
+    "MATH": "math",
+}
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _probe_call(row):
+    dtype = _DTYPES[row["dtype"]]
+    hq, hkv = row["heads"]
+    b, s, d = row["batch"], row["seq"], row["head_dim"]
+    kv = row.get("kv_seq", s)
+    grad = row["requires_grad"]
+    q = torch.empty(b, hq, s, d, dtype=dtype, device="meta", requires_grad=grad)
+    k = torch.empty(b, hkv, kv, d, dtype=dtype, device="meta", requires_grad=grad)
+    mask = None
+    if row["mask"] == "bool":
+        mask = torch.empty(b, 1, s, kv, dtype=torch.bool, device="meta")
+    elif row["mask"].startswith("float"):
+        mask = torch.empty(b, 1, s, kv, dtype=dtype, device="meta")
+        mask.requires_grad_(row["mask"] == "float-grad")
+    return q, k, k, mask, hq != hkv, row.get("dropout", 0.0)
+
+
+def test_the_choice_matches_torch_on_the_whole_probed_grid():
+    data = json.loads((_SESSION4 / "sdpa_probe.json").read_text())
+    rows = data["choices"] + data["edges"]
+    assert len(rows) == 2232
+    wrong = []
+    for row in rows:
+        q, k, v, mask, gqa, dropout = _probe_call(row)
+        got = choose_backend(q, k, v, mask, sm=90, enable_gqa=gqa, dropout_p=dropout)
+        if got != _TORCH_NAMES[row["torch"]]:
+            wrong.append((row, got))
+    assert wrong == []
+
+
+def _tensor(desc):
+    if desc is None:
+        return None
+    t = torch.empty_strided(
+        desc["shape"], desc["stride"], dtype=getattr(torch, desc["dtype"]), device="meta"
+    )
+    return t.requires_grad_(desc["requires_grad"])
+
+
+def test_the_choice_matches_torch_on_every_call_of_the_validation_models():
+    # each distinct SDPA call the validation set's models made on the H200 (transformers 5.17)
+    data = json.loads((_SESSION4 / "sdpa_calls.json").read_text())
+    calls = [c for w in data["workloads"].values() for c in w.get("calls", [])]
+    assert len(calls) >= 20
+    for c in calls:
+        q, k, v, mask = (_tensor(c[n]) for n in ("q", "k", "v", "mask"))
+        got = choose_backend(
+            q, k, v, mask, sm=90, enable_gqa=c["enable_gqa"], dropout_p=c["dropout_p"]
+        )
+        assert got == _TORCH_NAMES[c["torch"]], c
