@@ -54,8 +54,7 @@ def choose_backend(
         return "cudnn"
     if sm >= 80 and attn_mask is None and fused:
         return "flash"
-    if attn_mask is not None and attn_mask.shape[-1] > 1 and attn_mask.stride(-1) != 1:
-        # a mask whose rows are not contiguous (T5's learned position bias, transposed):
+    if _strided_rows(attn_mask):
         # neither fused kernel takes it (H200, torch 2.11)
         return "math"
     align = 8 if q.dtype in _HALF else 4
@@ -77,11 +76,15 @@ def _cudnn_takes(
 ) -> bool:
     """Whether cuDNN's fused attention takes the call (H200, torch 2.11): not a learned or
     non-contiguous mask, not a single key, not a single query with dropout."""
-    if attn_mask is not None and (
-        attn_mask.requires_grad or (attn_mask.shape[-1] > 1 and attn_mask.stride(-1) != 1)
-    ):
+    if attn_mask is not None and (attn_mask.requires_grad or _strided_rows(attn_mask)):
         return False
     return k.shape[-2] > 1 and not (q.shape[-2] == 1 and dropout_p > 0)
+
+
+def _strided_rows(attn_mask: torch.Tensor | None) -> bool:
+    """A mask whose rows are not contiguous (transformers 5.17's T5 position bias, which is
+    transposed)."""
+    return attn_mask is not None and attn_mask.shape[-1] > 1 and attn_mask.stride(-1) != 1
 
 
 def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[torch.Tensor, str]:
