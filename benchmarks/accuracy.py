@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import HELD_OUT, WORKLOADS, estimate_kwargs
+from workloads import HELD_OUT, WORKLOADS, estimate_kwargs, recipe_for
 
 GIB = 2**30
 
@@ -35,7 +35,6 @@ def main() -> int:
 
     from memfit._estimate import estimate_workload
     from memfit._gpus import resolve_gpu
-    from memfit._models import resolve_model
     from memfit._workload import workload_for
 
     measured: dict[str, dict] = {}
@@ -55,7 +54,7 @@ def main() -> int:
         real = measured.get(entry["id"])
         if real is None:
             continue
-        recipe = resolve_model(entry["model"])
+        recipe = recipe_for(entry)
         work = workload_for(recipe, **estimate_kwargs(entry))
         start = time.perf_counter()
         try:

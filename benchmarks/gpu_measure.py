@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import HELD_OUT, WORKLOADS, estimate_kwargs
+from workloads import HELD_OUT, WORKLOADS, estimate_kwargs, recipe_for
 
 
 def _strip_frames(snapshot: dict) -> dict:
@@ -35,10 +35,9 @@ def _strip_frames(snapshot: dict) -> dict:
 
 def run_one(entry: dict, out: Path, traces: bool) -> dict:
     from memfit._measure import measure
-    from memfit._models import resolve_model
     from memfit._workload import workload_for
 
-    recipe = resolve_model(entry["model"])
+    recipe = recipe_for(entry)
     workload = workload_for(recipe, **estimate_kwargs(entry))
     result, snapshot = measure(workload, record_history=traces)
     row = {"id": entry["id"], "entry": entry, **result.to_dict()}

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import HELD_OUT, WORKLOADS, estimate_kwargs
+from workloads import HELD_OUT, WORKLOADS, estimate_kwargs, recipe_for
 
 
 def main() -> int:
@@ -30,14 +30,13 @@ def main() -> int:
 
     from memfit._estimate import estimate_workload
     from memfit._gpus import resolve_gpu
-    from memfit._models import resolve_model
     from memfit._workload import workload_for
 
     rows = []
     for entry in WORKLOADS + HELD_OUT:
         if entry["id"] not in args.only:
             continue
-        recipe = resolve_model(entry["model"])
+        recipe = recipe_for(entry)
         est = estimate_workload(
             workload_for(recipe, **estimate_kwargs(entry)),
             name=recipe.name,

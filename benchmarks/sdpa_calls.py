@@ -28,7 +28,7 @@ from torch.nn.attention import SDPBackend
 from torch.overrides import TorchFunctionMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import WORKLOADS, estimate_kwargs
+from workloads import WORKLOADS, estimate_kwargs, recipe_for
 
 # models that call SDPA; big ones at batch 1 and a shorter sequence where their call shapes
 # do not depend on the length
@@ -102,13 +102,12 @@ class SdpaSpy(TorchFunctionMode):
 
 def run(entry: dict[str, Any]) -> dict[str, Any]:
     from memfit._measure import measure
-    from memfit._models import resolve_model
     from memfit._workload import workload_for
 
     kwargs = {**estimate_kwargs(entry), **SMALL}
     if "7b" in entry["id"]:
         kwargs["batch_size"] = 1
-    recipe = resolve_model(entry["model"])
+    recipe = recipe_for(entry)
     work = workload_for(recipe, **kwargs)
     spy = SdpaSpy()
     start = time.perf_counter()

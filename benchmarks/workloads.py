@@ -224,6 +224,33 @@ HELD_OUT: list[dict[str, Any]] = [
         "precision": "bf16",
         "mode": "infer",
     },
+    # session 4: padded batches (a boolean mask through cuDNN's attention), predicted before
+    # they were measured; every row but the first is padded from "pad_from" on
+    {
+        "id": "tinyllama-bf16-b4-s2048-padded",
+        "model": "tinyllama-1.1b",
+        "batch_size": 4,
+        "seq_len": 2048,
+        "precision": "bf16",
+        "pad_from": 1536,
+    },
+    {
+        "id": "bert-base-bf16mixed-b32-s512-padded",
+        "model": "bert-base-uncased",
+        "batch_size": 32,
+        "seq_len": 512,
+        "precision": "bf16-mixed",
+        "pad_from": 384,
+    },
+    {
+        "id": "qwen2.5-0.5b-bf16-infer-b16-s2048-padded",
+        "model": "qwen2.5-0.5b",
+        "batch_size": 16,
+        "seq_len": 2048,
+        "precision": "bf16",
+        "mode": "infer",
+        "pad_from": 1024,
+    },
     {
         "id": "vit_b_16-fp32-b32-expandable",
         "model": "tv:vit_b_16",
@@ -231,6 +258,27 @@ HELD_OUT: list[dict[str, Any]] = [
         "allocator_config": "expandable_segments:True",
     },
 ]
+
+
+def recipe_for(entry: dict[str, Any]) -> Any:
+    """The entry's model recipe; with ``pad_from``, its text batches padded from that token
+    on in every row but the first (attention mask 0 there), as a batch of varied lengths is."""
+    import dataclasses
+
+    from memfit._models import resolve_model
+
+    recipe = resolve_model(entry["model"])
+    pad_from = entry.get("pad_from")
+    if pad_from is None or recipe.make_batch is None:
+        return recipe
+    make = recipe.make_batch
+
+    def padded(batch_size: int, seq_len: int | None) -> Any:
+        batch = make(batch_size, seq_len)
+        batch["attention_mask"][1:, pad_from:] = 0
+        return batch
+
+    return dataclasses.replace(recipe, make_batch=padded)
 
 
 def estimate_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
