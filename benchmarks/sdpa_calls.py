@@ -28,7 +28,7 @@ from torch.nn.attention import SDPBackend
 from torch.overrides import TorchFunctionMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import WORKLOADS, estimate_kwargs, recipe_for
+from workloads import HELD_OUT, WORKLOADS, estimate_kwargs, recipe_for
 
 # models that call SDPA; big ones at batch 1 and a shorter sequence where their call shapes
 # do not depend on the length
@@ -137,7 +137,7 @@ def main() -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "workloads": {},
     }
-    for entry in WORKLOADS:
+    for entry in WORKLOADS + HELD_OUT:
         if args.only and entry["id"] not in args.only:
             continue
         try:

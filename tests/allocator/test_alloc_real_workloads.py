@@ -1,4 +1,4 @@
-"""The emulator replays the allocator traces of 34 real workloads recorded on an H200
+"""The emulator replays the allocator traces of 37 real workloads recorded on an H200
 (torch 2.11; benchmarks/results/h200-2026-11-30/traces) and must reproduce, to the byte, every
 segment the GPU created or released and the peak reserved that torch reported."""
 

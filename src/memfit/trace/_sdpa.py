@@ -116,7 +116,10 @@ def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[to
         return out_only, backend
     if backend in ("cudnn", "flash"):
         # both take fewer key/value heads natively (GQA): no expanded copies; a mask changes
-        # what is computed, not what is allocated
+        # what is computed, not what is allocated, but cuDNN's backward needs it: SDPA keeps
+        # it (the additive copy of a boolean one) until that backward has run
+        if attn_mask is not None and need_lse and torch.is_grad_enabled():
+            q = _KeepForBackward.apply(q, attn_mask)
         out = torch.ops.aten._scaled_dot_product_flash_attention(
             q, k, v, dropout_p, is_causal, False, scale=scale
         )
@@ -132,6 +135,21 @@ def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[to
         )
         return out[0], backend
     return _math(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa), backend
+
+
+class _KeepForBackward(torch.autograd.Function):
+    """Passes ``q`` on and keeps ``keep`` alive until its backward, which runs right after the
+    attention's own (H200 traces, torch 2.11: BERT-base with a padded batch holds one additive
+    (b, 1, q, k) mask per layer from its forward to its backward)."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(keep)
+        return q.view_as(q)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
 
 
 def _like_query(q: torch.Tensor, dim: int) -> torch.Tensor:
