@@ -65,6 +65,21 @@ def _bert() -> nn.Module:
     return _Pooled(bert)
 
 
+def _llama() -> nn.Module:
+    # bias-free projections: their input gradients arrive as views, which the engine does
+    # not add into (two per layer are summed out of place; H200 traces of TinyLlama)
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=100,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    return _Pooled(transformers.LlamaModel(config))
+
+
 class _Pooled(nn.Module):
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
@@ -80,8 +95,9 @@ class _Pooled(nn.Module):
         (_Residual, lambda: torch.randn(8, 64)),
         (_resnet18, lambda: torch.randn(2, 3, 64, 64)),
         (_bert, lambda: torch.randint(0, 100, (2, 16))),
+        (_llama, lambda: torch.randint(0, 100, (2, 16))),
     ],
-    ids=["linear-residual", "resnet18", "bert"],
+    ids=["linear-residual", "resnet18", "bert", "llama"],
 )
 def test_trace_adds_gradients_out_of_place_exactly_where_a_plain_run_does(
     build: Callable[[], nn.Module], batch: Callable[[], torch.Tensor]

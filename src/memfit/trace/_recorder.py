@@ -40,6 +40,11 @@ _ADD = torch.ops.aten.add.Tensor
 _ADD_INPLACE = torch.ops.aten.add_.Tensor
 
 
+def _sole_owner(t: torch.Tensor) -> bool:
+    """Dense, and not a view of another tensor's storage: what the engine adds into."""
+    return t._base is None and _dense(t)
+
+
 def _dense(t: torch.Tensor) -> bool:
     """Non-overlapping and dense, as the autograd engine requires to add in place."""
     if 0 in t.stride() and t.numel() > 1:
@@ -175,8 +180,11 @@ class Recorder(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if func is _ADD and self._accumulates_in_place(args, kwargs):
-            func = _ADD_INPLACE
+        if func is _ADD:
+            into = self._accumulates_into(args, kwargs)
+            if into is not None:
+                func = _ADD_INPLACE
+                args = args if into == 0 else (args[1], args[0])
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
         special = self.shadows.answer(func, args, kwargs, self)
         copies: list[int] = []
@@ -225,15 +233,18 @@ class Recorder(TorchDispatchMode):
                 self.free(block)
         return [block for block, rest in blocks if rest and rest[0]]
 
-    def _accumulates_in_place(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    def _accumulates_into(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
         """Whether this ``add`` is the autograd engine summing two gradients of one input, which
-        a real run does in place.
+        a real run does in place: into the buffered gradient (0) or the arriving one (1).
 
-        The engine adds a gradient arriving from another node into the one already buffered,
-        in place when the buffered tensor is dense and unshared (input_buffer.cpp). Under any
-        Python dispatch mode, this mode included, the engine takes the out-of-place path, so the
-        trace would allocate a gradient-sized tensor per junction (every residual connection)
-        that the GPU never allocates.
+        The engine adds in place into a tensor it holds the only reference to, storage and all
+        (input_buffer.cpp): the buffered gradient first, else the arriving one; a view (which
+        shares its base's storage: the input gradient of a linear layer without a bias, reshaped
+        back to 3-d, as Llama's projections deliver it) is neither, so the sum of two views is
+        a new tensor (TinyLlama on an H200: one per attention block and one per MLP). Under any
+        Python dispatch mode, this mode included, the engine takes the out-of-place path, so
+        the trace would allocate a gradient-sized tensor per junction (every residual
+        connection) that the GPU never allocates.
         """
         if (
             torch.is_grad_enabled()
@@ -241,17 +252,21 @@ class Recorder(TorchDispatchMode):
             or len(args) != 2
             or not self.phase.endswith("backward")
         ):
-            return False
+            return None
         old, new = args
         if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor)):
-            return False
+            return None
         if old.shape != new.shape or old.dtype != new.dtype or old.device.type != "meta":
-            return False
+            return None
         node = torch._C._current_autograd_node()
         if node is None:
-            return False
+            return None
         made_by = self._made_by.get(self._key(old.untyped_storage()))
-        return made_by is not None and made_by != node._sequence_nr() and _dense(old)
+        if made_by is None or made_by == node._sequence_nr():
+            return None  # not the engine's buffer
+        if _sole_owner(old):
+            return 0
+        return 1 if _sole_owner(new) else None
 
     def _track_outputs(
         self, out: Any, name: str, between: dict[int, list[tuple[int, str]]] | None = None
