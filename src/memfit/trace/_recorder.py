@@ -225,13 +225,16 @@ class Recorder(TorchDispatchMode):
     def _scratch(self, group: list[Scratch], held: list[int] | None = None) -> list[int]:
         """Workspaces that live together: allocated, then ``held`` (kept from the group
         before) freed, then this group's freed but for its own held ones, which it returns."""
-        blocks = [(self.alloc(item[0], Category.WORKSPACE, item[1]), item[2:]) for item in group]
+        blocks = [
+            (self.alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
+            for item in group
+        ]
         for block in held or ():
             self.free(block)
-        for block, rest in blocks:
-            if not rest or not rest[0]:
+        for block, keep in blocks:
+            if not keep:
                 self.free(block)
-        return [block for block, rest in blocks if rest and rest[0]]
+        return [block for block, keep in blocks if keep]
 
     def _accumulates_into(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
         """Whether this ``add`` is the autograd engine summing two gradients of one input, which
