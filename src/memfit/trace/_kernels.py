@@ -78,6 +78,19 @@ def _efficient_backward_scratch(args: tuple[Any, ...]) -> list[list[Scratch]]:
     return [delta, [(workspace, "memory-efficient attention backward workspace")]]
 
 
+def _embedding_backward_scratch(args: tuple[Any, ...]) -> list[tuple[int, str]]:
+    """CUDA's embedding backward for more than 3,072 indices sorts them and sums the rows of
+    each partial segment (at most 10 rows) in float32 first: a buffer of (n / 10 + min(n,
+    vocabulary)) rows (H200 traces, torch 2.11: 73,818,112 bytes for TinyLlama's 8,192 tokens
+    of width 2,048; 55,363,584 for BERT-base's 16,384 of width 768)."""
+    grad, indices, num_weights = args[0], args[1], int(args[2])
+    n = indices.numel()
+    if n <= 3072:
+        return []  # a direct kernel, no scratch
+    rows = n // 10 + min(n, num_weights)
+    return [(rows * int(grad.shape[-1]) * 4, "embedding backward partial sums (float32)")]
+
+
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
@@ -182,6 +195,8 @@ class KernelModel:
                 size += 2 * b * s * h * d * args[2].element_size()
                 label += ", expanded dK and dV"
             return [(size, label)]
+        if func is aten.embedding_dense_backward.default:
+            return _embedding_backward_scratch(args)
         if func is aten.native_layer_norm_backward.default:
             grad = args[0]  # made contiguous after the gradients are allocated
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
