@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import HELD_OUT, WORKLOADS, estimate_kwargs, recipe_for
+from workloads import HELD_OUT, WORKLOADS, estimate_entry
 
 GIB = 2**30
 
@@ -32,10 +32,6 @@ def main() -> int:
 
     import torch
     import transformers
-
-    from memfit._estimate import estimate_workload
-    from memfit._gpus import resolve_gpu
-    from memfit._workload import workload_for
 
     measured: dict[str, dict] = {}
     meta: dict = {}
@@ -54,16 +50,9 @@ def main() -> int:
         real = measured.get(entry["id"])
         if real is None:
             continue
-        recipe = recipe_for(entry)
-        work = workload_for(recipe, **estimate_kwargs(entry))
         start = time.perf_counter()
         try:
-            est = estimate_workload(
-                work,
-                name=recipe.name,
-                allocator_config=entry.get("allocator_config", ""),
-                gpu=resolve_gpu("h200"),
-            )
+            est = estimate_entry(entry)
         except Exception as exc:
             rows.append({"id": entry["id"], "error": f"{type(exc).__name__}: {exc}"})
             print(f"{entry['id']:45s} ERROR {exc}", flush=True)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import HELD_OUT, WORKLOADS, estimate_kwargs, recipe_for
+from workloads import HELD_OUT, WORKLOADS, estimate_entry
 
 
 def main() -> int:
@@ -28,21 +28,11 @@ def main() -> int:
     import torch
     import transformers
 
-    from memfit._estimate import estimate_workload
-    from memfit._gpus import resolve_gpu
-    from memfit._workload import workload_for
-
     rows = []
     for entry in WORKLOADS + HELD_OUT:
         if entry["id"] not in args.only:
             continue
-        recipe = recipe_for(entry)
-        est = estimate_workload(
-            workload_for(recipe, **estimate_kwargs(entry)),
-            name=recipe.name,
-            allocator_config=entry.get("allocator_config", ""),
-            gpu=resolve_gpu("h200"),
-        )
+        est = estimate_entry(entry)
         rows.append(
             {
                 "id": entry["id"],

@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend
 from torch.overrides import TorchFunctionMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sdpa_probe import torch_choice
 from workloads import HELD_OUT, WORKLOADS, estimate_kwargs, recipe_for
 
 # models that call SDPA; big ones at batch 1 and a shorter sequence where their call shapes
@@ -70,14 +70,7 @@ class SdpaSpy(TorchFunctionMode):
         dropout = float(call.get("dropout_p", 0.0))
         causal = bool(call.get("is_causal", False))
         gqa = bool(call.get("enable_gqa", False))
-        try:
-            choice = SDPBackend(
-                torch._fused_sdp_choice(
-                    q, k, v, mask, dropout, causal, scale=call.get("scale"), enable_gqa=gqa
-                )
-            ).name
-        except RuntimeError as exc:
-            choice = "error: " + str(exc).splitlines()[0][:200]
+        choice = torch_choice(q, k, v, mask, dropout, causal, call.get("scale"), gqa)
         sm = torch.cuda.get_device_capability()
         predicted = choose_backend(q, k, v, mask, sm[0] * 10 + sm[1], gqa)
         row = {

@@ -56,6 +56,28 @@ CALLS: dict[str, tuple[Any, ...]] = {
 }
 
 
+def torch_choice(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool | None = None,
+) -> str:
+    """The backend SDPA would run for this call (``torch._fused_sdp_choice``), or the error
+    torch gives; ``enable_gqa`` defaults to whether the key has fewer heads."""
+    gqa = q.shape[1] != k.shape[1] if enable_gqa is None else enable_gqa
+    try:
+        choice = torch._fused_sdp_choice(
+            q, k, v, mask, dropout, causal, scale=scale, enable_gqa=gqa
+        )
+    except RuntimeError as exc:
+        return "error: " + str(exc).splitlines()[0][:200]
+    return SDPBackend(choice).name
+
+
 def _mask(
     kind: str,
     batch: int,
@@ -113,12 +135,7 @@ def choices() -> list[dict[str, Any]]:
             q, k, v = _inputs(batch, hq, hkv, seq, dim, dtype, grad)
             mask = _mask(mkind, batch, seq, dtype)
             gqa = hq != hkv
-            try:
-                got = SDPBackend(
-                    torch._fused_sdp_choice(q, k, v, mask, 0.0, causal, scale=None, enable_gqa=gqa)
-                ).name
-            except RuntimeError as exc:
-                got = "error: " + str(exc).splitlines()[0][:200]
+            got = torch_choice(q, k, v, mask, causal=causal)
             predicted = choose_backend(q, k, v, mask, sm_int, gqa)  # dropout 0
             rows.append(
                 {
@@ -152,12 +169,7 @@ def edges() -> list[dict[str, Any]]:
         q, k, v = _inputs(2, hq, hkv, seq, dim, torch.bfloat16, grad, kv)
         mask = _mask(mkind, 2, seq, torch.bfloat16, kv)
         gqa = hq != hkv
-        try:
-            got = SDPBackend(
-                torch._fused_sdp_choice(q, k, v, mask, dropout, False, scale=None, enable_gqa=gqa)
-            ).name
-        except RuntimeError as exc:
-            got = "error: " + str(exc).splitlines()[0][:200]
+        got = torch_choice(q, k, v, mask, dropout)
         rows.append(
             {
                 "dtype": "bf16",
@@ -187,9 +199,7 @@ def allocations() -> dict[str, Any]:
         q, k, v = _inputs(batch, hq, hkv, seq, dim, dtype, grad)
         mask = _mask(mkind, batch, seq, dtype, heads=hq)
         gqa = hq != hkv
-        backend = SDPBackend(
-            torch._fused_sdp_choice(q, k, v, mask, dropout, causal, scale=None, enable_gqa=gqa)
-        ).name
+        backend = torch_choice(q, k, v, mask, dropout, causal)
         torch.cuda.synchronize()
         torch.cuda.memory._record_memory_history(max_entries=100000)
         error = None

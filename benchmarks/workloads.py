@@ -281,6 +281,21 @@ def recipe_for(entry: dict[str, Any]) -> Any:
     return dataclasses.replace(recipe, make_batch=padded)
 
 
+def estimate_entry(entry: dict[str, Any]) -> Any:
+    """memfit's estimate of one entry for an H200 (on the CPU; no GPU is touched)."""
+    from memfit._estimate import estimate_workload
+    from memfit._gpus import resolve_gpu
+    from memfit._workload import workload_for
+
+    recipe = recipe_for(entry)
+    return estimate_workload(
+        workload_for(recipe, **estimate_kwargs(entry)),
+        name=recipe.name,
+        allocator_config=entry.get("allocator_config", ""),
+        gpu=resolve_gpu("h200"),
+    )
+
+
 def estimate_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of memfit's workload builder for one entry."""
     return {

@@ -6,8 +6,10 @@ convolution in channels-last when its input or weight is channels-last
 Sizes are the same either way; what changes is which later ops see a contiguous tensor, and so
 which of them copy (layer norm makes a contiguous copy of its input: ConvNeXt's permuted
 ``(N, H, W, C)`` view is contiguous on the GPU, after the stem's LayerNorm2d turned the
-activations channels-last, and the trace must see it the same way). And CUDA's dropout
-allocates its mask before its output, the meta kernel the other way round (H200 traces).
+activations channels-last, and the trace must see it the same way). Memory-efficient
+attention writes a bias gradient dense where the meta kernel keeps the bias's broadcast
+strides. And CUDA's dropout allocates its mask before its output, the meta kernel the other
+way round (H200 traces).
 """
 
 from __future__ import annotations

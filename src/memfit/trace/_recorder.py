@@ -41,13 +41,9 @@ _ADD_INPLACE = torch.ops.aten.add_.Tensor
 
 
 def _sole_owner(t: torch.Tensor) -> bool:
-    """Dense, and not a view of another tensor's storage: what the engine adds into."""
-    return t._base is None and _dense(t)
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Non-overlapping and dense, as the autograd engine requires to add in place."""
-    if 0 in t.stride() and t.numel() > 1:
+    """Not a view of another tensor's storage, and non-overlapping and dense: what the
+    autograd engine adds into in place."""
+    if t._base is not None or (0 in t.stride() and t.numel() > 1):
         return False
     return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
 
