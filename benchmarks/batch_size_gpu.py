@@ -2,7 +2,7 @@
 ``find_executable_batch_size``, and the true largest batch found by bisection.
 
 Every method runs the same trial: a fresh model and optimizer on the GPU and two optimizer
-steps (:func:`memfit._measure.measure`, the run ``memfit validate`` makes). Each method runs in
+steps (:func:`memfit.estimator.measure`, the run ``memfit validate`` makes). Each method runs in
 its own process, timed from its call to its answer (CUDA start-up included for both finders;
 torch and transformers are imported before the clock starts, whatever else a method imports
 is timed). accelerate needs a starting batch size: it runs from three, the power of two above
@@ -59,8 +59,8 @@ PYCACHE = "/tmp/memfit-bench-pycache"
 
 
 def _workload(spec: dict[str, Any], batch_size: int) -> Any:
-    from memfit._models import resolve_model
-    from memfit._workload import workload_for
+    from memfit.workload._models import resolve_model
+    from memfit.workload._step import workload_for
 
     recipe = resolve_model(spec["model"])
     return workload_for(
@@ -74,7 +74,7 @@ def _fits(spec: dict[str, Any], batch_size: int) -> tuple[bool, float]:
 
     import torch
 
-    from memfit._measure import measure
+    from memfit.estimator._measure import measure
 
     start = time.perf_counter()
     try:
@@ -91,7 +91,7 @@ def _fits(spec: dict[str, Any], batch_size: int) -> tuple[bool, float]:
 def run_accelerate(spec: dict[str, Any], start_batch: int) -> dict[str, Any]:
     from accelerate.utils import find_executable_batch_size
 
-    from memfit._measure import measure
+    from memfit.estimator._measure import measure
 
     tried: list[int] = []
 

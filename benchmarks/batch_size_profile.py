@@ -110,9 +110,9 @@ def tf32() -> dict[str, Any]:
 
     import torch
 
-    from memfit._measure import measure
-    from memfit._models import resolve_model
-    from memfit._workload import workload_for
+    from memfit.estimator._measure import measure
+    from memfit.workload._models import resolve_model
+    from memfit.workload._step import workload_for
 
     rows = []
     for name, seq_len, precision, batch in TF32_WORKLOADS:

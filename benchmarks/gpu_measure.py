@@ -34,8 +34,8 @@ def _strip_frames(snapshot: dict) -> dict:
 
 
 def run_one(entry: dict, out: Path, traces: bool) -> dict:
-    from memfit._measure import measure
-    from memfit._workload import workload_for
+    from memfit.estimator._measure import measure
+    from memfit.workload._step import workload_for
 
     recipe = recipe_for(entry)
     workload = workload_for(recipe, **estimate_kwargs(entry))

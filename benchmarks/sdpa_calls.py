@@ -94,8 +94,8 @@ class SdpaSpy(TorchFunctionMode):
 
 
 def run(entry: dict[str, Any]) -> dict[str, Any]:
-    from memfit._measure import measure
-    from memfit._workload import workload_for
+    from memfit.estimator._measure import measure
+    from memfit.workload._step import workload_for
 
     kwargs = {**estimate_kwargs(entry), **SMALL}
     if "7b" in entry["id"]:

@@ -265,7 +265,7 @@ def recipe_for(entry: dict[str, Any]) -> Any:
     on in every row but the first (attention mask 0 there), as a batch of varied lengths is."""
     import dataclasses
 
-    from memfit._models import resolve_model
+    from memfit.workload._models import resolve_model
 
     recipe = resolve_model(entry["model"])
     pad_from = entry.get("pad_from")
@@ -283,9 +283,9 @@ def recipe_for(entry: dict[str, Any]) -> Any:
 
 def estimate_entry(entry: dict[str, Any]) -> Any:
     """memfit's estimate of one entry for an H200 (on the CPU; no GPU is touched)."""
-    from memfit._estimate import estimate_workload
     from memfit._gpus import resolve_gpu
-    from memfit._workload import workload_for
+    from memfit.estimator._estimate import estimate_workload
+    from memfit.workload._step import workload_for
 
     recipe = recipe_for(entry)
     return estimate_workload(

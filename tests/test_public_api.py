@@ -12,8 +12,8 @@ def test_all_is_complete_and_importable():
     public = {n for n in dir(memfit) if not n.startswith("_")}
     exported = set(memfit.__all__) - {"__version__"}
     # every public attribute is exported; subpackages are reachable but not re-exported
-    modules = {"allocator", "trace", "report", "cli", "catalog", "snapshot", "oom", "monitor"}
-    modules |= {"runtime", "integrations"}
+    modules = {"allocator", "trace", "report", "cli", "snapshot", "oom", "monitor"}
+    modules |= {"runtime", "integrations", "workload", "estimator"}
     assert public - exported - modules == set()
     for name in memfit.__all__:
         assert hasattr(memfit, name)

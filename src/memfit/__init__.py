@@ -24,9 +24,8 @@ from memfit._gpus import GPU, resolve_gpu
 from memfit._units import format_bytes, parse_size
 
 if _typing.TYPE_CHECKING:
-    from memfit._estimate import estimate
     from memfit._events import Category
-    from memfit._result import Estimate, Timeline, Verdict, WorkloadSummary
+    from memfit.estimator import Estimate, Timeline, Verdict, WorkloadSummary, estimate
     from memfit.monitor import publish
     from memfit.oom import oom_report
     from memfit.runtime import (
@@ -42,12 +41,12 @@ if _typing.TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {
-    "estimate": "memfit._estimate",
+    "estimate": "memfit.estimator",
     "Category": "memfit._events",
-    "Estimate": "memfit._result",
-    "Timeline": "memfit._result",
-    "Verdict": "memfit._result",
-    "WorkloadSummary": "memfit._result",
+    "Estimate": "memfit.estimator",
+    "Timeline": "memfit.estimator",
+    "Verdict": "memfit.estimator",
+    "WorkloadSummary": "memfit.estimator",
     "publish": "memfit.monitor",
     "oom_report": "memfit.oom",
     "AutoMicrobatch": "memfit.runtime",

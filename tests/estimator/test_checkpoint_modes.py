@@ -51,6 +51,6 @@ def test_api_rejects_unknown_optimizer():
 
 def test_hub_ids_of_catalog_models_resolve_offline():
     pytest.importorskip("transformers")
-    from memfit._models import resolve_model
+    from memfit.workload._models import resolve_model
 
     assert resolve_model("hf:meta-llama/Llama-2-7b-hf").name == "llama-2-7b-hf"

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from memfit._gpus import resolve_gpu
-from memfit._pressure import TOLERANCE, least_capacity, runs_within
-from memfit._workload import Workload
 from memfit.allocator import AllocatorConfig
+from memfit.estimator._pressure import TOLERANCE, least_capacity, runs_within
 from memfit.trace import trace_workload
+from memfit.workload._step import Workload
 
 torchvision = pytest.importorskip("torchvision")
 
@@ -27,7 +27,7 @@ def resnet_trace():
 
 
 def _peaks(trace, config):
-    from memfit._estimate import _replay
+    from memfit.estimator._estimate import _replay
 
     allocated, reserved, _ = _replay(trace, config)
     return max(allocated), max(reserved)
@@ -55,7 +55,7 @@ def test_freeing_the_cache_lets_the_step_run_in_less_than_its_peak_reserved(resn
 
 
 def test_running_in_less_than_the_peak_reserved_costs_cache_frees(resnet_trace):
-    from memfit._pressure import retries_within
+    from memfit.estimator._pressure import retries_within
 
     config = AllocatorConfig()
     allocated, reserved = _peaks(resnet_trace, config)

@@ -16,10 +16,10 @@ pytestmark = pytest.mark.gpu
 
 CHILD = """
 import json, math, torch, memfit
-from memfit._measure import measure
-from memfit._models import resolve_model
+from memfit.estimator._measure import measure
+from memfit.workload._models import resolve_model
 from memfit._units import GiB
-from memfit._workload import workload_for
+from memfit.workload._step import workload_for
 
 size = 12 * GiB
 gpu = memfit.GPU("12 GiB slice", size)
@@ -70,9 +70,9 @@ def test_estimate_only_does_not_initialise_cuda():
 
 TF32_CHILD = """
 import json, torch
-from memfit._measure import measure
-from memfit._models import resolve_model
-from memfit._workload import workload_for
+from memfit.estimator._measure import measure
+from memfit.workload._models import resolve_model
+from memfit.workload._step import workload_for
 
 peaks = {}
 for mode in ("highest", "high", "highest"):

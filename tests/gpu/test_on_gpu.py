@@ -33,11 +33,11 @@ def test_estimate_matches_the_gpu(model, kwargs):
     # each workload in a fresh process, as memfit validate does for a user
     code = (
         "import json, torch\n"
-        "from memfit._estimate import estimate_workload\n"
+        "from memfit.estimator._estimate import estimate_workload\n"
         "from memfit._gpus import resolve_gpu\n"
-        "from memfit._measure import measure\n"
-        "from memfit._models import resolve_model\n"
-        "from memfit._workload import workload_for\n"
+        "from memfit.estimator._measure import measure\n"
+        "from memfit.workload._models import resolve_model\n"
+        "from memfit.workload._step import workload_for\n"
         f"r = resolve_model({model!r}); w = workload_for(r, **{kwargs!r})\n"
         "e = estimate_workload(w, name=r.name, gpu=resolve_gpu('h200'))\n"
         "m, _ = measure(w)\n"

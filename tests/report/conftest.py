@@ -10,8 +10,8 @@ import pytest
 
 from memfit._events import Category
 from memfit._gpus import GPU, resolve_gpu
-from memfit._result import Estimate, Timeline, WorkloadSummary
 from memfit._units import GiB, MiB
+from memfit.estimator._result import Estimate, Timeline, WorkloadSummary
 
 MODULES = [
     ("transformer.h.11.mlp.c_fc", 900 * MiB),

@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 
 from memfit._events import Category
-from memfit._result import Estimate, Timeline
 from memfit._units import GiB, MiB
+from memfit.estimator._result import Estimate, Timeline
 from memfit.report import render_estimate
 
 Factory = Callable[..., Estimate]

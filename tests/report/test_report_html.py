@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from memfit._result import Estimate, Timeline
 from memfit._units import GiB
+from memfit.estimator._result import Estimate, Timeline
 from memfit.report import html_report, write_html, write_svg
 
 Factory = Callable[..., Estimate]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from memfit._errors import InvalidInputError, MissingExtraError
-from memfit._result import Estimate, Timeline
 from memfit._units import GiB
+from memfit.estimator._result import Estimate, Timeline
 from memfit.report import write_png
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from memfit._errors import InvalidInputError
-from memfit._result import Estimate
+from memfit.estimator._result import Estimate
 from memfit.report import PLOT_SUFFIXES, write_plot
 
 Factory = Callable[..., Estimate]

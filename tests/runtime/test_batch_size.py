@@ -11,9 +11,9 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
 import memfit
-from memfit._estimate import _workload, estimate_workload
-from memfit._models import classification_loss
+from memfit.estimator._estimate import _workload, estimate_workload
 from memfit.runtime._bs_search import TOLERANCE
+from memfit.workload._models import classification_loss
 
 SEQ = 128
 

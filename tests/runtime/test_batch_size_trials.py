@@ -8,12 +8,12 @@ import torch
 from test_batch_size import tiny_bert  # the same tiny BERT as the search tests
 
 import memfit
-from memfit._estimate import estimate_workload
 from memfit._gpus import resolve_gpu
 from memfit._units import MiB
-from memfit._workload import Workload, default_loss
+from memfit.estimator._estimate import estimate_workload
 from memfit.runtime._bs_search import EstimateSearch
 from memfit.runtime._bs_trials import TrialRun, run_trials
+from memfit.workload._step import Workload, default_loss
 
 GPU = resolve_gpu("1GiB")
 MARGIN = int(0.02 * GPU.total)

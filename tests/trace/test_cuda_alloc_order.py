@@ -9,8 +9,8 @@ def test_cuda_dropout_makes_its_mask_before_its_output():
     # torch's dropout_cuda allocates the bool mask, then the output (H200 traces: GPT-2-large
     # with checkpointing went from +2.21% to -0.04% reserved once the trace did the same)
     from memfit._gpus import resolve_gpu
-    from memfit._workload import Workload
     from memfit.trace import trace_workload
+    from memfit.workload._step import Workload
 
     work = Workload(
         lambda: torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.1)),
@@ -30,8 +30,8 @@ def test_cuda_dropout_makes_its_mask_before_its_output():
 
 def _trace(build, batch, loss):
     from memfit._gpus import resolve_gpu
-    from memfit._workload import Workload
     from memfit.trace import trace_workload
+    from memfit.workload._step import Workload
 
     work = Workload(build, batch, loss, optimizer="sgd", steps=1)
     return trace_workload(work, resolve_gpu("h200"))

@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from memfit._gpus import resolve_gpu
-from memfit._workload import Workload
 from memfit.trace._rnn import reserve_bytes
 from memfit.trace._tracer import Trace, trace_workload
+from memfit.workload._step import Workload
 
 PROBE = Path(__file__).parents[2] / "benchmarks/results/h200-2026-11-30/cudnn_probe.json.gz"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

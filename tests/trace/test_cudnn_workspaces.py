@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from memfit._gpus import resolve_gpu
-from memfit._workload import Workload
 from memfit.trace._cudnn import ConvWorkspaces, _at_batch, _table
 from memfit.trace._tracer import trace_workload
+from memfit.workload._step import Workload
 
 ROOT = Path(__file__).parents[2]
 

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from memfit._gpus import resolve_gpu
-from memfit._workload import Workload
 from memfit.trace._tracer import trace_workload
+from memfit.workload._step import Workload
 
 
 class _Head(nn.Module):

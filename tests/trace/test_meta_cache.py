@@ -84,7 +84,7 @@ class _PassThrough:
 def _workload():
     from transformers import BertConfig, BertForMaskedLM
 
-    from memfit._workload import Workload, default_loss
+    from memfit.workload._step import Workload, default_loss
 
     config = BertConfig(
         hidden_size=64,

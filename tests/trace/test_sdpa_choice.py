@@ -88,8 +88,8 @@ def test_flash_backward_takes_one_buffer_for_its_accumulator_and_sums():
     # H200, torch 2.11: one allocation of the fp32 dq accumulator + the softmax sums + 256 bytes
     # (51,118,336 bytes for GPT-2 b16 s1024), freed when the kernel ends
     from memfit._gpus import resolve_gpu
-    from memfit._workload import Workload
     from memfit.trace import trace_workload
+    from memfit.workload._step import Workload
 
     b, h, s, d = 2, 4, 256, 64
 
@@ -134,8 +134,8 @@ def test_grouped_query_flash_backward_adds_the_expanded_dk_dv_to_the_same_buffer
 def _attention_trace(mask=None, *, grad=True, dtype=torch.bfloat16, heads=(8, 8)):
     """The trace of one SDPA call for an H200, with a backward when ``grad``."""
     from memfit._gpus import resolve_gpu
-    from memfit._workload import Workload
     from memfit.trace import trace_workload
+    from memfit.workload._step import Workload
 
     b, s, d = 2, 1024, 64
     hq, hkv = heads
@@ -214,8 +214,8 @@ def test_a_learned_bias_broadcast_over_the_batch_gets_a_full_size_gradient():
     # T5's position bias (1, heads, q, k) on an H200: the kernel writes a dense (batch, heads,
     # q, k) gradient (268,435,456 bytes at b32 s512), summed to the bias's shape after
     from memfit._gpus import resolve_gpu
-    from memfit._workload import Workload
     from memfit.trace import trace_workload
+    from memfit.workload._step import Workload
 
     b, h, s, d = 4, 2, 128, 64
 

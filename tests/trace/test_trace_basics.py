@@ -8,8 +8,8 @@ from torch import nn
 
 from memfit import Category, estimate
 from memfit._gpus import resolve_gpu
-from memfit._workload import Workload
 from memfit.trace import trace_workload
+from memfit.workload._step import Workload
 
 H200 = resolve_gpu("h200")
 

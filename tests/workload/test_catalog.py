@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-CATALOG_DIR = Path(__file__).resolve().parents[1] / "src" / "memfit" / "catalog"
+CATALOG_DIR = Path(__file__).resolve().parents[2] / "src" / "memfit" / "workload" / "catalog"
 
 SOURCES = {"hf", "tv", "timm"}
 HF_TASKS = {

@@ -1,7 +1,7 @@
 import pytest
 
 from memfit import InvalidInputError, UnknownModelError
-from memfit._models import resolve_model
+from memfit.workload._models import resolve_model
 
 
 def test_catalog_alias_resolves():

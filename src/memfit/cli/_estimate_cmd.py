@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from memfit._errors import InvalidInputError, NoGPUError
-from memfit._estimate import estimate
-from memfit._models import catalog_entries
+from memfit.estimator import estimate
+from memfit.workload import catalog_entries
 
 if TYPE_CHECKING:
     from memfit.runtime import BatchSizeResult

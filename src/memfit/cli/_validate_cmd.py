@@ -10,10 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from memfit._errors import InvalidInputError, NoGPUError
-from memfit._estimate import estimate_workload
-from memfit._models import resolve_model
 from memfit._units import format_bytes
-from memfit._workload import workload_for
+from memfit.estimator import estimate_workload
+from memfit.workload import resolve_model, workload_for
 
 __all__ = ["run_validate"]
 
@@ -37,7 +36,7 @@ def run_validate(args: argparse.Namespace, console: Console) -> int:
             raise InvalidInputError("CUDA is already initialised; cannot apply --allocator-config.")
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = args.allocator_config
     from memfit._gpus import GPU
-    from memfit._measure import measure
+    from memfit.estimator import measure
 
     recipe = resolve_model(args.model)
     workload = workload_for(

@@ -16,12 +16,12 @@ from torch import nn
 from memfit._errors import InvalidInputError
 from memfit._events import Category
 from memfit._gpus import GPU, resolve_gpu
-from memfit._models import ModelRecipe, resolve_model
-from memfit._pressure import feed, least_capacity, retries_within
-from memfit._result import Estimate, Timeline, WorkloadSummary
-from memfit._workload import OptimizerSpec, Workload, default_loss, workload_for
 from memfit.allocator import AllocatorConfig, CachingAllocator
+from memfit.estimator._pressure import feed, least_capacity, retries_within
+from memfit.estimator._result import Estimate, Timeline, WorkloadSummary
 from memfit.trace import Trace, trace_workload
+from memfit.workload._models import ModelRecipe, resolve_model
+from memfit.workload._step import OptimizerSpec, Workload, default_loss, workload_for
 
 __all__ = ["estimate", "estimate_workload"]
 
@@ -228,7 +228,7 @@ def estimate_workload(
     tight_verdict: bool = False,
 ) -> Estimate:
     """Trace and replay one workload (the work behind :func:`estimate`). With
-    ``with_least_capacity``, also the least memory it runs in (:mod:`memfit._pressure`) and,
+    ``with_least_capacity``, also the least memory it runs in (``estimator._pressure``) and,
     given a ``capacity`` it runs in, how often the allocator frees its cache there. With
     ``tight_verdict``, both are found when the free-running peak does not fit ``gpu``, so that
     the verdict can say whether the step fits by freeing the cache."""

@@ -1,7 +1,7 @@
 """Run a workload on a real GPU and read what the caching allocator and NVML say.
 
 This is the ground truth an estimate is checked against (``memfit validate``). The workload
-runs exactly the loop the trace runs (:func:`memfit._workload.run_steps`).
+runs exactly the loop the trace runs (:func:`memfit.workload._step.run_steps`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from memfit._errors import NoGPUError
-from memfit._workload import StepHooks, Workload, optimizer_for, prepare_model, run_steps
+from memfit.workload._step import StepHooks, Workload, optimizer_for, prepare_model, run_steps
 
 __all__ = ["Measurement", "measure"]
 

@@ -81,7 +81,7 @@ class Estimate:
     notes: list[str] = field(default_factory=list)
     trace_seconds: float = 0.0
     # the least reserved memory the step runs in (the allocator frees its cache under
-    # pressure, see memfit._pressure); None where not asked for (it costs a few replays)
+    # pressure, see memfit.estimator._pressure); None where not asked for (it costs a few replays)
     least_capacity: int | None = None
     # times the allocator frees its cache and retries over the steps when held to the
     # capacity the estimate was asked about (None: not asked, or it does not run there)

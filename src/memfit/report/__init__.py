@@ -1,4 +1,4 @@
-"""Render an :class:`~memfit._result.Estimate` for people: terminal, PNG, SVG and HTML.
+"""Render an :class:`~memfit.estimator._result.Estimate` for people: terminal, PNG, SVG and HTML.
 
 ``render_estimate`` prints it with rich. ``write_plot`` writes the memory timeline to a file
 whose suffix picks the format: ``.png`` (needs matplotlib, ``memfit[plot]``), ``.svg``, or

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memfit._result import Estimate
 from memfit._units import GiB, MiB, format_bytes
+from memfit.estimator import Estimate
 from memfit.report._text import workload_title
 
 __all__ = [

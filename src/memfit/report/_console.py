@@ -12,8 +12,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from memfit._result import Estimate
 from memfit._units import format_bytes
+from memfit.estimator import Estimate
 from memfit.report._text import (
     MEMORY_ROWS,
     UNITS_CAPTION,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from html import escape
 
-from memfit._result import Estimate
 from memfit._units import format_bytes
+from memfit.estimator import Estimate
 from memfit.report._chart import DEFAULT_MAX_POINTS, chart_data
 from memfit.report._paths import PathLike, output_path
 from memfit.report._svg import svg_chart

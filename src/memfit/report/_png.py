@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from memfit._errors import MissingExtraError
-from memfit._result import Estimate
 from memfit._units import format_bytes
+from memfit.estimator import Estimate
 from memfit.report._chart import (
     ALLOCATED_COLOR,
     CAPACITY_COLOR,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memfit._events import Category
-from memfit._result import Estimate, WorkloadSummary
 from memfit._units import format_bytes
+from memfit.estimator import Estimate, WorkloadSummary
 
 __all__ = [
     "MEMORY_ROWS",

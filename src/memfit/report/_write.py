@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from memfit._errors import InvalidInputError
-from memfit._result import Estimate
+from memfit.estimator import Estimate
 from memfit.report._html import write_html
 from memfit.report._paths import PathLike
 from memfit.report._png import write_png

@@ -3,7 +3,7 @@ few GPU trials.
 
 Step 1 runs on the CPU: a search over estimates (:mod:`memfit.runtime._bs_search`) finds the
 largest batch whose predicted need (the least reserved memory the step runs in, as the caching
-allocator frees its cache under pressure: :mod:`memfit._pressure`, plus the CUDA context) stays
+allocator frees its cache under pressure: ``estimator._pressure``, plus the CUDA context) stays
 under the budget: the GPU's memory minus a margin. Step 2, when asked, runs that batch on the
 GPU, held to the budget, and corrects it in at most ``max_trials`` trials
 (:mod:`memfit.runtime._bs_trials`).
@@ -22,13 +22,13 @@ import torch
 from torch import nn
 
 from memfit._errors import DoesNotFitError, InvalidInputError, NoGPUError
-from memfit._estimate import _workload, estimate_workload
 from memfit._gpus import GPU, resolve_gpu
-from memfit._result import Estimate
 from memfit._units import format_bytes, parse_size
-from memfit._workload import OptimizerSpec, Workload
+from memfit.estimator import Estimate
+from memfit.estimator._estimate import _workload, estimate_workload
 from memfit.runtime._bs_search import EstimateSearch, Point
 from memfit.runtime._bs_trials import Trial, cuda_runner, run_trials
+from memfit.workload import OptimizerSpec, Workload
 
 __all__ = ["BatchSizeResult", "find_batch_size"]
 
@@ -52,7 +52,7 @@ class BatchSizeResult:
     margin: int
     predicted_peak_reserved: int  # with memory to spare (the allocator keeps its cache)
     predicted_peak_allocated: int
-    predicted_need: int  # the least reserved memory the step runs in (see memfit._pressure)
+    predicted_need: int  # the least reserved memory the step runs in (estimator._pressure)
     predicted_total: int  # predicted need + CUDA context
     # times the allocator is predicted to free its cache and retry over the steps, held to the
     # budget: > 0 means the batch fits only because it does (each costs a device sync and

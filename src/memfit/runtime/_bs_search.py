@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from memfit._events import Category
-from memfit._result import Estimate
+from memfit.estimator import Estimate
 
 __all__ = ["TOLERANCE", "EstimateSearch", "Point"]
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from memfit._errors import DoesNotFitError
 from memfit._units import format_bytes
-from memfit._workload import Workload
 from memfit.runtime._bs_search import EstimateSearch
+from memfit.workload import Workload
 
 __all__ = ["STEP_UP_GAIN", "Trial", "TrialRun", "cuda_runner", "run_trials"]
 
@@ -158,7 +158,7 @@ def cuda_runner(workload_at: Callable[[int], Workload], cap: int) -> Callable[[i
     less the CUDA context. Under the cap the allocator frees its cache and retries before it
     gives up, as it does when a GPU is full, so a trial that runs fits the budget.
 
-    Each trial builds a fresh model and optimizer (:func:`memfit._measure.measure`, as
+    Each trial builds a fresh model and optimizer (:func:`memfit.estimator._measure.measure`, as
     ``memfit validate`` does) and leaves the device as it found it, the caller's memory
     fraction and matrix-product precision restored. fp32 products run in TF32 during a trial:
     the cuBLAS workspaces are fixed in size, so the memory is the same to the byte (measured
@@ -166,7 +166,7 @@ def cuda_runner(workload_at: Callable[[int], Workload], cap: int) -> Callable[[i
     """
     import torch
 
-    from memfit._measure import measure
+    from memfit.estimator import measure
 
     device_total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     fraction = min(1.0, max(cap, 0) / device_total)

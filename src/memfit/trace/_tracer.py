@@ -22,7 +22,6 @@ from torch.utils._pytree import tree_map
 from memfit._errors import TraceError
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit._gpus import GPU
-from memfit._workload import StepHooks, Workload, optimizer_for, prepare_model, run_steps
 from memfit.trace import _autocast
 from memfit.trace._function_mode import TraceFunctionMode, python_function_reentry
 from memfit.trace._kernels import KernelModel
@@ -30,6 +29,7 @@ from memfit.trace._modules import ModuleTracker
 from memfit.trace._recorder import Recorder
 from memfit.trace._rnn import RnnHooks, flatten_like_cuda
 from memfit.trace._shadow import ShadowValues
+from memfit.workload import StepHooks, Workload, optimizer_for, prepare_model, run_steps
 
 __all__ = ["Trace", "trace_workload"]
 

@@ -20,6 +20,9 @@ from memfit._errors import InvalidInputError
 __all__ = [
     "OPTIMIZERS",
     "PRECISIONS",
+    "Batch",
+    "LossFn",
+    "OptimizerSpec",
     "StepHooks",
     "Workload",
     "call_model",
@@ -224,7 +227,7 @@ def workload_for(
     activation_checkpointing: bool = False,
     steps: int | None = None,
 ) -> Workload:
-    """A workload from a :class:`memfit._models.ModelRecipe` and the usual knobs."""
+    """A workload from a :class:`memfit.workload._models.ModelRecipe` and the usual knobs."""
     if batch_size < 1:
         raise InvalidInputError(f"Batch size {batch_size} must be at least 1.")
     if seq_len is not None and seq_len < 1:
