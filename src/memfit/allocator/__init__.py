@@ -15,6 +15,10 @@ default :class:`ChunkedAddressSpace` models what H200 traces show (chunks reserv
 filled upward), :class:`FirstFitAddressSpace` is a simpler stand-in, and
 :class:`ScriptedAddressSpace` replays a real trace's addresses.
 
+A whole trace runs through :class:`AllocatorReplay` (ops in :class:`ReplayOps`, what to write
+down on the way in a :class:`Recording`), the one replay loop behind :func:`replay`, the
+estimate and the snapshot report.
+
 >>> from memfit.allocator import CachingAllocator
 >>> a = CachingAllocator("expandable_segments:False")
 >>> _ = a.malloc(1, 3 * 1024 * 1024)   # 3 MiB: a 20 MiB segment, split
@@ -34,20 +38,28 @@ from memfit.allocator._address import (
 from memfit.allocator._caching import CachingAllocator
 from memfit.allocator._config import ENV_VARS, AllocatorConfig
 from memfit.allocator._errors import AllocatorOOM
-from memfit.allocator._replay import OOMInfo, ReplayResult, replay
+from memfit.allocator._ops import ALLOC, EMPTY_CACHE, FREE, SETUP, ReplayOps
+from memfit.allocator._replay import AllocatorReplay, OOMInfo, Recording, ReplayResult, replay
 from memfit.allocator._rounding import allocation_size, round_size
 from memfit.allocator._snapshot import BlockInfo, SegmentEvent, SegmentInfo
 
 __all__ = [
+    "ALLOC",
+    "EMPTY_CACHE",
     "ENV_VARS",
+    "FREE",
+    "SETUP",
     "AddressSpace",
     "AllocatorConfig",
     "AllocatorOOM",
+    "AllocatorReplay",
     "BlockInfo",
     "CachingAllocator",
     "ChunkedAddressSpace",
     "FirstFitAddressSpace",
     "OOMInfo",
+    "Recording",
+    "ReplayOps",
     "ReplayResult",
     "ScriptedAddressSpace",
     "SegmentEvent",

@@ -14,7 +14,7 @@ from memfit.allocator._address import AddressSpace
 from memfit.allocator._blocks import Block
 from memfit.allocator._config import AllocatorConfig
 from memfit.allocator._release import release_cached_blocks
-from memfit.allocator._snapshot import SegmentEvent, SegmentInfo, take_snapshot
+from memfit.allocator._snapshot import SegmentEvent, SegmentInfo
 from memfit.allocator._state import AllocatorState
 
 __all__ = ["CachingAllocator", "as_config"]
@@ -178,7 +178,4 @@ class CachingAllocator:
 
     def segments(self) -> list[SegmentInfo]:
         """A snapshot of all segments and their blocks, by address (``_snapshot()['segments']``)."""
-        st = self._st
-        blocks = [b for pool in (st.small, st.large) for b in pool.free.values()]
-        blocks.extend(b for b in self._live.values() if b is not None)
-        return take_snapshot(blocks)
+        return self._st.segments(self._live.values())

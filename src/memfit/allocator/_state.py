@@ -11,6 +11,8 @@ cudaMalloc'd segments plus mapped expandable pages.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from memfit._errors import InvalidInputError
 from memfit.allocator._address import AddressSpace, ChunkedAddressSpace
 from memfit.allocator._blocks import ADDRESS_LIMIT, Block, BlockPool
@@ -24,7 +26,7 @@ from memfit.allocator._release import (
     release_cached_blocks,
 )
 from memfit.allocator._rounding import allocation_size, round_size
-from memfit.allocator._snapshot import SegmentAction, SegmentEvent
+from memfit.allocator._snapshot import SegmentAction, SegmentEvent, SegmentInfo, take_snapshot
 
 __all__ = ["DEFAULT_VA_TOTAL", "AllocatorState"]
 
@@ -239,6 +241,13 @@ class AllocatorState:
         """Size of the largest cached free block in either pool (``cacheInfo``), 0 if none."""
         sizes = [b.size for pool in (self.small, self.large) for b in pool.free.values()]
         return max(sizes, default=0)
+
+    def segments(self, live: Iterable[Block | None]) -> list[SegmentInfo]:
+        """All segments and their blocks, by address, given the handed-out blocks (``live``;
+        None stands for a zero-byte allocation)."""
+        blocks = [b for pool in (self.small, self.large) for b in pool.free.values()]
+        blocks.extend(b for b in live if b is not None)
+        return take_snapshot(blocks)
 
     def reset_peaks(self) -> None:
         self.peak_allocated = self.allocated

@@ -11,39 +11,29 @@ and the peak reserved (which always runs).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from memfit.allocator import AllocatorConfig, AllocatorOOM, CachingAllocator
+from memfit.allocator import AllocatorConfig, AllocatorReplay, ReplayOps
 from memfit.trace import Trace
 
-__all__ = ["feed", "least_capacity", "retries_within", "runs_within"]
+__all__ = ["least_capacity", "replay_ops", "retries_within", "runs_within"]
 
 TOLERANCE = 64 << 20  # bytes: the bisection stops this close to the answer (from above)
 
 
-def feed(trace: Trace, alloc: CachingAllocator) -> Iterator[int]:
-    """Replay ``trace`` into ``alloc``, yielding each event's index once it is applied; the
-    cache is emptied where the steps start, as ``memfit validate`` (and a fresh job) does."""
-    for i, event in enumerate(trace.events):
-        if i == trace.steps_start:
-            alloc.empty_cache()
-        if event.kind == "alloc":
-            alloc.malloc(event.block, event.size, event.stream)
-        else:
-            alloc.free(event.block)
-        yield i
+def replay_ops(trace: Trace) -> ReplayOps:
+    """The ops that replay ``trace``: its events, with the cache emptied where the steps start,
+    as ``memfit validate`` (and a fresh job) does."""
+    return ReplayOps.from_events(trace.events, empty_cache_before=trace.steps_start)
 
 
 def retries_within(trace: Trace, config: AllocatorConfig, capacity: int) -> int | None:
     """How many times the allocator frees its cache and retries (``num_alloc_retries``) while
     the traced run completes with at most ``capacity`` bytes reserved; None if it cannot."""
-    alloc = CachingAllocator(config, capacity)
-    try:
-        for _ in feed(trace, alloc):
-            pass
-    except AllocatorOOM:
-        return None
-    return alloc.num_alloc_retries
+    return _retries(replay_ops(trace), config, capacity)
+
+
+def _retries(ops: ReplayOps, config: AllocatorConfig, capacity: int) -> int | None:
+    replay = AllocatorReplay(config, capacity)
+    return replay.num_alloc_retries if replay.run(ops) else None
 
 
 def runs_within(trace: Trace, config: AllocatorConfig, capacity: int) -> bool:
@@ -56,10 +46,11 @@ def least_capacity(
 ) -> int:
     """The least capacity (within :data:`TOLERANCE`, never below the answer) in which the
     traced run completes; at most ``peak_reserved``."""
+    ops = replay_ops(trace)
     low, high = peak_allocated - 1, peak_reserved  # low fails, high runs
     while high - low > TOLERANCE:
         mid = (low + high) // 2
-        if runs_within(trace, config, mid):
+        if _retries(ops, config, mid) is not None:
             high = mid
         else:
             low = mid

@@ -18,8 +18,8 @@ import queue
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from memfit.allocator import AllocatorConfig
-from memfit.snapshot._replay import Ops, ReplayRun, replay_peaks
+from memfit.allocator import AllocatorConfig, ReplayOps
+from memfit.snapshot._replay import ReplayRun, replay_peaks
 
 __all__ = ["PARALLEL_MIN_EVENTS", "Job", "PeakJobs", "cpu_count", "take"]
 
@@ -61,7 +61,7 @@ def _work() -> None:
 class PeakJobs:
     """Replays of ``jobs`` for their peaks; start them, do other work, then :meth:`results`."""
 
-    def __init__(self, ops: Ops, jobs: list[Job], *, parallel: bool = True) -> None:
+    def __init__(self, ops: ReplayOps, jobs: list[Job], *, parallel: bool = True) -> None:
         self._ops = ops
         self._jobs = jobs
         self._workers: list[BaseProcess] = []

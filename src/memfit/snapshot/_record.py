@@ -1,6 +1,6 @@
 """Record a run of the emulated allocator as a torch memory snapshot (for tests and benchmarks).
 
-:func:`synthetic_snapshot` runs memory events through :class:`~memfit.allocator.CachingAllocator`
+:func:`synthetic_snapshot` replays memory events (:class:`~memfit.allocator.AllocatorReplay`)
 and writes down what torch's ``_record_memory_history`` would have: the same entries in the
 same order (``segment_*`` entries before the ``alloc`` that caused them, ``free_requested``
 then ``free_completed`` for a free), the end-state ``segments``, and ``allocator_settings``.
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from memfit._events import MemoryEvent
-from memfit.allocator import AllocatorConfig, CachingAllocator, SegmentEvent
+from memfit.allocator import AllocatorConfig, AllocatorReplay, ReplayOps
 
 __all__ = ["synthetic_snapshot"]
 
@@ -58,35 +58,34 @@ def synthetic_snapshot(
     ``context='all'``). ``max_entries`` keeps only the last entries, like torch's ring buffer.
     Blocks are named by their ``block`` id; the trace shows their emulated addresses.
     """
-    alloc = CachingAllocator(config, device_total=device_total)
-    cfg = alloc.config
+    events = list(events)
+    replay = AllocatorReplay(config, device_total=device_total)
     trace: list[dict[str, Any]] = []
     address: dict[int, tuple[int, int, int, Any]] = {}  # block -> (addr, size, stream, frames)
+    segment_events = replay.segment_events
     seen = 0
-    time = _START_US
-    for event in events:
-        time += 3
+
+    def write(index: int) -> None:  # the entries of event ``index``, just replayed
+        nonlocal seen
+        event = events[index]
+        time = _START_US + 3 * (index + 1)
         if event.kind == "alloc":
-            addr = alloc.malloc(event.block, event.size, event.stream)
+            addr = replay.address_of(event.block)
             frames = None
             if stacks is not None and event.info is not None:
                 frames = list(stacks[event.info])
-            new: list[SegmentEvent] = []
-            if alloc.num_device_alloc + alloc.num_device_free != seen:
-                all_events = alloc.segment_events
-                count = alloc.num_device_alloc + alloc.num_device_free - seen
-                new = all_events[len(all_events) - count :]
-                seen += count
-            for seg in new:
+            for seg in segment_events[seen:]:  # the segments it caused come first
                 trace.append(_entry(seg.action, seg.address, seg.size, seg.stream, time, frames))
+            seen = len(segment_events)
             trace.append(_entry("alloc", addr, event.size, event.stream, time, frames))
             address[event.block] = (addr, event.size, event.stream, frames)
         else:
             addr, size, stream, frames = address.pop(event.block)
-            alloc.free(event.block)
             shared = list(frames) if free_frames and frames is not None else frames
             trace.append(_entry("free_requested", addr, size, stream, time, shared))
             trace.append(_entry("free_completed", addr, size, stream, time + 1, shared))
+
+    replay.run(ReplayOps.from_events(events), hook=write)
     if max_entries is not None:
         trace = trace[len(trace) - max_entries :] if len(trace) > max_entries else trace
     state = {True: "active_allocated", False: "inactive"}
@@ -111,11 +110,11 @@ def synthetic_snapshot(
                 for b in s.blocks
             ],
         }
-        for s in alloc.segments()
+        for s in replay.segments()
     ]
     return {
         "segments": segments,
         "device_traces": [trace],
-        "allocator_settings": _settings(cfg),
+        "allocator_settings": _settings(replay.config),
         "external_annotations": [],
     }

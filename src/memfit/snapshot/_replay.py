@@ -12,6 +12,7 @@ of the 31 traces recorded on an H200 exactly.
 from __future__ import annotations
 
 from array import array
+from contextlib import suppress
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,30 +20,21 @@ import numpy.typing as npt
 
 from memfit._errors import InvalidInputError
 from memfit.allocator import (
+    ALLOC,
+    EMPTY_CACHE,
+    FREE,
+    SETUP,
     AddressSpace,
     AllocatorConfig,
-    AllocatorOOM,
-    CachingAllocator,
+    AllocatorReplay,
+    Recording,
+    ReplayOps,
     SegmentEvent,
     SegmentInfo,
 )
 from memfit.snapshot._timeline import TraceTimeline
 
-__all__ = ["Ops", "ReplayRun", "build_ops", "replay_peaks", "run_replay"]
-
-_ALLOC, _FREE, _EMPTY, _SETUP = 0, 1, 2, 3
-
-
-@dataclass(frozen=True)
-class Ops:
-    """The operations to replay, as parallel arrays (iterated as Python ints)."""
-
-    kind: array[int]
-    block: array[int]
-    size: array[int]
-    stream: array[int]
-    num_events: int
-    num_empty_cache: int
+__all__ = ["ReplayRun", "build_ops", "replay_peaks", "run_replay", "run_result", "start_replay"]
 
 
 @dataclass
@@ -64,7 +56,7 @@ class ReplayRun:
     error: str | None = None  # the trace could not be replayed at all
 
 
-def build_ops(timeline: TraceTimeline) -> Ops:
+def build_ops(timeline: TraceTimeline) -> ReplayOps:
     """The replay operations for a trace (see the module docstring)."""
     n = timeline.num_events
     setup = timeline.initial_blocks
@@ -75,37 +67,37 @@ def build_ops(timeline: TraceTimeline) -> Ops:
     size = np.zeros(total, dtype=np.int64)
     stream = np.zeros(total, dtype=np.int64)
     p = len(setup)
-    kind[:p] = _SETUP
+    kind[:p] = SETUP
     block[:p] = [b.address for b in setup]
     size[:p] = [b.size for b in setup]
     stream[:p] = [b.stream for b in setup]
     events = np.arange(n, dtype=np.int64)
     event_at = p + events + np.searchsorted(empties, events, side="right")
     empty_at = p + empties + np.arange(len(empties), dtype=np.int64)
-    kind[event_at] = np.where(timeline.is_alloc, _ALLOC, _FREE)
+    kind[event_at] = np.where(timeline.is_alloc, ALLOC, FREE)
     block[event_at] = timeline.addr
     size[event_at] = timeline.size
     stream[event_at] = timeline.stream
-    kind[empty_at] = _EMPTY
-    return Ops(
+    kind[empty_at] = EMPTY_CACHE
+    return ReplayOps(
         kind=array("q", kind.tobytes()),
         block=array("q", block.tobytes()),
         size=array("q", size.tobytes()),
         stream=array("q", stream.tobytes()),
-        num_events=n,
-        num_empty_cache=len(empties),
     )
 
 
-def _allocator(
+def start_replay(
     run: ReplayRun,
     config: AllocatorConfig,
     capacity: int | None,
     device_total: int | None,
-    address_space: AddressSpace | None,
-) -> CachingAllocator | None:
+    address_space: AddressSpace | None = None,
+) -> AllocatorReplay | None:
+    """A replay under ``config``; None (and ``run.error`` says why) if the settings cannot be
+    emulated."""
     try:
-        return CachingAllocator(
+        return AllocatorReplay(
             config, capacity, device_total=device_total, address_space=address_space
         )
     except InvalidInputError as exc:
@@ -113,8 +105,18 @@ def _allocator(
         return None
 
 
+def run_result(run: ReplayRun, replay: AllocatorReplay) -> ReplayRun:
+    """``run`` with the peaks of ``replay`` and where it stopped, if it did."""
+    run.peak_allocated = replay.peak_allocated
+    run.peak_reserved = replay.peak_reserved
+    if replay.oom is not None:
+        run.oom_event, run.oom_message = replay.oom.index, replay.oom.message
+    run.error = replay.error
+    return run
+
+
 def run_replay(
-    ops: Ops,
+    ops: ReplayOps,
     config: AllocatorConfig,
     *,
     capacity: int | None = None,
@@ -130,78 +132,28 @@ def run_replay(
     spaced events (and at ``capture_event``).
     """
     run = ReplayRun()
-    a = _allocator(run, config, capacity, device_total, address_space)
-    if a is None:
+    replay = start_replay(run, config, capacity, device_total, address_space)
+    if replay is None:
         return run
     allocated: array[int] = array("q")
     every = max(ops.num_events // samples, 1) if samples else 0
-    capture = -1 if capture_event is None else capture_event
-    event = -1
-    malloc, free, empty = a.malloc, a.free, a.empty_cache
-    keep = allocated.append
-    try:
-        for kind, block, size, stream in zip(
-            ops.kind, ops.block, ops.size, ops.stream, strict=True
-        ):
-            if kind == _ALLOC:
-                event += 1
-                malloc(block, size, stream)
-            elif kind == _FREE:
-                event += 1
-                free(block)
-            elif kind == _EMPTY:
-                empty()
-                continue
-            else:
-                malloc(block, size, stream)
-                continue
-            keep(a.allocated)
-            if event == capture:
-                run.captured = a.segments()
-            if every and (event % every == 0 or event == capture):
-                run.samples.append((event, a.largest_free_block()))
-    except AllocatorOOM as exc:
-        run.oom_event = max(event, 0)
-        run.oom_message = str(exc)
-    except InvalidInputError as exc:
-        run.error = str(exc)
+    record = Recording(allocated, capture_event=capture_event, sample_every=every)
+    with suppress(InvalidInputError):  # kept in replay.error
+        replay.run(ops, record=record)
     run.allocated = np.frombuffer(allocated, dtype=np.int64)
-    run.peak_allocated = a.peak_allocated
-    run.peak_reserved = a.peak_reserved
-    run.segment_events = a.segment_events
-    return run
+    run.segment_events = replay.segment_events
+    run.captured, run.samples = record.captured, record.samples
+    return run_result(run, replay)
 
 
 def replay_peaks(
-    ops: Ops, config: AllocatorConfig, capacity: int | None, device_total: int | None
+    ops: ReplayOps, config: AllocatorConfig, capacity: int | None, device_total: int | None
 ) -> ReplayRun:
     """Replay ``ops`` and keep only the peaks (and where an allocation did not fit): fast."""
     run = ReplayRun()
-    a = _allocator(run, config, capacity, device_total, None)
-    if a is None:
+    replay = start_replay(run, config, capacity, device_total)
+    if replay is None:
         return run
-    malloc, free, empty = a.malloc, a.free, a.empty_cache
-    events = 0  # allocations and frees of the trace done (not the setup ones)
-    try:
-        for kind, block, size, stream in zip(
-            ops.kind, ops.block, ops.size, ops.stream, strict=True
-        ):
-            if kind == _FREE:
-                free(block)
-            elif kind == _ALLOC:
-                malloc(block, size, stream)
-            elif kind == _EMPTY:
-                empty()
-                continue
-            else:
-                malloc(block, size, stream)
-                continue
-            events += 1
-    except AllocatorOOM as exc:
-        run.oom_event = events
-        run.oom_message = str(exc)
-    except InvalidInputError as exc:
-        run.error = str(exc)
-    run.peak_allocated = a.peak_allocated
-    run.peak_reserved = a.peak_reserved
-    return run
+    with suppress(InvalidInputError):  # kept in replay.error
+        replay.run(ops)
+    return run_result(run, replay)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import queue
 from array import array
+from contextlib import suppress
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -25,15 +26,16 @@ import numpy as np
 import numpy.typing as npt
 
 from memfit._errors import InvalidInputError
-from memfit.allocator import AllocatorOOM, CachingAllocator
-from memfit.snapshot._collect import ALLOC, FREE, SEGMENT_FREE, SEGMENT_UNMAP
+from memfit.allocator import ALLOC, EMPTY_CACHE, FREE, AllocatorReplay, ReplayOps
+from memfit.snapshot._collect import ALLOC as ENTRY_ALLOC
+from memfit.snapshot._collect import FREE as ENTRY_FREE
+from memfit.snapshot._collect import SEGMENT_FREE, SEGMENT_UNMAP
 from memfit.snapshot._parallel import Job, take
-from memfit.snapshot._replay import Ops, ReplayRun, replay_peaks
+from memfit.snapshot._replay import ReplayRun, replay_peaks, run_result, start_replay
 
 __all__ = ["STREAM_MIN_BYTES", "StreamingReplays"]
 
 STREAM_MIN_BYTES = 32 << 20  # smaller files are read in a second or two: not worth a fork
-_ALLOC, _FREE, _EMPTY = 0, 1, 2
 
 Batch = tuple[
     npt.NDArray[np.int8], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
@@ -41,49 +43,20 @@ Batch = tuple[
 
 
 class _Replayer:
-    """One setting's allocator, fed operations batch by batch."""
+    """One setting's replay, fed operations batch by batch."""
 
     def __init__(self, job: Job) -> None:
         self.run = ReplayRun()
-        self.events = 0
-        self.stopped = False
-        config, capacity, total = job
-        try:
-            self.alloc: CachingAllocator | None = CachingAllocator(
-                config, capacity, device_total=total
-            )
-        except InvalidInputError as exc:
-            self.run.error, self.alloc, self.stopped = str(exc), None, True
+        self.replay: AllocatorReplay | None = start_replay(self.run, *job)
 
-    def feed(
-        self, kinds: list[int], blocks: list[int], sizes: list[int], streams: list[int]
-    ) -> None:
-        if self.stopped or self.alloc is None:
-            return
-        malloc, free, empty = self.alloc.malloc, self.alloc.free, self.alloc.empty_cache
-        done = 0
-        try:
-            for kind, block, size, stream in zip(kinds, blocks, sizes, streams, strict=True):
-                if kind == _FREE:
-                    free(block)
-                elif kind == _EMPTY:
-                    empty()
-                    continue
-                else:
-                    malloc(block, size, stream)
-                done += 1
-        except AllocatorOOM as exc:
-            self.run.oom_event, self.run.oom_message = self.events + done, str(exc)
-            self.stopped = True
-        except InvalidInputError as exc:  # a free of a block from before the trace
-            self.run.error, self.stopped = str(exc), True
-        self.events += done
+    def feed(self, ops: ReplayOps) -> None:
+        if self.replay is not None:
+            # a free of a block from before the trace stops it: kept in replay.error
+            with suppress(InvalidInputError):
+                self.replay.run(ops)
 
     def result(self) -> ReplayRun:
-        if self.alloc is not None:
-            self.run.peak_allocated = self.alloc.peak_allocated
-            self.run.peak_reserved = self.alloc.peak_reserved
-        return self.run
+        return self.run if self.replay is None else run_result(self.run, self.replay)
 
 
 def _operations(batch: Batch, shrinking: bool) -> tuple[list[npt.NDArray[np.int64]], bool]:
@@ -92,29 +65,23 @@ def _operations(batch: Batch, shrinking: bool) -> tuple[list[npt.NDArray[np.int6
     codes, addr, size, stream = batch
     shrink = (codes == SEGMENT_FREE) | (codes == SEGMENT_UNMAP)
     before = np.concatenate(([shrinking], shrink[:-1])) if len(shrink) else shrink
-    take = (codes == ALLOC) | (codes == FREE) | (shrink & ~before)
-    kinds = np.where(codes == ALLOC, _ALLOC, np.where(codes == FREE, _FREE, _EMPTY))[take]
+    is_alloc, is_free = codes == ENTRY_ALLOC, codes == ENTRY_FREE
+    take = is_alloc | is_free | (shrink & ~before)
+    kinds = np.where(is_alloc, ALLOC, np.where(is_free, FREE, EMPTY_CACHE))[take]
     ops = [kinds.astype(np.int64), addr[take], size[take], stream[take]]
     return ops, bool(shrink[-1]) if len(shrink) else shrinking
 
 
-def _as_ops(parts: list[list[npt.NDArray[np.int64]]]) -> Ops:
-    """The batches' operations as one :class:`Ops`, freeing each batch once copied."""
+def _as_ops(parts: list[list[npt.NDArray[np.int64]]]) -> ReplayOps:
+    """The batches' operations as one :class:`~memfit.allocator.ReplayOps`, freeing each batch
+    once copied."""
     columns: list[array[int]] = [array("q") for _ in range(4)]
     parts.reverse()
     while parts:
         part = parts.pop()
         for column, values in zip(columns, part, strict=True):
             column.frombytes(values.tobytes())
-    kinds = np.frombuffer(columns[0], dtype=np.int64)
-    return Ops(
-        kind=columns[0],
-        block=columns[1],
-        size=columns[2],
-        stream=columns[3],
-        num_events=int((kinds != _EMPTY).sum()),
-        num_empty_cache=int((kinds == _EMPTY).sum()),
-    )
+    return ReplayOps(kind=columns[0], block=columns[1], size=columns[2], stream=columns[3])
 
 
 def _work(jobs: list[Job], inbox: Any, outbox: Any, counter: Any) -> None:
@@ -125,9 +92,9 @@ def _work(jobs: list[Job], inbox: Any, outbox: Any, counter: Any) -> None:
     while not isinstance(message := inbox.get(), list):
         ops, shrinking = _operations(message, shrinking)
         parts.append(ops)
-        lists = [column.tolist() for column in ops]
+        batch_ops = ReplayOps(*(column.tolist() for column in ops))
         for replayer in replayers:
-            replayer.feed(*lists)
+            replayer.feed(batch_ops)
     outbox.put(("streamed", [r.result() for r in replayers]))
     extra: list[Job] = message
     if extra:
