@@ -13,7 +13,6 @@ from snapshot_data import ALL_TRACES, SOME_TRACES, STACKS, TRACES, fragmenting_e
 import memfit.snapshot as ms
 from memfit._events import MemoryEvent
 from memfit.snapshot import _parallel, _stream, _what_if_runs
-from memfit.snapshot._whatif import WhatIf, recommend
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -220,25 +219,6 @@ def test_zero_byte_and_tiny_traces(write_snapshot: Any) -> None:
         512 + 3 * MiB,
         22 * MiB,
     )
-
-
-def _row(label: str, saved: int | None) -> WhatIf:
-    peak = None if saved is None else 10 * GiB - saved
-    return WhatIf(label, False, peak, peak, saved, None, None)
-
-
-def test_recommend_only_when_it_saves_2_percent_and_256_mib() -> None:
-    baseline = 10 * GiB
-    recorded = WhatIf("default", True, baseline, baseline, 0, None, None)
-    assert recommend([recorded, _row("a", 300 * MiB)], baseline).startswith(
-        "Set PYTORCH_CUDA_ALLOC_CONF=a:"
-    )
-    assert "Keep the recorded settings: the best one tried (a) saves only" in recommend(
-        [recorded, _row("a", 200 * MiB)], baseline
-    )
-    assert "only" in recommend([recorded, _row("a", 300 * MiB)], 20 * GiB)  # 1.5%
-    assert "no setting tried lowers" in recommend([recorded, _row("a", -5)], baseline)
-    assert "nothing to recommend" in recommend([recorded, _row("a", None)], baseline)
 
 
 DATA = Path(__file__).parent / "data"

@@ -1,13 +1,12 @@
 """The messages of the guard's unrecoverable errors: what happened, the memory, what to change.
 
-The expected savings reuse the factors the OOM report ranks its fixes with
-(``memfit.oom._fixes``: measured on an H200), applied to the working set at the failure.
+What to change is advice, :mod:`memfit.planner`'s: the measured shares the OOM report ranks its
+fixes with, applied to the working set at the failure.
 """
 
 from __future__ import annotations
 
-from memfit._units import format_bytes
-from memfit.oom._fixes import CHECKPOINT_SAVING, MIXED_SAVING
+from memfit.planner import optimizer_step_advice, smaller_step_advice
 from memfit.runtime._incident import MemoryFacts, MicrobatchIncident
 
 __all__ = ["optimizer_message", "too_small_message"]
@@ -17,12 +16,6 @@ def _memory(memory: MemoryFacts | None) -> str:
     if memory is None:
         return "Memory figures are not available: the model's parameters are not on a CUDA device."
     return f"Memory at the failure: {memory.text()}."
-
-
-def _saving(memory: MemoryFacts | None, share: float) -> str:
-    if memory is None:
-        return f"~{share:.0%} of the activations"
-    return f"~{format_bytes(int(share * memory.working_set))}, {share:.0%} of the working set"
 
 
 def too_small_message(incident: MicrobatchIncident, min_microbatch: int, grown: bool) -> str:
@@ -41,10 +34,7 @@ def too_small_message(incident: MicrobatchIncident, min_microbatch: int, grown: 
         f"A batch of {incident.batch_size} samples does not fit even as micro-batches of "
         f"{smallest} ({limit}): CUDA ran out of memory in the {incident.phase}{where} at step "
         f"{incident.step}. {_memory(memory)} Splitting cannot go further; what would make it "
-        f"fit: activation checkpointing ({_saving(memory, CHECKPOINT_SAVING)}, ~25% more step "
-        f"time), bf16 mixed precision ({_saving(memory, MIXED_SAVING)}), a shorter sequence or "
-        "smaller images for this batch, or a smaller or sharded (FSDP) model; `memfit estimate "
-        "MODEL --checkpointing` and `--precision bf16-mixed` predict each before a run"
+        f"fit: {smaller_step_advice(None if memory is None else memory.working_set)}"
         + ("" if min_microbatch <= 1 else f", and min_microbatch={min_microbatch} can be lowered")
         + ". The gradients of the failed step were cleared and the parameters are unchanged; "
         "the guard can go on with the next batch"
@@ -62,7 +52,5 @@ def optimizer_message(incident: MicrobatchIncident, optimizer: str) -> str:
         "cleared, the gradient scaler's step and update were not recorded, and the guard's "
         "micro-batch size is kept; the parameters and the optimizer state may be partly updated "
         "(torch optimizers update tensor by tensor or in groups), so reload the last checkpoint "
-        "before training on. Fix: a fused step has no large temporaries "
-        f"(torch.optim.{optimizer}(..., fused=True)); foreach=False keeps them to one tensor at a "
-        "time (slower); or shard the optimizer state (ZeRO, FSDP)."
+        f"before training on. {optimizer_step_advice(optimizer)}"
     )

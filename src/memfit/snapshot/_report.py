@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memfit.allocator import SegmentInfo
+from memfit.planner import WhatIf, alloc_conf_text
 from memfit.snapshot._live import LiveBlock, SiteRow, live_at_peak
 from memfit.snapshot._recorded import ReplayCheck, address_space, device_total, replay_check
 from memfit.snapshot._replay import build_ops, run_replay
@@ -26,7 +27,6 @@ from memfit.snapshot._snapshot import Snapshot, read
 from memfit.snapshot._stream import StreamingReplays
 from memfit.snapshot._timeline import OOMEntry, trace_timeline
 from memfit.snapshot._what_if_runs import WhatIfRuns, start_streaming
-from memfit.snapshot._whatif import WhatIf, config_text
 
 __all__ = ["Phase", "SnapshotReport", "report"]
 
@@ -219,7 +219,7 @@ def report(
         source=str(snapshot.path),
         device=snapshot.device,
         devices_with_trace=snapshot.devices_with_trace,
-        settings=config_text(snapshot.config),
+        settings=alloc_conf_text(snapshot.config),
         settings_note=snapshot.config_note,
         entries=snapshot.num_entries,
         events=n,

@@ -9,7 +9,8 @@ Three places a what-if can run, cheapest first:
 * in this process, after the recorded replay.
 
 :class:`WhatIfRuns` hands out the jobs and puts the results back in the order of
-``_whatif.candidates``, with the rows and the recommendation.
+``memfit.planner.allocator_candidates`` (which settings to try, and which to recommend, is
+advice: :mod:`memfit.planner`), with the rows and the recommendation.
 """
 
 from __future__ import annotations
@@ -18,18 +19,18 @@ import multiprocessing
 import os
 from pathlib import Path
 
+from memfit.allocator import ReplayOps as Ops
+from memfit.planner import (
+    WhatIf,
+    alloc_conf_text,
+    allocator_candidates,
+    recommend_allocator,
+    streamable_configs,
+)
 from memfit.snapshot._parallel import Job, PeakJobs, cpu_count
-from memfit.snapshot._replay import Ops, ReplayRun, replay_peaks
+from memfit.snapshot._replay import ReplayRun, replay_peaks
 from memfit.snapshot._snapshot import Snapshot
 from memfit.snapshot._stream import STREAM_MIN_BYTES, StreamingReplays
-from memfit.snapshot._whatif import (
-    GC_FRACTION,
-    WhatIf,
-    candidates,
-    config_text,
-    recommend,
-    streamable,
-)
 
 __all__ = ["WhatIfRuns", "start_streaming"]
 
@@ -46,7 +47,7 @@ def start_streaming(path: str | os.PathLike[str], capacity: int | None) -> Strea
         or "fork" not in multiprocessing.get_all_start_methods()
     ):
         return None
-    return StreamingReplays([(config, capacity, capacity) for config in streamable()])
+    return StreamingReplays([(config, capacity, capacity) for config in streamable_configs()])
 
 
 class WhatIfRuns:
@@ -65,18 +66,12 @@ class WhatIfRuns:
         # garbage collection acts only under a memory fraction: the allowed memory is the
         # given capacity, or else just what the run reserved at its peak
         gc_total = capacity if capacity is not None else -(-peak_reserved * 1000 // 999)
-        self._cands = candidates(snapshot.config)
-        self._notes: list[str | None] = []
-        self._jobs: list[Job] = []
-        for cand in self._cands:
-            note = None
-            total = capacity
-            if cand.with_capacity:
-                total = gc_total
-                source = "of the given capacity" if capacity is not None else "= the recorded peak"
-                note = f"with set_per_process_memory_fraction({GC_FRACTION}) {source}"
-            self._notes.append(note)
-            self._jobs.append((cand.config, capacity, total))
+        self._cands = allocator_candidates(snapshot.config)
+        self._notes = [cand.note(capacity is not None) for cand in self._cands]
+        self._jobs: list[Job] = [
+            (cand.config, capacity, gc_total if cand.with_capacity else capacity)
+            for cand in self._cands
+        ]
         self._streaming = streaming
         streamed = streaming.jobs if streaming is not None else []
         self._rest = [i for i, job in enumerate(self._jobs) if job not in streamed]
@@ -113,7 +108,7 @@ class WhatIfRuns:
         baseline = recorded.peak_reserved
         rows = [
             WhatIf(
-                label=config_text(self._snapshot.config),
+                label=alloc_conf_text(self._snapshot.config),
                 recorded=True,
                 peak_reserved=baseline,
                 peak_allocated=recorded.peak_allocated,
@@ -135,7 +130,7 @@ class WhatIfRuns:
                         cand.label, False, run.peak_reserved, run.peak_allocated, saved, None, note
                     )
                 )
-        return rows, recommend(rows, baseline)
+        return rows, recommend_allocator(rows, baseline)
 
     def close(self) -> None:
         """Drop the replays (the recorded trace could not be replayed)."""

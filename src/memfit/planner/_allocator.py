@@ -1,9 +1,11 @@
-"""Which allocator settings to try on a recorded trace, and what to recommend.
+"""Allocator settings as advice: which ones to try on a recorded trace, how to set one, and
+which to recommend once each has been replayed.
 
 Each setting is tried on its own, from torch's defaults, so the recommendation is a complete
 ``PYTORCH_CUDA_ALLOC_CONF`` value. ``garbage_collection_threshold`` only acts when a memory
 fraction is set (``torch.cuda.set_per_process_memory_fraction``), so it is tried with one,
-against a capacity: the one given, or else the peak the run reserved.
+against a capacity: the one given, or else the peak the run reserved. The replays themselves
+are ``memfit.snapshot``'s; a :class:`WhatIf` is the saving one of them measured.
 """
 
 from __future__ import annotations
@@ -12,17 +14,19 @@ from dataclasses import dataclass
 
 from memfit._units import MiB, format_bytes
 from memfit.allocator import AllocatorConfig
+from memfit.planner._fix import How
 
 __all__ = [
     "GC_FRACTION",
     "MIN_SAVING_BYTES",
     "MIN_SAVING_FRACTION",
-    "Candidate",
+    "AllocatorCandidate",
     "WhatIf",
-    "candidates",
-    "config_text",
-    "recommend",
-    "streamable",
+    "alloc_conf_how",
+    "alloc_conf_text",
+    "allocator_candidates",
+    "recommend_allocator",
+    "streamable_configs",
 ]
 
 MIN_SAVING_FRACTION = 0.02
@@ -32,18 +36,26 @@ GC_FRACTION = 0.999  # ~ all of the capacity; below 1 so that torch turns the li
 _SPLIT_SIZES_MB = (128, 512)
 
 
-def config_text(config: AllocatorConfig) -> str:
+def alloc_conf_text(config: AllocatorConfig) -> str:
     """The ``PYTORCH_CUDA_ALLOC_CONF`` text of ``config``; ``default`` for torch's defaults."""
     return config.to_string() or "default"
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
+class AllocatorCandidate:
     """A setting to replay: its label, the config, and whether it needs a capacity."""
 
     label: str
     config: AllocatorConfig
     with_capacity: bool  # replayed against a capacity (and memory fraction)
+
+    def note(self, capacity_given: bool) -> str | None:
+        """What the replay assumed beyond the setting (the memory fraction garbage collection
+        needs), for the row of the table; ``None`` when nothing."""
+        if not self.with_capacity:
+            return None
+        source = "of the given capacity" if capacity_given else "= the recorded peak"
+        return f"with set_per_process_memory_fraction({GC_FRACTION}) {source}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,31 +76,35 @@ class WhatIf:
     note: str | None
 
 
-def candidates(recorded: AllocatorConfig) -> list[Candidate]:
+def allocator_candidates(recorded: AllocatorConfig) -> list[AllocatorCandidate]:
     """The settings to try besides the recorded one (duplicates of it left out)."""
     gc = AllocatorConfig(
         garbage_collection_threshold=GC_THRESHOLD, per_process_memory_fraction=GC_FRACTION
     )
     out = [
-        Candidate("default", AllocatorConfig(), False),
-        Candidate("expandable_segments:True", AllocatorConfig(expandable_segments=True), False),
+        AllocatorCandidate("default", AllocatorConfig(), False),
+        AllocatorCandidate(
+            "expandable_segments:True", AllocatorConfig(expandable_segments=True), False
+        ),
     ]
     out += [
-        Candidate(f"max_split_size_mb:{mb}", AllocatorConfig(max_split_size=mb * MiB), False)
+        AllocatorCandidate(
+            f"max_split_size_mb:{mb}", AllocatorConfig(max_split_size=mb * MiB), False
+        )
         for mb in _SPLIT_SIZES_MB
     ]
-    out.append(Candidate(f"garbage_collection_threshold:{GC_THRESHOLD}", gc, True))
+    out.append(AllocatorCandidate(f"garbage_collection_threshold:{GC_THRESHOLD}", gc, True))
     return [c for c in out if c.config != recorded]
 
 
-def streamable() -> list[AllocatorConfig]:
+def streamable_configs() -> list[AllocatorConfig]:
     """The settings whose replay can start before the recorded settings are known: all but the
     defaults (usually the recorded ones) and garbage collection (which needs the peak)."""
     default = AllocatorConfig()
-    return [c.config for c in candidates(default) if not c.with_capacity]
+    return [c.config for c in allocator_candidates(default) if not c.with_capacity]
 
 
-def recommend(rows: list[WhatIf], baseline: int) -> str:
+def recommend_allocator(rows: list[WhatIf], baseline: int) -> str:
     """One line: the best setting if it saves > 2% and > 256 MiB of peak reserved, else why not."""
     tried = [r for r in rows if not r.recorded and r.saved is not None]
     if not tried:
@@ -109,3 +125,21 @@ def recommend(rows: list[WhatIf], baseline: int) -> str:
             f"{format_bytes(saved)} of peak reserved, below the 2% and 256 MiB worth changing for."
         )
     return "Keep the recorded settings: no setting tried lowers the peak reserved memory."
+
+
+def alloc_conf_how(setting: str, command: str) -> tuple[How, ...]:
+    """How to run ``command`` with the allocator ``setting``: plain, under ``memfit run``, and
+    the memory fraction garbage collection needs."""
+    steps: tuple[How, ...] = (
+        ("", f"PYTORCH_CUDA_ALLOC_CONF={setting} {command}"),
+        ("with memfit run", f"PYTORCH_CUDA_ALLOC_CONF={setting} memfit run -- {command}"),
+    )
+    if setting.startswith("garbage_collection"):
+        steps += (
+            (
+                "and in the program, before the first CUDA allocation (the collection acts "
+                "only under a memory fraction)",
+                "torch.cuda.set_per_process_memory_fraction(0.99)",
+            ),
+        )
+    return steps

@@ -1,0 +1,70 @@
+"""Advice: which changes could make a step fit, what each saves, and their ranking.
+
+The one home of the what-if candidates and their wording, used by ``memfit.snapshot`` (which
+allocator settings to replay, which to recommend), ``memfit.oom`` (the fixes of an
+out-of-memory report), ``memfit.runtime`` (the advice in its errors) and the planner.
+
+* :class:`Fix` is one way to avoid running out of memory: its expected saving in bytes and
+  where that number comes from, the :class:`Change` to a setting a planner can apply, how a
+  person makes it, and its cost; :func:`rank` orders fixes by saving.
+* :func:`failure_fixes` ranks the fixes of a :class:`Failure` (the facts at an out-of-memory
+  error), scaling the working set with the measured :class:`Factor` s.
+* :func:`allocator_candidates` are the allocator settings worth replaying on a trace; each
+  replay's saving is a :class:`WhatIf`, and :func:`recommend_allocator` picks one worth
+  changing for.
+
+This layer sits above the estimator and imports none of snapshot, oom, runtime or report. It is
+named ``planner``, not ``plan``, because ``memfit.plan`` is to be the planner's public function
+(a subpackage of that name would replace it as an attribute of ``memfit`` once imported).
+"""
+
+from __future__ import annotations
+
+from memfit.planner._allocator import (
+    GC_FRACTION,
+    MIN_SAVING_BYTES,
+    MIN_SAVING_FRACTION,
+    AllocatorCandidate,
+    WhatIf,
+    alloc_conf_how,
+    alloc_conf_text,
+    allocator_candidates,
+    recommend_allocator,
+    streamable_configs,
+)
+from memfit.planner._factors import CHECKPOINTING, MICROBATCH_SPLITS, MIXED_PRECISION, Factor
+from memfit.planner._failure import Failure, ModelInfo, failure_fixes
+from memfit.planner._fix import Change, Fix, How, covers, rank
+from memfit.planner._messages import (
+    does_not_fit_message,
+    optimizer_step_advice,
+    smaller_step_advice,
+)
+
+__all__ = [
+    "CHECKPOINTING",
+    "GC_FRACTION",
+    "MICROBATCH_SPLITS",
+    "MIN_SAVING_BYTES",
+    "MIN_SAVING_FRACTION",
+    "MIXED_PRECISION",
+    "AllocatorCandidate",
+    "Change",
+    "Factor",
+    "Failure",
+    "Fix",
+    "How",
+    "ModelInfo",
+    "WhatIf",
+    "alloc_conf_how",
+    "alloc_conf_text",
+    "allocator_candidates",
+    "covers",
+    "does_not_fit_message",
+    "failure_fixes",
+    "optimizer_step_advice",
+    "rank",
+    "recommend_allocator",
+    "smaller_step_advice",
+    "streamable_configs",
+]
