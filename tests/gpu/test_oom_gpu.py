@@ -14,6 +14,7 @@ import pytest
 
 import memfit.snapshot
 from memfit.oom import run_with_report
+from memfit.report import oom_markdown
 
 pytestmark = pytest.mark.gpu
 
@@ -47,7 +48,7 @@ import memfit.oom
 from memfit.oom import _observer
 
 directory, out = sys.argv[1], sys.argv[2]
-hook = memfit.oom.oom_report(directory)
+hook = memfit.oom_report(directory)
 assert not torch.cuda.is_initialized(), "oom_report initialised CUDA"
 try:
     with hook:
@@ -111,7 +112,9 @@ def test_oom_report_through_memfit_run(tmp_path, capfd):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(UNCHANGED))
     out = tmp_path / "message.txt"
-    result = run_with_report([sys.executable, str(script), "-", str(out)], tmp_path / "oom")
+    result = run_with_report(
+        [sys.executable, str(script), "-", str(out)], tmp_path / "oom", render=oom_markdown
+    )
     assert result.returncode == 1  # the uncaught OutOfMemoryError, passed through
     assert len(result.reports) == 1
     assert "OutOfMemoryError" in capfd.readouterr().err
@@ -134,7 +137,7 @@ torch.cuda.synchronize()
 cap = torch.cuda.memory_reserved() + 32 * 2**20
 del loss
 torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(0).total_memory)
-with memfit.oom.oom_report(directory) as hook:
+with memfit.oom_report(directory) as hook:
     try:
         model(x).square().mean().backward()
     except torch.OutOfMemoryError as exc:

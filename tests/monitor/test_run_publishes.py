@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 from memfit.oom import run_with_report
+from memfit.report import oom_markdown
 
 PY = sys.executable
 
@@ -30,7 +31,7 @@ def _run(tmp_path, capfd, env_extra, extra=""):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(PROBE.replace("{extra}", extra)))
     env = dict(os.environ, MEMFIT_RUNTIME_DIR=str(tmp_path / "rt"), **env_extra)
-    result = run_with_report([PY, str(script)], tmp_path / "oom", env=env)
+    result = run_with_report([PY, str(script)], tmp_path / "oom", env=env, render=oom_markdown)
     out = capfd.readouterr().out
     assert result.returncode == 0, out
     return json.loads(out.split("STATE ", 1)[1].splitlines()[0])

@@ -5,11 +5,20 @@ from __future__ import annotations
 import copy
 import json
 import random
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import memfit.oom
 from memfit._events import MemoryEvent
+from memfit.report import oom_markdown
 from memfit.snapshot._record import synthetic_snapshot
+
+# memfit.oom's report writers with memfit.report's Markdown, as memfit.oom_report and
+# memfit run wire them (oom renders nothing itself)
+write_report = partial(memfit.oom.write_report, render=oom_markdown)
+finalize_reports = partial(memfit.oom.finalize_reports, render=oom_markdown)
+run_with_report = partial(memfit.oom.run_with_report, render=oom_markdown)
 
 MiB = 1 << 20
 GiB = 1 << 30

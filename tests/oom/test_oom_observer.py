@@ -16,8 +16,8 @@ from oom_data import BrokenProbe, FakeProbe, GiB, MiB
 from torch._subclasses import FakeTensorMode
 
 import memfit.snapshot
-from memfit import InvalidInputError
-from memfit.oom import _observer, oom_report, read_incident
+from memfit import InvalidInputError, oom_report
+from memfit.oom import _observer, read_incident
 
 
 def _one(directory: Path, suffix: str) -> Path:
@@ -187,7 +187,7 @@ def test_installing_never_initialises_cuda(tmp_path):
         "import json, sys, torch\n"
         "import memfit.oom\n"
         "from memfit.oom import _observer\n"
-        "hook = memfit.oom.oom_report(sys.argv[1])\n"
+        "hook = memfit.oom_report(sys.argv[1])\n"
         "assert not torch.cuda.is_initialized(), 'CUDA was initialised'\n"
         "print(json.dumps(_observer.state()))\n"
         "hook.close()\n"

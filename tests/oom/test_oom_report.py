@@ -6,18 +6,20 @@ import json
 import shutil
 
 import pytest
-from oom_data import TRACES, GiB, MiB, facts, model, write_facts
-
-import memfit.snapshot
-from memfit import InvalidInputError
-from memfit.oom import (
-    _observer,
+from oom_data import (
+    TRACES,
+    GiB,
+    MiB,
+    facts,
     finalize_reports,
-    oom_report,
-    rank_fixes,
-    read_incident,
+    model,
+    write_facts,
     write_report,
 )
+
+import memfit.snapshot
+from memfit import InvalidInputError, oom_report
+from memfit.oom import _observer, rank_fixes, read_incident
 
 
 def _ranked(tmp_path, **kw):

@@ -11,12 +11,11 @@ import sys
 import textwrap
 
 import pytest
-from oom_data import oom_snapshot
+from oom_data import oom_snapshot, run_with_report
 from rich.console import Console
 
 from memfit import InvalidInputError
 from memfit.cli._run_cmd import add_run_parser, run_run
-from memfit.oom import run_with_report
 
 PY = sys.executable
 

@@ -1,17 +1,28 @@
-"""A small hand-built Estimate for the report tests: no tracing, just the dataclasses."""
+"""A small hand-built Estimate for the report tests: no tracing, just the dataclasses; and the
+snapshots of ``tests/snapshot`` for the snapshot report's rendering."""
 
 from __future__ import annotations
 
+import gzip
+import pickle
 import random
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from memfit._events import Category
+# snapshot_data: the real traces and synthetic snapshots the snapshot tests use
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "snapshot"))
+
+from snapshot_data import fragmenting_events
+
+from memfit._events import Category, MemoryEvent
 from memfit._gpus import GPU, resolve_gpu
 from memfit._units import GiB, MiB
 from memfit.estimator._result import Estimate, Timeline, WorkloadSummary
+from memfit.snapshot._record import synthetic_snapshot
 
 MODULES = [
     ("transformer.h.11.mlp.c_fc", 900 * MiB),
@@ -119,3 +130,25 @@ def estimate_factory() -> Callable[..., Estimate]:
 @pytest.fixture
 def timeline_factory() -> Callable[..., Timeline]:
     return synthetic_timeline
+
+
+@pytest.fixture
+def write_snapshot(tmp_path: Path) -> Callable[..., Path]:
+    """Write a synthetic snapshot of ``events`` (default: a fragmenting trace) to a file."""
+
+    def write(
+        events: list[MemoryEvent] | None = None,
+        config: str = "",
+        name: str = "snap.pickle",
+        **kwargs: Any,
+    ) -> Path:
+        data = synthetic_snapshot(
+            events if events is not None else fragmenting_events(), config, **kwargs
+        )
+        path = tmp_path / name
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(path, "wb") as fh:
+            pickle.dump(data, fh)
+        return path
+
+    return write

@@ -7,9 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
+from memfit._series import downsample
 from memfit._units import GiB, MiB
 from memfit.estimator._result import Estimate, Timeline
-from memfit.report._chart import chart_data, downsample, format_index, nice_ticks
+from memfit.report._chart import chart_data, format_index, nice_ticks
 from memfit.report._text import format_count, shorten_middle
 
 

@@ -1,4 +1,4 @@
-"""write_html and write_svg: one offline file, well-formed, every string escaped."""
+"""write_estimate_html and write_estimate_svg: one offline file, well formed, all escaped."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from memfit._units import GiB
 from memfit.estimator._result import Estimate, Timeline
-from memfit.report import html_report, write_html, write_svg
+from memfit.report import estimate_html, write_estimate_html, write_estimate_svg
 
 Factory = Callable[..., Estimate]
 _VOID = {"meta", "link", "br", "img", "input", "hr", "col", "source", "wbr", "area", "base"}
@@ -65,7 +65,7 @@ def _parse(document: str) -> _Checker:
 
 def test_html_is_well_formed_and_self_contained(estimate_factory: Factory, tmp_path: Path) -> None:
     path = tmp_path / "report.html"
-    write_html(estimate_factory(gpu="h100", notes=["a note"]), path)
+    write_estimate_html(estimate_factory(gpu="h100", notes=["a note"]), path)
     document = path.read_text(encoding="utf-8")
     assert document.startswith("<!DOCTYPE html>")
     checker = _parse(document)
@@ -80,7 +80,7 @@ def test_html_is_well_formed_and_self_contained(estimate_factory: Factory, tmp_p
 
 
 def test_html_has_the_report(estimate_factory: Factory) -> None:
-    document = html_report(estimate_factory(gpu="h100", notes=["AdamW state is fp32."]))
+    document = estimate_html(estimate_factory(gpu="h100", notes=["AdamW state is fp32."]))
     text = " ".join(_parse(document).text)
     for expected in (
         "At the peak",
@@ -107,7 +107,7 @@ def test_html_has_the_report(estimate_factory: Factory) -> None:
 def test_html_does_not_fit(
     estimate_factory: Factory, timeline_factory: Callable[..., Timeline]
 ) -> None:
-    document = html_report(estimate_factory(gpu="4090", timeline=timeline_factory(scale=3 * GiB)))
+    document = estimate_html(estimate_factory(gpu="4090", timeline=timeline_factory(scale=3 * GiB)))
     assert "Does not fit on RTX 4090 24GB: short by" in document
     assert 'class="verdict short"' in document
     assert "stroke-dasharray" in document  # the capacity line is drawn
@@ -122,7 +122,7 @@ def test_html_escapes_everything(estimate_factory: Factory) -> None:
         peak_op="aten::<op>",
         allocator_config='max_split_size_mb:"128"&x',
     )
-    document = html_report(estimate)
+    document = estimate_html(estimate)
     assert "<script" not in document
     assert "<img" not in document
     assert "<b>model" not in document
@@ -139,7 +139,7 @@ def test_html_downsamples_the_timeline(
     estimate_factory: Factory, timeline_factory: Callable[..., Timeline]
 ) -> None:
     timeline = timeline_factory(n=200_000, steps=2)
-    document = html_report(estimate_factory(timeline=timeline), max_points=1000)
+    document = estimate_html(estimate_factory(timeline=timeline), max_points=1000)
     polylines = re.findall(r'<polyline points="([^"]*)"', document)
     assert len(polylines) == 2
     assert all(len(points.split()) <= 1000 for points in polylines)
@@ -147,7 +147,7 @@ def test_html_downsamples_the_timeline(
 
 
 def test_phase_bands_have_hover_titles(estimate_factory: Factory) -> None:
-    document = html_report(estimate_factory())
+    document = estimate_html(estimate_factory())
     titles = re.findall(r'<g class="phase"><title>([^<]*)</title>', document)
     assert [t.split(":")[0] for t in titles] == [
         "step1.forward",
@@ -159,7 +159,7 @@ def test_phase_bands_have_hover_titles(estimate_factory: Factory) -> None:
 
 def test_svg_is_well_formed_xml(estimate_factory: Factory, tmp_path: Path) -> None:
     path = tmp_path / "memory.svg"
-    write_svg(estimate_factory(gpu="4090", modules=[("<script>", 1)]), path)
+    write_estimate_svg(estimate_factory(gpu="4090", modules=[("<script>", 1)]), path)
     root = ET.parse(path).getroot()
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
     assert root.findall(".//{http://www.w3.org/2000/svg}polyline")
@@ -168,6 +168,6 @@ def test_svg_is_well_formed_xml(estimate_factory: Factory, tmp_path: Path) -> No
 
 @pytest.mark.parametrize("gpu", [None, "h200", "4090"])
 def test_svg_in_html_is_xml_too(estimate_factory: Factory, gpu: str | None) -> None:
-    document = html_report(estimate_factory(gpu=gpu))
+    document = estimate_html(estimate_factory(gpu=gpu))
     svg = document[document.index("<svg") : document.index("</svg>") + len("</svg>")]
     ET.fromstring(svg)

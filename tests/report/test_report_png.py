@@ -1,4 +1,4 @@
-"""write_png: a real PNG from matplotlib, and a clear error without it."""
+"""write_estimate_png: a real PNG from matplotlib, and a clear error without it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from memfit._errors import InvalidInputError, MissingExtraError
 from memfit._units import GiB
 from memfit.estimator._result import Estimate, Timeline
-from memfit.report import write_png
+from memfit.report import write_estimate_png
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -19,7 +19,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def test_writes_a_png(estimate_factory: Callable[..., Estimate], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     path = tmp_path / "memory.png"
-    write_png(estimate_factory(gpu="h100"), path)
+    write_estimate_png(estimate_factory(gpu="h100"), path)
     assert path.read_bytes().startswith(PNG_MAGIC)
     assert [p.name for p in tmp_path.iterdir()] == ["memory.png"]
 
@@ -32,14 +32,14 @@ def test_large_timeline_with_capacity_line(
     pytest.importorskip("matplotlib")
     timeline = timeline_factory(n=100_000, steps=2, scale=2 * GiB)
     path = tmp_path / "big.png"
-    write_png(estimate_factory(gpu="4090", timeline=timeline), str(path))
+    write_estimate_png(estimate_factory(gpu="4090", timeline=timeline), str(path))
     assert path.read_bytes().startswith(PNG_MAGIC)
 
 
 def test_empty_timeline(estimate_factory: Callable[..., Estimate], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     path = tmp_path / "empty.png"
-    write_png(estimate_factory(timeline=Timeline([], [], [])), path)
+    write_estimate_png(estimate_factory(timeline=Timeline([], [], [])), path)
     assert path.read_bytes().startswith(PNG_MAGIC)
 
 
@@ -53,7 +53,7 @@ def test_missing_matplotlib(
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     path = tmp_path / "memory.png"
     with pytest.raises(MissingExtraError, match=r"pip install 'memfit\[plot\]'") as info:
-        write_png(estimate_factory(), path)
+        write_estimate_png(estimate_factory(), path)
     assert info.value.package == "matplotlib"
     assert "PNG plots" in str(info.value)
     assert not path.exists()
@@ -63,7 +63,7 @@ def test_refuses_a_folder(estimate_factory: Callable[..., Estimate], tmp_path: P
     folder = tmp_path / "plots.png"
     folder.mkdir()
     with pytest.raises(InvalidInputError, match="is a folder"):
-        write_png(estimate_factory(), folder)
+        write_estimate_png(estimate_factory(), folder)
     assert folder.is_dir() and not any(folder.iterdir())
 
 
@@ -71,5 +71,5 @@ def test_refuses_a_missing_folder(
     estimate_factory: Callable[..., Estimate], tmp_path: Path
 ) -> None:
     with pytest.raises(InvalidInputError, match="does not exist"):
-        write_png(estimate_factory(), tmp_path / "nope" / "memory.png")
+        write_estimate_png(estimate_factory(), tmp_path / "nope" / "memory.png")
     assert not (tmp_path / "nope").exists()

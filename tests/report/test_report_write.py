@@ -1,4 +1,4 @@
-"""write_plot: the suffix picks the writer; anything else is refused clearly."""
+"""write_estimate_plot: the suffix picks the writer; anything else is refused clearly."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from memfit._errors import InvalidInputError
 from memfit.estimator._result import Estimate
-from memfit.report import PLOT_SUFFIXES, write_plot
+from memfit.report import PLOT_SUFFIXES, write_estimate_plot
 
 Factory = Callable[..., Estimate]
 
@@ -29,7 +29,7 @@ def test_dispatch_on_suffix(
     if name.endswith(".png"):
         pytest.importorskip("matplotlib")
     path = tmp_path / name
-    write_plot(estimate_factory(gpu="h100"), path)
+    write_estimate_plot(estimate_factory(gpu="h100"), path)
     assert path.read_bytes().startswith(start)
     assert [p.name for p in tmp_path.iterdir()] == [name]
 
@@ -37,13 +37,13 @@ def test_dispatch_on_suffix(
 @pytest.mark.parametrize("name", ["memory.pdf", "memory", "memory.html.gz"])
 def test_unknown_suffix(estimate_factory: Factory, tmp_path: Path, name: str) -> None:
     with pytest.raises(InvalidInputError, match=r"ending in \.png, \.html, \.htm or \.svg"):
-        write_plot(estimate_factory(), tmp_path / name)
+        write_estimate_plot(estimate_factory(), tmp_path / name)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_unknown_suffix_is_named(estimate_factory: Factory, tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match=r"the suffix '\.pdf'"):
-        write_plot(estimate_factory(), tmp_path / "memory.pdf")
+        write_estimate_plot(estimate_factory(), tmp_path / "memory.pdf")
 
 
 @pytest.mark.parametrize("name", ["out.html", "out.svg", "out.png"])
@@ -52,7 +52,7 @@ def test_never_overwrites_a_folder(estimate_factory: Factory, tmp_path: Path, na
     folder.mkdir()
     (folder / "keep.txt").write_text("keep")
     with pytest.raises(InvalidInputError, match="is a folder"):
-        write_plot(estimate_factory(), folder)
+        write_estimate_plot(estimate_factory(), folder)
     assert (folder / "keep.txt").read_text() == "keep"
     assert [p.name for p in tmp_path.iterdir()] == [name]
 
@@ -60,7 +60,7 @@ def test_never_overwrites_a_folder(estimate_factory: Factory, tmp_path: Path, na
 def test_overwrites_an_existing_file(estimate_factory: Factory, tmp_path: Path) -> None:
     path = tmp_path / "memory.html"
     path.write_text("old")
-    write_plot(estimate_factory(), path)
+    write_estimate_plot(estimate_factory(), path)
     assert path.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 

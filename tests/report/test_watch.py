@@ -11,8 +11,7 @@ from rich.console import Console
 
 from memfit import InvalidInputError, format_bytes
 from memfit.monitor import Monitor, Replay, Sample, load_recording
-from memfit.report._watch import WatchHistory, render_sample, watch_frame
-from memfit.report._watch_log import LOG_COLUMNS, SampleLog, log_rows
+from memfit.report import LOG_COLUMNS, SampleLog, WatchHistory, log_rows, render_sample, watch_frame
 
 H200 = Path(__file__).parents[1] / "monitor" / "fixtures" / "nvml-h200.json.gz"
 pytestmark = pytest.mark.skipif(

@@ -15,8 +15,7 @@ from rich.console import Console
 
 from memfit.monitor import LinuxProcs, Sample
 from memfit.monitor._samples import DeviceSample, ProcessSample
-from memfit.report._watch import WatchHistory, render_sample
-from memfit.report._watch_log import SampleLog, log_rows
+from memfit.report import SampleLog, WatchHistory, log_rows, render_sample
 
 
 def _sample() -> Sample:

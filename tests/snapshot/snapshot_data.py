@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import pickle
 import random
+import re
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +75,47 @@ def fragmenting_events(n: int = 4000, seed: int = 0) -> list[MemoryEvent]:
             events.append(MemoryEvent("alloc", block, size, 0, block % 2))
             live.append(block)
     return events
+
+
+VOID = {"meta", "br", "img", "input", "link", "hr", "circle", "line", "polyline", "rect"}
+
+
+class _Balance(HTMLParser):
+    """Checks that every element is closed in order; collects src/href and tag names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.tags: set[str] = set()
+        self.links: list[str] = []
+        self.errors: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.links += [v or "" for k, v in attrs if k in ("src", "href", "xlink:href")]
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.links += [v or "" for k, v in attrs if k in ("src", "href", "xlink:href")]
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+            return
+        self.stack.pop()
+
+
+def check_html(text: str) -> _Balance:
+    parser = _Balance()
+    parser.feed(text)
+    parser.close()
+    assert parser.errors == [] and parser.stack == []
+    assert "script" not in parser.tags and "iframe" not in parser.tags
+    assert not [link for link in parser.links if re.match(r"(https?:)?//", link)]
+    assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//", text)
+    assert "@import" not in text and "url(" not in text
+    return parser

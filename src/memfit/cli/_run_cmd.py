@@ -60,6 +60,7 @@ def _exit_code(returncode: int) -> int:
 
 def run_run(args: argparse.Namespace, console: Console) -> int:
     from memfit.oom import run_with_report
+    from memfit.report import oom_markdown
 
     command = list(args.cmd)
     if command and command[0] == "--":
@@ -71,6 +72,7 @@ def run_run(args: argparse.Namespace, console: Console) -> int:
     result = run_with_report(
         command,
         args.oom_dir,
+        render=oom_markdown,
         record_history=not args.no_history,
         max_entries=args.max_entries,
     )

@@ -40,6 +40,7 @@ def add_snapshot_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
 def run_snapshot(args: argparse.Namespace, console: Console) -> int:
     import memfit.snapshot as snapshot
+    from memfit.report import render_snapshot, write_snapshot_html
 
     if args.top < 1:
         raise InvalidInputError(f"--top {args.top} is not accepted; give a number of rows >= 1.")
@@ -60,11 +61,11 @@ def run_snapshot(args: argparse.Namespace, console: Console) -> int:
         if status is not None:
             status.stop()
     if args.html:
-        snapshot.write_html(result, args.html)
+        write_snapshot_html(result, args.html)
     if args.json:
         print(result.to_json())
         return 0
-    snapshot.render_snapshot(result, console)
+    render_snapshot(result, console)
     if args.html:
         console.print(f"HTML report written to {args.html}", highlight=False, markup=False)
     return 0

@@ -6,6 +6,7 @@ import logging
 import os
 
 from memfit.oom import OOMHook, oom_report
+from memfit.report import oom_markdown
 from memfit.runtime import LeakDetector, LeakReport
 
 __all__ = ["Services"]
@@ -31,7 +32,7 @@ class Services:
 
     def start(self) -> None:
         if self.oom_dir is not None and self.oom is None:
-            self.oom = oom_report(self.oom_dir)
+            self.oom = oom_report(self.oom_dir, render=oom_markdown)
         if self.leaks is None and self._leak_option is not False:
             option = self._leak_option
             self.leaks = option if isinstance(option, LeakDetector) else LeakDetector()

@@ -1,7 +1,7 @@
 """Explain a CUDA out-of-memory error when it happens, with no change to the program.
 
 >>> import memfit
->>> with memfit.oom.oom_report("oom"):          # doctest: +SKIP
+>>> with memfit.oom_report("oom"):          # doctest: +SKIP
 ...     train()
 
 or ``memfit run --oom-dir oom -- python train.py``. On ``torch.OutOfMemoryError`` the
@@ -22,22 +22,33 @@ allocation and never raises; the analysis (replays of the trace, ranking) runs a
 has surfaced: when the ``with`` block exits, on ``close()``, at exit, or in ``memfit run``'s
 parent process once the command has ended. CUDA is never initialised by memfit: the observer is
 attached when the program initialises CUDA.
+
+This package computes the report as data (:class:`OOMDiagnosis`) and renders nothing: the
+functions that write reports take ``render``, the :data:`OOMRenderer` of the ``.md``.
+``memfit.oom_report``, ``memfit run`` and the trainer callbacks pass
+``memfit.report.oom_markdown``.
 """
 
 from __future__ import annotations
 
+from memfit.oom._diagnosis import OOMDiagnosis, OOMRenderer
 from memfit.oom._finalize import ReportFiles, finalize_reports, write_report
-from memfit.oom._fixes import Fix, rank_fixes
+from memfit.oom._fixes import command_line, rank_fixes
 from memfit.oom._hook import OOMHook, oom_report
-from memfit.oom._incident import Incident, read_incident
+from memfit.oom._incident import Frame, Incident, read_incident
 from memfit.oom._run import RunResult, run_with_report
+from memfit.planner import Fix
 
 __all__ = [
     "Fix",
+    "Frame",
     "Incident",
+    "OOMDiagnosis",
     "OOMHook",
+    "OOMRenderer",
     "ReportFiles",
     "RunResult",
+    "command_line",
     "finalize_reports",
     "oom_report",
     "rank_fixes",

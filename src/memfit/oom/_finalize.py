@@ -1,4 +1,8 @@
-"""Turn the facts the observer saved into the report: analysis, ranked fixes, Markdown, JSON."""
+"""Turn the facts the observer saved into the report: analysis, ranked fixes, Markdown, JSON.
+
+The Markdown comes from the renderer the caller passes (:data:`OOMRenderer`): oom computes the
+:class:`OOMDiagnosis`, :mod:`memfit.report` renders it.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,10 @@ from pathlib import Path
 
 import memfit.snapshot as snapshot_api
 from memfit._errors import MemfitError
+from memfit.oom._diagnosis import OOMDiagnosis, OOMRenderer
 from memfit.oom._fixes import rank_fixes
 from memfit.oom._incident import Incident, read_incident
 from memfit.oom._observer import write_json
-from memfit.oom._render import analysis_dict, render_markdown
 
 __all__ = ["ReportFiles", "finalize_reports", "write_report"]
 
@@ -40,9 +44,12 @@ def _analyse(
         return None, f"The snapshot could not be analysed: {exc}"
 
 
-def write_report(path: str | os.PathLike[str], *, what_if: bool = True) -> ReportFiles:
+def write_report(
+    path: str | os.PathLike[str], *, render: OOMRenderer, what_if: bool = True
+) -> ReportFiles:
     """Write the report of the facts file ``path`` (``oom-....json``): ``oom-....md`` beside it,
     and the JSON completed with the analysis and the fixes (``"status": "complete"``).
+    ``render`` writes the Markdown (``memfit.report.oom_markdown``).
 
     Replays the recorded trace under other allocator settings unless ``what_if=False``. A
     report already complete is left as it is.
@@ -54,7 +61,8 @@ def write_report(path: str | os.PathLike[str], *, what_if: bool = True) -> Repor
         return files
     analysis, note = _analyse(incident, what_if)
     fixes, notes = rank_fixes(incident, analysis)
-    text = render_markdown(incident, fixes, notes, analysis, note)
+    diagnosis = OOMDiagnosis(incident, tuple(fixes), tuple(notes), analysis, note)
+    text = render(diagnosis)
     tmp = md.with_name(f"{md.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, md)
@@ -62,16 +70,13 @@ def write_report(path: str | os.PathLike[str], *, what_if: bool = True) -> Repor
     data["status"] = "complete"
     data["units"] = "bytes"
     data["files"] = dict(data.get("files") or {}, report=md.name)
-    data["analysis"] = analysis_dict(analysis) if analysis is not None else None
-    data["analysis_note"] = note
-    data["fixes"] = [f.to_dict() for f in fixes]
-    data["notes"] = notes
+    data.update(diagnosis.to_dict())
     write_json(str(incident.path), data)
     return files
 
 
 def finalize_reports(
-    directory: str | os.PathLike[str], *, names: set[str] | None = None
+    directory: str | os.PathLike[str], *, render: OOMRenderer, names: set[str] | None = None
 ) -> list[ReportFiles]:
     """Write the reports still pending in ``directory`` (only files in ``names``, if given).
 
@@ -82,7 +87,7 @@ def finalize_reports(
         if names is not None and path.name not in names:
             continue
         try:
-            out.append(write_report(path))
+            out.append(write_report(path, render=render))
         except MemfitError:
             continue
     return out

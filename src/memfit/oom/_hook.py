@@ -11,6 +11,7 @@ from types import ModuleType, TracebackType
 
 from memfit._errors import InvalidInputError, MemfitError
 from memfit.oom import _observer
+from memfit.oom._diagnosis import OOMRenderer
 from memfit.oom._finalize import ReportFiles, write_report
 
 __all__ = ["OOMHook", "oom_report", "prepare_directory"]
@@ -54,9 +55,10 @@ class OOMHook:
     exit). ``reports`` lists the reports written so far.
     """
 
-    def __init__(self, hook: _observer.Hook, observer: ModuleType) -> None:
+    def __init__(self, hook: _observer.Hook, observer: ModuleType, render: OOMRenderer) -> None:
         self._hook = hook
         self._observer = observer
+        self._render = render
         self._done: set[str] = set()
         self.reports: list[ReportFiles] = []
         atexit.register(self._at_exit)
@@ -79,7 +81,7 @@ class OOMHook:
         new = []
         for path in self.pending:
             try:
-                files = write_report(path, what_if=what_if)
+                files = write_report(path, render=self._render, what_if=what_if)
             except MemfitError as exc:
                 self._done.add(str(path))
                 sys.stderr.write(f"memfit: the out-of-memory report was not written: {exc}\n")
@@ -126,6 +128,7 @@ class OOMHook:
 def oom_report(
     directory: str | os.PathLike[str] = DEFAULT_DIRECTORY,
     *,
+    render: OOMRenderer,
     record_history: bool = True,
     max_entries: int = _observer.DEFAULT_MAX_ENTRIES,
     max_reports: int = _observer.DEFAULT_MAX_REPORTS,
@@ -142,6 +145,8 @@ def oom_report(
     ``max_entries`` events, Python stacks) so the report can show peaks and allocation sites
     and replay other allocator settings; it costs a little time per allocation. At most
     ``max_reports`` errors are saved (a loop that catches OOMs and retries makes many).
+    ``render`` writes the report's Markdown; ``memfit.oom_report`` passes
+    ``memfit.report.oom_markdown``.
     """
     if max_entries < 1:
         raise InvalidInputError(f"max_entries={max_entries} is not accepted; give 1 or more.")
@@ -155,4 +160,4 @@ def oom_report(
         max_entries=max_entries,
         max_reports=max_reports,
     )
-    return OOMHook(hook, observer)
+    return OOMHook(hook, observer, render)

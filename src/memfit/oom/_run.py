@@ -13,6 +13,7 @@ from pathlib import Path
 from memfit._errors import InvalidInputError, MemfitError
 from memfit.oom import _observer
 from memfit.oom._bootstrap import write_bootstrap
+from memfit.oom._diagnosis import OOMRenderer
 from memfit.oom._finalize import ReportFiles, write_report
 from memfit.oom._hook import DEFAULT_DIRECTORY, prepare_directory
 
@@ -58,13 +59,15 @@ def run_with_report(
     command: Sequence[str],
     directory: str | os.PathLike[str] = DEFAULT_DIRECTORY,
     *,
+    render: OOMRenderer,
     record_history: bool = True,
     max_entries: int = _observer.DEFAULT_MAX_ENTRIES,
     env: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Run ``command`` with the out-of-memory report installed in every Python process it
     starts (through a generated ``sitecustomize``, see ``_bootstrap``), wait for it, then write
-    the reports of the errors it had into ``directory``.
+    the reports of the errors it had into ``directory``, their Markdown written by ``render``
+    (``memfit run`` passes ``memfit.report.oom_markdown``).
     """
     argv = [str(a) for a in command]
     if not argv:
@@ -100,7 +103,7 @@ def run_with_report(
     problems = []
     for facts in sorted(p for p in path.glob("oom-*.json") if p.name not in before):
         try:
-            reports.append(write_report(facts))
+            reports.append(write_report(facts, render=render))
         except MemfitError as exc:
             problems.append(str(exc))
     return RunResult(returncode, path, tuple(reports), tuple(problems))

@@ -1,28 +1,65 @@
-"""Render an :class:`~memfit.estimator._result.Estimate` for people: terminal, PNG, SVG and HTML.
+"""Render memfit's results for people: terminal (rich), PNG, SVG, HTML and Markdown.
 
-``render_estimate`` prints it with rich. ``write_plot`` writes the memory timeline to a file
-whose suffix picks the format: ``.png`` (needs matplotlib, ``memfit[plot]``), ``.svg``, or
-``.html`` (one self-contained page with every table and the chart inline, works offline).
-``write_batch_size_png`` draws a batch-size search (``memfit estimate --max-batch-size``).
-Sizes are always shown in binary units (GiB = 2^30 bytes).
+The only renderer: the other packages keep data and ``to_dict()``. Names follow one scheme,
+``render_<thing>`` prints with rich, ``<thing>_html`` / ``<thing>_markdown`` return the text,
+``write_<thing>_<format>`` writes a file:
+
+* an estimate (:class:`memfit.Estimate`): ``render_estimate``, ``estimate_html``,
+  ``write_estimate_html`` / ``_png`` (needs matplotlib, ``memfit[plot]``) / ``_svg``, and
+  ``write_estimate_plot``, whose path's suffix picks the format (``PLOT_SUFFIXES``);
+* a snapshot report (:class:`memfit.snapshot.SnapshotReport`): ``render_snapshot``,
+  ``snapshot_html``, ``write_snapshot_html``;
+* an out-of-memory report (:class:`memfit.oom.OOMDiagnosis`): ``oom_markdown``;
+* a batch-size search (:class:`memfit.BatchSizeResult`): ``render_batch_size``,
+  ``write_batch_size_png`` (``batch_size_plot_path`` checks the path first);
+* an estimate beside a measurement (:class:`memfit.estimator.Validation`):
+  ``render_validation``;
+* monitor samples (``memfit watch``): ``render_sample``, ``watch_frame`` with a
+  ``WatchHistory``, and ``SampleLog`` to log them as CSV or JSON lines.
+
+HTML pages are self-contained and work offline. Sizes are always shown in binary units
+(GiB = 2^30 bytes).
 """
 
 from __future__ import annotations
 
-from memfit.report._batch_png import write_batch_size_png
+from memfit.report._batch_png import BatchSearch, batch_size_plot_path, write_batch_size_png
+from memfit.report._batch_size import render_batch_size
 from memfit.report._console import render_estimate
-from memfit.report._html import html_report, write_html
-from memfit.report._png import write_png
-from memfit.report._svg import write_svg
-from memfit.report._write import PLOT_SUFFIXES, write_plot
+from memfit.report._html import estimate_html, write_estimate_html
+from memfit.report._oom import oom_markdown
+from memfit.report._png import write_estimate_png
+from memfit.report._snapshot_console import render_snapshot
+from memfit.report._snapshot_html import snapshot_html, write_snapshot_html
+from memfit.report._svg import write_estimate_svg
+from memfit.report._validation import render_validation
+from memfit.report._watch import NA, WatchHistory, render_sample, watch_frame
+from memfit.report._watch_log import LOG_COLUMNS, LOG_SUFFIXES, SampleLog, log_rows
+from memfit.report._write import PLOT_SUFFIXES, write_estimate_plot
 
 __all__ = [
+    "LOG_COLUMNS",
+    "LOG_SUFFIXES",
+    "NA",
     "PLOT_SUFFIXES",
-    "html_report",
+    "BatchSearch",
+    "SampleLog",
+    "WatchHistory",
+    "batch_size_plot_path",
+    "estimate_html",
+    "log_rows",
+    "oom_markdown",
+    "render_batch_size",
     "render_estimate",
+    "render_sample",
+    "render_snapshot",
+    "render_validation",
+    "snapshot_html",
+    "watch_frame",
     "write_batch_size_png",
-    "write_html",
-    "write_plot",
-    "write_png",
-    "write_svg",
+    "write_estimate_html",
+    "write_estimate_plot",
+    "write_estimate_png",
+    "write_estimate_svg",
+    "write_snapshot_html",
 ]

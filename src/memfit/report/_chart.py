@@ -1,8 +1,8 @@
 """What the timeline charts draw, computed once for the PNG and the SVG.
 
 A timeline holds one point per allocator event, up to about a million. No chart needs that
-many: :func:`downsample` keeps the maximum of each bucket so the peak (the one number the
-chart exists to show) survives exactly. The rest of this module places phases, chooses the
+many: :func:`memfit._series.downsample` keeps the maximum of each bucket so the peak (the one
+number the chart exists to show) survives exactly. This module places phases, chooses the
 unit (GiB, or MiB for small workloads) and the ticks, and decides whether the GPU's capacity
 line is near enough to the curve to draw without flattening it.
 """
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memfit._series import DEFAULT_MAX_POINTS, Series, downsample
 from memfit._units import GiB, MiB, format_bytes
 from memfit.estimator import Estimate
 from memfit.report._text import workload_title
@@ -27,16 +28,13 @@ __all__ = [
     "RESERVED_COLOR",
     "ChartData",
     "PhaseSpan",
-    "Series",
     "chart_data",
-    "downsample",
     "format_index",
     "nice_ticks",
     "phase_color",
     "unit_caption",
 ]
 
-DEFAULT_MAX_POINTS = 2000
 # The capacity line is drawn only when it is at most this many times the top of the curve;
 # further up it would squash the curve into a flat line at the bottom of the chart.
 _CAPACITY_ZOOM_LIMIT = 2.5
@@ -57,15 +55,6 @@ _OTHER_PHASE_COLOR = "#bdbdbd"
 def phase_color(kind: str) -> str:
     """The band colour of a phase kind (``forward``, ``backward``, ``optimizer``...)."""
     return _PHASE_COLORS.get(kind, _OTHER_PHASE_COLOR)
-
-
-@dataclass(frozen=True, slots=True)
-class Series:
-    """A (possibly downsampled) timeline: event indices and the memory after each."""
-
-    x: list[int]
-    allocated: list[int]
-    reserved: list[int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,44 +87,6 @@ class ChartData:
     unit_name: str  # "GiB" or "MiB"
     y_top: int  # bytes at the top of the y axis
     y_ticks: list[float]  # in axis units
-
-
-def downsample(
-    allocated: Sequence[int], reserved: Sequence[int], max_points: int = DEFAULT_MAX_POINTS
-) -> Series:
-    """At most ``max_points`` points, keeping the maximum of each bucket.
-
-    Each bucket contributes one point: at the event where allocated memory is highest in the
-    bucket, with that allocated value and the bucket's highest reserved value. So the global
-    maxima of both series are kept exactly, and a chart of the result never understates memory.
-    The first and last events are kept too so the curve spans the whole step.
-    """
-    if max_points < 3:
-        raise ValueError(f"max_points must be at least 3, got {max_points}")
-    n = min(len(allocated), len(reserved))
-    if n <= max_points:
-        return Series(list(range(n)), list(allocated[:n]), list(reserved[:n]))
-    alloc = np.asarray(allocated[:n], dtype=np.int64)
-    resv = np.asarray(reserved[:n], dtype=np.int64)
-    size = math.ceil(n / (max_points - 2))
-    buckets = math.ceil(n / size)
-    pad = buckets * size - n
-    low = np.iinfo(np.int64).min
-    alloc_b = np.pad(alloc, (0, pad), constant_values=low).reshape(buckets, size)
-    resv_b = np.pad(resv, (0, pad), constant_values=low).reshape(buckets, size)
-    index = alloc_b.argmax(axis=1) + np.arange(buckets, dtype=np.int64) * size
-    x = index.tolist()
-    a = alloc_b.max(axis=1).tolist()
-    r = resv_b.max(axis=1).tolist()
-    if x[0] != 0:
-        x.insert(0, 0)
-        a.insert(0, int(alloc[0]))
-        r.insert(0, int(resv[0]))
-    if x[-1] != n - 1:
-        x.append(n - 1)
-        a.append(int(alloc[-1]))
-        r.append(int(resv[-1]))
-    return Series(x, a, r)
 
 
 def nice_ticks(top: float, target: int = 6) -> list[float]:

@@ -29,7 +29,7 @@ from memfit.report._text import (
     workload_title,
 )
 
-__all__ = ["PAGE_CSS", "html_report", "page_start", "write_html"]
+__all__ = ["PAGE_CSS", "estimate_html", "page_start", "write_estimate_html"]
 
 _MODULE_ROWS = 10
 _MODULE_WIDTH = 90
@@ -179,7 +179,7 @@ def page_start(title: str, css: str) -> list[str]:
     ]
 
 
-def html_report(estimate: Estimate, *, max_points: int = DEFAULT_MAX_POINTS) -> str:
+def estimate_html(estimate: Estimate, *, max_points: int = DEFAULT_MAX_POINTS) -> str:
     """The full HTML page for ``estimate``, as a string."""
     title = f"memfit: {workload_title(estimate.workload)}"
     chart = svg_chart(chart_data(estimate, max_points))
@@ -211,11 +211,13 @@ def html_report(estimate: Estimate, *, max_points: int = DEFAULT_MAX_POINTS) -> 
     return "\n".join(part for part in parts if part) + "\n"
 
 
-def write_html(estimate: Estimate, path: PathLike, *, max_points: int = DEFAULT_MAX_POINTS) -> None:
+def write_estimate_html(
+    estimate: Estimate, path: PathLike, *, max_points: int = DEFAULT_MAX_POINTS
+) -> None:
     """Write ``estimate`` to ``path`` as one self-contained, offline HTML page.
 
     The page has the workload, the fit verdict, the headline sizes, the timeline as an inline
     SVG chart, the breakdown by category and module at the peak, and the notes.
     """
     target = output_path(path, "HTML report", ".html")
-    target.write_text(html_report(estimate, max_points=max_points), encoding="utf-8")
+    target.write_text(estimate_html(estimate, max_points=max_points), encoding="utf-8")

@@ -26,7 +26,7 @@ from memfit.report._chart import (
 )
 from memfit.report._paths import PathLike, output_path
 
-__all__ = ["write_png"]
+__all__ = ["write_estimate_png"]
 
 _WIDTH_IN = 12.0
 _HEIGHT_IN = 5.8
@@ -215,7 +215,9 @@ def _legend_rows(ax: Any, handles: list[Any]) -> None:
             ax.add_artist(legend)
 
 
-def write_png(estimate: Estimate, path: PathLike, *, max_points: int = DEFAULT_MAX_POINTS) -> None:
+def write_estimate_png(
+    estimate: Estimate, path: PathLike, *, max_points: int = DEFAULT_MAX_POINTS
+) -> None:
     """Write the memory over the step of ``estimate`` to ``path`` as a PNG.
 
     Allocated and reserved memory after each allocator event (downsampled to ``max_points``

@@ -27,7 +27,7 @@ from memfit.report._chart import (
 )
 from memfit.report._paths import PathLike, output_path
 
-__all__ = ["svg_chart", "write_svg"]
+__all__ = ["svg_chart", "write_estimate_svg"]
 
 _W = 960
 _LEFT = 64
@@ -245,7 +245,9 @@ def svg_chart(data: ChartData, *, standalone: bool = False) -> str:
     return "\n".join(out)
 
 
-def write_svg(estimate: Estimate, path: PathLike, *, max_points: int = DEFAULT_MAX_POINTS) -> None:
+def write_estimate_svg(
+    estimate: Estimate, path: PathLike, *, max_points: int = DEFAULT_MAX_POINTS
+) -> None:
     """Write the memory over the step of ``estimate`` to ``path`` as a standalone SVG.
 
     The same chart as the HTML report's, downsampled to ``max_points`` keeping each bucket's

@@ -1,6 +1,6 @@
 """Choose a plot writer from the suffix of the path the user gave.
 
-The CLI's ``--plot PATH`` and library users both go through :func:`write_plot`, so the list
+The CLI's ``--plot PATH`` and library users both go through :func:`write_estimate_plot`, so the list
 of accepted formats and the error for any other lives in one place.
 """
 
@@ -11,23 +11,23 @@ from pathlib import Path
 
 from memfit._errors import InvalidInputError
 from memfit.estimator import Estimate
-from memfit.report._html import write_html
+from memfit.report._html import write_estimate_html
 from memfit.report._paths import PathLike
-from memfit.report._png import write_png
-from memfit.report._svg import write_svg
+from memfit.report._png import write_estimate_png
+from memfit.report._svg import write_estimate_svg
 
-__all__ = ["PLOT_SUFFIXES", "write_plot"]
+__all__ = ["PLOT_SUFFIXES", "write_estimate_plot"]
 
 _WRITERS: dict[str, Callable[[Estimate, PathLike], None]] = {
-    ".png": write_png,
-    ".html": write_html,
-    ".htm": write_html,
-    ".svg": write_svg,
+    ".png": write_estimate_png,
+    ".html": write_estimate_html,
+    ".htm": write_estimate_html,
+    ".svg": write_estimate_svg,
 }
 PLOT_SUFFIXES: tuple[str, ...] = tuple(_WRITERS)
 
 
-def write_plot(estimate: Estimate, path: PathLike) -> None:
+def write_estimate_plot(estimate: Estimate, path: PathLike) -> None:
     """Write ``estimate`` to ``path`` in the format its suffix names.
 
     ``.png`` (matplotlib, ``memfit[plot]``), ``.svg`` (the chart alone, no dependency) or

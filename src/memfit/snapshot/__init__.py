@@ -15,19 +15,18 @@ the recorded settings (checking that it reproduces the recorded reserved memory)
 torch's ``allocated`` statistic, the segments at the peak and the largest free block; lists
 what is alive at the peak and where it was allocated (when stacks were recorded); and replays
 it under other allocator settings, recommending one only if it saves more than 2% and
-256 MiB of peak reserved memory. :func:`render_snapshot` prints it, :func:`write_html` writes
-a self-contained page, :meth:`SnapshotReport.to_json` gives the machine form.
+256 MiB of peak reserved memory. :meth:`SnapshotReport.to_json` gives the machine form;
+:mod:`memfit.report` renders it (``render_snapshot`` in the terminal, ``snapshot_html`` and
+``write_snapshot_html`` as a self-contained page).
 """
 
 from __future__ import annotations
 
-from memfit.snapshot._console import render_snapshot
-from memfit.snapshot._html import html_report, write_html
+from memfit.planner import WhatIf
 from memfit.snapshot._live import LiveBlock, SiteRow
 from memfit.snapshot._recorded import ReplayCheck
 from memfit.snapshot._report import Phase, SnapshotReport, report
 from memfit.snapshot._snapshot import Annotation, Snapshot, load
-from memfit.snapshot._whatif import WhatIf
 
 __all__ = [
     "Annotation",
@@ -38,9 +37,6 @@ __all__ = [
     "Snapshot",
     "SnapshotReport",
     "WhatIf",
-    "html_report",
     "load",
-    "render_snapshot",
     "report",
-    "write_html",
 ]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, cast
 
-from memfit.report._chart import downsample
+from memfit._series import downsample
 
 if TYPE_CHECKING:
     from memfit.snapshot._report import SnapshotReport

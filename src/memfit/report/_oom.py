@@ -1,16 +1,21 @@
-"""The readable report (Markdown) of an out-of-memory error, and its analysis as JSON."""
+"""The readable report (Markdown) of an out-of-memory error: :func:`oom_markdown`.
+
+It renders a :class:`memfit.oom.OOMDiagnosis`; the JSON beside it is the diagnosis's
+``to_dict()``. ``memfit.oom_report``, ``memfit run`` and the trainer callbacks hand this
+function to :mod:`memfit.oom`, which writes the ``.md`` file when the error has surfaced.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Sequence
 
 from memfit._units import format_bytes
-from memfit.oom._fixes import Fix, command_line
-from memfit.oom._incident import Frame, Incident
+from memfit.oom import Frame, Incident, OOMDiagnosis, command_line
+from memfit.planner import Fix
 from memfit.snapshot import SnapshotReport
 
-__all__ = ["analysis_dict", "render_markdown"]
+__all__ = ["oom_markdown"]
 
 _TORCH = re.compile(r"(?:^|[/\\])torch[/\\]")
 _SHOWN_FRAMES = 12
@@ -156,7 +161,7 @@ def _trace(analysis: SnapshotReport | None, note: str | None, incident: Incident
     return out
 
 
-def _fixes(fixes: list[Fix], notes: list[str], incident: Incident) -> list[str]:
+def _fixes(fixes: Sequence[Fix], notes: Sequence[str], incident: Incident) -> list[str]:
     out = ["## Fixes, by expected saving", ""]
     if incident.shortfall > 0:
         out.append(f"To cover: the {format_bytes(incident.shortfall)} shortfall.")
@@ -178,14 +183,9 @@ def _fixes(fixes: list[Fix], notes: list[str], incident: Incident) -> list[str]:
     return out
 
 
-def render_markdown(
-    incident: Incident,
-    fixes: list[Fix],
-    notes: list[str],
-    analysis: SnapshotReport | None = None,
-    analysis_note: str | None = None,
-) -> str:
-    """The report as Markdown."""
+def oom_markdown(diagnosis: OOMDiagnosis) -> str:
+    """The report of ``diagnosis`` as Markdown."""
+    incident = diagnosis.incident
     command = command_line(incident)
     limited = (
         f" The process was limited to {format_bytes(incident.limit)} of the device's "
@@ -220,9 +220,9 @@ def render_markdown(
         "",
         *_memory(incident),
         "",
-        *_trace(analysis, analysis_note, incident),
+        *_trace(diagnosis.analysis, diagnosis.analysis_note, incident),
         "",
-        *_fixes(fixes, notes, incident),
+        *_fixes(diagnosis.fixes, diagnosis.notes, incident),
         "",
         "## Files",
         "",
@@ -238,35 +238,3 @@ def render_markdown(
         out += ["", "Not collected at the failure:", *[f"- {e}" for e in incident.errors]]
     out += ["", "Sizes in binary units: GiB = 2^30 bytes, MiB = 2^20 bytes."]
     return "\n".join(out) + "\n"
-
-
-def analysis_dict(analysis: SnapshotReport) -> dict[str, Any]:
-    """The parts of a snapshot analysis the OOM report's JSON keeps (sizes in bytes)."""
-    return {
-        "source": analysis.source,
-        "events": analysis.events,
-        "complete": analysis.complete,
-        "settings": analysis.settings,
-        "peak_allocated": analysis.peak_allocated,
-        "peak_reserved": analysis.peak_reserved,
-        "peak_reserved_event": analysis.peak_reserved_event,
-        "fragmentation_at_peak": analysis.fragmentation_at_peak,
-        "largest_free_at_peak": analysis.largest_free_at_peak,
-        "top_sites": [
-            {"site": r.site, "size": r.size, "count": r.count} for r in analysis.top_sites
-        ],
-        "what_if": [
-            {
-                "setting": r.label,
-                "recorded": r.recorded,
-                "peak_reserved": r.peak_reserved,
-                "saved": r.saved,
-                "outcome": r.outcome,
-                "note": r.note,
-            }
-            for r in analysis.what_if
-        ],
-        "recommendation": analysis.recommendation,
-        "replay": analysis.replay.message,
-        "notes": list(analysis.notes),
-    }

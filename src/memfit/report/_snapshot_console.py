@@ -13,7 +13,7 @@ from rich.text import Text
 
 from memfit._units import format_bytes
 from memfit.report._text import UNITS_CAPTION, format_share, shorten_middle
-from memfit.snapshot._report import SnapshotReport
+from memfit.snapshot import SnapshotReport
 
 __all__ = ["render_snapshot"]
 

@@ -1,7 +1,7 @@
 """A :class:`SnapshotReport` as one self-contained HTML page (``memfit snapshot --html``).
 
-Everything is inline: CSS, the timeline (the same SVG chart as ``memfit estimate --plot``,
-from :mod:`memfit.report`) and the segment view drawn here as SVG. No script, no link, no
+Everything is inline: CSS, the timeline (the same SVG chart as ``memfit estimate --plot``)
+and the segment view drawn here as SVG. No script, no link, no
 fetch: the page opens offline. Every string from the snapshot (paths, function names, which
 the file's author controls) goes through :func:`html.escape`.
 """
@@ -12,23 +12,17 @@ from collections.abc import Sequence
 from html import escape
 from typing import cast
 
+from memfit._series import DEFAULT_MAX_POINTS, downsample
 from memfit._units import GiB, MiB, format_bytes
 from memfit.allocator import SegmentInfo
-from memfit.report._chart import (
-    ALLOCATED_COLOR,
-    DEFAULT_MAX_POINTS,
-    ChartData,
-    PhaseSpan,
-    downsample,
-    nice_ticks,
-)
+from memfit.report._chart import ALLOCATED_COLOR, ChartData, PhaseSpan, nice_ticks
 from memfit.report._html import PAGE_CSS, page_start
 from memfit.report._paths import PathLike, output_path
 from memfit.report._svg import svg_chart
 from memfit.report._text import UNITS_CAPTION, format_share
-from memfit.snapshot._report import SnapshotReport
+from memfit.snapshot import SnapshotReport
 
-__all__ = ["html_report", "write_html"]
+__all__ = ["segment_svg", "snapshot_chart_data", "snapshot_html", "write_snapshot_html"]
 
 
 def _seq(values: object) -> Sequence[int]:
@@ -79,8 +73,8 @@ def _n(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
 
-def chart_data(report: SnapshotReport, max_points: int = DEFAULT_MAX_POINTS) -> ChartData:
-    """The timeline of ``report`` in the shape the report package's SVG chart draws."""
+def snapshot_chart_data(report: SnapshotReport, max_points: int = DEFAULT_MAX_POINTS) -> ChartData:
+    """The timeline of ``report`` in the shape the SVG chart draws."""
     top = max(report.peak_allocated, report.peak_reserved)
     unit, unit_name = (GiB, "GiB") if top >= GiB else (MiB, "MiB")
     y_top = max(int(top * 1.15), unit)
@@ -297,12 +291,12 @@ def _notes(report: SnapshotReport) -> str:
     return f'<h2>Notes</h2><ul class="notes">{body}</ul>'
 
 
-def html_report(report: SnapshotReport, *, max_points: int = DEFAULT_MAX_POINTS) -> str:
+def snapshot_html(report: SnapshotReport, *, max_points: int = DEFAULT_MAX_POINTS) -> str:
     """The full HTML page for ``report``, as a string."""
     name = report.source.rsplit("/", 1)[-1]
     exact = " exact" if report.replay.exact else ""
     timeline = (
-        svg_chart(chart_data(report, max_points))
+        svg_chart(snapshot_chart_data(report, max_points))
         if report.events
         else "<p>The trace has no allocations.</p>"
     )
@@ -350,9 +344,9 @@ def html_report(report: SnapshotReport, *, max_points: int = DEFAULT_MAX_POINTS)
     return "\n".join(part for part in parts if part) + "\n"
 
 
-def write_html(
+def write_snapshot_html(
     report: SnapshotReport, path: PathLike, *, max_points: int = DEFAULT_MAX_POINTS
 ) -> None:
     """Write ``report`` to ``path`` as one self-contained, offline HTML page."""
     target = output_path(path, "HTML report", ".html")
-    target.write_text(html_report(report, max_points=max_points), encoding="utf-8")
+    target.write_text(snapshot_html(report, max_points=max_points), encoding="utf-8")
