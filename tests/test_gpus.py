@@ -1,6 +1,7 @@
 import pytest
 
 from memfit import GPU, InvalidInputError, resolve_gpu
+from memfit._gpus import DEFAULT_ARCHITECTURE, KNOWN_GPUS
 
 
 def test_known_names_and_aliases():
@@ -24,3 +25,24 @@ def test_gpu_passes_through():
 def test_unknown_gpu_suggests_close_names():
     with pytest.raises(InvalidInputError, match="Did you mean: h100"):
         resolve_gpu("h10")
+
+
+def test_architecture_facts_are_on_the_gpu():
+    h200, a100, v100, l4 = (resolve_gpu(n).architecture for n in ("h200", "a100", "v100", "l4"))
+    assert h200.runs_cudnn_attention and not a100.runs_cudnn_attention
+    assert not l4.runs_cudnn_attention and l4.runs_flash_attention  # sm 89: Ada, not Hopper
+    assert a100.runs_flash_attention and not v100.runs_flash_attention
+    assert v100.runs_efficient_attention and v100.efficient_backward_max_head_dim == 128
+    assert a100.efficient_backward_max_head_dim is None
+    assert h200.cublas_workspace == 32 * 2**20 and a100.cublas_workspace == 4 * 2**20 + 256 * 1024
+    # one measured cuDNN table (sm 90), used by every architecture until others are measured
+    assert {g.architecture.cudnn_table for g in KNOWN_GPUS.values()} == {"cudnn_sm90.json"}
+    assert resolve_gpu("24GiB").architecture == DEFAULT_ARCHITECTURE == h200
+
+
+def test_the_cudnn_table_of_every_architecture_ships():
+    from importlib import resources
+
+    data = resources.files("memfit.trace").joinpath("data")
+    for gpu in KNOWN_GPUS.values():
+        assert data.joinpath(gpu.architecture.cudnn_table).is_file()

@@ -4,6 +4,10 @@
 process holds outside the caching allocator once CUDA, cuBLAS and cuDNN are loaded: nvidia-smi's
 per-process figure minus ``torch.cuda.memory_reserved()``. It was measured on the H200
 (benchmarks/results/); other cards reuse it until measured, and say so.
+
+What a GPU runs depends on its architecture (compute capability): :class:`Architecture` holds
+every such fact the trace uses (which attention kernels it may pick, cuBLAS's workspace, the
+measured cuDNN table), so a new architecture is described here and nowhere else.
 """
 
 from __future__ import annotations
@@ -14,7 +18,56 @@ from dataclasses import dataclass
 from memfit._errors import InvalidInputError
 from memfit._units import MiB, parse_size
 
-__all__ = ["GPU", "KNOWN_GPUS", "resolve_gpu"]
+__all__ = ["DEFAULT_ARCHITECTURE", "GPU", "KNOWN_GPUS", "Architecture", "resolve_gpu"]
+
+
+@dataclass(frozen=True, slots=True)
+class Architecture:
+    """The facts memfit knows of a GPU architecture, by compute capability ``sm`` (90: Hopper).
+
+    Measured on sm 90 only (an H200, torch 2.11, cuDNN 9.19; ``benchmarks/sdpa_probe.py`` and
+    ``cudnn_probe.py``): cuDNN's fused attention and the cuDNN workspace table. Other
+    architectures keep the flash and memory-efficient attention rules of PyTorch's
+    ``sdp_utils.cpp``, and reuse the sm 90 table until one is measured on them.
+    """
+
+    sm: int
+
+    @property
+    def runs_cudnn_attention(self) -> bool:
+        """Whether SDPA may pick cuDNN's fused attention, ahead of flash (Hopper only)."""
+        return self.sm == 90
+
+    @property
+    def runs_flash_attention(self) -> bool:
+        """Whether SDPA may pick flash attention (Ampere and later)."""
+        return self.sm >= 80
+
+    @property
+    def runs_efficient_attention(self) -> bool:
+        """Whether SDPA may pick the memory-efficient kernel (Maxwell and later)."""
+        return self.sm >= 50
+
+    @property
+    def efficient_backward_max_head_dim(self) -> int | None:
+        """The largest head dimension the memory-efficient kernel's backward takes before
+        Ampere; ``None``: no limit."""
+        return None if self.sm >= 80 else 128
+
+    @property
+    def cublas_workspace(self) -> int:
+        """The workspace cuBLAS takes per handle (thread) at its first matmul."""
+        return 32 * MiB if self.sm >= 90 else 4 * MiB + 8 * 16 * 1024 * 2
+
+    @property
+    def cudnn_table(self) -> str:
+        """The file under ``memfit/trace/data`` with cuDNN's convolution and LSTM workspaces
+        for this architecture: measured on sm 90, reused by every other one until measured."""
+        return "cudnn_sm90.json"
+
+
+# what the trace assumes where no GPU is named (the default compute capability of a GPU)
+DEFAULT_ARCHITECTURE = Architecture(90)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +86,11 @@ class GPU:
     @property
     def sm(self) -> int:
         return self.compute_capability[0] * 10 + self.compute_capability[1]
+
+    @property
+    def architecture(self) -> Architecture:
+        """What its architecture runs (attention kernels, workspaces, measured tables)."""
+        return Architecture(self.sm)
 
     def context_for(self, mode: str) -> int:
         """The non-PyTorch memory of a ``train`` or ``infer`` process."""

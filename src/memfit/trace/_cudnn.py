@@ -20,18 +20,28 @@ from typing import Any
 
 import torch
 
+from memfit._gpus import DEFAULT_ARCHITECTURE
 from memfit.trace._layouts import channels_last
 
-__all__ = ["ConvWorkspaces"]
+__all__ = ["ConvWorkspaces", "cudnn_data"]
 
 _DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 @functools.cache
-def _table() -> dict[str, dict[str, dict[str, list[int]]]]:
-    text = resources.files("memfit.trace").joinpath("data/cudnn_sm90.json").read_text()
-    table: dict[str, dict[str, dict[str, list[int]]]] = json.loads(text)["conv"]
-    return table
+def cudnn_data(table: str) -> dict[str, Any]:
+    """A measured cuDNN table (``memfit/trace/data``, named by
+    :attr:`memfit._gpus.Architecture.cudnn_table`), read once."""
+    text = resources.files("memfit.trace").joinpath(f"data/{table}").read_text()
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def _table(
+    table: str = DEFAULT_ARCHITECTURE.cudnn_table,
+) -> dict[str, dict[str, dict[str, list[int]]]]:
+    conv: dict[str, dict[str, dict[str, list[int]]]] = cudnn_data(table)["conv"]
+    return conv
 
 
 def _key(
@@ -71,9 +81,11 @@ def _at_batch(by_batch: dict[str, list[int]], batch: int) -> tuple[list[int], bo
 
 
 class ConvWorkspaces:
-    """Looks up what cuDNN allocates inside each convolution of a trace, and counts misses."""
+    """Looks up what cuDNN allocates inside each convolution of a trace, and counts misses;
+    ``table`` is the architecture's measured table."""
 
-    def __init__(self) -> None:
+    def __init__(self, table: str = DEFAULT_ARCHITECTURE.cudnn_table) -> None:
+        self.table = table
         self.interpolated = 0
         self.unknown: set[str] = set()
 
@@ -106,7 +118,7 @@ class ConvWorkspaces:
         key = _key(x, weight, stride, padding, int(groups))
         if key is None:
             return []
-        entry = _table().get(key)
+        entry = _table(self.table).get(key)
         if entry is None:
             self.unknown.add(key.split("|")[0])
             return []

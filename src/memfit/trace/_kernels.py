@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from memfit._gpus import Architecture
 from memfit._units import MiB
 from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._reduce import reduction_scratch
@@ -108,11 +109,12 @@ class KernelModel:
         self.sm = sm
         self.sm_count = sm_count
         self.threads_per_sm = threads_per_sm
+        arch = Architecture(sm)
         if cublas_workspace is None:
-            cublas_workspace = 32 * MiB if sm >= 90 else 4 * MiB + 8 * 16 * 1024 * 2
+            cublas_workspace = arch.cublas_workspace
         self.cublas_workspace = cublas_workspace
         self._handles: set[str] = set()
-        self.convolutions = ConvWorkspaces()
+        self.convolutions = ConvWorkspaces(arch.cudnn_table)
 
     def before(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], phase: str

@@ -18,16 +18,16 @@ kernels (also said in the notes).
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import torch
 from torch import nn
+
+from memfit._gpus import DEFAULT_ARCHITECTURE
+from memfit.trace._cudnn import cudnn_data
 
 __all__ = ["LSTM_FUNCTION", "RnnHooks", "cudnn_lstm", "flatten_like_cuda"]
 
@@ -38,26 +38,34 @@ _FLATTENED = (torch.float32, torch.float16)  # cuDNN-acceptable dtypes flatten_p
 
 @dataclass
 class RnnHooks:
-    """How the LSTM emulation reaches the recorder: workspaces and names for its tensors."""
+    """How the LSTM emulation reaches the recorder: workspaces and names for its tensors, and
+    the target architecture's measured cuDNN table (:attr:`Architecture.cudnn_table`)."""
 
     alloc: Callable[[int, str], int]  # a workspace of n bytes; returns its block
     free: Callable[[int], None]
     name: Callable[[torch.Tensor, str], None]
     notes: set[str]
+    table: str = DEFAULT_ARCHITECTURE.cudnn_table
 
     def workspace(self, nbytes: int, label: str) -> None:
         self.free(self.alloc(nbytes, label))
 
 
-@functools.cache
-def _fits() -> dict[str, list[float]]:
-    text = resources.files("memfit.trace").joinpath("data/cudnn_sm90.json").read_text()
-    fits: dict[str, list[float]] = json.loads(text)["lstm_workspace"]
+def _fits(table: str = DEFAULT_ARCHITECTURE.cudnn_table) -> dict[str, list[float]]:
+    fits: dict[str, list[float]] = cudnn_data(table)["lstm_workspace"]
     return fits
 
 
 def _workspace(
-    dtype: str, layers: int, dirs: int, b: int, s: int, h: int, e: int, infer: bool
+    dtype: str,
+    layers: int,
+    dirs: int,
+    b: int,
+    s: int,
+    h: int,
+    e: int,
+    infer: bool,
+    table: str = DEFAULT_ARCHITECTURE.cudnn_table,
 ) -> tuple[int, bool]:
     """The fitted workspace of a training (or, ``infer``, inference) call, and whether the
     layer count was probed (else the fit is extrapolated linearly in the number of layers)."""
@@ -66,7 +74,7 @@ def _workspace(
     mode = "|infer" if infer else ""
     fits = {
         k: v
-        for k, v in _fits().items()
+        for k, v in _fits(table).items()
         if k.startswith(f"{name}|") and k.endswith("|infer") == infer
     }
     probed = sorted({int(k.split("|")[1]) for k in fits})
@@ -185,11 +193,11 @@ def cudnn_lstm(args: tuple[Any, ...], hooks: RnnHooks) -> Any:
     grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
     training = bool(train) and grad
     infer = not training
-    if infer and not any(k.endswith("|infer") for k in _fits()):
+    if infer and not any(k.endswith("|infer") for k in _fits(hooks.table)):
         hooks.notes.add("cuDNN LSTM inference workspace taken from training's (not probed)")
         infer = False
     layers = int(layers)
-    workspace, probed = _workspace(name, layers, dirs, int(b), int(s), h, e, infer)
+    workspace, probed = _workspace(name, layers, dirs, int(b), int(s), h, e, infer, hooks.table)
     if not probed:
         hooks.notes.add(f"cuDNN LSTM workspace for {layers} layers extrapolated")
     spec = _Spec(

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from memfit._gpus import Architecture
+
 __all__ = ["choose_backend", "run_sdpa"]
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -41,7 +43,8 @@ def choose_backend(
     dropout_p: float = 0.0,
 ) -> str:
     """``cudnn``, ``flash``, ``efficient`` or ``math``: what SDPA picks on a GPU of compute
-    ``sm``."""
+    ``sm`` (what each architecture may run: :class:`memfit._gpus.Architecture`)."""
+    arch = Architecture(sm)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return "math"
     grad = bool(q.requires_grad or k.requires_grad or v.requires_grad)
@@ -50,22 +53,23 @@ def choose_backend(
     half = q.dtype in _HALF and q.dtype == k.dtype == v.dtype
     dims_ok = head_dim <= 256 and head_dim % 8 == 0 and k.shape[-1] == v.shape[-1] == head_dim
     fused = half and dims_ok and (same_heads or enable_gqa)
-    if sm == 90 and fused and _cudnn_takes(q, k, attn_mask, dropout_p):
+    if arch.runs_cudnn_attention and fused and _cudnn_takes(q, k, attn_mask, dropout_p):
         return "cudnn"
-    if sm >= 80 and attn_mask is None and fused:
+    if arch.runs_flash_attention and attn_mask is None and fused:
         return "flash"
     if _strided_rows(attn_mask):
         # neither fused kernel takes it (H200, torch 2.11)
         return "math"
     align = 8 if q.dtype in _HALF else 4
+    max_backward_dim = arch.efficient_backward_max_head_dim
     if (
-        sm >= 50
+        arch.runs_efficient_attention
         and q.dtype in (*_HALF, torch.float32)
         and q.dtype == k.dtype == v.dtype
         and head_dim % align == 0
         and v.shape[-1] % align == 0
         and same_heads
-        and not (grad and head_dim > 128 and sm < 80)
+        and not (grad and max_backward_dim is not None and head_dim > max_backward_dim)
     ):
         return "efficient"
     return "math"

@@ -181,6 +181,7 @@ class _Session:
                 free=self.recorder.free,
                 name=self.recorder.name,
                 notes=self.rnn_notes,
+                table=gpu.architecture.cudnn_table,
             ),
         )
 
