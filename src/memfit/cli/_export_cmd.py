@@ -24,7 +24,7 @@ def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "utilisation, temperature and power; per process GPU memory labelled by pid, user, "
         "command, container and pod; and for processes that publish their stats "
         "(memfit.publish() or memfit run) torch allocated/reserved/peak and the memory outside "
-        "PyTorch. Needs memfit[nvml,export]. A Grafana dashboard is in grafana/. Ctrl-C stops.",
+        "PyTorch. Needs memfit[export]. A Grafana dashboard is in grafana/. Ctrl-C stops.",
     )
     p.add_argument(
         "--host",

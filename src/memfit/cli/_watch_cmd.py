@@ -6,16 +6,14 @@ import argparse
 import json
 import os
 import sys
-import time
 from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 
 from memfit._errors import InvalidInputError
-from memfit.monitor import Monitor, Replay, load_recording, parse_devices
-from memfit.report._watch import WatchHistory, render_sample, watch_frame
-from memfit.report._watch_log import SampleLog
+from memfit.monitor import Monitor, Sample, parse_devices
+from memfit.report import SampleLog, WatchHistory, render_sample, watch_frame
 
 __all__ = ["add_monitor_args", "add_watch_parser", "open_monitor", "run_watch"]
 
@@ -55,7 +53,7 @@ def add_watch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "user and command, refreshed every --interval seconds (like nvidia-smi -l 1). For "
         "PyTorch processes that call memfit.publish() or run under memfit run, also their "
         "allocated, reserved and peak memory, and the memory outside PyTorch (CUDA context, "
-        "libraries, NCCL). Needs nvidia-ml-py (memfit[nvml]). Ctrl-C stops.",
+        "libraries, NCCL). Ctrl-C stops.",
     )
     add_monitor_args(p)
     p.add_argument("--once", action="store_true", help="print one sample and exit")
@@ -83,13 +81,10 @@ def open_monitor(args: argparse.Namespace) -> Monitor:
         if args.scenario is not None:
             raise InvalidInputError("--scenario goes with --replay FILE; give both or neither.")
         return Monitor(devices=devices)
-    doc = load_recording(args.replay)
-    scenario = args.scenario or doc["scenarios"][0]["name"]
-    replay = Replay(doc, scenario)
-    return Monitor(replay, devices=devices, procs=replay.procs, published=replay.published)
+    return Monitor.from_recording(args.replay, args.scenario, devices=devices)
 
 
-def _emit_json(sample: Any) -> None:
+def _emit_json(sample: Sample) -> None:
     print(json.dumps(sample.to_dict()), flush=True)
 
 
@@ -131,14 +126,12 @@ def _watch(args: argparse.Namespace, console: Console) -> int:
 def _loop(
     args: argparse.Namespace, monitor: Monitor, console: Console, log: SampleLog | None
 ) -> None:
+    """Show (or log) each sample of the monitor's loop as it comes."""
     history = WatchHistory(args.history)
     live = not args.json and console.is_terminal
     quiet = log is not None and not console.is_terminal and not args.json
-    start = time.monotonic()
-    n = 0
     with Live(console=console, auto_refresh=False, transient=False) if live else _Null() as view:
-        while args.count is None or n < args.count:
-            sample = monitor.sample()
+        for sample in monitor.samples(args.interval, args.count):
             history.add(sample)
             if log is not None:
                 log.write(sample)
@@ -148,10 +141,6 @@ def _loop(
                 view.update(watch_frame(sample, history), refresh=True)
             elif not quiet:
                 console.print(watch_frame(sample, history))
-            n += 1
-            if args.count is not None and n >= args.count:
-                break
-            time.sleep(max(0.0, start + n * args.interval - time.monotonic()))
 
 
 class _Null:

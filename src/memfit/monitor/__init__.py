@@ -11,24 +11,31 @@ that ``memfit watch`` renders and ``memfit export`` serves to Prometheus.
     import memfit
     publisher = memfit.publish(interval=1.0)       # in the training process
 
-    from memfit.monitor import sample              # anywhere on the machine (memfit[nvml])
+    from memfit.monitor import sample, samples     # anywhere on the machine
     for gpu in sample().devices:
         for p in gpu.processes:
             print(p.pid, p.used_memory, p.torch and p.torch.reserved, p.non_torch)
+    for s in samples(interval=1.0, count=10):      # nvidia-smi -l 1, as memfit watch runs it
+        print(s.time, [gpu.memory_used for gpu in s.devices])
+
+``Monitor(...).samples(interval)`` is the same loop on a monitor of one's own (chosen GPUs, a
+recorded driver through ``Monitor.from_recording``).
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from memfit._errors import InvalidInputError
+from memfit.monitor import _publisher
 from memfit.monitor._exporter import METRICS, Exporter, SampleCollector, start_exporter
 from memfit.monitor._nvml import MemoryInfo, NvmlBackend, NvmlCallError, PynvmlBackend
 from memfit.monitor._procs import LinuxProcs, ProcInfo, ProcReader, parse_cgroup
 from memfit.monitor._published import Published, PublishedSource, RuntimeDir
 from memfit.monitor._publisher import Publisher, runtime_dir
 from memfit.monitor._replay import Replay, load_recording
-from memfit.monitor._sampler import Monitor, parse_devices, sample
+from memfit.monitor._sampler import Monitor, parse_devices, sample, samples
 from memfit.monitor._samples import DeviceSample, ProcessSample, Sample, TorchStats
 
 __all__ = [
@@ -56,8 +63,10 @@ __all__ = [
     "parse_cgroup",
     "parse_devices",
     "publish",
+    "publisher_source",
     "runtime_dir",
     "sample",
+    "samples",
     "start_exporter",
 ]
 
@@ -87,3 +96,10 @@ def publish(interval: float = 1.0, directory: str | None = None) -> Publisher:
         _current.stop()
     _current = Publisher(interval, directory).start()
     return _current
+
+
+def publisher_source() -> str:
+    """The source of the publisher's module, which imports only the standard library: ``memfit
+    run`` copies it beside the child's ``sitecustomize`` (``_memfit_publisher``), so a program
+    whose Python has no memfit publishes its stats too."""
+    return Path(_publisher.__file__).read_text(encoding="utf-8")

@@ -1,7 +1,7 @@
 """The handful of NVML calls the monitor makes, behind a small interface.
 
 :class:`NvmlBackend` is what the sampler needs; :class:`PynvmlBackend` answers it from the
-driver through nvidia-ml-py (``memfit[nvml]``), and ``memfit.monitor.ReplayBackend`` answers it
+driver through nvidia-ml-py (a dependency of memfit), and ``memfit.monitor.Replay`` answers it
 from a recording of a real driver, errors included, so views are tested on real readings. A call
 the driver cannot answer raises :class:`NvmlCallError` with NVML's error name (``NotSupported``,
 ``GpuIsLost``, ``NoPermission``...); the sampler turns it into ``None`` or a device status.
@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from memfit._errors import MissingExtraError, NoGPUError
+from memfit._errors import MemfitError, MissingExtraError, NoGPUError
 
 __all__ = [
     "MemoryInfo",
@@ -28,8 +28,12 @@ __all__ = [
 ProcessKind = Literal["compute", "graphics"]
 
 
-class NvmlCallError(Exception):
-    """One NVML call failed; ``kind`` is NVML's error name without ``NVMLError_``."""
+class NvmlCallError(MemfitError):
+    """One NVML call failed; ``kind`` is NVML's error name without ``NVMLError_``.
+
+    The sampler catches it: a sample shows a value the driver could not give as ``None`` and a
+    GPU that stopped answering as lost, so it reaches callers only of an :class:`NvmlBackend`.
+    """
 
     def __init__(self, kind: str, message: str = "") -> None:
         super().__init__(f"{kind}: {message}" if message else kind)
@@ -96,6 +100,7 @@ class PynvmlBackend:
         try:
             import pynvml
         except ImportError:
+            # a core dependency, so only a broken install lacks it; the extra installs it too
             raise MissingExtraError("nvidia-ml-py", "memfit watch", "nvml") from None
         self._nv: Any = pynvml
         try:

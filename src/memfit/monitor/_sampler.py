@@ -4,13 +4,16 @@
 nvidia-smi cannot know: how much of a process's memory PyTorch has allocated, how much it only
 caches, and how much lies outside PyTorch. Names, UUIDs and power limits are read once; each
 sample then costs one memory, utilization, temperature and power read and two process-list
-reads per GPU.
+reads per GPU. ``Monitor.samples(interval)`` is ``nvidia-smi -l``: the sampling loop ``memfit
+watch`` runs, for any caller; ``Monitor.from_recording`` reads a recorded driver instead.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from memfit._errors import InvalidInputError
@@ -24,9 +27,10 @@ from memfit.monitor._nvml import (
 from memfit.monitor._procs import LinuxProcs, ProcReader
 from memfit.monitor._published import Published, PublishedSource, RuntimeDir
 from memfit.monitor._publisher import runtime_dir
+from memfit.monitor._replay import Replay, load_recording
 from memfit.monitor._samples import DeviceSample, ProcessSample, Sample
 
-__all__ = ["LOST", "Monitor", "parse_devices", "sample"]
+__all__ = ["LOST", "Monitor", "parse_devices", "sample", "samples"]
 
 T = TypeVar("T")
 
@@ -84,11 +88,23 @@ def parse_devices(text: str) -> list[int]:
     return out
 
 
-class Monitor(contextlib.AbstractContextManager["Monitor"]):
-    """Samples GPUs; ``with Monitor() as m: m.sample()``.
+def _check_schedule(interval: float, count: int | None) -> None:
+    """Refuse an ``interval`` that is not > 0 seconds and a ``count`` below 1."""
+    if not interval > 0:
+        raise InvalidInputError(
+            f"samples(interval={interval!r}) is not accepted; give seconds > 0, e.g. 1.0."
+        )
+    if count is not None and count < 1:
+        raise InvalidInputError(
+            f"samples(count={count!r}) is not accepted; give 1 or more, or None for no end."
+        )
 
-    ``backend`` defaults to the real driver (needs ``memfit[nvml]``; no driver or no GPU
-    raises :class:`~memfit.NoGPUError`). ``devices`` selects GPUs by NVML index (as
+
+class Monitor(contextlib.AbstractContextManager["Monitor"]):
+    """Samples GPUs; ``with Monitor() as m: m.sample()``, or ``for s in m.samples(1.0)``.
+
+    ``backend`` defaults to the real driver (nvidia-ml-py; no driver or no GPU raises
+    :class:`~memfit.NoGPUError`). ``devices`` selects GPUs by NVML index (as
     ``nvidia-smi -i``). ``published`` is where PyTorch processes' stats are read, by default
     the runtime directory ``memfit.publish()`` writes to.
     """
@@ -119,6 +135,24 @@ class Monitor(contextlib.AbstractContextManager["Monitor"]):
         self._identity: dict[int, tuple[str | None, str | None, int | None]] = {}
         self.driver_version, _ = _read(self.backend.driver_version)
 
+    @classmethod
+    def from_recording(
+        cls,
+        recording: str | os.PathLike[str] | dict[str, Any],
+        scenario: str | None = None,
+        *,
+        devices: Sequence[int] | None = None,
+        start: int = 0,
+        loop: bool = True,
+    ) -> Monitor:
+        """A monitor over a recorded driver (``benchmarks/nvml_record.py``; a path or the
+        loaded document) instead of the real one: NVML, ``/proc`` and the published stats
+        all come from the recording's ``scenario`` (default: its first), from sample
+        ``start``, going round again when ``loop`` (else staying on the last sample)."""
+        doc = recording if isinstance(recording, dict) else load_recording(recording)
+        replay = Replay(doc, scenario or doc["scenarios"][0]["name"], start=start, loop=loop)
+        return cls(replay, devices=devices, procs=replay.procs, published=replay.published)
+
     def __exit__(self, *exc: object) -> None:
         self.close()
 
@@ -143,6 +177,27 @@ class Monitor(contextlib.AbstractContextManager["Monitor"]):
         if forget is not None:
             forget({p.pid for d in devices for p in d.processes})
         return Sample(now, self.driver_version, devices)
+
+    def samples(self, interval: float = 1.0, count: int | None = None) -> Iterator[Sample]:
+        """A sample every ``interval`` seconds (``count`` of them, or until the caller stops),
+        the first at once: ``nvidia-smi -l``, the loop ``memfit watch`` runs.
+
+        Samples keep to a fixed schedule (the n-th is due ``n * interval`` after the first), so
+        the time the caller spends on each one does not add up to drift; a caller slower than
+        ``interval`` gets the next sample at once.
+        """
+        _check_schedule(interval, count)  # at the call, not at the first next()
+        return self._loop(interval, count)
+
+    def _loop(self, interval: float, count: int | None) -> Iterator[Sample]:
+        start = time.monotonic()
+        n = 0
+        while True:
+            yield self.sample()
+            n += 1
+            if count is not None and n >= count:
+                return
+            time.sleep(max(0.0, start + n * interval - time.monotonic()))
 
     def _static(self, index: int) -> tuple[str | None, str | None, int | None]:
         """Name, UUID and power limit: read once (the limit changes only by nvidia-smi -pl)."""
@@ -234,3 +289,17 @@ def sample(devices: Sequence[int] | None = None) -> Sample:
     """One sample of this machine's GPUs through the driver (``nvidia-smi -q`` in one call)."""
     with Monitor(devices=devices) as monitor:
         return monitor.sample()
+
+
+def samples(
+    interval: float = 1.0, count: int | None = None, devices: Sequence[int] | None = None
+) -> Iterator[Sample]:
+    """This machine's GPUs through the driver every ``interval`` seconds (``nvidia-smi -l``);
+    see :meth:`Monitor.samples`. The driver is released when the loop ends or is closed."""
+    _check_schedule(interval, count)  # at the call, not at the first next()
+    return _samples(interval, count, devices)
+
+
+def _samples(interval: float, count: int | None, devices: Sequence[int] | None) -> Iterator[Sample]:
+    with Monitor(devices=devices) as monitor:
+        yield from monitor.samples(interval, count)

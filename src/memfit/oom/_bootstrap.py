@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memfit.monitor import _publisher
+from memfit.monitor import publisher_source
 from memfit.oom import _observer
 
 __all__ = ["OBSERVER_MODULE", "PUBLISHER_MODULE", "write_bootstrap"]
@@ -68,6 +68,6 @@ def write_bootstrap(directory: Path) -> None:
     """Write ``sitecustomize.py`` and the copies of the observer and the publisher."""
     source = Path(_observer.__file__).read_text(encoding="utf-8")
     (directory / f"{OBSERVER_MODULE}.py").write_text(source, encoding="utf-8")
-    publisher = Path(_publisher.__file__).read_text(encoding="utf-8")
+    publisher = publisher_source()
     (directory / f"{PUBLISHER_MODULE}.py").write_text(publisher, encoding="utf-8")
     (directory / "sitecustomize.py").write_text(_SITECUSTOMIZE, encoding="utf-8")
