@@ -9,8 +9,12 @@
     ├── TraceError               the step could not run on fake tensors
     ├── NoGPUError               a command that needs a GPU found none
     ├── DoesNotFitError          no batch size tried fits the GPU (find_batch_size)
-    └── UnrecoverableOOMError    AutoMicrobatch cannot avoid an out-of-memory error
+    ├── UnrecoverableOOMError    AutoMicrobatch cannot avoid an out-of-memory error
+    ├── AllocatorOOM             the emulated caching allocator ran out (memfit.allocator)
+    └── NvmlCallError            one NVML call failed (memfit.monitor; samples show it as a
+                                 status or a missing value)
 
+The last two are defined beside the code that raises them and exported by their package.
 Messages are plain sentences that name the offending value and the fix; the CLI prints them
 without a traceback.
 """

@@ -3,6 +3,7 @@ import json
 import pytest
 
 from memfit.cli import main
+from memfit.cli._parser import make_parser
 
 
 def test_estimate_json(capsys):
@@ -34,6 +35,31 @@ def test_unknown_model_is_one_paragraph_without_traceback(capsys):
 def test_debug_shows_traceback(capsys):
     assert main(["--debug", "estimate", "gtp2", "-b", "1"]) == 1
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_debug_after_the_command_shows_traceback_too(capsys):
+    assert main(["estimate", "gtp2", "-b", "1", "--debug"]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "debug"),
+    [
+        (["estimate", "gpt2"], False),
+        (["--debug", "estimate", "gpt2"], True),
+        (["estimate", "gpt2", "--debug"], True),
+        (["watch", "--once", "--debug"], True),
+        (["snapshot", "--debug", "x.pickle"], True),
+        (["run", "--debug", "python", "train.py"], True),
+    ],
+)
+def test_debug_is_one_flag_before_or_after_the_command(argv, debug):
+    assert make_parser().parse_args(argv).debug is debug
+
+
+def test_debug_after_the_program_of_run_is_the_programs():
+    args = make_parser().parse_args(["run", "python", "train.py", "--debug"])
+    assert args.debug is False and args.cmd == ["python", "train.py", "--debug"]
 
 
 def test_missing_batch_size(capsys):

@@ -12,6 +12,8 @@ from memfit.cli._watch_cmd import add_watch_parser
 
 __all__ = ["make_parser"]
 
+_DEBUG_HELP = "show tracebacks of errors"
+
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -25,7 +27,12 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", "-p", default="fp32", choices=PRECISIONS)
     p.add_argument("--optimizer", "-o", default="adamw", choices=OPTIMIZERS)
     p.add_argument("--mode", default="train", choices=("train", "infer"))
-    p.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
+    p.add_argument(
+        "--checkpointing",
+        dest="activation_checkpointing",
+        action="store_true",
+        help="activation checkpointing",
+    )
     p.add_argument(
         "--allocator-config",
         default=None,
@@ -40,7 +47,7 @@ def make_parser() -> argparse.ArgumentParser:
         prog="memfit",
         description="Know, fit and watch GPU memory in PyTorch.",
     )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     est = sub.add_parser(
@@ -89,4 +96,8 @@ def make_parser() -> argparse.ArgumentParser:
     add_run_parser(sub)
     add_watch_parser(sub)
     add_export_parser(sub)
+    for command in sub.choices.values():  # also after the command: memfit estimate ... --debug
+        command.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP
+        )
     return parser
