@@ -59,12 +59,16 @@ PYCACHE = "/tmp/memfit-bench-pycache"
 
 
 def _workload(spec: dict[str, Any], batch_size: int) -> Any:
+    from memfit.workload import make_workload
     from memfit.workload._models import resolve_model
-    from memfit.workload._step import workload_for
 
     recipe = resolve_model(spec["model"])
-    return workload_for(
-        recipe, batch_size, spec["seq_len"], optimizer="adamw", precision=spec["precision"]
+    return make_workload(
+        recipe,
+        batch_size=batch_size,
+        seq_len=spec["seq_len"],
+        optimizer="adamw",
+        precision=spec["precision"],
     )
 
 

@@ -111,14 +111,16 @@ def tf32() -> dict[str, Any]:
     import torch
 
     from memfit.estimator._measure import measure
+    from memfit.workload import make_workload
     from memfit.workload._models import resolve_model
-    from memfit.workload._step import workload_for
 
     rows = []
     for name, seq_len, precision, batch in TF32_WORKLOADS:
         for mode in ("highest", "high", "highest"):
             torch.set_float32_matmul_precision(mode)
-            work = workload_for(resolve_model(name), batch, seq_len, precision=precision)
+            work = make_workload(
+                resolve_model(name), batch_size=batch, seq_len=seq_len, precision=precision
+            )
             start = time.perf_counter()
             m, _ = measure(work)
             rows.append(

@@ -35,10 +35,10 @@ def _strip_frames(snapshot: dict) -> dict:
 
 def run_one(entry: dict, out: Path, traces: bool) -> dict:
     from memfit.estimator._measure import measure
-    from memfit.workload._step import workload_for
+    from memfit.workload import make_workload
 
     recipe = recipe_for(entry)
-    workload = workload_for(recipe, **estimate_kwargs(entry))
+    workload = make_workload(recipe, **estimate_kwargs(entry))
     result, snapshot = measure(workload, record_history=traces)
     row = {"id": entry["id"], "entry": entry, **result.to_dict()}
     if snapshot is not None:

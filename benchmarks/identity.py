@@ -24,6 +24,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+ROOT = HERE.parent
 TRACES = HERE / "results" / "h200-2026-11-30" / "traces"
 
 
@@ -54,12 +55,14 @@ def _snapshots(only: list[str] | None) -> dict[str, Any]:
         key = path.name.removeprefix("trace-").removesuffix(".pickle.gz")
         if only and key not in only:
             continue
-        cmd = [sys.executable, "-m", "memfit", "snapshot", str(path)]
+        # relative to the checkout, so that two checkouts print the same header
+        cmd = [sys.executable, "-m", "memfit", "snapshot", str(path.relative_to(ROOT))]
         env = {"COLUMNS": "80", "PATH": "/usr/bin:/bin", "TERM": "dumb"}
         if "PYTHONPATH" in os.environ:  # the tree under test, not the installed one
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-        as_json = subprocess.run([*cmd, "--json"], capture_output=True, text=True, env=env)
-        text = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        run = {"capture_output": True, "text": True, "env": env, "cwd": ROOT}
+        as_json = subprocess.run([*cmd, "--json"], **run)  # type: ignore[call-overload]
+        text = subprocess.run(cmd, **run)  # type: ignore[call-overload]
         data = json.loads(as_json.stdout) if as_json.returncode == 0 else as_json.stderr
         out[key] = {"json": data, "text": text.stdout, "rc": [as_json.returncode, text.returncode]}
         print(f"snapshot {key:41s} rc {as_json.returncode} {text.returncode}", flush=True)
@@ -85,6 +88,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--only", nargs="*")
+    parser.add_argument(
+        "--parts", nargs="+", choices=("estimates", "snapshots"), default=["estimates", "snapshots"]
+    )
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args()
     if args.compare:
@@ -100,8 +106,8 @@ def main() -> int:
             "transformers": transformers.__version__,
             "python": sys.version.split()[0],
         },
-        "estimates": _estimates(args.only),
-        "snapshots": _snapshots(args.only),
+        "estimates": _estimates(args.only) if "estimates" in args.parts else {},
+        "snapshots": _snapshots(args.only) if "snapshots" in args.parts else {},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True))

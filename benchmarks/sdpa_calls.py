@@ -95,13 +95,13 @@ class SdpaSpy(TorchFunctionMode):
 
 def run(entry: dict[str, Any]) -> dict[str, Any]:
     from memfit.estimator._measure import measure
-    from memfit.workload._step import workload_for
+    from memfit.workload import make_workload
 
     kwargs = {**estimate_kwargs(entry), **SMALL}
     if "7b" in entry["id"]:
         kwargs["batch_size"] = 1
     recipe = recipe_for(entry)
-    work = workload_for(recipe, **kwargs)
+    work = make_workload(recipe, **kwargs)
     spy = SdpaSpy()
     start = time.perf_counter()
     with spy:

@@ -285,14 +285,16 @@ def estimate_entry(entry: dict[str, Any]) -> Any:
     """memfit's estimate of one entry for an H200 (on the CPU; no GPU is touched)."""
     from memfit._gpus import resolve_gpu
     from memfit.estimator._estimate import estimate_workload
-    from memfit.workload._step import workload_for
+    from memfit.workload import make_workload
 
     recipe = recipe_for(entry)
     return estimate_workload(
-        workload_for(recipe, **estimate_kwargs(entry)),
-        name=recipe.name,
-        allocator_config=entry.get("allocator_config", ""),
-        gpu=resolve_gpu("h200"),
+        make_workload(
+            recipe,
+            allocator_config=entry.get("allocator_config", ""),
+            gpu=resolve_gpu("h200"),
+            **estimate_kwargs(entry),
+        )
     )
 
 

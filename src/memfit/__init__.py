@@ -24,10 +24,20 @@ from memfit._gpus import GPU, resolve_gpu
 from memfit._units import format_bytes, parse_size
 
 if _typing.TYPE_CHECKING:
+    import os as _os
+
     from memfit._events import Category
-    from memfit.estimator import Estimate, Timeline, Verdict, WorkloadSummary, estimate
+    from memfit.estimator import (
+        Estimate,
+        Timeline,
+        Validation,
+        Verdict,
+        WorkloadSummary,
+        estimate,
+        validate,
+    )
     from memfit.monitor import publish
-    from memfit.oom import oom_report
+    from memfit.oom import OOMHook
     from memfit.runtime import (
         AutoMicrobatch,
         BatchSizeResult,
@@ -37,6 +47,7 @@ if _typing.TYPE_CHECKING:
         auto_microbatch,
         find_batch_size,
     )
+    from memfit.workload import Workload, make_workload
 
 __version__ = "0.1.0"
 
@@ -47,8 +58,11 @@ _LAZY = {
     "Timeline": "memfit.estimator",
     "Verdict": "memfit.estimator",
     "WorkloadSummary": "memfit.estimator",
+    "Validation": "memfit.estimator",
+    "validate": "memfit.estimator",
+    "Workload": "memfit.workload",
+    "make_workload": "memfit.workload",
     "publish": "memfit.monitor",
-    "oom_report": "memfit.oom",
     "AutoMicrobatch": "memfit.runtime",
     "BatchSizeResult": "memfit.runtime",
     "LeakDetector": "memfit.runtime",
@@ -57,6 +71,34 @@ _LAZY = {
     "auto_microbatch": "memfit.runtime",
     "find_batch_size": "memfit.runtime",
 }
+
+
+def oom_report(
+    directory: "str | _os.PathLike[str]" = "memfit-oom",
+    *,
+    record_history: bool = True,
+    max_entries: int | None = None,
+    max_reports: int | None = None,
+) -> "OOMHook":
+    """Write a report into ``directory`` when this process runs out of CUDA memory:
+    ``with memfit.oom_report("oom"): train()``, or for the whole process
+    ``memfit.oom_report("oom")``.
+
+    :func:`memfit.oom.oom_report` with the report's Markdown rendered by
+    ``memfit.report.oom_markdown`` (oom sits below the report layer and renders nothing);
+    its docstring has the detail. ``max_entries`` / ``max_reports``: ``None`` keeps its
+    defaults.
+    """
+    from memfit.oom import oom_report as install
+    from memfit.report import oom_markdown
+
+    limits = {"max_entries": max_entries, "max_reports": max_reports}
+    return install(
+        directory,
+        render=oom_markdown,
+        record_history=record_history,
+        **{k: v for k, v in limits.items() if v is not None},
+    )
 
 
 def __getattr__(name: str) -> _typing.Any:
@@ -90,15 +132,19 @@ __all__ = [
     "TraceError",
     "UnknownModelError",
     "UnrecoverableOOMError",
+    "Validation",
     "Verdict",
+    "Workload",
     "WorkloadSummary",
     "__version__",
     "auto_microbatch",
     "estimate",
     "find_batch_size",
     "format_bytes",
+    "make_workload",
     "oom_report",
     "parse_size",
     "publish",
     "resolve_gpu",
+    "validate",
 ]

@@ -19,7 +19,7 @@ import json, math, torch, memfit
 from memfit.estimator._measure import measure
 from memfit.workload._models import resolve_model
 from memfit._units import GiB
-from memfit.workload._step import workload_for
+from memfit.workload import make_workload
 
 size = 12 * GiB
 gpu = memfit.GPU("12 GiB slice", size)
@@ -31,7 +31,7 @@ recipe = resolve_model("gpt2")
 
 def runs(b):
     try:
-        measure(workload_for(recipe, b, 512))
+        measure(make_workload(recipe, batch_size=b, seq_len=512))
         return True
     except torch.OutOfMemoryError:
         return False
@@ -72,12 +72,12 @@ TF32_CHILD = """
 import json, torch
 from memfit.estimator._measure import measure
 from memfit.workload._models import resolve_model
-from memfit.workload._step import workload_for
+from memfit.workload import make_workload
 
 peaks = {}
 for mode in ("highest", "high", "highest"):
     torch.set_float32_matmul_precision(mode)
-    m, _ = measure(workload_for(resolve_model("bert-base-uncased"), 8, 256))
+    m, _ = measure(make_workload(resolve_model("bert-base-uncased"), batch_size=8, seq_len=256))
     peaks[mode] = [m.peak_allocated, m.peak_reserved]
 print("RESULT", json.dumps(peaks))
 """

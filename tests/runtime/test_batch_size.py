@@ -11,8 +11,9 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
 import memfit
-from memfit.estimator._estimate import _workload, estimate_workload
+from memfit.estimator import estimate_workload
 from memfit.runtime._bs_search import TOLERANCE
+from memfit.workload import make_workload
 from memfit.workload._models import classification_loss
 
 SEQ = 128
@@ -49,19 +50,15 @@ def images(n):
 def total(model, make_batch, n, gpu="1GiB", **kw):
     """An independent estimate at batch n: the least reserved memory the step runs in (the
     allocator frees its cache under pressure) plus the CUDA context."""
-    work = _workload(
+    work = make_workload(
         model,
         lambda: make_batch(n),
-        kw.get("loss_fn"),
-        kw.get("optimizer", "adamw"),
-        kw.get("precision", "fp32"),
-        "train",
-        False,
-        None,
-        None,
-        None,
-    )[1]
-    est = estimate_workload(work, name="m", gpu=memfit.resolve_gpu(gpu), with_least_capacity=True)
+        loss_fn=kw.get("loss_fn"),
+        optimizer=kw.get("optimizer", "adamw"),
+        precision=kw.get("precision", "fp32"),
+        gpu=gpu,
+    )
+    est = estimate_workload(work, with_least_capacity=True)
     assert est.least_capacity is not None and est.least_capacity <= est.peak_reserved
     return est.least_capacity + est.non_pytorch
 

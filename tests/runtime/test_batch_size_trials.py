@@ -25,7 +25,7 @@ def _estimate_at(n):
         ids = torch.randint(0, 1000, (n, 128))
         return {"input_ids": ids, "labels": ids}
 
-    return estimate_workload(Workload(tiny_bert, batch, default_loss), name="bert", gpu=GPU)
+    return estimate_workload(Workload(tiny_bert, batch, default_loss, name="bert", gpu=GPU))
 
 
 @pytest.fixture(scope="module")

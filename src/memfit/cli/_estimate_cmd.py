@@ -6,17 +6,14 @@ import argparse
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from memfit._errors import InvalidInputError, NoGPUError
+from memfit.cli._options import workload_options
 from memfit.estimator import estimate
 from memfit.workload import catalog_entries
-
-if TYPE_CHECKING:
-    from memfit.runtime import BatchSizeResult
 
 __all__ = ["run_estimate"]
 
@@ -70,11 +67,11 @@ def run_estimate(args: argparse.Namespace, console: Console) -> int:
     if args.batch_size is None:
         raise InvalidInputError("Give --batch-size (and --seq-len for text models).")
     with _status(console, args, f"Tracing {args.model} on meta tensors..."):
-        result = estimate(args.model, batch_size=args.batch_size, **_workload_kwargs(args))
+        result = estimate(args.model, **workload_options(args))
     if args.plot:
-        from memfit.report import write_plot
+        from memfit.report import write_estimate_plot
 
-        write_plot(result, args.plot)
+        write_estimate_plot(result, args.plot)
     if args.json:
         print(result.to_json())
         return 0
@@ -96,28 +93,16 @@ def _status(console: Console, args: argparse.Namespace, text: str) -> Iterator[N
         yield
 
 
-def _workload_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "seq_len": args.seq_len,
-        "optimizer": args.optimizer,
-        "precision": args.precision,
-        "mode": args.mode,
-        "activation_checkpointing": args.checkpointing,
-        "allocator_config": args.allocator_config,
-        "gpu": args.gpu,
-    }
-
-
 def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
     """``--max-batch-size``: the estimator's search, and with ``--confirm`` GPU trials."""
-    from memfit.runtime._batch_size import find_batch_size
+    from memfit.runtime import find_batch_size
 
     try:
         margin: float | str = float(args.margin)
     except ValueError:
         margin = args.margin  # a size such as 512MiB
     if args.plot:
-        from memfit.report._batch_png import batch_size_plot_path, write_batch_size_png
+        from memfit.report import batch_size_plot_path, write_batch_size_png
 
         batch_size_plot_path(args.plot)  # before the search: a bad path fails at once
     if args.confirm:
@@ -132,57 +117,16 @@ def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
     how = "Searching batch sizes" + (" and trying them on the GPU" if args.confirm else "")
     with _status(console, args, f"{how} for {args.model}..."):
         result = find_batch_size(
-            args.model, margin=margin, confirm=args.confirm, **_workload_kwargs(args)
+            args.model, margin=margin, confirm=args.confirm, **workload_options(args)
         )
     if args.plot:
         write_batch_size_png(result, args.plot)
     if args.json:
         print(result.to_json())
         return 0
-    _render_search(result, args.model, console)
+    from memfit.report import render_batch_size
+
+    render_batch_size(result, args.model, console)
     if args.plot:
         console.print(f"Plot written to {args.plot}", soft_wrap=True, highlight=False)
     return 0
-
-
-def _render_search(result: BatchSizeResult, model: str, console: Console) -> None:
-    from memfit._units import format_bytes
-
-    table = Table(title=f"{model}: batch sizes estimated on {result.gpu}")
-    for col in ("batch size", "peak reserved", "runs in", "with CUDA context", "fits"):
-        table.add_column(col, justify="right")
-    for p in result.estimates:
-        fits = "yes" if p.total <= result.budget else "no"
-        table.add_row(
-            str(p.batch_size),
-            format_bytes(p.peak_reserved),
-            format_bytes(p.need),
-            format_bytes(p.total),
-            fits,
-        )
-    console.print(table)
-    console.print(
-        "peak reserved: with memory to spare; runs in: the least the step needs, as the "
-        "caching allocator frees its cache and retries when the GPU is full",
-        style="dim",
-        highlight=False,
-    )
-    for t in result.trials:
-        console.print(
-            f"GPU trial at batch {t.batch_size}: {t.outcome}, measured peak reserved "
-            f"{format_bytes(t.peak_reserved)} (predicted {format_bytes(t.predicted_reserved)}), "
-            f"{t.seconds:.1f} s",
-            highlight=False,
-        )
-    limit = " (the max_batch limit)" if result.limited_by == "max_batch" else ""
-    how = f", confirmed in {len(result.trials)} GPU trial(s)" if result.confirmed else ""
-    console.print(
-        f"Largest batch size: [bold]{result.batch_size}[/]{limit}{how} · budget "
-        f"{format_bytes(result.budget)} = {format_bytes(result.gpu_total)} less a margin of "
-        f"{format_bytes(result.margin)} · {len(result.estimates)} estimates in "
-        f"{result.estimate_seconds:.1f} s · about {format_bytes(result.per_sample)} a sample",
-        highlight=False,
-    )
-    note = result.pressure_note()
-    if note:
-        console.print(f"Note: batch {result.batch_size} {note}.", style="yellow", highlight=False)

@@ -1,22 +1,70 @@
 """The estimate layer: trace a workload, replay it through the allocator emulator, and report
-the peaks, the breakdown at the peak, the timeline and a verdict against a GPU."""
+the peaks, the breakdown at the peak, the timeline and a verdict against a GPU.
 
-from memfit.estimator._estimate import estimate, estimate_workload, module_group
-from memfit.estimator._measure import Measurement, measure
-from memfit.estimator._pressure import least_capacity, retries_within, runs_within
+The result types (:class:`Estimate` and its parts) import without torch, so that renderers and
+``memfit watch`` stay fast to start; the rest loads torch on first use.
+"""
+
+import importlib as _importlib
+import typing as _typing
+
 from memfit.estimator._result import Estimate, Timeline, Verdict, WorkloadSummary
+
+if _typing.TYPE_CHECKING:
+    from memfit.estimator._estimate import (
+        as_workload,
+        estimate,
+        estimate_workload,
+        module_group,
+    )
+    from memfit.estimator._measure import Measurement, measure
+    from memfit.estimator._pressure import least_capacity, retries_within, runs_within
+    from memfit.estimator._validate import Validation, local_gpu, validate
+
+_LAZY = {
+    "as_workload": "_estimate",
+    "estimate": "_estimate",
+    "estimate_workload": "_estimate",
+    "module_group": "_estimate",
+    "Measurement": "_measure",
+    "measure": "_measure",
+    "least_capacity": "_pressure",
+    "retries_within": "_pressure",
+    "runs_within": "_pressure",
+    "Validation": "_validate",
+    "local_gpu": "_validate",
+    "validate": "_validate",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memfit.estimator' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(f"memfit.estimator.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "Estimate",
     "Measurement",
     "Timeline",
+    "Validation",
     "Verdict",
     "WorkloadSummary",
+    "as_workload",
     "estimate",
     "estimate_workload",
     "least_capacity",
+    "local_gpu",
     "measure",
     "module_group",
     "retries_within",
     "runs_within",
+    "validate",
 ]

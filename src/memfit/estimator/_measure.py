@@ -15,7 +15,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from memfit._errors import NoGPUError
-from memfit.workload._step import StepHooks, Workload, optimizer_for, prepare_model, run_steps
+from memfit.workload import StepHooks, Workload, optimizer_for, prepare_model, run_steps
 
 __all__ = ["Measurement", "measure"]
 

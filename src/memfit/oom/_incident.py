@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from memfit._errors import InvalidInputError
+from memfit.allocator import AllocatorConfig
 
 __all__ = ["Frame", "Incident", "ModelFacts", "read_incident"]
 
@@ -168,8 +169,14 @@ def _expandable(raw: dict[str, Any]) -> bool:
     settings = raw.get("allocator_settings")
     if isinstance(settings, dict) and isinstance(settings.get("expandable_segments"), bool):
         return bool(settings["expandable_segments"])
-    conf = (raw.get("alloc_conf") or "").replace(" ", "").lower()
-    return "expandable_segments:true" in conf
+    conf = raw.get("alloc_conf") or ""
+    if not isinstance(conf, str):
+        return False
+    try:
+        return AllocatorConfig.parse(conf).expandable_segments
+    except InvalidInputError:
+        # text this process's torch took but memfit's stricter parser refuses: read the key
+        return "expandable_segments:true" in conf.replace(" ", "").lower()
 
 
 def read_incident(path: str | os.PathLike[str]) -> Incident:

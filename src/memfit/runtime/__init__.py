@@ -9,9 +9,9 @@ import it.
 from memfit.runtime._batch_size import BatchSizeResult, find_batch_size
 from memfit.runtime._incident import MicrobatchIncident
 from memfit.runtime._leak import LeakDetector, LeakReport
-from memfit.runtime._microbatch import AutoMicrobatch, auto_microbatch
+from memfit.runtime._microbatch import AutoMicrobatch, LossFn, auto_microbatch
 from memfit.runtime._simulate import InjectOOM
-from memfit.runtime._split import split_batch
+from memfit.runtime._split import batch_size, split_batch
 
 __all__ = [
     "AutoMicrobatch",
@@ -19,8 +19,10 @@ __all__ = [
     "InjectOOM",
     "LeakDetector",
     "LeakReport",
+    "LossFn",
     "MicrobatchIncident",
     "auto_microbatch",
+    "batch_size",
     "find_batch_size",
     "split_batch",
 ]

@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -24,11 +24,14 @@ from torch import nn
 from memfit._errors import DoesNotFitError, InvalidInputError, NoGPUError
 from memfit._gpus import GPU, resolve_gpu
 from memfit._units import format_bytes, parse_size
-from memfit.estimator import Estimate
-from memfit.estimator._estimate import _workload, estimate_workload
+from memfit.estimator import Estimate, estimate_workload
+from memfit.planner import does_not_fit_message
 from memfit.runtime._bs_search import EstimateSearch, Point
 from memfit.runtime._bs_trials import Trial, cuda_runner, run_trials
-from memfit.workload import OptimizerSpec, Workload
+from memfit.workload import WorkloadOptions, make_workload
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["BatchSizeResult", "find_batch_size"]
 
@@ -102,19 +105,12 @@ def find_batch_size(
     model: nn.Module | Callable[[], nn.Module] | str,
     make_batch: Callable[[int], Batch] | None = None,
     *,
-    seq_len: int | None = None,
-    loss_fn: Callable[[nn.Module, Batch], torch.Tensor] | None = None,
-    optimizer: OptimizerSpec = "adamw",
-    precision: str = "fp32",
-    mode: str = "train",
-    activation_checkpointing: bool = False,
-    allocator_config: str | None = None,
-    gpu: GPU | str | int | None = None,
     margin: float | int | str = DEFAULT_MARGIN,
     max_batch: int = 8192,
     multiple_of: int = 1,
     confirm: bool = True,
     max_trials: int = 3,
+    **options: Unpack[WorkloadOptions],
 ) -> BatchSizeResult:
     """The largest batch size whose training (or inference) step fits the GPU.
 
@@ -134,46 +130,39 @@ def find_batch_size(
     """
     start = time.perf_counter()
     _check_arguments(model, make_batch, max_batch, multiple_of, max_trials, confirm)
-    target = _target_gpu(gpu, confirm)
+    if options.pop("batch_size", None) is not None:
+        raise InvalidInputError(
+            "find_batch_size searches the batch size, so a batch_size given beside it would be "
+            "ignored: drop it (max_batch= bounds the search)."
+        )
+    target = _target_gpu(options.get("gpu"), confirm)
+    # the search rescales this workload (Workload.with_batch_size), from the smallest batch
+    options["gpu"], options["batch_size"] = target, multiple_of
+    base = make_workload(model, batch_of=make_batch, **options)
     margin_bytes = resolve_margin(margin, target.total)
     budget = target.total - margin_bytes
 
-    def workload_at(batch_size: int) -> Workload:
-        batch = (lambda: make_batch(batch_size)) if make_batch is not None else None
-        return _workload(
-            model,
-            batch,
-            loss_fn,
-            optimizer,
-            precision,
-            mode,
-            activation_checkpointing,
-            batch_size if make_batch is None else None,
-            seq_len,
-            None,
-        )[1]
-
     def estimate_at(batch_size: int) -> Estimate:
         return estimate_workload(
-            workload_at(batch_size),
-            name="model",
-            allocator_config=allocator_config or "",
-            gpu=target,
+            base.with_batch_size(batch_size),
             with_least_capacity=True,
-            capacity=budget - target.context_for(mode),
+            capacity=budget - target.context_for(base.mode),
         )
 
     search = EstimateSearch(estimate_at, multiple_of, max_batch)
     proposal = search.largest_fitting(budget)
     if proposal == 0:
-        raise DoesNotFitError(_too_large(search.point(multiple_of), multiple_of, target, budget))
+        least = search.point(multiple_of)
+        raise DoesNotFitError(
+            does_not_fit_message(target.name, multiple_of, least.total, least.peak_reserved, budget)
+        )
     chosen, trials = proposal, list[Trial]()
     if confirm:
         chosen, trials = run_trials(
             search,
             proposal,
             budget,
-            cuda_runner(workload_at, budget - search.point(proposal).context),
+            cuda_runner(base.with_batch_size, budget - search.point(proposal).context),
             margin=margin_bytes,
             max_trials=max_trials,
         )
@@ -286,13 +275,3 @@ def _target_gpu(gpu: GPU | str | int | None, confirm: bool) -> GPU:
     if room >= local.total:
         return local
     return GPU(f"{props.name} (free part)", room, (props.major, props.minor))
-
-
-def _too_large(point: Point, batch_size: int, gpu: GPU, budget: int) -> str:
-    return (
-        f"The step does not fit {gpu.name} even at batch size {batch_size}: the estimate is "
-        f"{format_bytes(point.total)} (peak reserved {format_bytes(point.peak_reserved)} plus "
-        f"the CUDA context) against a budget of {format_bytes(budget)}. Make it smaller: "
-        "precision='bf16-mixed' or 'bf16', activation_checkpointing=True, a shorter sequence, "
-        "an optimizer with less state (sgd, or adamw with bf16 weights), or a larger GPU."
-    )

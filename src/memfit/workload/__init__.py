@@ -1,36 +1,45 @@
-"""The workload: what a step is (model, batch, loss, optimizer, precision, mode) and the loop
-that runs it, the same on fake tensors for an estimate and on a real GPU for a measurement."""
+"""The workload: what a step is (model, batch, loss, optimizer, precision, mode, allocator
+settings, target GPU), checked once into a frozen :class:`Workload`, and the loop that runs it, the
+same on fake tensors for an estimate and on a real GPU for a measurement."""
 
+from memfit.workload._build import make_workload
 from memfit.workload._models import ModelRecipe, catalog_entries, resolve_model
-from memfit.workload._step import (
+from memfit.workload._spec import (
     Batch,
     LossFn,
+    Mode,
     OptimizerSpec,
-    StepHooks,
+    Precision,
     Workload,
+    WorkloadOptions,
+)
+from memfit.workload._step import (
+    StepHooks,
     call_model,
     default_loss,
     make_optimizer,
     optimizer_for,
     prepare_model,
     run_steps,
-    workload_for,
 )
 
 __all__ = [
     "Batch",
     "LossFn",
+    "Mode",
     "ModelRecipe",
     "OptimizerSpec",
+    "Precision",
     "StepHooks",
     "Workload",
+    "WorkloadOptions",
     "call_model",
     "catalog_entries",
     "default_loss",
     "make_optimizer",
+    "make_workload",
     "optimizer_for",
     "prepare_model",
     "resolve_model",
     "run_steps",
-    "workload_for",
 ]

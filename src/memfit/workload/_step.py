@@ -1,4 +1,4 @@
-"""A workload (model, batch, loss, optimizer, precision, mode) and the step loop that runs it.
+"""The step loop that runs a workload: input, forward (+loss), backward, optimizer, zero_grad.
 
 The same loop runs on fake tensors for an estimate and on a real GPU for validation, so the two
 see the same program. Only the device, the autocast and the grad scaler are passed in.
@@ -14,69 +14,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from memfit._choices import MODES, OPTIMIZERS, PRECISIONS
 from memfit._errors import InvalidInputError
+from memfit.workload._spec import Batch, OptimizerSpec, Workload
 
 __all__ = [
-    "OPTIMIZERS",
-    "PRECISIONS",
-    "Batch",
-    "LossFn",
-    "OptimizerSpec",
     "StepHooks",
-    "Workload",
     "call_model",
     "default_loss",
     "make_optimizer",
     "optimizer_for",
     "prepare_model",
     "run_steps",
-    "workload_for",
 ]
-
-
-Batch = Any
-LossFn = Callable[[nn.Module, Batch], torch.Tensor]
-OptimizerSpec = str | Callable[[Any], torch.optim.Optimizer]
-
-
-@dataclass(frozen=True)
-class Workload:
-    """Everything that decides the memory of a step, already validated."""
-
-    build_model: Callable[[], nn.Module]
-    make_batch: Callable[[], Batch]
-    loss_fn: LossFn
-    optimizer: OptimizerSpec = "adamw"
-    precision: str = "fp32"
-    mode: str = "train"
-    activation_checkpointing: bool = False
-    enable_checkpointing: Callable[[nn.Module], None] | None = None
-    steps: int = 2
-    forward_fn: Callable[[nn.Module, Batch], Any] | None = None  # inference; default call_model
-
-    def __post_init__(self) -> None:
-        check_choice("precision", self.precision, PRECISIONS)
-        check_choice("mode", self.mode, MODES)
-        if isinstance(self.optimizer, str):
-            check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        if self.steps < 1:
-            raise InvalidInputError(f"steps={self.steps} must be at least 1.")
-
-    @property
-    def param_dtype(self) -> torch.dtype:
-        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision, torch.float32)
-
-    @property
-    def autocast_dtype(self) -> torch.dtype | None:
-        return {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(self.precision)
-
-
-def check_choice(what: str, value: str, accepted: tuple[str, ...]) -> None:
-    if value not in accepted:
-        raise InvalidInputError(
-            f"{what.capitalize()} {value!r} is not supported. Accepted: {', '.join(accepted)}."
-        )
 
 
 def make_optimizer(spec: OptimizerSpec, params: Any) -> torch.optim.Optimizer:
@@ -214,39 +163,3 @@ def optimizer_for(workload: Workload, model: nn.Module) -> torch.optim.Optimizer
     if workload.mode == "infer":
         return None
     return make_optimizer(workload.optimizer, [p for p in model.parameters() if p.requires_grad])
-
-
-def workload_for(
-    recipe: Any,
-    batch_size: int,
-    seq_len: int | None = None,
-    *,
-    optimizer: OptimizerSpec = "adamw",
-    precision: str = "fp32",
-    mode: str = "train",
-    activation_checkpointing: bool = False,
-    steps: int | None = None,
-) -> Workload:
-    """A workload from a :class:`memfit.workload._models.ModelRecipe` and the usual knobs."""
-    if batch_size < 1:
-        raise InvalidInputError(f"Batch size {batch_size} must be at least 1.")
-    if seq_len is not None and seq_len < 1:
-        raise InvalidInputError(f"Sequence length {seq_len} must be at least 1.")
-    if recipe.make_batch is None:
-        raise InvalidInputError(
-            f"memfit does not know how to make a batch for {recipe.name!r}: define "
-            "make_batch(batch_size, seq_len) beside the factory, or pass batch= to estimate()."
-        )
-    length = seq_len if seq_len is not None else recipe.default_seq_len
-    return Workload(
-        build_model=recipe.build,
-        make_batch=lambda: recipe.make_batch(batch_size, length),
-        loss_fn=recipe.loss_fn or default_loss,
-        optimizer=optimizer,
-        precision=precision,
-        mode=mode,
-        activation_checkpointing=activation_checkpointing,
-        enable_checkpointing=recipe.enable_checkpointing,
-        steps=steps if steps is not None else (2 if mode == "train" else 1),
-        forward_fn=recipe.forward_fn,
-    )

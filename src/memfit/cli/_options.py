@@ -1,0 +1,25 @@
+"""The workload settings a command line was given, as the library's keyword arguments."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memfit.workload import WorkloadOptions
+
+__all__ = ["workload_options"]
+
+
+def workload_options(args: argparse.Namespace) -> WorkloadOptions:
+    """Every :class:`~memfit.workload.WorkloadOptions` setting the parser has a flag for (the
+    flag's ``dest`` is the setting's name) and the user set; unset ones keep the library's
+    defaults."""
+    from memfit.workload import WorkloadOptions
+
+    given: dict[str, Any] = {
+        name: getattr(args, name)
+        for name in WorkloadOptions.__annotations__
+        if getattr(args, name, None) is not None
+    }
+    return given  # type: ignore[return-value]

@@ -1,0 +1,209 @@
+"""From what users give (a model name, module or factory; a batch or a factory of one; keyword
+settings) to a :class:`~memfit.workload.Workload`, checked once."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from memfit._errors import InvalidInputError
+from memfit._gpus import resolve_gpu
+from memfit.allocator import AllocatorConfig
+from memfit.workload._models import ModelRecipe, resolve_model
+from memfit.workload._spec import Batch, Workload, WorkloadOptions
+from memfit.workload._step import default_loss
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["make_workload"]
+
+ModelArg = nn.Module | Callable[[], nn.Module] | str | ModelRecipe
+
+
+def make_workload(
+    model: ModelArg,
+    batch: Any = None,
+    *,
+    batch_of: Callable[[int], Batch] | None = None,
+    **options: Unpack[WorkloadOptions],
+) -> Workload:
+    """The workload of ``model`` on ``batch``, with every setting parsed and checked.
+
+    ``model`` is an ``nn.Module`` (real or meta weights; never modified), a zero-argument
+    factory, a model name (``bert-base-uncased``, ``hf:...``, ``tv:resnet50``) or a recipe.
+    ``batch`` is a tensor, tuple or dict, or a zero-argument factory of one; ``batch_of(n)``
+    makes a batch of ``n`` samples instead (then ``batch_size`` picks ``n``). A model name
+    makes its own batches: give ``batch_size`` (and ``seq_len`` for text models).
+    """
+    unknown = set(options) - set(WorkloadOptions.__annotations__)
+    if unknown:
+        raise InvalidInputError(
+            f"Unknown setting(s) {', '.join(sorted(unknown))}; the settings are "
+            f"{', '.join(WorkloadOptions.__annotations__)}."
+        )
+    # the cheap checks first: a bad size or setting fails before a model is looked up
+    gpu = options.get("gpu")
+    target = resolve_gpu(gpu) if gpu is not None else None
+    text = options.get("allocator_config") or ""
+    allocator = AllocatorConfig.parse(text)
+    recipe = resolve_model(model) if isinstance(model, str) else model
+    if isinstance(recipe, ModelRecipe):
+        parts = _recipe_parts(recipe, batch, batch_of, options)
+    else:
+        parts = _module_parts(recipe, batch, batch_of, options)
+    parts.setdefault("batch_of", batch_of)
+    mode = options.get("mode", "train")
+    # a setting whose field has its own name is taken as given (Workload checks it)
+    same: dict[str, Any] = {k: v for k, v in options.items() if k in _AS_GIVEN}
+    return Workload(
+        **same,
+        steps=options.get("steps") or (2 if mode == "train" else 1),
+        allocator=allocator,
+        allocator_text=text,
+        gpu=target,
+        **parts,
+    )
+
+
+# the settings turned into something else on the way in: their fields are set above
+_DERIVED = frozenset({"loss_fn", "steps", "gpu", "allocator_config"})
+_AS_GIVEN = (
+    frozenset(f.name for f in dataclasses.fields(Workload))
+    & frozenset(WorkloadOptions.__annotations__)
+) - _DERIVED
+
+
+def _recipe_parts(
+    recipe: ModelRecipe,
+    batch: Any,
+    batch_of: Callable[[int], Batch] | None,
+    options: WorkloadOptions,
+) -> dict[str, Any]:
+    """The model's own build, loss and checkpointing; its own batches unless one is given."""
+    loss_fn = options.get("loss_fn") or recipe.loss_fn or default_loss
+    parts: dict[str, Any] = {
+        "name": recipe.name,
+        "build_model": recipe.build,
+        "loss_fn": loss_fn,
+        "enable_checkpointing": recipe.enable_checkpointing,
+    }
+    if batch is not None or batch_of is not None:
+        return {**parts, "make_batch": _batch_maker(batch, batch_of, options)}
+    batch_size = options.get("batch_size")
+    if batch_size is None:
+        raise InvalidInputError(
+            f"Give a batch for {recipe.name!r}: batch_size= (and seq_len= for text models), "
+            "or batch= with example tensors."
+        )
+    if batch_size < 1:
+        raise InvalidInputError(f"Batch size {batch_size} must be at least 1.")
+    seq_len = options.get("seq_len")
+    if seq_len is not None and seq_len < 1:
+        raise InvalidInputError(f"Sequence length {seq_len} must be at least 1.")
+    make = recipe.make_batch
+    if make is None:
+        raise InvalidInputError(
+            f"memfit does not know how to make a batch for {recipe.name!r}: define "
+            "make_batch(batch_size, seq_len) beside the factory, or pass batch= to estimate()."
+        )
+    length = seq_len if seq_len is not None else recipe.default_seq_len
+    return {
+        **parts,
+        "make_batch": lambda: make(batch_size, length),
+        "batch_of": lambda n: make(n, length),
+        "forward_fn": recipe.forward_fn,
+    }
+
+
+def _module_parts(
+    model: nn.Module | Callable[[], nn.Module],
+    batch: Any,
+    batch_of: Callable[[int], Batch] | None,
+    options: WorkloadOptions,
+) -> dict[str, Any]:
+    """A user's module or factory: their batch, their loss or the output's ``.loss``."""
+    if batch is None and batch_of is None:
+        raise InvalidInputError("Give batch= (a tensor, tuple, dict, or a factory of one).")
+    name = (
+        type(model).__name__
+        if isinstance(model, nn.Module)
+        else getattr(model, "__name__", "model")
+    )
+    return {
+        "name": name,
+        "build_model": _model_factory(model),
+        "make_batch": _batch_maker(batch, batch_of, options),
+        "loss_fn": options.get("loss_fn") or default_loss,
+        "enable_checkpointing": _generic_checkpointing,
+    }
+
+
+def _batch_maker(
+    batch: Any, batch_of: Callable[[int], Batch] | None, options: WorkloadOptions
+) -> Callable[[], Batch]:
+    if batch is not None and batch_of is not None:
+        raise InvalidInputError("Give batch= or batch_of=, not both.")
+    if batch_of is not None:
+        batch_size = options.get("batch_size")
+        if batch_size is None:
+            # the batch-size search sets it (Workload.with_batch_size) before a batch is made
+            def unsized() -> Batch:
+                raise InvalidInputError("batch_of= needs batch_size= to make a batch.")
+
+            return unsized
+        return lambda: batch_of(batch_size)
+    if callable(batch) and not isinstance(batch, torch.Tensor):
+        return batch  # type: ignore[no-any-return]
+    return lambda: batch
+
+
+def _generic_checkpointing(model: nn.Module) -> None:
+    enable = getattr(model, "gradient_checkpointing_enable", None)
+    if callable(enable):
+        enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return
+    setter = getattr(model, "set_grad_checkpointing", None)
+    if callable(setter):
+        setter(True)
+        return
+    raise InvalidInputError(
+        f"memfit does not know how to switch on checkpointing for {type(model).__name__}: it "
+        "has neither gradient_checkpointing_enable() nor set_grad_checkpointing(). Wrap its "
+        "blocks in torch.utils.checkpoint.checkpoint and estimate without the flag."
+    )
+
+
+def _model_factory(model: Any) -> Callable[[], nn.Module]:
+    if isinstance(model, nn.Module):
+        template = model
+
+        def rebuild() -> nn.Module:
+            # same architecture, same parameter order, weights never copied
+            return copy.deepcopy(template) if _all_meta(template) else _meta_clone(template)
+
+        return rebuild
+    if callable(model):
+        return model  # type: ignore[no-any-return]
+    raise InvalidInputError(f"model={model!r} is not an nn.Module, a factory, or a model name.")
+
+
+def _all_meta(model: nn.Module) -> bool:
+    return all(t.device.type == "meta" for t in [*model.parameters(), *model.buffers()])
+
+
+def _meta_clone(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` with every parameter and buffer on meta; the original is untouched."""
+    memo: dict[int, Any] = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        if id(t) not in memo:
+            meta = torch.empty_like(t, device="meta")
+            memo[id(t)] = (
+                nn.Parameter(meta, t.requires_grad) if isinstance(t, nn.Parameter) else meta
+            )
+    return copy.deepcopy(model, memo)

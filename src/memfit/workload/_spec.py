@@ -1,0 +1,135 @@
+"""The workload spec: every setting that decides the memory of a step, parsed and validated once.
+
+:func:`memfit.workload.make_workload` builds it from the keyword arguments users give
+``memfit.estimate``, ``memfit.find_batch_size`` and ``memfit.validate`` (or from the command
+line's flags); everything below takes the spec and never parses a setting again.
+
+Adding a setting means: a field here (with its check in ``__post_init__``), its keyword in
+:class:`WorkloadOptions` and its translation in :func:`memfit.workload.make_workload`, and the
+code that uses it. Settings still to come (a user's step function, world size and sharding,
+offload) are fields of the same kind: the spec is passed whole, so nothing between the front and
+the code that reads a field changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+import torch
+from torch import nn
+
+from memfit._choices import MODES, OPTIMIZERS, PRECISIONS
+from memfit._errors import InvalidInputError
+from memfit._gpus import GPU
+from memfit.allocator import AllocatorConfig
+
+__all__ = [
+    "Batch",
+    "LossFn",
+    "Mode",
+    "OptimizerSpec",
+    "Precision",
+    "Workload",
+    "WorkloadOptions",
+    "check_choice",
+]
+
+Batch = Any
+LossFn = Callable[[nn.Module, Batch], torch.Tensor]
+OptimizerSpec = str | Callable[[Any], torch.optim.Optimizer]
+Precision = Literal["fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed"]
+Mode = Literal["train", "infer"]
+
+
+class WorkloadOptions(TypedDict, total=False):
+    """The keyword arguments that describe a workload, shared by every entry point."""
+
+    loss_fn: LossFn | None
+    optimizer: OptimizerSpec
+    precision: str
+    mode: str
+    activation_checkpointing: bool
+    allocator_config: str | None
+    gpu: GPU | str | int | None
+    batch_size: int | None
+    seq_len: int | None
+    steps: int | None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Everything that decides the memory of a step, already validated.
+
+    ``make_batch`` makes the batch the step runs on; ``batch_of(n)``, where known, makes one of
+    ``n`` samples (:meth:`with_batch_size` uses it). ``batch_size`` and ``seq_len`` are as the
+    user gave them (``None``: the batch, or the model's default length, decides).
+    """
+
+    build_model: Callable[[], nn.Module]
+    make_batch: Callable[[], Batch]
+    loss_fn: LossFn
+    optimizer: OptimizerSpec = "adamw"
+    precision: Precision = "fp32"
+    mode: Mode = "train"
+    activation_checkpointing: bool = False
+    enable_checkpointing: Callable[[nn.Module], None] | None = None
+    steps: int = 2
+    forward_fn: Callable[[nn.Module, Batch], Any] | None = None  # inference; default call_model
+    name: str = "model"
+    batch_size: int | None = None
+    seq_len: int | None = None
+    batch_of: Callable[[int], Batch] | None = None
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    allocator_text: str = ""  # the PYTORCH_CUDA_ALLOC_CONF text as given, for reports
+    gpu: GPU | None = None  # the target, where the user named one
+
+    def __post_init__(self) -> None:
+        check_choice("precision", self.precision, PRECISIONS)
+        check_choice("mode", self.mode, MODES)
+        if isinstance(self.optimizer, str):
+            check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        if self.steps < 1:
+            raise InvalidInputError(f"steps={self.steps} must be at least 1.")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise InvalidInputError(f"Batch size {self.batch_size} must be at least 1.")
+        if self.seq_len is not None and self.seq_len < 1:
+            raise InvalidInputError(f"Sequence length {self.seq_len} must be at least 1.")
+
+    @property
+    def param_dtype(self) -> torch.dtype:
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision, torch.float32)
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        return {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(self.precision)
+
+    @property
+    def batch_text(self) -> str:
+        """How the batch reads in a report; empty when only the traced inputs can tell."""
+        if self.batch_size is None:
+            return ""
+        if self.seq_len:
+            return f"{self.batch_size} x {self.seq_len} tokens"
+        return f"batch of {self.batch_size}"
+
+    def with_batch_size(self, batch_size: int) -> Workload:
+        """The same workload on a batch of ``batch_size`` samples (the batch-size search)."""
+        if self.batch_of is None:
+            raise InvalidInputError(
+                "This workload's batch is fixed: give a function of the batch size that makes "
+                "one (make_batch=lambda n: ...) or a model name to search over batch sizes."
+            )
+        batch_of = self.batch_of
+        return dataclasses.replace(
+            self, batch_size=batch_size, make_batch=lambda: batch_of(batch_size)
+        )
+
+
+def check_choice(what: str, value: str, accepted: tuple[str, ...]) -> None:
+    if value not in accepted:
+        raise InvalidInputError(
+            f"{what.capitalize()} {value!r} is not supported. Accepted: {', '.join(accepted)}."
+        )
