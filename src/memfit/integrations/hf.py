@@ -25,8 +25,7 @@ import torch
 
 from memfit._errors import InvalidInputError, MissingExtraError
 from memfit.integrations._services import Services
-from memfit.runtime import AutoMicrobatch, LeakDetector, LeakReport
-from memfit.runtime._split import batch_size
+from memfit.runtime import AutoMicrobatch, LeakDetector, LeakReport, batch_size
 
 try:
     import transformers

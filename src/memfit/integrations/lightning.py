@@ -37,8 +37,7 @@ import torch
 
 from memfit._errors import InvalidInputError, MissingExtraError
 from memfit.integrations._services import Services
-from memfit.runtime import AutoMicrobatch, LeakDetector
-from memfit.runtime._microbatch import LossFn
+from memfit.runtime import AutoMicrobatch, LeakDetector, LossFn
 
 try:
     import lightning.pytorch as pl
