@@ -57,3 +57,22 @@ def test_validate_cli_runs(capsys):
 
     assert main(["validate", "gpt2", "-b", "1", "-s", "128"]) == 0
     assert "peak allocated" in capsys.readouterr().out
+
+
+def test_validate_in_python_applies_the_allocator_config():
+    # a fresh process: the setting must be in place before CUDA starts
+    code = (
+        "import json, memfit\n"
+        "v = memfit.validate('gpt2', batch_size=2, seq_len=256,"
+        " allocator_config='expandable_segments:True')\n"
+        "print(json.dumps([v.measured.allocator_config,"
+        " [v.error(e, m) for _, e, m in v.rows()]]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    import json
+
+    config, errors = json.loads(out.stdout.strip().splitlines()[-1])
+    assert config == "expandable_segments:True"
+    allocated, reserved = errors[0], errors[1]
+    assert abs(allocated) <= 0.02 and abs(reserved) <= 0.05
