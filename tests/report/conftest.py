@@ -3,8 +3,6 @@ snapshots of ``tests/snapshot`` for the snapshot report's rendering."""
 
 from __future__ import annotations
 
-import gzip
-import pickle
 import random
 import sys
 from collections.abc import Callable
@@ -16,13 +14,12 @@ import pytest
 # snapshot_data: the real traces and synthetic snapshots the snapshot tests use
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "snapshot"))
 
-from snapshot_data import fragmenting_events
+from snapshot_data import fragmenting_events, write_snapshot  # noqa: F401 (a fixture)
 
-from memfit._events import Category, MemoryEvent
+from memfit._events import Category
 from memfit._gpus import GPU, resolve_gpu
 from memfit._units import GiB, MiB
 from memfit.estimator._result import Estimate, Timeline, WorkloadSummary
-from memfit.snapshot._record import synthetic_snapshot
 
 MODULES = [
     ("transformer.h.11.mlp.c_fc", 900 * MiB),
@@ -130,25 +127,3 @@ def estimate_factory() -> Callable[..., Estimate]:
 @pytest.fixture
 def timeline_factory() -> Callable[..., Timeline]:
     return synthetic_timeline
-
-
-@pytest.fixture
-def write_snapshot(tmp_path: Path) -> Callable[..., Path]:
-    """Write a synthetic snapshot of ``events`` (default: a fragmenting trace) to a file."""
-
-    def write(
-        events: list[MemoryEvent] | None = None,
-        config: str = "",
-        name: str = "snap.pickle",
-        **kwargs: Any,
-    ) -> Path:
-        data = synthetic_snapshot(
-            events if events is not None else fragmenting_events(), config, **kwargs
-        )
-        path = tmp_path / name
-        opener = gzip.open if name.endswith(".gz") else open
-        with opener(path, "wb") as fh:
-            pickle.dump(data, fh)
-        return path
-
-    return write

@@ -6,11 +6,15 @@ import gzip
 import pickle
 import random
 import re
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memfit._events import MemoryEvent
+from memfit.snapshot._record import synthetic_snapshot
 
 TRACES = (
     Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h200-2026-11-30" / "traces"
@@ -119,3 +123,25 @@ def check_html(text: str) -> _Balance:
     assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//", text)
     assert "@import" not in text and "url(" not in text
     return parser
+
+
+@pytest.fixture
+def write_snapshot(tmp_path: Path) -> Callable[..., Path]:
+    """Write a synthetic snapshot of ``events`` (default: a fragmenting trace) to a file."""
+
+    def write(
+        events: list[MemoryEvent] | None = None,
+        config: str = "",
+        name: str = "snap.pickle",
+        **kwargs: Any,
+    ) -> Path:
+        data = synthetic_snapshot(
+            events if events is not None else fragmenting_events(), config, **kwargs
+        )
+        path = tmp_path / name
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(path, "wb") as fh:
+            pickle.dump(data, fh)
+        return path
+
+    return write
