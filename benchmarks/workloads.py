@@ -300,11 +300,13 @@ def estimate_entry(entry: dict[str, Any]) -> Any:
 
 def estimate_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of memfit's workload builder for one entry."""
-    return {
+    kwargs = {
         "batch_size": entry["batch_size"],
         "seq_len": entry.get("seq_len"),
-        "optimizer": entry.get("optimizer", "adamw"),
         "precision": entry.get("precision", "fp32"),
         "mode": entry.get("mode", "train"),
-        "activation_checkpointing": entry.get("checkpointing", False),
     }
+    if kwargs["mode"] == "train":  # inference takes neither (memfit refuses them there)
+        kwargs["optimizer"] = entry.get("optimizer", "adamw")
+        kwargs["activation_checkpointing"] = entry.get("checkpointing", False)
+    return kwargs

@@ -14,11 +14,45 @@ def test_known_names_and_aliases():
 def test_sizes_make_a_gpu():
     assert resolve_gpu("24GiB").total == 24 * 2**30
     assert resolve_gpu("80GB").total == 80 * 10**9
-    assert resolve_gpu(1000).total == 1000
+    assert resolve_gpu("1GiB").total == 2**30
+    assert resolve_gpu("2TiB").total == 2 * 2**40
+
+
+@pytest.mark.parametrize("spec", [24, "24", " 24 ", "24.5", 1000])
+def test_a_bare_number_is_refused_with_both_units(spec):
+    with pytest.raises(InvalidInputError, match=r"no unit.*GiB.*GB"):
+        resolve_gpu(spec)
+
+
+def test_a_known_name_that_is_a_number_is_a_gpu():
+    assert resolve_gpu("4090").name == "RTX 4090 24GB"
+    with pytest.raises(InvalidInputError, match="no unit"):
+        resolve_gpu(4090)
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("0GiB", "smaller than"),
+        ("1B", "smaller than"),
+        ("700MiB", "smaller than"),
+        ("100000GiB", "beyond any GPU"),
+        ("3TiB", "beyond any GPU"),
+    ],
+)
+def test_sizes_no_gpu_has_are_refused(spec, match):
+    with pytest.raises(InvalidInputError, match=match):
+        resolve_gpu(spec)
+
+
+@pytest.mark.parametrize("spec", [None, 2.5, True, ["h100"]])
+def test_other_types_are_refused(spec):
+    with pytest.raises(InvalidInputError, match="is not a GPU"):
+        resolve_gpu(spec)
 
 
 def test_gpu_passes_through():
-    gpu = GPU("x", 10)
+    gpu = GPU("x", 10)  # a GPU object is taken as given
     assert resolve_gpu(gpu) is gpu
 
 

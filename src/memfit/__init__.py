@@ -19,6 +19,7 @@ from memfit._errors import (
     TraceError,
     UnknownModelError,
     UnrecoverableOOMError,
+    UserCodeError,
 )
 from memfit._gpus import GPU, resolve_gpu
 from memfit._units import format_bytes, parse_size
@@ -132,6 +133,7 @@ __all__ = [
     "TraceError",
     "UnknownModelError",
     "UnrecoverableOOMError",
+    "UserCodeError",
     "Validation",
     "Verdict",
     "Workload",

@@ -6,6 +6,7 @@
     ├── InvalidInputError        a value the user gave is malformed or unknown
     │   └── UnknownModelError    a model name matched nothing (carries close matches)
     ├── MissingExtraError        an optional dependency is not installed
+    ├── UserCodeError            the user's own code (factory, make_batch, module) raised
     ├── TraceError               the step could not run on fake tensors
     ├── NoGPUError               a command that needs a GPU found none
     ├── DoesNotFitError          no batch size tried fits the GPU (find_batch_size)
@@ -30,6 +31,7 @@ __all__ = [
     "TraceError",
     "UnknownModelError",
     "UnrecoverableOOMError",
+    "UserCodeError",
 ]
 
 
@@ -59,6 +61,19 @@ class MissingExtraError(MemfitError, ImportError):
         )
         self.package = package
         self.extra = extra
+
+
+class UserCodeError(MemfitError):
+    """The user's own code raised: a model factory, a ``make_batch``, a module at import.
+
+    The message names the user's exception, its message and the line of the user's file it came
+    from; the original exception is ``__cause__`` (``--debug`` shows its traceback).
+    ``location`` is ``"file.py:line"`` where known.
+    """
+
+    def __init__(self, message: str, location: str | None = None) -> None:
+        super().__init__(message)
+        self.location = location
 
 
 class TraceError(MemfitError):

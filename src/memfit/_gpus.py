@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from memfit._errors import InvalidInputError
 from memfit._units import MiB, parse_size
 
-__all__ = ["DEFAULT_ARCHITECTURE", "GPU", "KNOWN_GPUS", "Architecture", "resolve_gpu"]
+__all__ = [
+    "DEFAULT_ARCHITECTURE",
+    "GPU",
+    "KNOWN_GPUS",
+    "MAX_GPU_SIZE",
+    "MIN_GPU_SIZE",
+    "Architecture",
+    "resolve_gpu",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,24 +120,71 @@ KNOWN_GPUS: dict[str, GPU] = {
 _ALIASES = {"a100": "a100-80g", "h100-80g": "h100", "h200-141g": "h200", "rtx4090": "4090"}
 
 
+# No GPU is larger: the largest known (H200, 141 GB) times 14, the largest shipping (B300,
+# 288 GB) times 7. A size beyond it is a typo (``100000GiB``) or a unit mistake, not a GPU.
+MAX_GPU_SIZE = 2 * 1024**4
+# No GPU is smaller than what a process needs before PyTorch allocates (GPU.context).
+MIN_GPU_SIZE = GPU("", 0).context
+
+
 def resolve_gpu(spec: str | GPU | int) -> GPU:
-    """A GPU by name (``h100``, ``a100-40g``, ``4090``) or by memory size (``24GiB``)."""
+    """A GPU by name (``h100``, ``a100-40g``, ``4090``) or by memory size with a unit
+    (``24GiB``, ``80GB``).
+
+    A bare number (``24``, or an ``int`` from Python) is refused rather than read as bytes: it is
+    almost always ``24GiB`` or ``24GB`` with the unit left off. Sizes below the CUDA context
+    (:data:`MIN_GPU_SIZE`) or above :data:`MAX_GPU_SIZE` (2 TiB) are refused too.
+    """
     if isinstance(spec, GPU):
         return spec
-    if isinstance(spec, int):
-        return GPU(f"{spec} B GPU", parse_size(spec))
-    key = spec.strip().lower().replace("_", "-").replace(" ", "")
+    if isinstance(spec, bool) or not isinstance(spec, (str, int)):
+        raise InvalidInputError(
+            f"gpu={spec!r} is not a GPU: give a name such as 'h100' or 'a100-40g', a memory "
+            "size with a unit such as '24GiB' or '80GB', or a memfit.GPU."
+        )
+    text = str(spec).strip()
+    key = text.lower().replace("_", "-").replace(" ", "")
     key = _ALIASES.get(key, key)
-    if key in KNOWN_GPUS:
+    if isinstance(spec, str) and key in KNOWN_GPUS:  # '4090' is a name
         return KNOWN_GPUS[key]
+    if isinstance(spec, int) or _is_bare_number(text):
+        raise InvalidInputError(
+            f"GPU size {text!r} has no unit, and memfit does not guess one: give "
+            f"'{text}GiB' (binary) or '{text}GB' (decimal), or a GPU name such as 'h100'."
+        )
     if key and key[0].isdigit():
         try:
-            return GPU(f"{spec} GPU", parse_size(spec))
+            size = parse_size(text)
         except InvalidInputError:
             pass
+        else:
+            _check_gpu_size(text, size)
+            return GPU(f"{text} GPU", size)
     close = difflib.get_close_matches(key, list(KNOWN_GPUS), n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise InvalidInputError(
         f"GPU {spec!r} is not known.{hint} Give one of {', '.join(KNOWN_GPUS)} "
         "or a memory size such as '24GiB' or '80GB'."
     )
+
+
+def _is_bare_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_gpu_size(text: str, size: int) -> None:
+    if size < MIN_GPU_SIZE:
+        raise InvalidInputError(
+            f"GPU size {text!r} ({size} bytes) is smaller than the {MIN_GPU_SIZE // MiB} MiB a "
+            "CUDA process holds before PyTorch allocates, so nothing could run on it: give the "
+            "GPU's whole memory, e.g. '24GiB' or '80GB'."
+        )
+    if size > MAX_GPU_SIZE:
+        raise InvalidInputError(
+            f"GPU size {text!r} is more than 2 TiB, beyond any GPU: check the unit, e.g. "
+            "'24GiB' or '80GB' (a GPU's memory, not the host's)."
+        )

@@ -91,7 +91,7 @@ def test_the_spec_is_frozen_and_checked_on_replace():
         work.precision = "bf16"  # type: ignore[misc]
     with pytest.raises(memfit.InvalidInputError, match="Precision 'fp8'"):
         dataclasses.replace(work, precision="fp8")  # type: ignore[arg-type]
-    with pytest.raises(memfit.InvalidInputError, match="Batch size 0"):
+    with pytest.raises(memfit.InvalidInputError, match="batch_size=0 must be at least 1"):
         dataclasses.replace(work, batch_size=0)
 
 
@@ -121,10 +121,22 @@ def test_command_line_flags_become_the_same_settings():
         "batch_size": 4,
         "seq_len": 64,
         "precision": "fp32",
-        "optimizer": "adamw",
         "mode": "train",
         "activation_checkpointing": True,
         "gpu": "h100",
     }
     spec = make_workload(args.model, **options)
     assert isinstance(spec, Workload) and spec.activation_checkpointing
+
+
+def test_training_settings_for_inference_are_refused():
+    with pytest.raises(memfit.InvalidInputError, match="optimizer='sgd' with mode='infer'"):
+        make_workload(tiny, torch.randn(2, 16), mode="infer", optimizer="sgd")
+    with pytest.raises(memfit.InvalidInputError, match="activation_checkpointing=True with"):
+        make_workload(tiny, torch.randn(2, 16), mode="infer", activation_checkpointing=True)
+
+
+def test_inference_names_no_optimizer_and_says_the_loss_is_computed():
+    est = memfit.estimate("gpt2", batch_size=1, seq_len=32, mode="infer")
+    assert est.workload.optimizer == "none"
+    assert any("computes its loss over the logits" in note for note in est.notes)

@@ -16,6 +16,7 @@ from memfit._events import Category
 from memfit._gpus import resolve_gpu
 from memfit.allocator import AllocatorConfig, AllocatorReplay, Recording
 from memfit.estimator._pressure import least_capacity, replay_ops, retries_within
+from memfit.estimator._quiet import quiet_libraries
 from memfit.estimator._result import Estimate, Timeline, WorkloadSummary
 from memfit.trace import Trace, trace_workload
 from memfit.workload import Workload, WorkloadOptions, make_workload
@@ -38,7 +39,9 @@ def estimate(model: Any, batch: Any = None, **options: Unpack[WorkloadOptions]) 
     text) instead. The settings (``precision``, ``optimizer``, ``mode``, ``gpu``...) are those
     of :class:`~memfit.workload.WorkloadOptions`.
     """
-    return estimate_workload(as_workload(model, batch, options), tight_verdict=True)
+    with quiet_libraries():
+        workload = as_workload(model, batch, options)
+    return estimate_workload(workload, tight_verdict=True)
 
 
 def as_workload(model: Any, batch: Any, options: WorkloadOptions) -> Workload:
@@ -79,7 +82,8 @@ def estimate_workload(
     config = workload.allocator
     gpu = workload.gpu
     target = gpu or resolve_gpu(_DEFAULT_GPU)
-    trace = trace_workload(workload, target)
+    with quiet_libraries():
+        trace = trace_workload(workload, target)
     allocated, reserved, peak_index = _replay(trace, config)
     context = target.context_for(workload.mode)
     if (
@@ -116,10 +120,11 @@ def estimate_workload(
         peak_phase=info[2],
         timeline=Timeline(allocated, reserved, phases),
         gpu=gpu,
-        notes=list(trace.notes),
+        notes=[*workload.notes, *trace.notes],
         trace_seconds=trace.seconds,
         least_capacity=least,
         alloc_retries=retries,
+        traced_for=target.name,
     )
 
 
@@ -130,7 +135,7 @@ def _summary(workload: Workload, trace: Trace) -> WorkloadSummary:
         batch=workload.batch_text or _batch_from_trace(trace),
         mode=workload.mode,
         precision=workload.precision,
-        optimizer=workload.optimizer if isinstance(workload.optimizer, str) else "custom",
+        optimizer=_optimizer_name(workload),
         activation_checkpointing=workload.activation_checkpointing,
         allocator_config=workload.allocator_text,
         steps=workload.steps,
@@ -192,3 +197,10 @@ def _info_at(trace: Trace, index: int) -> tuple[str, str, str]:
             info = trace.infos[event.info]
             return info.op, info.module or "(outside modules)", info.phase
     return "", "", ""
+
+
+def _optimizer_name(workload: Workload) -> str:
+    """The optimizer as a report names it: none for inference, which keeps no state."""
+    if workload.mode == "infer":
+        return "none"
+    return workload.optimizer if isinstance(workload.optimizer, str) else "custom"

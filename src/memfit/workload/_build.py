@@ -14,9 +14,11 @@ from torch import nn
 from memfit._errors import InvalidInputError
 from memfit._gpus import resolve_gpu
 from memfit.allocator import AllocatorConfig
-from memfit.workload._models import ModelRecipe, resolve_model
-from memfit.workload._spec import Batch, Workload, WorkloadOptions
+from memfit.workload._limits import check_recipe_batch
+from memfit.workload._models import TEXT_TASKS, ModelRecipe, resolve_model
+from memfit.workload._spec import Batch, Workload, WorkloadOptions, check_count
 from memfit.workload._step import default_loss
+from memfit.workload._user import checked_factory, wrap_user
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -47,7 +49,16 @@ def make_workload(
             f"Unknown setting(s) {', '.join(sorted(unknown))}; the settings are "
             f"{', '.join(WorkloadOptions.__annotations__)}."
         )
+    if model is None:
+        raise InvalidInputError(
+            "model=None: give a model name (e.g. 'gpt2', 'hf:path/to/config.json', "
+            "'tv:resnet50'), an nn.Module or a factory that returns one."
+        )
+    _check_mode_settings(options)
     # the cheap checks first: a bad size or setting fails before a model is looked up
+    for count in ("batch_size", "seq_len", "steps"):
+        if options.get(count) is not None:
+            check_count(count, options.get(count))
     gpu = options.get("gpu")
     target = resolve_gpu(gpu) if gpu is not None else None
     text = options.get("allocator_config") or ""
@@ -59,11 +70,12 @@ def make_workload(
         parts = _module_parts(recipe, batch, batch_of, options)
     parts.setdefault("batch_of", batch_of)
     mode = options.get("mode", "train")
+    steps = options.get("steps")
     # a setting whose field has its own name is taken as given (Workload checks it)
     same: dict[str, Any] = {k: v for k, v in options.items() if k in _AS_GIVEN}
     return Workload(
         **same,
-        steps=options.get("steps") or (2 if mode == "train" else 1),
+        steps=steps if steps is not None else (2 if mode == "train" else 1),
         allocator=allocator,
         allocator_text=text,
         gpu=target,
@@ -77,6 +89,23 @@ _AS_GIVEN = (
     frozenset(f.name for f in dataclasses.fields(Workload))
     & frozenset(WorkloadOptions.__annotations__)
 ) - _DERIVED
+
+
+def _check_mode_settings(options: WorkloadOptions) -> None:
+    """Refuse training settings given for inference: they would be ignored."""
+    if options.get("mode") != "infer":
+        return
+    if "optimizer" in options:
+        raise InvalidInputError(
+            f"optimizer={options['optimizer']!r} with mode='infer' would be ignored: inference "
+            "keeps no optimizer state. Drop optimizer=, or use mode='train'."
+        )
+    if options.get("activation_checkpointing"):
+        raise InvalidInputError(
+            "activation_checkpointing=True with mode='infer' would be ignored: checkpointing "
+            "saves memory by recomputing activations in the backward pass, and inference has "
+            "none. Drop it, or use mode='train'."
+        )
 
 
 def _recipe_parts(
@@ -101,11 +130,7 @@ def _recipe_parts(
             f"Give a batch for {recipe.name!r}: batch_size= (and seq_len= for text models), "
             "or batch= with example tensors."
         )
-    if batch_size < 1:
-        raise InvalidInputError(f"Batch size {batch_size} must be at least 1.")
     seq_len = options.get("seq_len")
-    if seq_len is not None and seq_len < 1:
-        raise InvalidInputError(f"Sequence length {seq_len} must be at least 1.")
     make = recipe.make_batch
     if make is None:
         raise InvalidInputError(
@@ -113,12 +138,23 @@ def _recipe_parts(
             "make_batch(batch_size, seq_len) beside the factory, or pass batch= to estimate()."
         )
     length = seq_len if seq_len is not None else recipe.default_seq_len
+    notes = check_recipe_batch(recipe, batch_size, seq_len, length)
+    if options.get("mode") == "infer" and recipe.forward_fn is None and recipe.task in TEXT_TASKS:
+        notes = (*notes, _LOSS_IN_INFERENCE)
     return {
         **parts,
+        "notes": notes,
         "make_batch": lambda: make(batch_size, length),
         "batch_of": lambda n: make(n, length),
         "forward_fn": recipe.forward_fn,
     }
+
+
+_LOSS_IN_INFERENCE = (
+    "inference calls model(**batch) on a batch with labels, so the model also computes its "
+    "loss over the logits (float32 log-softmax and all); a serving step without labels takes "
+    "less: estimate it with your own batch (batch= without 'labels')"
+)
 
 
 def _module_parts(
@@ -137,7 +173,7 @@ def _module_parts(
     )
     return {
         "name": name,
-        "build_model": _model_factory(model),
+        "build_model": _model_factory(model, name),
         "make_batch": _batch_maker(batch, batch_of, options),
         "loss_fn": options.get("loss_fn") or default_loss,
         "enable_checkpointing": _generic_checkpointing,
@@ -150,6 +186,12 @@ def _batch_maker(
     if batch is not None and batch_of is not None:
         raise InvalidInputError("Give batch= or batch_of=, not both.")
     if batch_of is not None:
+        if not callable(batch_of):
+            raise InvalidInputError(
+                f"batch_of={batch_of!r} is not callable: give a function of the batch size "
+                "that returns a batch (batch_of=lambda n: torch.randn(n, 64))."
+            )
+        batch_of = wrap_user(batch_of, f"batch_of={_name(batch_of)}")
         batch_size = options.get("batch_size")
         if batch_size is None:
             # the batch-size search sets it (Workload.with_batch_size) before a batch is made
@@ -159,8 +201,12 @@ def _batch_maker(
             return unsized
         return lambda: batch_of(batch_size)
     if callable(batch) and not isinstance(batch, torch.Tensor):
-        return batch  # type: ignore[no-any-return]
+        return wrap_user(batch, f"the batch factory {_name(batch)}()")
     return lambda: batch
+
+
+def _name(fn: object) -> str:
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or fn)
 
 
 def _generic_checkpointing(model: nn.Module) -> None:
@@ -179,7 +225,7 @@ def _generic_checkpointing(model: nn.Module) -> None:
     )
 
 
-def _model_factory(model: Any) -> Callable[[], nn.Module]:
+def _model_factory(model: Any, name: str) -> Callable[[], nn.Module]:
     if isinstance(model, nn.Module):
         template = model
 
@@ -189,7 +235,7 @@ def _model_factory(model: Any) -> Callable[[], nn.Module]:
 
         return rebuild
     if callable(model):
-        return model  # type: ignore[no-any-return]
+        return checked_factory(model, f"the model factory {_name(model)}()")
     raise InvalidInputError(f"model={model!r} is not an nn.Module, a factory, or a model name.")
 
 

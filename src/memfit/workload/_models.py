@@ -23,8 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from memfit._errors import InvalidInputError, MissingExtraError, UnknownModelError
+from memfit.workload._hub import hub_offline
+from memfit.workload._user import checked_factory, user_code_error, wrap_user
 
-__all__ = ["ModelRecipe", "catalog_entries", "resolve_model"]
+__all__ = ["TEXT_TASKS", "ModelRecipe", "catalog_entries", "resolve_model"]
 
 _CATALOG = Path(__file__).parent / "catalog"
 Batch = Any
@@ -43,6 +45,9 @@ class ModelRecipe:
     image_size: int | None = None
     enable_checkpointing: Callable[[nn.Module], None] | None = None
     forward_fn: Callable[[nn.Module, Batch], Any] | None = None  # inference on a batch
+    max_positions: int | None = None  # the longest sequence the config is made for
+    positions_hard: bool = False  # a learned position table: longer sequences cannot run
+    vocab_size: int | None = None  # text models: the logits' width
 
     def describe_batch(self, batch_size: int, seq_len: int | None) -> str:
         if self.image_size:
@@ -118,6 +123,9 @@ def classification_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     return F.cross_entropy(model(images), labels)
 
 
+TEXT_TASKS = ("masked-lm", "causal-lm", "seq2seq-lm")
+
+
 # -- sources ------------------------------------------------------------------------------------
 _HF_TASKS = {
     "masked-lm": "AutoModelForMaskedLM",
@@ -136,20 +144,33 @@ def _hf_checkpointing(model: nn.Module) -> None:
 def _hf_recipe(name: str, config_dict: dict[str, Any], task: str, **extra: Any) -> ModelRecipe:
     transformers = _require("transformers", "Hugging Face models")
     config_dict = dict(config_dict)
+    source = extra.get("config_file") or name
+    _check_config_sizes(config_dict, source)
     model_type = config_dict.pop("model_type")
     for noise in ("torch_dtype", "dtype", "architectures", "transformers_version"):
         config_dict.pop(noise, None)
-    config = transformers.AutoConfig.for_model(model_type, **config_dict)
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **config_dict)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InvalidInputError(
+            f"{source}: transformers {transformers.__version__} cannot make a config of it "
+            f"(model_type {model_type!r}): {_first_line(exc)}. Fix the config.json (a "
+            "model_type transformers knows, e.g. 'gpt2' or 'llama'), or upgrade transformers."
+        ) from exc
     auto = getattr(transformers, _HF_TASKS[task])
 
     def build() -> nn.Module:
         return auto.from_config(config, dtype=torch.float32)  # type: ignore[no-any-return]
+
+    if extra.get("config_file"):
+        build = _config_build(build, source)
 
     if task == "image-classification":
         size = int(getattr(config, "image_size", 224))
         batch = _image_batch(size, hf=True, classes=int(config.num_labels))
         return ModelRecipe(name, build, task, batch, None, None, size, _hf_checkpointing)
     vocab = int(config.vocab_size)
+    limit, hard = _positions(config)
     return ModelRecipe(
         name,
         build,
@@ -159,7 +180,71 @@ def _hf_recipe(name: str, config_dict: dict[str, Any], task: str, **extra: Any) 
         extra.get("default_seq_len"),
         None,
         _hf_checkpointing,
+        max_positions=limit,
+        positions_hard=hard,
+        vocab_size=vocab,
     )
+
+
+def _positions(config: Any) -> tuple[int | None, bool]:
+    """The longest sequence a Hugging Face config is made for, and whether it is a hard limit
+    (a learned position table) or not (rotary or relative positions extrapolate)."""
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if not isinstance(limit, int) or limit < 1:
+        return None, False
+    values = config.to_dict()
+    soft = (
+        any(
+            values.get(k) is not None
+            for k in ("rope_parameters", "rope_theta", "rope_scaling", "rotary_dim", "rotary_pct")
+        )
+        or values.get("relative_attention_num_buckets") is not None
+    )
+    if "roberta" in str(values.get("model_type", "")):
+        limit -= 2  # position ids start after the padding index
+    return limit, not soft
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0].rstrip(".") if text else type(exc).__name__
+
+
+_SIZE_KEY = ("size", "dim", "layers", "heads", "positions", "embd", "n_ctx", "n_inner", "labels")
+
+
+def _check_config_sizes(config: dict[str, Any], source: str) -> None:
+    """A negative size (or no attention heads) in a config fails deep in the model's
+    constructor; name the key and the file instead."""
+    for key, value in config.items():
+        if isinstance(value, bool) or not isinstance(value, int) or "token" in key:
+            continue
+        if not any(part in key for part in _SIZE_KEY):
+            continue
+        if value < 0 or (value == 0 and "heads" in key):
+            raise InvalidInputError(
+                f"{source}: {key}={value} is not a size a model can have; give a positive "
+                f"{key} in the config."
+            )
+
+
+def _config_build(build: Callable[[], nn.Module], source: str) -> Callable[[], nn.Module]:
+    """A model built from a user's config: a config transformers cannot build from is named."""
+
+    def checked() -> nn.Module:
+        try:
+            return build()
+        except MemoryError:
+            raise
+        except Exception as exc:
+            if "meta" in str(exc).lower():
+                raise
+            raise InvalidInputError(
+                f"{source}: the model cannot be built from this config "
+                f"({type(exc).__name__}: {_first_line(exc)}). Fix the config.json."
+            ) from exc
+
+    return checked
 
 
 def _tv_recipe(name: str, builder: str, kwargs: dict[str, Any], size: int) -> ModelRecipe:
@@ -240,17 +325,27 @@ def _hf_from_hub_or_path(spec: str) -> ModelRecipe:
     path = Path(spec)
     if path.exists():
         config_file = path / "config.json" if path.is_dir() else path
-        config_dict = json.loads(config_file.read_text())
-        if "model_type" not in config_dict:
-            raise InvalidInputError(
-                f"{config_file} has no 'model_type'; give a Hugging Face config.json."
-            )
+        config_dict = _read_config(config_file, path)
         task = _task_from_architectures(config_dict.get("architectures") or [])
-        return _hf_recipe(f"hf:{spec}", config_dict, task, default_seq_len=512)
+        return _hf_recipe(
+            f"hf:{spec}", config_dict, task, default_seq_len=512, config_file=str(config_file)
+        )
+    if spec.startswith((".", "/", "~")) or spec.endswith(".json") or spec.count("/") > 1:
+        raise InvalidInputError(
+            f"hf:{spec}: no such file or folder. Give the path of a Hugging Face config.json "
+            "(or of its folder), or a hub id 'hf:org/name'."
+        )
     transformers = _require("transformers", "Hugging Face models")
+    offline = hub_offline()
     try:
-        config = transformers.AutoConfig.from_pretrained(spec)
+        config = transformers.AutoConfig.from_pretrained(spec, local_files_only=bool(offline))
     except Exception as exc:
+        if offline:
+            raise InvalidInputError(
+                f"hf:{spec}: no network ({offline}) and its config is not in the local Hugging "
+                "Face cache. Give a local config (hf:path/to/config.json) or a catalog name "
+                "(memfit estimate --list-models)."
+            ) from exc
         raise UnknownModelError(
             f"Could not get the config of 'hf:{spec}' ({type(exc).__name__}). memfit needs only "
             "the config.json, not the weights: download it and pass its path, e.g. "
@@ -259,6 +354,29 @@ def _hf_from_hub_or_path(spec: str) -> ModelRecipe:
         ) from exc
     task = _task_from_architectures(getattr(config, "architectures", None) or [])
     return _hf_recipe(f"hf:{spec}", config.to_dict(), task, default_seq_len=512)
+
+
+def _read_config(config_file: Path, given: Path) -> dict[str, Any]:
+    """The config.json's dictionary; a missing, unreadable or malformed file is named."""
+    if not config_file.is_file():
+        raise InvalidInputError(
+            f"hf:{given}: the folder has no config.json. Give the folder of a Hugging Face "
+            "model (with its config.json) or the config file itself: hf:path/to/config.json."
+        )
+    try:
+        config = json.loads(config_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(
+            f"{config_file} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
+            f"{exc.colno}): fix it, or download the model's config.json again."
+        ) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"{config_file} cannot be read ({exc}).") from exc
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise InvalidInputError(
+            f"{config_file} has no 'model_type'; give a Hugging Face config.json."
+        )
+    return config
 
 
 def _task_from_architectures(architectures: list[str]) -> str:
@@ -284,7 +402,11 @@ def _user_factory(spec: str) -> ModelRecipe:
             raise InvalidInputError(f"Cannot import {target!r} as a Python file.")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[mod_name] = module
-        module_spec.loader.exec_module(module)
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[mod_name]
+            raise user_code_error(f"{target}, at import", exc, str(path)) from exc
     else:
         try:
             module = importlib.import_module(target)
@@ -293,13 +415,28 @@ def _user_factory(spec: str) -> ModelRecipe:
                 f"Cannot import module {target!r} ({exc}). Give 'package.module:fn' on the "
                 "Python path, or 'path/to/file.py:fn'."
             ) from exc
+        except Exception as exc:
+            raise user_code_error(f"module {target}, at import", exc, None) from exc
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise InvalidInputError(f"{target!r} has no callable {attr!r}; give 'module:fn'.")
     make_batch = getattr(module, "make_batch", None)
+    if make_batch is not None:
+        if not callable(make_batch):
+            raise InvalidInputError(
+                f"{target}: make_batch is {make_batch!r}, not a function: define "
+                "make_batch(batch_size, seq_len) returning the batch."
+            )
+        make_batch = wrap_user(make_batch, f"make_batch() of {target}")
     loss_fn = getattr(module, "loss_fn", None)
+    if loss_fn is not None and not callable(loss_fn):
+        raise InvalidInputError(
+            f"{target}: loss_fn is {loss_fn!r}, not a function: define loss_fn(model, batch) "
+            "returning the loss tensor."
+        )
     seq_len = getattr(module, "DEFAULT_SEQ_LEN", None)
-    return ModelRecipe(spec, factory, "custom", make_batch, loss_fn, seq_len, None, None)
+    build = checked_factory(factory, f"{attr}() of {target}")
+    return ModelRecipe(spec, build, "custom", make_batch, loss_fn, seq_len, None, None)
 
 
 def _close(name: str) -> list[str]:

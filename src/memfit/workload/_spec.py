@@ -14,6 +14,7 @@ the code that reads a field changes.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
@@ -35,6 +36,7 @@ __all__ = [
     "Workload",
     "WorkloadOptions",
     "check_choice",
+    "check_count",
 ]
 
 Batch = Any
@@ -53,7 +55,7 @@ class WorkloadOptions(TypedDict, total=False):
     mode: str
     activation_checkpointing: bool
     allocator_config: str | None
-    gpu: GPU | str | int | None
+    gpu: GPU | str | None  # a name or a size with a unit; a bare number is refused
     batch_size: int | None
     seq_len: int | None
     steps: int | None
@@ -86,17 +88,46 @@ class Workload:
     allocator_text: str = ""  # the PYTORCH_CUDA_ALLOC_CONF text as given, for reports
     gpu: GPU | None = None  # the target, where the user named one
 
+    notes: tuple[str, ...] = ()  # what was assumed or warned while checking, for the estimate
+
     def __post_init__(self) -> None:
+        for what in ("precision", "mode"):
+            if not isinstance(getattr(self, what), str):
+                raise InvalidInputError(
+                    f"{what}={getattr(self, what)!r} is not a string: give one of "
+                    f"{', '.join(PRECISIONS if what == 'precision' else MODES)}."
+                )
         check_choice("precision", self.precision, PRECISIONS)
         check_choice("mode", self.mode, MODES)
         if isinstance(self.optimizer, str):
             check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        if self.steps < 1:
-            raise InvalidInputError(f"steps={self.steps} must be at least 1.")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise InvalidInputError(f"Batch size {self.batch_size} must be at least 1.")
-        if self.seq_len is not None and self.seq_len < 1:
-            raise InvalidInputError(f"Sequence length {self.seq_len} must be at least 1.")
+        elif not callable(self.optimizer):
+            raise InvalidInputError(
+                f"optimizer={self.optimizer!r} is neither a name nor a factory: give one of "
+                f"{', '.join(OPTIMIZERS)}, or a function of the parameters that returns a "
+                "torch.optim.Optimizer."
+            )
+        if not isinstance(self.activation_checkpointing, bool):
+            raise InvalidInputError(
+                f"activation_checkpointing={self.activation_checkpointing!r} is not a bool: "
+                "give True or False."
+            )
+        for what in ("loss_fn", "build_model", "make_batch"):
+            if not callable(getattr(self, what)):
+                raise InvalidInputError(
+                    f"{what}={getattr(self, what)!r} is not callable: give a function"
+                    + (
+                        " of (model, batch) that returns the loss tensor."
+                        if what == "loss_fn"
+                        else "."
+                    )
+                )
+        _check_takes_two("loss_fn", self.loss_fn)
+        check_count("steps", self.steps)
+        if self.batch_size is not None:
+            check_count("batch_size", self.batch_size)
+        if self.seq_len is not None:
+            check_count("seq_len", self.seq_len)
 
     @property
     def param_dtype(self) -> torch.dtype:
@@ -126,6 +157,31 @@ class Workload:
         return dataclasses.replace(
             self, batch_size=batch_size, make_batch=lambda: batch_of(batch_size)
         )
+
+
+def _check_takes_two(what: str, fn: Callable[..., Any]) -> None:
+    """``fn`` can be called as ``fn(model, batch)`` (where Python can tell)."""
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError:
+        raise InvalidInputError(
+            f"{what}={getattr(fn, '__qualname__', fn)} cannot be called as {what}(model, "
+            f"batch): give a function of two arguments, e.g. {what}=lambda model, batch: "
+            "model(batch).sum()."
+        ) from None
+    except ValueError:
+        pass  # no signature (a builtin): it is called and fails there if it must
+
+
+def check_count(what: str, value: object) -> None:
+    """``value`` is a whole number of at least 1 (a count of steps, samples or tokens)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        hint = f"{what}={int(value)}" if isinstance(value, str) and value.isdigit() else f"{what}=8"
+        raise InvalidInputError(
+            f"{what}={value!r} is not a whole number: give an int, e.g. {hint}."
+        )
+    if value < 1:
+        raise InvalidInputError(f"{what}={value} must be at least 1.")
 
 
 def check_choice(what: str, value: str, accepted: tuple[str, ...]) -> None:

@@ -94,7 +94,13 @@ def run_steps(
 
     for step in range(1, workload.steps + 1):
         hooks.phase(f"step{step}.input")
-        batch = hooks.to_device(_cast_inputs(workload.make_batch(), workload.param_dtype))
+        made = workload.make_batch()
+        if made is None:
+            raise InvalidInputError(
+                f"make_batch returned None for {workload.name}: the batch factory must return "
+                "the batch (a tensor, tuple or dict); is a 'return' missing?"
+            )
+        batch = hooks.to_device(_cast_inputs(made, workload.param_dtype))
         hooks.phase(f"step{step}.forward")
         if workload.mode == "infer":
             with torch.no_grad(), region():
