@@ -130,9 +130,9 @@ def test_margin_as_a_size_lowers_the_budget():
 
 
 def test_nothing_fits_at_batch_one_names_the_prediction():
-    # the CUDA context alone (758 MiB) is more than this GPU
+    # the CUDA context (758 MiB) and the margin leave no room on this GPU
     with pytest.raises(memfit.DoesNotFitError, match=r"even at batch size 1: the estimate is"):
-        memfit.find_batch_size(tiny_bert, tokens, gpu="700MiB", confirm=False)
+        memfit.find_batch_size(tiny_bert, tokens, gpu="800MiB", margin="60MiB", confirm=False)
 
 
 @pytest.mark.parametrize(
@@ -220,10 +220,10 @@ def test_cli_max_batch_size_draws_the_search(tmp_path, capsys):
     assert main([*argv, "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"Plot written to {png}" in capsys.readouterr().out
-    # another format is refused before the search, with the fix in the message
-    assert main([*argv, "--plot", str(tmp_path / "search.svg")]) == 1
+    # a format no plot has is refused before the search, with the fix in the message
+    assert main([*argv, "--plot", str(tmp_path / "search.pdf")]) == 1
     err = capsys.readouterr().err
-    assert "drawn as a PNG" in err and "Traceback" not in err
+    assert "'.pdf'" in err and ".svg" in err and "Traceback" not in err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")

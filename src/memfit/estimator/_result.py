@@ -9,6 +9,7 @@ from typing import Any
 from memfit._errors import InvalidInputError
 from memfit._events import Category
 from memfit._gpus import GPU, resolve_gpu
+from memfit._units import GiB, format_bytes
 
 __all__ = ["Estimate", "Timeline", "Verdict", "WorkloadSummary"]
 
@@ -36,6 +37,10 @@ class Timeline:
     allocated: list[int]
     reserved: list[int]
     phases: list[tuple[str, int]]
+
+    def __repr__(self) -> str:
+        """Short: the series hold one value per allocator event (often 100,000s)."""
+        return f"Timeline({len(self.allocated)} events, {len(self.phases)} phases)"
 
     def phase_at(self, index: int) -> str:
         name = ""
@@ -86,6 +91,9 @@ class Estimate:
     # times the allocator frees its cache and retries over the steps when held to the
     # capacity the estimate was asked about (None: not asked, or it does not run there)
     alloc_retries: int | None = None
+    # the GPU whose kernels the trace assumed (its name): ``gpu`` when one was given, else the
+    # default that the estimate traces for; "" in estimates made before this field existed
+    traced_for: str = ""
 
     @property
     def total(self) -> int:
@@ -112,6 +120,49 @@ class Estimate:
         # the retries were counted at the estimate's own GPU; another GPU's are not known
         retries = self.alloc_retries if self.gpu is not None and target == self.gpu else None
         return Verdict(target, needed, target.total - needed, tight=True, alloc_retries=retries)
+
+    def __repr__(self) -> str:
+        """One line: the model, the peaks in bytes and GiB, the GPU and verdict; the timeline
+        only as its length (``estimate.timeline`` holds it)."""
+        fields = [
+            f"model={self.workload.model!r}",
+            *(
+                f"{name}={value} ({value / GiB:.2f} GiB)"
+                for name, value in (
+                    ("peak_allocated", self.peak_allocated),
+                    ("peak_reserved", self.peak_reserved),
+                    ("total", self.total),
+                )
+            ),
+        ]
+        if self.gpu is not None:
+            verdict = self.fits()
+            fields += [f"gpu={self.gpu.name!r}", f"fits={verdict.fits}"]
+        fields.append(f"timeline={self.timeline!r}")
+        return f"Estimate({', '.join(fields)})"
+
+    def __str__(self) -> str:
+        """A few readable lines; ``memfit.report`` renders the full report."""
+        w = self.workload
+        lines = [
+            f"{w.model}: {w.mode}, batch {w.batch}, {w.precision}"
+            + (f", {w.optimizer}" if w.mode == "train" else ""),
+            f"  peak allocated {format_bytes(self.peak_allocated)}, "
+            f"peak reserved {format_bytes(self.peak_reserved)}, "
+            f"total {format_bytes(self.total)} with {format_bytes(self.non_pytorch)} "
+            "outside PyTorch",
+            f"  peak at {self.peak_op or '?'} in {self.peak_module or '?'} "
+            f"({self.peak_phase or '?'})",
+        ]
+        if self.gpu is not None:
+            verdict = self.fits()
+            if verdict.fits:
+                how = " by freeing the allocator's cache" if verdict.tight else ""
+                state = f"fits{how}, {format_bytes(verdict.headroom)} to spare"
+            else:
+                state = f"does not fit, short by {format_bytes(-verdict.headroom)}"
+            lines.append(f"  {self.gpu.name} ({format_bytes(self.gpu.total)}): {state}")
+        return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         verdict = self.fits() if self.gpu is not None else None

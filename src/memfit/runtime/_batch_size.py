@@ -23,7 +23,7 @@ from torch import nn
 
 from memfit._errors import DoesNotFitError, InvalidInputError, NoGPUError
 from memfit._gpus import GPU, resolve_gpu
-from memfit._units import format_bytes, parse_size
+from memfit._units import GiB, format_bytes, parse_size
 from memfit.estimator import Estimate, estimate_workload
 from memfit.planner import does_not_fit_message
 from memfit.runtime._bs_search import EstimateSearch, Point
@@ -78,6 +78,16 @@ class BatchSizeResult:
     def to_json(self, *, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
+    def __repr__(self) -> str:
+        """One line; the estimates and trials only counted (``.estimates``, ``.trials``)."""
+        return (
+            f"BatchSizeResult(batch_size={self.batch_size}, confirmed={self.confirmed}, "
+            f"gpu={self.gpu!r}, predicted_total={self.predicted_total} "
+            f"({self.predicted_total / GiB:.2f} GiB), budget={self.budget} "
+            f"({self.budget / GiB:.2f} GiB), limited_by={self.limited_by!r}, "
+            f"estimates=[{len(self.estimates)} points], trials=[{len(self.trials)} trials])"
+        )
+
     def __str__(self) -> str:
         how = f"confirmed in {len(self.trials)} GPU trial(s)" if self.confirmed else "estimated"
         note = self.pressure_note()
@@ -129,6 +139,7 @@ def find_batch_size(
     or a size (``"512MiB"``, bytes). ``multiple_of`` restricts the answer to multiples of it.
     """
     start = time.perf_counter()
+    _check_numbers(margin, max_batch=max_batch, multiple_of=multiple_of, max_trials=max_trials)
     _check_arguments(model, make_batch, max_batch, multiple_of, max_trials, confirm)
     if options.pop("batch_size", None) is not None:
         raise InvalidInputError(
@@ -204,6 +215,21 @@ def resolve_margin(margin: float | int | str, total: int) -> int:
             f"{format_bytes(total)}; give a smaller margin."
         )
     return size
+
+
+def _check_numbers(margin: Any, **counts: Any) -> None:
+    """Types first, so that a string count fails here and not in a comparison later."""
+    for name, value in counts.items():
+        if type(value) is not int:
+            raise InvalidInputError(
+                f"{name}={value!r} is not a whole number (it is a {type(value).__name__}); "
+                f"give an int, e.g. {name}=8."
+            )
+    if isinstance(margin, bool) or not isinstance(margin, (float, int, str)):
+        raise InvalidInputError(
+            f"margin={margin!r} is not accepted: give a fraction of the GPU's memory (a float "
+            "in [0, 0.5), e.g. 0.02) or a size ('512MiB', or an int of bytes)."
+        )
 
 
 def _check_arguments(

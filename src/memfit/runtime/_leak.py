@@ -123,11 +123,22 @@ class LeakDetector:
         sites: bool = True,
         device: str | torch.device | None = None,
     ) -> None:
-        if window < 2:
+        if on_leak is not None and not callable(on_leak):
             raise InvalidInputError(
-                f"window={window} cannot tell growth from a single jump; give 2 or more steps."
+                f"on_leak={on_leak!r} is not callable: give a function of one LeakReport, "
+                "e.g. on_leak=print, or leave it out to keep the reports in .reports."
+            )
+        if type(window) is not int or window < 2:
+            raise InvalidInputError(
+                f"window={window!r} is not accepted: the detector needs a whole number of steps "
+                "to tell growth from a single jump; give an int of 2 or more, e.g. window=5."
             )
         self.window = window
+        if not isinstance(min_growth, (int, str)):
+            raise InvalidInputError(
+                f"min_growth={min_growth!r} is not a size: give bytes (an int) or a size "
+                "such as '1MiB'."
+            )
         self.min_growth = parse_size(min_growth)
         self.on_leak = on_leak
         self.sites = sites

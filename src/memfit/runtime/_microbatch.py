@@ -19,6 +19,7 @@ number), and dropout (its random numbers are drawn in another order).
 from __future__ import annotations
 
 import gc
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -74,6 +75,65 @@ class _Failure:
         self.memory = memory
 
 
+def _check_parts(model: Any, optimizer: Any, loss_fn: Any, scaler: Any) -> None:
+    """Refuse, at construction, what would fail only at the first step."""
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidInputError(
+            f"AutoMicrobatch needs a torch.nn.Module as model, not {_what(model)}: pass the "
+            "model itself, e.g. AutoMicrobatch(model, optimizer, loss_fn)."
+        )
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise InvalidInputError(
+            f"optimizer={_what(optimizer)} is not a torch.optim.Optimizer: AutoMicrobatch steps "
+            "the optimizer you built, so pass it, e.g. torch.optim.SGD(model.parameters(), "
+            "lr=0.01), or None and call backward_only(batch) then step it yourself."
+        )
+    if loss_fn is not None:
+        if not callable(loss_fn):
+            raise InvalidInputError(
+                f"loss_fn={_what(loss_fn)} is not callable: give a function "
+                "loss_fn(model, batch) -> scalar loss tensor, or None to use model(**batch).loss."
+            )
+        if not _accepts(loss_fn, 2):
+            raise InvalidInputError(
+                f"loss_fn {getattr(loss_fn, '__name__', loss_fn)!s} cannot be called as "
+                "loss_fn(model, batch): AutoMicrobatch calls it with the model and a "
+                "(micro-)batch. Define it as def loss_fn(model, batch): ..."
+            )
+    if scaler is not None and not all(
+        callable(getattr(scaler, name, None)) for name in ("scale", "step", "update", "unscale_")
+    ):
+        raise InvalidInputError(
+            f"scaler={_what(scaler)} is not a gradient scaler: pass torch.amp.GradScaler() "
+            "(for fp16 mixed precision), or leave it out."
+        )
+
+
+def _check_callables(**functions: Any) -> None:
+    for name, fn in functions.items():
+        if fn is not None and not callable(fn):
+            raise InvalidInputError(
+                f"{name}={_what(fn)} is not callable: give a function, or leave it out."
+            )
+
+
+def _accepts(fn: Callable[..., Any], n: int) -> bool:
+    """Whether ``fn`` can be called with ``n`` positional arguments (True where unknown)."""
+    try:
+        inspect.signature(fn).bind(*range(n))
+    except TypeError:
+        return False
+    except ValueError:  # no signature (some builtins): the call will tell
+        return True
+    return True
+
+
+def _what(value: Any) -> str:
+    text = repr(value)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return f"{text} (a {type(value).__name__})"
+
+
 class AutoMicrobatch:
     """Run training steps that split the batch into micro-batches when CUDA runs out of memory.
 
@@ -124,10 +184,10 @@ class AutoMicrobatch:
         on_incident: Callable[[MicrobatchIncident], object] | None = None,
         example_batch: Any = None,
     ) -> None:
-        if not isinstance(model, torch.nn.Module):
-            raise InvalidInputError(
-                f"AutoMicrobatch needs a torch.nn.Module, not a {type(model).__name__}."
-            )
+        _check_parts(model, optimizer, loss_fn, scaler)
+        _check_callables(
+            split_fn=split_fn, size_fn=size_fn, before_step=before_step, on_incident=on_incident
+        )
         if type(min_microbatch) is not int or min_microbatch < 1:
             raise InvalidInputError(
                 f"min_microbatch={min_microbatch!r} is not accepted; give a whole number >= 1."

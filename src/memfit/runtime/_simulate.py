@@ -60,6 +60,46 @@ def _wrap_outputs(out: Any, what: str) -> Any:
     return out
 
 
+def _check_arguments(
+    model: Any, max_samples: Any, calls: Any, optimizer: Any, optimizer_steps: Any
+) -> None:
+    """Refuse what would make the injector never fire, or fail at the first call."""
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidInputError(
+            f"InjectOOM needs the torch.nn.Module to fail, not a {type(model).__name__}: "
+            "InjectOOM(model, max_samples=...)."
+        )
+    if max_samples is not None and (type(max_samples) is not int or max_samples < 0):
+        raise InvalidInputError(
+            f"max_samples={max_samples!r} is not accepted; give a whole number >= 0 (calls with "
+            "more samples than this fail), or None."
+        )
+    _check_counts("calls", calls, "the model's forward calls")
+    _check_counts("optimizer_steps", optimizer_steps, "optimizer.step() calls")
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise InvalidInputError(
+            f"optimizer={optimizer!r} is not a torch.optim.Optimizer: pass the optimizer "
+            "whose steps should fail, e.g. optimizer=torch.optim.SGD(model.parameters(), ...)."
+        )
+    if optimizer_steps and optimizer is None:
+        raise InvalidInputError("optimizer_steps needs the optimizer: give optimizer=...")
+
+
+def _check_counts(name: str, values: Any, counted: str) -> None:
+    """Calls are counted from 1 (the first call is 1); 0 or less would never fire."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Collection):
+        raise InvalidInputError(
+            f"{name}={values!r} is not a collection of call numbers; give e.g. {name}=[1, 3] "
+            f"({counted} are counted from 1)."
+        )
+    bad = [v for v in values if type(v) is not int or v < 1]
+    if bad:
+        raise InvalidInputError(
+            f"{name} contains {bad[0]!r}, which never fires: {counted} are counted from 1 (the "
+            f"first is 1), so give whole numbers >= 1, e.g. {name}=[1]."
+        )
+
+
 class InjectOOM:
     """Raise ``torch.OutOfMemoryError`` in ``model``'s forward or backward, or the optimizer.
 
@@ -84,8 +124,7 @@ class InjectOOM:
             raise InvalidInputError(
                 f"phase={phase!r} is not accepted; give 'forward' or 'backward'."
             )
-        if optimizer_steps and optimizer is None:
-            raise InvalidInputError("optimizer_steps needs the optimizer: give optimizer=...")
+        _check_arguments(model, max_samples, calls, optimizer, optimizer_steps)
         self.max_samples = max_samples
         self.calls = set(calls)
         self.phase = phase

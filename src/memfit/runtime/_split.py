@@ -101,8 +101,10 @@ def split_batch(batch: Any, n: int) -> list[Any]:
     cost no memory; containers are rebuilt with their own type (``BatchEncoding`` stays one);
     constants are shared. ``n`` is capped by the number of samples: no micro-batch is empty.
     """
-    if n < 1:
-        raise InvalidInputError(f"A batch cannot be split into {n} micro-batches; give n >= 1.")
+    if type(n) is not int or n < 1:
+        raise InvalidInputError(
+            f"A batch cannot be split into {n!r} micro-batches; give n as an int >= 1."
+        )
     n = min(n, batch_size(batch))
     try:
         return _split(batch, n)

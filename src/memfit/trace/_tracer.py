@@ -7,6 +7,7 @@ is built inside the trace, so parameters are allocated in the order a GPU build 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 import time
@@ -19,10 +20,12 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map
 
-from memfit._errors import TraceError
+from memfit._errors import MemfitError
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit._gpus import GPU
 from memfit.trace import _autocast
+from memfit.trace._failure import check_batch, checked_loss, describe_batch
+from memfit.trace._failure import trace_error as _explain
 from memfit.trace._function_mode import TraceFunctionMode, python_function_reentry
 from memfit.trace._kernels import KernelModel
 from memfit.trace._modules import ModuleTracker
@@ -144,7 +147,7 @@ class _EmulatedGradScaler:
         pass
 
 
-def _to_meta_with_shadow(shadows: ShadowValues) -> Any:
+def _to_meta_with_shadow(shadows: ShadowValues, seen: list[str]) -> Any:
     def convert(t: Any) -> Any:
         if not isinstance(t, torch.Tensor) or t.device.type == "meta":
             return t
@@ -156,7 +159,12 @@ def _to_meta_with_shadow(shadows: ShadowValues) -> Any:
             shadows.set(meta, t)  # values of a user's CUDA tensor are not read: no GPU work
         return meta
 
-    return lambda batch: tree_map(convert, batch)
+    def to_device(batch: Any) -> Any:
+        check_batch(batch)
+        seen[:] = [describe_batch(batch)]  # a description: holding the batch would move frees
+        return tree_map(convert, batch)
+
+    return to_device
 
 
 class _Session:
@@ -171,6 +179,7 @@ class _Session:
         self.phases: list[tuple[str, int]] = [("setup", 0)]
         self.backends: dict[str, int] = {}
         self.rnn_notes: set[str] = set()
+        self.batch: list[str] = []  # what the last batch looked like, for error messages
         self.function_mode = TraceFunctionMode(
             gpu.sm,
             on_sdpa=self.on_sdpa,
@@ -207,7 +216,7 @@ class _Session:
     def hooks(self) -> StepHooks:
         rec = self.recorder
         return StepHooks(
-            to_device=_to_meta_with_shadow(self.shadows),
+            to_device=_to_meta_with_shadow(self.shadows, self.batch),
             autocast=lambda dtype: _autocast.EmulatedAutocast("cuda", dtype),
             grad_scaler=_EmulatedGradScaler,
             phase=self.set_phase,
@@ -236,8 +245,11 @@ class _Session:
 def trace_workload(workload: Workload, gpu: GPU) -> Trace:
     """Trace ``workload`` as it would run on ``gpu``. Never touches a real GPU."""
     start = time.perf_counter()
+    if workload.mode == "train":  # a loss backward cannot run on is refused with its value
+        workload = dataclasses.replace(workload, loss_fn=checked_loss(workload.loss_fn))
     session = _Session(gpu)
     recorder = session.recorder
+    model: nn.Module | None = None
     with session.active():
         try:
             model = prepare_model(workload, "meta")
@@ -247,10 +259,13 @@ def trace_workload(workload: Workload, gpu: GPU) -> Trace:
             steps_start = len(recorder.events)
             session.phases.append(("steps", steps_start))
             _run_with_activation_marks(workload, model, optimizer, session.hooks(), recorder)
-        except TraceError:
+        except (MemfitError, MemoryError):
             raise
-        except (RuntimeError, NotImplementedError, TypeError) as exc:
-            raise _trace_error(exc, recorder) from exc
+        except Exception as exc:
+            batch = session.batch[0] if session.batch else None
+            raise _explain(
+                exc, recorder.phase, recorder.failure, recorder.module_of(), model, batch
+            ) from exc
         parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
         del model, optimizer
     notes = [f"attention ran {n} x {b}" for b, n in sorted(session.backends.items())]
@@ -313,18 +328,3 @@ def _mark_optimizer_state(recorder: Recorder, optimizer: torch.optim.Optimizer) 
         for value in state.values():
             if isinstance(value, torch.Tensor):
                 recorder.set_category(value, Category.OPTIMIZER_STATE, force=True, module=owner)
-
-
-def _trace_error(exc: BaseException, recorder: Recorder) -> TraceError:
-    op, module = recorder.failure or ("", recorder.module_of())
-    module = module or "the model"
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    where = f"op {op} in {module}" if op else module
-    return TraceError(
-        f"The step could not run on memfit's meta tensors: {where} failed during "
-        f"{recorder.phase}: {text} Ops from custom CUDA extensions need a meta (fake) "
-        "implementation: register one with torch.library.register_fake, or use the model's "
-        "pure-PyTorch path (e.g. attn_implementation='sdpa'). --debug shows the traceback.",
-        op=op or None,
-        module=module,
-    )

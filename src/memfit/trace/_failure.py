@@ -1,0 +1,214 @@
+"""Why a trace failed, in one paragraph that names the real cause.
+
+A trace runs the user's code (their model, batch and loss_fn) on meta tensors. When it fails,
+the error says where (the op, the module, the phase), whose code was running (the innermost
+frame that is neither torch, memfit nor the standard library) and then the exception's own
+message. Causes that are common and recognisable (a ``None`` batch, a batch that does not match
+``forward``'s parameters, a ``loss_fn`` returning a float or a non-scalar) get their own
+sentence (a ``loss_fn`` of the wrong arity is refused earlier, by ``Workload``); the
+custom-kernel hint is added only when the failing op is not one of torch's.
+Checks here never run an op, so what is traced does not change.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import sysconfig
+import traceback
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch import nn
+
+from memfit._errors import InvalidInputError, MemfitError, TraceError, UserCodeError
+
+__all__ = ["check_batch", "checked_loss", "describe_batch", "trace_error"]
+
+_TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
+_MEMFIT_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+_STDLIB_DIRS = tuple(
+    os.path.realpath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib")
+)
+_OWN_OPS = ("aten::", "prims::", "prim::", "_c10d_functional::", "c10d::")
+_FORWARD_MISMATCH = re.compile(
+    r"(\w[\w.<>]*)\.forward\(\) (got an unexpected keyword|missing \d+ required|"
+    r"takes \d+ positional|got multiple values)"
+)
+
+
+def checked_loss(loss_fn: Callable[..., Any]) -> Callable[[nn.Module, Any], torch.Tensor]:
+    """``loss_fn`` that refuses, with the value, a result backward cannot run on."""
+
+    def loss(model: nn.Module, batch: Any) -> torch.Tensor:
+        result = loss_fn(model, batch)
+        with torch._C.DisableTorchFunction():  # metadata only; nothing reaches the trace
+            problem = _loss_problem(result)
+        if problem is not None:
+            raise InvalidInputError(
+                f"loss_fn returned {problem}: return a scalar tensor that depends on the "
+                "model's output (e.g. the loss itself, not loss.item(); .sum() or .mean() of "
+                "a per-sample loss), so memfit can run backward on it."
+            )
+        return result  # type: ignore[no-any-return]
+
+    return loss
+
+
+def _loss_problem(result: Any) -> str | None:
+    if not isinstance(result, torch.Tensor):
+        return f"{type(result).__name__} {_short(result)}"
+    if result.dim() != 0:
+        return f"a tensor of shape {tuple(result.shape)}, not a scalar"
+    if not result.requires_grad:
+        return "a tensor that does not require grad (it is not computed from the parameters)"
+    return None
+
+
+def check_batch(batch: Any) -> None:
+    """Refuse a ``None`` batch before the model is called with it."""
+    if batch is None:
+        raise InvalidInputError(
+            "The batch is None: make_batch (or batch=) returned None. Return a tensor, a "
+            "tuple of tensors (passed as model(*batch)) or a dict (passed as model(**batch))."
+        )
+
+
+def describe_batch(batch: Any) -> str:
+    """The batch's shape of call, kept instead of the batch (holding it would change frees)."""
+    with torch._C.DisableTorchFunction():  # metadata only; nothing reaches the trace
+        return _describe(batch)
+
+
+def _describe(batch: Any) -> str:
+    if isinstance(batch, dict):
+        return f"a dict with keys {sorted(map(str, batch))} (called as model(**batch))"
+    if isinstance(batch, (tuple, list)):
+        return f"a {type(batch).__name__} of {len(batch)} (called as model(*batch))"
+    if isinstance(batch, torch.Tensor):
+        return f"a tensor of shape {tuple(batch.shape)} (called as model(batch))"
+    return f"a {type(batch).__name__} (called as model(batch))"
+
+
+def trace_error(
+    exc: BaseException,
+    phase: str,
+    failure: tuple[str, str] | None,
+    module: str | None,
+    model: nn.Module | None,
+    batch: str | None,
+) -> MemfitError:
+    """One paragraph for a failed trace: the cause, where, whose code, the exception's text."""
+    text = _first_line(exc)
+    frame = user_frame(exc.__traceback__)
+    at = f" Called from {frame}." if frame else ""
+    if isinstance(exc, TypeError) and failure is None:
+        match = _FORWARD_MISMATCH.search(str(exc))
+        if match is not None and batch is not None:
+            params = _forward_params(model) if model is not None else ""
+            return InvalidInputError(
+                f"The batch does not match the model's forward during {phase}: {text} "
+                f"The batch is {batch}; {match.group(1)}.forward's parameters are "
+                f"{params or 'different'}. Make the batch's keys (or length) match them, "
+                "or pass loss_fn=lambda model, batch: ... to call the model yourself."
+            )
+    if failure is None and frame and _raised_in_user_code(exc.__traceback__):
+        return UserCodeError(
+            f"Your code raised {type(exc).__name__} during {phase} (at {frame}): {text} "
+            "This is an error in the model, batch or loss_fn given to memfit, not in memfit; "
+            "it would fail the same way on a GPU.",
+            location=_location(exc.__traceback__),
+        )
+    op, where = failure or ("", module or "")
+    place = f"op {op} in {where or 'the model'}" if op else where or "the step"
+    fed = f" The batch was {batch}." if batch is not None and phase.endswith(".forward") else ""
+    return TraceError(
+        f"The step could not run on memfit's meta tensors: {place} failed during "
+        f"{phase}.{at} {type(exc).__name__}: {text}{fed}{_hint(op, exc)}",
+        op=op or None,
+        module=where or None,
+    )
+
+
+def _hint(op: str, exc: BaseException) -> str:
+    """The custom-kernel hint, only where the failing op is not one of torch's own."""
+    if not op or op.startswith(_OWN_OPS):
+        return ""
+    return (
+        f" {op} is not a PyTorch op: an op from a custom CUDA extension needs a fake (meta) "
+        "implementation, registered with torch.library.register_fake, or use the model's "
+        "pure-PyTorch path (e.g. attn_implementation='sdpa')."
+    )
+
+
+def user_frame(tb: TracebackType | None) -> str:
+    """The innermost frame outside torch, memfit and the standard library, as ``file:line``.
+
+    Another library's frame (e.g. transformers) is named by the library: ``transformers
+    (models/gpt2/modeling_gpt2.py:123, forward)``.
+    """
+    for summary in reversed(traceback.extract_tb(tb)):
+        path = os.path.realpath(summary.filename)
+        if _is_internal(path):
+            continue
+        library = _library_of(path)
+        if library is not None:
+            package, rest = library
+            return f"{package} ({rest}:{summary.lineno}, {summary.name})"
+        return f"{summary.filename}:{summary.lineno}, in {summary.name}"
+    return ""
+
+
+def _raised_in_user_code(tb: TracebackType | None) -> bool:
+    """The innermost frame (where the exception was raised) is the user's own file."""
+    frames = traceback.extract_tb(tb)
+    if not frames:
+        return False
+    path = os.path.realpath(frames[-1].filename)
+    return not _is_internal(path) and _library_of(path) is None
+
+
+def _location(tb: TracebackType | None) -> str | None:
+    frames = traceback.extract_tb(tb)
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
+
+
+def _is_internal(path: str) -> bool:
+    if path.startswith((_TORCH_DIR, _MEMFIT_DIR)) or path.startswith("<"):
+        return True
+    in_stdlib = path.startswith(_STDLIB_DIRS)
+    return in_stdlib and "site-packages" not in path and "dist-packages" not in path
+
+
+def _library_of(path: str) -> tuple[str, str] | None:
+    """(package, path inside it) for a file under site-packages, else None."""
+    for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
+        if marker in path:
+            inside = path.split(marker, 1)[1]
+            package, _, rest = inside.partition(os.sep)
+            return package, rest or package
+    return None
+
+
+def _forward_params(model: nn.Module) -> str:
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return ""
+    return "(" + ", ".join(params) + ")"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if isinstance(exc, KeyError) and exc.args:
+        text = f"key {exc.args[0]!r} not found"
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return line if line.endswith((".", "!", "?", ":")) else line + "."
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
