@@ -92,3 +92,94 @@ def test_list_models(capsys):
     assert main(["estimate", "--list-models", "--json"]) == 0
     names = {m["name"] for m in json.loads(capsys.readouterr().out)}
     assert {"bert-base-uncased", "llama-2-7b-hf", "resnet50"} <= names
+
+
+TINY = """\
+import torch
+
+
+def make():
+    return torch.nn.Sequential(torch.nn.Linear(8, 8))
+
+
+def make_batch(n, seq_len):
+    return torch.randn(n, 8)
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "tiny.py"
+    path.write_text(TINY)
+    return f"{path}:make"
+
+
+@pytest.mark.parametrize(
+    "command", ["", "estimate", "validate", "snapshot", "run", "watch", "export"]
+)
+def test_every_help_has_examples_and_fits_80_columns(capsys, monkeypatch, command):
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"] if command else ["--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    assert "examples:" in text and "--debug" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_help_shows_defaults_and_every_flag_has_help(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        main(["estimate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: fp32)" in text and "(default: adamw)" in text
+    assert "(default: train)" in text and "(default: 0.02)" in text
+    for command in make_parser()._subparsers._group_actions[0].choices.values():
+        for action in command._actions:
+            assert action.help, f"{command.prog} {action.option_strings} has no help"
+
+
+def test_list_models_never_cuts_a_name_at_80_columns(capsys):
+    from rich.console import Console
+
+    from memfit.cli._estimate_cmd import _list_models
+    from memfit.workload import catalog_entries
+
+    _list_models(Console(width=80, color_system=None), as_json=False)
+    text = capsys.readouterr().out
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    for entry in catalog_entries().values():
+        assert entry["name"] in text
+
+
+def test_infer_header_names_no_optimizer_and_the_assumed_gpu(capsys, tiny, tmp_path):
+    page = tmp_path / "m.html"
+    assert main(["estimate", tiny, "-b", "2", "--mode", "infer", "--plot", str(page)]) == 0
+    header = " ".join(capsys.readouterr().out.split("At the peak")[0].split())
+    assert "mode infer" in header and "optimizer" not in header
+    assert "gpu none given, traced as for H100" in header
+    workload = page.read_text().split('<dl class="workload">')[1].split("</dl>")[0]
+    assert "optimizer" not in workload and "traced as for H100" in workload
+
+
+def test_train_header_with_a_gpu_is_as_before(capsys, tiny):
+    assert main(["estimate", tiny, "-b", "2", "--gpu", "24GiB"]) == 0
+    header = " ".join(capsys.readouterr().out.split("At the peak")[0].split())
+    assert "optimizer adamw" in header and "gpu none given" not in header
+
+
+def test_estimate_records_the_gpu_it_traced_for(tiny):
+    from memfit import estimate
+
+    assert estimate(tiny, batch_size=2).traced_for.startswith("H100")
+    assert estimate(tiny, batch_size=2, gpu="a100-40g").traced_for.startswith("A100")
+
+
+@pytest.mark.parametrize("suffix", [".svg", ".html"])
+def test_batch_search_plot_takes_the_estimate_plot_suffixes(capsys, tiny, tmp_path, suffix):
+    path = tmp_path / f"batch{suffix}"
+    argv = ["estimate", tiny, "--gpu", "4090", "--max-batch-size", "--plot", str(path)]
+    assert main(argv) == 0
+    assert "Largest batch size" in capsys.readouterr().out
+    assert "<svg" in path.read_text()

@@ -1,12 +1,18 @@
 """The ``memfit`` command line: parse, call the library, render, map errors to exit codes.
 
-Exit codes: 0 success, 1 memfit error (bad input, trace failure), 2 no GPU where one is needed,
-130 interrupted. Errors print as one paragraph; ``--debug`` shows the traceback.
+Exit codes: 0 success (also when the reader of the output goes away early, as in
+``memfit estimate ... --json | head -1``: the output was cut on purpose, so memfit stops
+quietly), 1 an error (a memfit error such as bad input or a failed trace, or an unexpected
+one), 2 no GPU where one is needed or flags the parser refuses, 130 interrupted (Ctrl-C).
+Errors print as one paragraph; ``--debug``, before or after the command, shows the
+traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import shlex
 import sys
 import traceback
 
@@ -17,45 +23,80 @@ from memfit.cli._parser import make_parser
 
 __all__ = ["main"]
 
-# each command lives in memfit.cli._<name>_cmd as run_<name>(args, console), imported when used
-_COMMANDS = ("estimate", "validate", "snapshot", "run", "watch", "export")
-
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = make_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     console = Console()
     err = Console(stderr=True)
     if args.command is None:
         parser.print_help()
         return 1
     try:
-        if args.command in _COMMANDS:
-            run = getattr(
-                importlib.import_module(f"memfit.cli._{args.command}_cmd"), f"run_{args.command}"
-            )
-            return int(run(args, console))
+        # each command lives in memfit.cli._<name>_cmd as run_<name>(args, console)
+        run = getattr(
+            importlib.import_module(f"memfit.cli._{args.command}_cmd"), f"run_{args.command}"
+        )
+        code = int(run(args, console))
+        sys.stdout.flush()  # a closed pipe shows here, not at exit where it would print
+        return code
+    except BrokenPipeError:  # memfit ... --json | head -1: the reader has what it wanted
+        _silence_stdout()
+        return 0
     except NoGPUError as exc:
-        _report(err, exc, args.debug)
+        _report(err, exc, args.debug, words)
         return 2
     except MemfitError as exc:
-        _report(err, exc, args.debug)
+        _report(err, exc, args.debug, words)
         return 1
     except KeyboardInterrupt:
         err.print("Interrupted.")
         return 130
-    parser.print_help()
-    return 1
+    except Exception as exc:  # a bug of memfit's or a library's: one paragraph, not a traceback
+        _report(err, exc, args.debug, words, unexpected=True)
+        return 1
 
 
-def _report(console: Console, exc: BaseException, debug: bool) -> None:
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush finds no closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file (a test's capture): nothing to flush
+        pass
+
+
+def _report(
+    console: Console,
+    exc: BaseException,
+    debug: bool,
+    words: list[str],
+    *,
+    unexpected: bool = False,
+) -> None:
     if debug:
         console.print(traceback.format_exc(), markup=False, highlight=False)
     # soft_wrap: the terminal wraps the paragraph, so paths and commands stay copyable.
     console.print("[bold red]error:[/] ", end="", highlight=False)
-    console.print(str(exc), markup=False, highlight=False, soft_wrap=True)
+    if unexpected:
+        text = (
+            f"memfit hit an unexpected error: {type(exc).__name__}: {exc}. This is a bug in "
+            "memfit or a library it calls; run again with --debug and report the traceback."
+        )
+    else:
+        text = str(exc)
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
     if not debug:
-        console.print("[dim](run with --debug for the traceback)[/]")
+        again = shlex.join(["memfit", "--debug", *words])
+        console.print(
+            f"(for the traceback, run again with --debug: {again})",
+            style="dim",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 if __name__ == "__main__":

@@ -1,86 +1,183 @@
-"""``memfit estimate``."""
+"""``memfit estimate``: one estimate, or with ``--max-batch-size`` the batch-size search.
+
+Every flag is checked before the trace (which takes seconds): combinations that mean nothing
+are refused, and a ``--plot`` path is checked (suffix, folder, matplotlib for PNG). A plot that
+still fails to write is reported after the estimate is printed, never instead of it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from memfit._errors import InvalidInputError, NoGPUError
-from memfit.cli._options import workload_options
+from memfit.cli._options import check_workload_flags, workload_options
 from memfit.estimator import estimate
 from memfit.workload import catalog_entries
 
 __all__ = ["run_estimate"]
 
+_DEFAULT_MARGIN = "0.02"  # what --max-batch-size keeps free when --margin is not given
+_WIDE = 120  # from this terminal width on, --list-models shows the descriptions
+
 
 def _list_models(console: Console, as_json: bool) -> int:
     entries = catalog_entries()
     if as_json:
-        print(
-            json.dumps(
-                [
-                    {
-                        k: e.get(k)
-                        for k in ("name", "aliases", "source", "task", "parameters", "description")
-                    }
-                    for e in entries.values()
-                ],
-                indent=2,
-            )
-        )
+        keys = ("name", "aliases", "source", "task", "parameters", "description")
+        print(json.dumps([{k: e.get(k) for k in keys} for e in entries.values()], indent=2))
         return 0
-    table = Table(title="Bundled models (no download needed)")
-    for col in ("name", "aliases", "source", "parameters", "description"):
-        table.add_column(col)
+    wide = console.width >= _WIDE
+    # names are never cut: they are what the user types; the description goes first
+    table = Table(title="Bundled models (no download needed)", title_justify="left")
+    table.add_column("name", no_wrap=True, style="bold")
+    table.add_column("parameters", justify="right", no_wrap=True)
+    table.add_column("source", no_wrap=True)
+    table.add_column("aliases", overflow="fold")
+    if wide:
+        table.add_column("description", overflow="fold", ratio=1)
     for e in entries.values():
-        table.add_row(
-            e["name"],
-            ", ".join(e.get("aliases", [])),
-            e["source"],
+        row = [
+            Text(e["name"]),
             f"{e['parameters'] / 1e6:,.0f}M",
-            e.get("description", ""),
-        )
+            e["source"],
+            Text(", ".join(e.get("aliases", []))),
+        ]
+        if wide:
+            row.append(Text(e.get("description", "")))
+        table.add_row(*row)
     console.print(table)
+    if not wide:
+        console.print(
+            "Descriptions: in a terminal at least 120 columns wide, or with --json.",
+            style="dim",
+            highlight=False,
+        )
     return 0
 
 
-def run_estimate(args: argparse.Namespace, console: Console) -> int:
-    if args.list_models:
-        return _list_models(console, args.json)
+def _check_list_flags(args: argparse.Namespace) -> None:
+    """``--list-models`` takes no workload: refuse the flags it would ignore."""
+    given = [
+        text
+        for text, value in (
+            (args.model, args.model),
+            ("--batch-size", args.batch_size),
+            ("--seq-len", args.seq_len),
+            ("--gpu", args.gpu),
+            ("--plot", args.plot),
+            ("--max-batch-size", args.max_batch_size),
+        )
+        if value
+    ]
+    if given:
+        raise InvalidInputError(
+            f"--list-models lists the catalog and takes no workload, but {', '.join(given)} "
+            "was given. Run 'memfit estimate --list-models' (with --json if you like) alone, "
+            "then estimate a model from it."
+        )
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuse what cannot work or would be ignored, before any work."""
     if not args.model:
         raise InvalidInputError(
             "Give a model, e.g. 'memfit estimate bert-base-uncased -b 32 "
             "-s 512'; 'memfit estimate --list-models' lists the catalog."
         )
+    check_workload_flags(args)
     if args.max_batch_size:
-        return _max_batch_size(args, console)
+        if args.batch_size is not None:
+            raise InvalidInputError(
+                f"--batch-size {args.batch_size} and --max-batch-size contradict each other: "
+                "--max-batch-size searches for the batch size. Drop --batch-size to search, "
+                "or drop --max-batch-size to estimate batch size "
+                f"{args.batch_size}."
+            )
+        return
     if args.confirm:
         raise InvalidInputError(
             "--confirm goes with --max-batch-size (it confirms the largest batch on this "
             "machine's GPU); to check one batch size on the GPU, use memfit validate."
         )
+    if args.margin is not None:
+        raise InvalidInputError(
+            f"--margin {args.margin} goes with --max-batch-size (the memory the search keeps "
+            "free); an estimate has no margin. Add --max-batch-size, or drop --margin."
+        )
     if args.batch_size is None:
-        raise InvalidInputError("Give --batch-size (and --seq-len for text models).")
+        raise InvalidInputError(
+            "Give --batch-size (and --seq-len for text models), e.g. -b 8 -s 512, or "
+            "--max-batch-size to search for the largest batch that fits --gpu."
+        )
+
+
+def run_estimate(args: argparse.Namespace, console: Console) -> int:
+    if args.list_models:
+        _check_list_flags(args)
+        return _list_models(console, args.json)
+    _check_flags(args)
+    if args.max_batch_size:
+        return _max_batch_size(args, console)
+    write_plot = _plot_writer(args.plot, batch_search=False)
     with _status(console, args, f"Tracing {args.model} on meta tensors..."):
         result = estimate(args.model, **workload_options(args))
-    if args.plot:
-        from memfit.report import write_estimate_plot
-
-        write_estimate_plot(result, args.plot)
     if args.json:
-        print(result.to_json())
-        return 0
-    from memfit.report import render_estimate
+        print(result.to_json(), flush=True)
+    else:
+        from memfit.report import render_estimate
 
-    render_estimate(result, console)
-    if args.plot:
-        console.print(f"Plot written to {args.plot}", soft_wrap=True, highlight=False)
+        render_estimate(result, console)
+    _write_plot(write_plot, result, args, console)
     return 0
+
+
+def _plot_writer(path: str | None, *, batch_search: bool) -> Callable[[Any, str], None] | None:
+    """The writer of ``--plot`` (``None`` without one), after checking the path: before the
+    work, so that a plot that cannot be written costs no trace."""
+    if path is None:
+        return None
+    from memfit.report import (
+        BATCH_PLOT_SUFFIXES,
+        PLOT_SUFFIXES,
+        check_plot_path,
+        write_batch_size_plot,
+        write_estimate_plot,
+    )
+
+    if batch_search:
+        check_plot_path(path, BATCH_PLOT_SUFFIXES, "batch-size plot")
+        return write_batch_size_plot
+    check_plot_path(path, PLOT_SUFFIXES)
+    return write_estimate_plot
+
+
+def _write_plot(
+    writer: Callable[[Any, str], None] | None,
+    result: object,
+    args: argparse.Namespace,
+    console: Console,
+) -> None:
+    """Write the plot once the result is printed; a failure is an error of its own (exit 1)
+    that leaves the printed result in place."""
+    if writer is None:
+        return
+    try:
+        writer(result, args.plot)
+    except OSError as exc:
+        raise InvalidInputError(
+            f"The result above is complete, but the plot could not be written to "
+            f"'{args.plot}': {exc.strerror or exc}. Give a path you can write to."
+        ) from exc
+    if not args.json:
+        console.print(f"Plot written to {args.plot}", soft_wrap=True, highlight=False)
 
 
 @contextmanager
@@ -97,14 +194,12 @@ def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
     """``--max-batch-size``: the estimator's search, and with ``--confirm`` GPU trials."""
     from memfit.runtime import find_batch_size
 
+    text = _DEFAULT_MARGIN if args.margin is None else args.margin
     try:
-        margin: float | str = float(args.margin)
+        margin: float | str = float(text)
     except ValueError:
-        margin = args.margin  # a size such as 512MiB
-    if args.plot:
-        from memfit.report import batch_size_plot_path, write_batch_size_png
-
-        batch_size_plot_path(args.plot)  # before the search: a bad path fails at once
+        margin = text  # a size such as 512MiB
+    write_plot = _plot_writer(args.plot, batch_search=True)
     if args.confirm:
         import torch
 
@@ -119,14 +214,11 @@ def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
         result = find_batch_size(
             args.model, margin=margin, confirm=args.confirm, **workload_options(args)
         )
-    if args.plot:
-        write_batch_size_png(result, args.plot)
     if args.json:
-        print(result.to_json())
-        return 0
-    from memfit.report import render_batch_size
+        print(result.to_json(), flush=True)
+    else:
+        from memfit.report import render_batch_size
 
-    render_batch_size(result, args.model, console)
-    if args.plot:
-        console.print(f"Plot written to {args.plot}", soft_wrap=True, highlight=False)
+        render_batch_size(result, args.model, console)
+    _write_plot(write_plot, result, args, console)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import threading
 
 from rich.console import Console
@@ -46,6 +47,11 @@ def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run_export(args: argparse.Namespace, console: Console) -> int:
     if not 0 <= args.port <= 65535:
         raise InvalidInputError(f"--port {args.port} is not a port; give 1-65535, e.g. 9400.")
+    if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
+        raise InvalidInputError(
+            f"--duration {args.duration:g} is not accepted; give a finite number of seconds "
+            "> 0, e.g. --duration 60, or leave it out to serve until interrupted."
+        )
     with open_monitor(args) as monitor:
         exporter = start_exporter(monitor, args.host, args.port, args.interval)
         try:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from memfit.workload import WorkloadOptions
 
-__all__ = ["workload_options"]
+__all__ = ["check_workload_flags", "workload_options"]
 
 
 def workload_options(args: argparse.Namespace) -> WorkloadOptions:
@@ -23,3 +23,20 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
         if getattr(args, name, None) is not None
     }
     return given  # type: ignore[return-value]
+
+
+def check_workload_flags(args: argparse.Namespace) -> None:
+    """Refuse workload flags that would be ignored together (before any work)."""
+    from memfit._errors import InvalidInputError
+
+    if args.mode == "infer" and args.activation_checkpointing:
+        raise InvalidInputError(
+            "--checkpointing with --mode infer means nothing: checkpointing saves memory by "
+            "recomputing activations in the backward pass, and inference has none. Drop "
+            "--checkpointing, or use --mode train."
+        )
+    if args.mode == "infer" and args.optimizer is not None:
+        raise InvalidInputError(
+            f"--optimizer {args.optimizer} with --mode infer means nothing: inference keeps no "
+            "optimizer state. Drop --optimizer, or use --mode train."
+        )

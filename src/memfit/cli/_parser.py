@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+from importlib.metadata import PackageNotFoundError, version
 
 from memfit._choices import OPTIMIZERS, PRECISIONS
 from memfit.cli._export_cmd import add_export_parser
+from memfit.cli._help import HelpFormatter, epilog, positive_int
 from memfit.cli._run_cmd import add_run_parser
 from memfit.cli._snapshot_cmd import add_snapshot_parser
 from memfit.cli._watch_cmd import add_watch_parser
 
 __all__ = ["make_parser"]
 
-_DEBUG_HELP = "show tracebacks of errors"
+_DEBUG_HELP = "show the traceback of an error (before or after the command)"
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
@@ -22,16 +24,47 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         help="catalog name, hf:ORG/NAME or hf:PATH/config.json, "
         "tv:NAME, timm:NAME, or path/to/file.py:factory",
     )
-    p.add_argument("--batch-size", "-b", type=int, default=None, help="samples per step")
-    p.add_argument("--seq-len", "-s", type=int, default=None, help="tokens per sample (text)")
-    p.add_argument("--precision", "-p", default="fp32", choices=PRECISIONS)
-    p.add_argument("--optimizer", "-o", default="adamw", choices=OPTIMIZERS)
-    p.add_argument("--mode", default="train", choices=("train", "infer"))
+    p.add_argument(
+        "--batch-size", "-b", type=positive_int, default=None, metavar="N", help="samples per step"
+    )
+    p.add_argument(
+        "--seq-len",
+        "-s",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="tokens per sample (text models only)",
+    )
+    p.add_argument(
+        "--precision",
+        "-p",
+        default="fp32",
+        choices=PRECISIONS,
+        metavar="P",
+        help="how parameters and activations are stored: " + ", ".join(PRECISIONS),
+    )
+    p.add_argument(
+        "--optimizer",
+        "-o",
+        default=None,  # None: not given (then adamw), so that -o with --mode infer is refused
+        choices=OPTIMIZERS,
+        metavar="OPT",
+        help="the optimizer whose state is kept, in training: "
+        + ", ".join(OPTIMIZERS)
+        + " (default: adamw)",
+    )
+    p.add_argument(
+        "--mode",
+        default="train",
+        choices=("train", "infer"),
+        metavar="MODE",
+        help="train: forward, backward and optimizer step; infer: forward only, no gradients",
+    )
     p.add_argument(
         "--checkpointing",
         dest="activation_checkpointing",
         action="store_true",
-        help="activation checkpointing",
+        help="activation checkpointing: recompute activations in backward (train only)",
     )
     p.add_argument(
         "--allocator-config",
@@ -42,11 +75,23 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
+def _version() -> str:
+    """The installed memfit's version (the package's metadata: no package imports the root,
+    where ``memfit.__version__`` says the same, ``tests/cli`` checks it)."""
+    try:
+        return version("memfit")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "(not installed)"
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memfit",
         description="Know, fit and watch GPU memory in PyTorch.",
+        epilog=epilog("memfit"),
+        formatter_class=HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"memfit {_version()}")
     parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -60,7 +105,8 @@ def make_parser() -> argparse.ArgumentParser:
     est.add_argument(
         "--gpu",
         default=None,
-        help="target: 4090, a100-40g, a100-80g, h100, h200, ... or a size (24GiB)",
+        help="target: 4090, a100-40g, a100-80g, h100, h200, ... or a size (24GiB); "
+        "default: no verdict, kernels traced as for an h100",
     )
     est.add_argument(
         "--plot",
@@ -76,8 +122,9 @@ def make_parser() -> argparse.ArgumentParser:
     )
     est.add_argument(
         "--margin",
-        default="0.02",
-        help="with --max-batch-size: memory kept free, a fraction (0.02) or a size (512MiB)",
+        default=None,  # None: not given (then 0.02), so that a --margin alone can be refused
+        help="with --max-batch-size: memory kept free, a fraction or a size such as 512MiB "
+        "(default: 0.02)",
     )
     est.add_argument(
         "--confirm",
@@ -96,7 +143,9 @@ def make_parser() -> argparse.ArgumentParser:
     add_run_parser(sub)
     add_watch_parser(sub)
     add_export_parser(sub)
-    for command in sub.choices.values():  # also after the command: memfit estimate ... --debug
+    for name, command in sub.choices.items():  # also after the command: memfit estimate ... --debug
+        command.formatter_class = HelpFormatter
+        command.epilog = epilog(name)
         command.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP
         )

@@ -25,8 +25,8 @@ def add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "every Python process it starts. On torch.OutOfMemoryError the allocator snapshot and "
         "a report (what failed, where, memory at the failure, fixes ranked by the bytes they "
         "save) are written to --oom-dir. The exit code is the command's.",
-        usage="memfit run [--oom-dir DIR] [--no-history] [--max-entries N] [--json] "
-        "-- COMMAND [ARG ...]",
+        usage="memfit run [--oom-dir DIR] [--no-history] [--max-entries N] [--json]\n"
+        "                  -- COMMAND [ARG ...]",
     )
     p.add_argument(
         "--oom-dir",

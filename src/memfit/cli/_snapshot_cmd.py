@@ -40,11 +40,13 @@ def add_snapshot_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
 def run_snapshot(args: argparse.Namespace, console: Console) -> int:
     import memfit.snapshot as snapshot
-    from memfit.report import render_snapshot, write_snapshot_html
+    from memfit.report import check_plot_path, render_snapshot, write_snapshot_html
 
     if args.top < 1:
         raise InvalidInputError(f"--top {args.top} is not accepted; give a number of rows >= 1.")
     capacity = resolve_gpu(args.capacity).total if args.capacity else None
+    if args.html:  # before the replays: a page that cannot be written costs no work
+        check_plot_path(args.html, (".html", ".htm"), "HTML report")
     status = console.status(f"Reading and replaying {args.file}...") if not args.json else None
     if status is not None:
         status.start()

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from memfit._errors import InvalidInputError
-from memfit.cli._options import workload_options
+from memfit.cli._options import check_workload_flags, workload_options
 
 __all__ = ["run_validate"]
 
@@ -15,6 +15,7 @@ __all__ = ["run_validate"]
 def run_validate(args: argparse.Namespace, console: Console) -> int:
     if not args.model or args.batch_size is None:
         raise InvalidInputError("Give a model and --batch-size, as for memfit estimate.")
+    check_workload_flags(args)
     from memfit.estimator import validate
 
     result = validate(args.model, **workload_options(args))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -72,9 +73,10 @@ def add_watch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def open_monitor(args: argparse.Namespace) -> Monitor:
     """The monitor the options ask for: the driver, or a recording (``--replay``)."""
-    if not args.interval > 0:
+    if not (math.isfinite(args.interval) and args.interval > 0):
         raise InvalidInputError(
-            f"--interval {args.interval:g} is not accepted; give seconds > 0, e.g. --interval 1."
+            f"--interval {args.interval:g} is not accepted; give a finite number of seconds "
+            "> 0, e.g. --interval 1."
         )
     devices = None if args.devices is None else parse_devices(args.devices)
     if args.replay is None:

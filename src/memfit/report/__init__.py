@@ -11,7 +11,9 @@ The only renderer: the other packages keep data and ``to_dict()``. Names follow 
   ``snapshot_html``, ``write_snapshot_html``;
 * an out-of-memory report (:class:`memfit.oom.OOMDiagnosis`): ``oom_markdown``;
 * a batch-size search (:class:`memfit.BatchSizeResult`): ``render_batch_size``,
-  ``write_batch_size_png`` (``batch_size_plot_path`` checks the path first);
+  ``batch_size_svg``, ``batch_size_html``, ``write_batch_size_png``, and
+  ``write_batch_size_plot``, whose path's suffix picks the format (``BATCH_PLOT_SUFFIXES``);
+* any plot's path, checked before the work: ``check_plot_path``;
 * an estimate beside a measurement (:class:`memfit.estimator.Validation`):
   ``render_validation``;
 * monitor samples (``memfit watch``): ``render_sample``, ``watch_frame`` with a
@@ -25,9 +27,16 @@ from __future__ import annotations
 
 from memfit.report._batch_png import BatchSearch, batch_size_plot_path, write_batch_size_png
 from memfit.report._batch_size import render_batch_size
+from memfit.report._batch_svg import (
+    BATCH_PLOT_SUFFIXES,
+    batch_size_html,
+    batch_size_svg,
+    write_batch_size_plot,
+)
 from memfit.report._console import render_estimate
 from memfit.report._html import estimate_html, write_estimate_html
 from memfit.report._oom import oom_markdown
+from memfit.report._plot_path import check_plot_path
 from memfit.report._png import write_estimate_png
 from memfit.report._snapshot_console import render_snapshot
 from memfit.report._snapshot_html import snapshot_html, write_snapshot_html
@@ -38,6 +47,7 @@ from memfit.report._watch_log import LOG_COLUMNS, LOG_SUFFIXES, SampleLog, log_r
 from memfit.report._write import PLOT_SUFFIXES, write_estimate_plot
 
 __all__ = [
+    "BATCH_PLOT_SUFFIXES",
     "LOG_COLUMNS",
     "LOG_SUFFIXES",
     "NA",
@@ -45,7 +55,10 @@ __all__ = [
     "BatchSearch",
     "SampleLog",
     "WatchHistory",
+    "batch_size_html",
     "batch_size_plot_path",
+    "batch_size_svg",
+    "check_plot_path",
     "estimate_html",
     "log_rows",
     "oom_markdown",
@@ -56,6 +69,7 @@ __all__ = [
     "render_validation",
     "snapshot_html",
     "watch_frame",
+    "write_batch_size_plot",
     "write_batch_size_png",
     "write_estimate_html",
     "write_estimate_plot",

@@ -23,6 +23,7 @@ from memfit.report._text import (
     module_rows,
     peak_fields,
     shorten_middle,
+    stated_fields,
     verdict_text,
     workload_settings,
     workload_title,
@@ -49,7 +50,8 @@ def _header(estimate: Estimate) -> Text:
     text.append("memfit estimate  ", style="bold")
     text.append(workload_title(estimate.workload), style="bold cyan")
     text.append("\n")
-    for i, (label, value) in enumerate(workload_settings(estimate.workload)):
+    settings = stated_fields(estimate, workload_settings(estimate.workload))
+    for i, (label, value) in enumerate(settings):
         if i:
             text.append(" · ", style="dim")
         text.append(f"{label} ", style="dim")

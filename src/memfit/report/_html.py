@@ -24,6 +24,7 @@ from memfit.report._text import (
     module_rows,
     peak_fields,
     shorten_middle,
+    stated_fields,
     verdict_text,
     workload_fields,
     workload_title,
@@ -82,7 +83,7 @@ def _e(text: str) -> str:
 def _workload(estimate: Estimate) -> str:
     items = "".join(
         f"<div><dt>{_e(label)}</dt><dd>{_e(value)}</dd></div>"
-        for label, value in workload_fields(estimate.workload)
+        for label, value in stated_fields(estimate, workload_fields(estimate.workload))
     )
     return f'<dl class="workload">{items}</dl>'
 

@@ -25,6 +25,7 @@ __all__ = [
     "module_rows",
     "peak_fields",
     "shorten_middle",
+    "stated_fields",
     "verdict_text",
     "workload_fields",
     "workload_settings",
@@ -108,6 +109,17 @@ def workload_fields(workload: WorkloadSummary) -> list[tuple[str, str]]:
         ("traced", steps),
         ("torch", workload.torch_version),
     ]
+
+
+def stated_fields(estimate: Estimate, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``fields`` of ``estimate``'s workload as a header should state them: inference has no
+    optimizer, so none is named; without a target GPU, the GPU whose kernels were traced is
+    named as an assumption."""
+    if estimate.workload.mode == "infer":
+        fields = [(label, value) for label, value in fields if label != "optimizer"]
+    if estimate.gpu is None and estimate.traced_for:
+        fields = [*fields, ("gpu", f"none given, traced as for {estimate.traced_for}")]
+    return fields
 
 
 @dataclass(frozen=True, slots=True)
