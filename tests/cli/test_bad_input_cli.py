@@ -18,25 +18,6 @@ from memfit.cli import main
 HERE = Path(__file__).parent
 NVML = HERE.parent / "monitor" / "fixtures" / "nvml-h200.json.gz"
 SNAPSHOT = HERE.parent / "snapshot" / "data" / "python.pickle.gz"
-TINY = """\
-import torch
-
-
-def make():
-    return torch.nn.Sequential(torch.nn.Linear(8, 8))
-
-
-def make_batch(n, seq_len):
-    return torch.randn(n, 8)
-"""
-
-
-@pytest.fixture
-def tiny(tmp_path: Path) -> str:
-    """A model of one small layer: its trace takes a fraction of a second."""
-    path = tmp_path / "tiny.py"
-    path.write_text(TINY)
-    return f"{path}:make"
 
 
 @pytest.fixture

@@ -94,26 +94,6 @@ def test_list_models(capsys):
     assert {"bert-base-uncased", "llama-2-7b-hf", "resnet50"} <= names
 
 
-TINY = """\
-import torch
-
-
-def make():
-    return torch.nn.Sequential(torch.nn.Linear(8, 8))
-
-
-def make_batch(n, seq_len):
-    return torch.randn(n, 8)
-"""
-
-
-@pytest.fixture
-def tiny(tmp_path):
-    path = tmp_path / "tiny.py"
-    path.write_text(TINY)
-    return f"{path}:make"
-
-
 @pytest.mark.parametrize(
     "command", ["", "estimate", "validate", "snapshot", "run", "watch", "export"]
 )
