@@ -98,6 +98,25 @@ def test_the_advice_in_errors_uses_the_measured_shares() -> None:
     assert "~6.00 GiB, 60% of the working set" in smaller_step_advice(10 * GiB)
     assert "~3.00 GiB, 30% of the working set" in smaller_step_advice(10 * GiB)
     assert "torch.optim.SGD(..., fused=True)" in optimizer_step_advice("SGD")
-    message = does_not_fit_message("A100", 1, 50 * GiB, 49 * GiB, 40 * GiB)
+    message = does_not_fit_message("A100", 1, 49 * GiB, GiB, 52 * GiB, 40 * GiB)
     assert message.startswith("The step does not fit A100 even at batch size 1: the estimate")
     assert "activation_checkpointing=True" in message
+
+
+def test_nothing_fits_adds_up_and_suggests_only_what_is_not_in_effect() -> None:
+    message = does_not_fit_message(
+        "A100",
+        1,
+        49 * GiB,
+        GiB,
+        52 * GiB,
+        40 * GiB,
+        precision="bf16-mixed",
+        activation_checkpointing=True,
+    )
+    # the total is the sum of its parts; the free-running peak is said apart
+    assert "the estimate is 50.00 GiB (49.00 GiB reserved" in message
+    assert "52.00 GiB with memory to spare, plus 1.00 GiB of CUDA context" in message
+    assert "--precision bf16-mixed" not in message and "--checkpointing" not in message
+    assert "precision='bf16', --precision bf16" in message
+    assert "optimizer='sgd', --optimizer sgd" in message

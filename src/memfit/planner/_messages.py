@@ -15,16 +15,59 @@ __all__ = ["does_not_fit_message", "optimizer_step_advice", "smaller_step_advice
 
 
 def does_not_fit_message(
-    gpu_name: str, batch_size: int, total: int, peak_reserved: int, budget: int
+    gpu_name: str,
+    batch_size: int,
+    need: int,
+    context: int,
+    peak_reserved: int,
+    budget: int,
+    *,
+    precision: str = "fp32",
+    mode: str = "train",
+    activation_checkpointing: bool = False,
+    optimizer: str = "adamw",
 ) -> str:
-    """The error for a step whose estimate at the smallest batch size, ``total`` bytes with the
-    CUDA context, is over ``budget``: the numbers, then the settings that make it smaller."""
+    """The error for a step whose estimate at the smallest batch size is over ``budget``: the
+    numbers, whose parts add up to the total (``need``, the least reserved memory the step
+    runs in, plus the CUDA ``context``), then only the changes not already in effect, each as
+    the Python setting and the command-line flag."""
+    spare = f", {format_bytes(peak_reserved)} with memory to spare" if peak_reserved > need else ""
+    changes = [
+        f"{what} ({python}, {flag})"
+        for what, python, flag, applies in (
+            (
+                "bf16 mixed precision",
+                "precision='bf16-mixed'",
+                "--precision bf16-mixed",
+                precision == "fp32",
+            ),
+            (
+                "bf16 weights and optimizer state",
+                "precision='bf16'",
+                "--precision bf16",
+                precision not in ("bf16", "fp16"),
+            ),
+            (
+                "activation checkpointing",
+                "activation_checkpointing=True",
+                "--checkpointing",
+                mode == "train" and not activation_checkpointing,
+            ),
+            (
+                "an optimizer with less state",
+                "optimizer='sgd'",
+                "--optimizer sgd",
+                mode == "train" and not optimizer.startswith("sgd"),
+            ),
+        )
+        if applies
+    ]
+    changes += ["a shorter sequence or smaller inputs", "or a larger GPU"]
     return (
         f"The step does not fit {gpu_name} even at batch size {batch_size}: the estimate is "
-        f"{format_bytes(total)} (peak reserved {format_bytes(peak_reserved)} plus "
-        f"the CUDA context) against a budget of {format_bytes(budget)}. Make it smaller: "
-        "precision='bf16-mixed' or 'bf16', activation_checkpointing=True, a shorter sequence, "
-        "an optimizer with less state (sgd, or adamw with bf16 weights), or a larger GPU."
+        f"{format_bytes(need + context)} ({format_bytes(need)} reserved by the caching "
+        f"allocator at the least{spare}, plus {format_bytes(context)} of CUDA context) against "
+        f"a budget of {format_bytes(budget)}. Make it smaller: {', '.join(changes)}."
     )
 
 

@@ -165,7 +165,18 @@ def find_batch_size(
     if proposal == 0:
         least = search.point(multiple_of)
         raise DoesNotFitError(
-            does_not_fit_message(target.name, multiple_of, least.total, least.peak_reserved, budget)
+            does_not_fit_message(
+                target.name,
+                multiple_of,
+                least.need,
+                least.context,
+                least.peak_reserved,
+                budget,
+                precision=base.precision,
+                mode=base.mode,
+                activation_checkpointing=base.activation_checkpointing,
+                optimizer=base.optimizer if isinstance(base.optimizer, str) else "custom",
+            )
         )
     chosen, trials = proposal, list[Trial]()
     if confirm:
