@@ -140,3 +140,8 @@ def test_inference_names_no_optimizer_and_says_the_loss_is_computed():
     est = memfit.estimate("gpt2", batch_size=1, seq_len=32, mode="infer")
     assert est.workload.optimizer == "none"
     assert any("computes its loss over the logits" in note for note in est.notes)
+
+
+def test_json_says_which_gpu_the_trace_assumed():
+    data = memfit.estimate(tiny, torch.randn(2, 16), optimizer="sgd").to_dict()
+    assert data["gpu"] is None and data["traced_for"] == "H100 80GB"

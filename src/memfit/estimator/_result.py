@@ -197,6 +197,7 @@ class Estimate:
                 "tight": verdict.tight,
             },
             "notes": list(self.notes),
+            "traced_for": self.traced_for,
             "trace_seconds": round(self.trace_seconds, 3),
             "least_capacity": self.least_capacity,
             "alloc_retries": self.alloc_retries,
