@@ -270,3 +270,10 @@ def test_the_expandable_what_if_predicts_the_real_expandable_run() -> None:
     real = ms.report(TRACES / "trace-tinyllama-bf16-b4-s2048-expandable.pickle.gz", what_if=False)
     row = next(w for w in default.what_if if w.label == "expandable_segments:True")
     assert (row.peak_reserved, row.peak_allocated) == (real.peak_reserved, real.peak_allocated)
+
+
+def test_repr_is_one_short_line(write_snapshot) -> None:
+    report = ms.report(ms.load(write_snapshot()))
+    text = repr(report)
+    assert "\n" not in text and len(text) < 300
+    assert f"peak reserved {report.peak_reserved} B" in text

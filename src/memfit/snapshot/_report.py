@@ -84,6 +84,16 @@ class SnapshotReport:
     requested: npt.NDArray[np.int64] = field(repr=False)
     reserved: npt.NDArray[np.int64] = field(repr=False)
 
+    def __repr__(self) -> str:
+        """One line: the file, its size and the peaks (the series and rows stay out)."""
+        gib = 2**30
+        return (
+            f"SnapshotReport({self.source!r}, device {self.device}, {self.events} events, "
+            f"peak allocated {self.peak_allocated} B ({self.peak_allocated / gib:.2f} GiB), "
+            f"peak reserved {self.peak_reserved} B ({self.peak_reserved / gib:.2f} GiB), "
+            f"{len(self.what_if)} what-ifs, {len(self.ooms)} OOMs)"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``units`` says sizes are bytes)."""
         from memfit.snapshot._json import report_dict
