@@ -129,8 +129,11 @@ def test_a_batch_factory_returning_none_is_named():
 
 # -- 3. sequence length ------------------------------------------------------------------------
 def test_seq_len_on_an_image_model_is_refused():
-    with pytest.raises(InvalidInputError, match=r"tv:resnet50 takes images.*does not apply"):
-        make_workload("tv:resnet50", batch_size=2, seq_len=128)
+    # a Hugging Face image model: the CPU-build suite has transformers but not torchvision
+    with pytest.raises(
+        InvalidInputError, match=r"vit-base-patch16-224 takes images.*does not apply"
+    ):
+        make_workload("vit-base-patch16-224", batch_size=2, seq_len=128)
 
 
 def test_a_sequence_longer_than_the_position_table_is_refused():
