@@ -145,3 +145,8 @@ def test_inference_names_no_optimizer_and_says_the_loss_is_computed():
 def test_json_says_which_gpu_the_trace_assumed():
     data = memfit.estimate(tiny, torch.randn(2, 16), optimizer="sgd").to_dict()
     assert data["gpu"] is None and data["traced_for"] == "H100 80GB"
+
+
+def test_a_loss_fn_for_inference_is_refused_not_dropped():
+    with pytest.raises(memfit.InvalidInputError, match="loss_fn with mode='infer' would be"):
+        make_workload(tiny, torch.randn(2, 16), mode="infer", loss_fn=lambda m, b: m(b).sum())

@@ -100,6 +100,12 @@ def _check_mode_settings(options: WorkloadOptions) -> None:
             f"optimizer={options['optimizer']!r} with mode='infer' would be ignored: inference "
             "keeps no optimizer state. Drop optimizer=, or use mode='train'."
         )
+    if options.get("loss_fn") is not None:
+        raise InvalidInputError(
+            "loss_fn with mode='infer' would be ignored: inference runs the model on the batch "
+            "(model(**batch), model(*batch) or model(batch)) under torch.no_grad(), without a "
+            "loss. Drop loss_fn, or give a batch the model's forward takes."
+        )
     if options.get("activation_checkpointing"):
         raise InvalidInputError(
             "activation_checkpointing=True with mode='infer' would be ignored: checkpointing "
