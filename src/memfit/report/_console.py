@@ -8,6 +8,8 @@ through :class:`rich.text.Text`, never markup, so a module called ``[bold]`` pri
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
@@ -123,11 +125,12 @@ def _verdict(estimate: Estimate) -> Text | None:
     return Text.assemble(("Verdict: ", "bold"), (verdict.text, style))
 
 
-def _notes(estimate: Estimate) -> Text | None:
-    if not estimate.notes:
+def notes_text(notes: Sequence[str]) -> Text | None:
+    """The "Notes" list of a report (an estimate's, a snapshot's); None when there are none."""
+    if not notes:
         return None
     text = Text("Notes", style="bold")
-    for note in estimate.notes:
+    for note in notes:
         text.append("\n  • ")
         text.append(note)
     return text
@@ -150,7 +153,7 @@ def render_estimate(estimate: Estimate, console: Console | None = None) -> None:
     verdict = _verdict(estimate)
     if verdict is not None:
         parts += [Text(), verdict]
-    notes = _notes(estimate)
+    notes = notes_text(estimate.notes)
     if notes is not None:
         parts += [Text(), notes]
     out.print(Group(*parts))

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memfit._units import format_bytes
+from memfit.report._console import notes_text
 from memfit.report._text import UNITS_CAPTION, format_share, shorten_middle
 from memfit.snapshot import SnapshotReport
 
@@ -153,16 +154,6 @@ def _ooms(report: SnapshotReport) -> Text | None:
     return text
 
 
-def _notes(report: SnapshotReport) -> Text | None:
-    if not report.notes:
-        return None
-    text = Text("Notes", style="bold")
-    for note in report.notes:
-        text.append("\n  • ")
-        text.append(note)
-    return text
-
-
 def render_snapshot(report: SnapshotReport, console: Console | None = None) -> None:
     """Print ``report`` to ``console`` (a new stdout console when ``None``)."""
     out = console if console is not None else Console()
@@ -179,7 +170,7 @@ def render_snapshot(report: SnapshotReport, console: Console | None = None) -> N
     style = "green" if report.replay.exact else "yellow"
     parts.append(Text.assemble(("Replay check: ", "bold"), (report.replay.message, style)))
     parts += [Text(), Text.assemble(("Recommendation: ", "bold"), report.recommendation)]
-    notes = _notes(report)
+    notes = notes_text(report.notes)
     if notes is not None:
         parts += [Text(), notes]
     out.print(Group(*parts))

@@ -24,7 +24,7 @@ from torch import nn
 from memfit._errors import DoesNotFitError, InvalidInputError, NoGPUError
 from memfit._gpus import GPU, resolve_gpu
 from memfit._units import GiB, format_bytes, parse_size
-from memfit.estimator import Estimate, estimate_workload
+from memfit.estimator import Estimate, estimate_workload, local_gpu
 from memfit.planner import does_not_fit_message
 from memfit.runtime._bs_search import EstimateSearch, Point
 from memfit.runtime._bs_trials import Trial, cuda_runner, run_trials
@@ -304,11 +304,10 @@ def _target_gpu(gpu: GPU | str | int | None, confirm: bool) -> GPU:
             "No GPU to size the batch for: give gpu= (--gpu on the command line), a name such "
             "as 'h100' or a size such as '24GiB'; this machine has no CUDA GPU to read it from."
         )
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    local = local_gpu()
     free, _ = torch.cuda.mem_get_info()
-    local = GPU(props.name, props.total_memory, (props.major, props.minor))
     # memory other processes hold is not ours to plan with
     room = free + torch.cuda.memory_reserved() + local.context
     if room >= local.total:
         return local
-    return GPU(f"{props.name} (free part)", room, (props.major, props.minor))
+    return GPU(f"{local.name} (free part)", room, local.compute_capability)
