@@ -19,9 +19,10 @@ from memfit.report._paths import PathLike, output_path
 
 
 class BatchSearch(Protocol):
-    """What the plot reads of :class:`memfit.runtime.BatchSizeResult` (the report layer does
-    not import the runtime): its estimates have ``batch_size``, ``peak_reserved``,
-    ``context`` and ``total``; its trials ``batch_size``, ``outcome`` and ``peak_reserved``."""
+    """What the plot reads of :class:`memfit.runtime.BatchSizeResult` (named by shape, so that
+    drawing one does not import the runtime and torch): its estimates have ``batch_size``,
+    ``peak_reserved``, ``context`` and ``total``; its trials ``batch_size``, ``outcome`` and
+    ``peak_reserved``."""
 
     @property
     def batch_size(self) -> int: ...
