@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import HELD_OUT, WORKLOADS, estimate_kwargs, recipe_for
+from workloads import ALL, estimate_kwargs, recipe_for
 
 
 def _strip_frames(snapshot: dict) -> dict:
@@ -58,12 +58,12 @@ def main() -> int:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child:
-        entry = next(w for w in WORKLOADS + HELD_OUT if w["id"] == args.child)
+        entry = next(w for w in ALL if w["id"] == args.child)
         row = run_one(entry, args.out, args.traces)
         print("RESULT " + json.dumps(row), flush=True)
         return 0
     rows = []
-    for entry in WORKLOADS + HELD_OUT:
+    for entry in ALL:
         if args.only and entry["id"] not in args.only:
             continue
         env = dict(os.environ)

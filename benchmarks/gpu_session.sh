@@ -7,6 +7,8 @@
 #   bash benchmarks/gpu_session.sh attention  # SDPA's kernel choice: synthetic grid and real models (~6 min)
 #   bash benchmarks/gpu_session.sh monitor    # monitor overhead (~3 min) and the cuDNN probe (~5 min)
 #   bash benchmarks/gpu_session.sh x2         # on 2 GPUs: DDP guard test, 2-GPU NVML fixture, monitor
+#   bash benchmarks/gpu_session.sh heldout ID...  # predict on this host's CPU first, then measure
+#                                             # with allocator traces (fresh process each)
 #
 # Each step has its own time limit, so that a slow one cannot starve the rest, and writes its
 # results under $OUT as soon as it ends; steps.txt says how each ended.
@@ -89,8 +91,16 @@ PY
         step monitor-bench-x2 150 python benchmarks/monitor_overhead.py --out "$OUT/monitor_overhead_x2.json"
     fi
     ;;
+heldout)
+    shift
+    # the prediction is written (and timestamped) before the first measurement starts
+    step predict-host 240 python benchmarks/predict.py --only "$@" --out "$OUT/predictions-host.json"
+    step measure 420 python benchmarks/gpu_measure.py "$OUT/m" --only "$@" --traces
+    mv "$OUT/m/measured.json" "$OUT/measured.json" 2>/dev/null
+    (cd "$OUT/m" && tar czf ../traces.tar.gz ./*.pickle.gz) && rm -rf "$OUT/m"
+    ;;
 *)
-    echo "unknown part '$1': give tests, finders, attention, monitor or x2" >&2
+    echo "unknown part '$1': give tests, finders, attention, monitor, x2 or heldout" >&2
     exit 2
     ;;
 esac

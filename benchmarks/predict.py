@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import HELD_OUT, WORKLOADS, estimate_entry
+from workloads import ALL, estimate_entry
 
 
 def main() -> int:
@@ -29,7 +29,7 @@ def main() -> int:
     import transformers
 
     rows = []
-    for entry in WORKLOADS + HELD_OUT:
+    for entry in ALL:
         if entry["id"] not in args.only:
             continue
         est = estimate_entry(entry)

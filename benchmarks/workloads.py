@@ -310,3 +310,78 @@ def estimate_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
         kwargs["optimizer"] = entry.get("optimizer", "adamw")
         kwargs["activation_checkpointing"] = entry.get("checkpointing", False)
     return kwargs
+
+
+# Held out for issue 12 (session 6): families memfit had never been checked on, predicted with
+# predict.py and committed before gpu_measure.py measured them.
+HELD_OUT_12: list[dict[str, Any]] = [
+    {
+        "id": "vit_small-bf16mixed-b128",
+        "model": "timm:vit_small_patch16_224",
+        "batch_size": 128,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "clip-vit-b32-bf16mixed-b128",
+        "model": "benchmarks/models/clip_vit_b32.py:make_model",
+        "batch_size": 128,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "efficientnet_v2_s-fp16mixed-b64",
+        "model": "tv:efficientnet_v2_s",
+        "batch_size": 64,
+        "precision": "fp16-mixed",
+    },
+    {
+        "id": "whisper-small-fp32-b16-s128",
+        "model": "benchmarks/models/whisper_small.py:make_model",
+        "batch_size": 16,
+        "seq_len": 128,
+    },
+    {
+        "id": "resnet50-channels-last-bf16mixed-b64",
+        "model": "benchmarks/models/resnet50_channels_last.py:make_model",
+        "batch_size": 64,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "lstm-lm-bf16mixed-b32-s512",
+        "model": "benchmarks/models/lstm_lm.py:make_model",
+        "batch_size": 32,
+        "seq_len": 512,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "resnet50-fp16-infer-b256",
+        "model": "tv:resnet50",
+        "batch_size": 256,
+        "precision": "fp16",
+        "mode": "infer",
+    },
+    {
+        "id": "tinyllama-bf16-b1-s8192-ckpt",
+        "model": "tinyllama-1.1b-intermediate-step-1431k-3t",
+        "batch_size": 1,
+        "seq_len": 8192,
+        "precision": "bf16",
+        "checkpointing": True,
+    },
+    {
+        "id": "tinyllama-bf16mixed-b1-s8192-ckpt",
+        "model": "tinyllama-1.1b-intermediate-step-1431k-3t",
+        "batch_size": 1,
+        "seq_len": 8192,
+        "precision": "bf16-mixed",
+        "checkpointing": True,
+    },
+    {
+        "id": "lora-tinyllama-bf16-b4-s1024",
+        "model": "benchmarks/models/lora_llama.py:make_model",
+        "batch_size": 4,
+        "seq_len": 1024,
+        "precision": "bf16",
+    },
+]
+
+ALL = WORKLOADS + HELD_OUT + HELD_OUT_12
