@@ -61,3 +61,13 @@ def test_the_new_members_keep_their_old_bases():
     assert isinstance(err, MemfitError) and err.kind == "GpuIsLost"
     assert str(err) == "GpuIsLost: fell off the bus"
     assert issubclass(AllocatorOOM, MemfitError)
+
+
+def test_a_workload_memfit_cannot_estimate_yet_is_not_bad_input():
+    # a torch.compile'd step is valid input: refused as unsupported (with the way forward),
+    # not as a malformed value
+    from memfit import UnsupportedWorkloadError
+
+    assert issubclass(UnsupportedWorkloadError, MemfitError)
+    assert not issubclass(UnsupportedWorkloadError, memfit.InvalidInputError)
+    assert "UnsupportedWorkloadError" in memfit.__all__

@@ -19,6 +19,7 @@ from memfit._errors import (
     TraceError,
     UnknownModelError,
     UnrecoverableOOMError,
+    UnsupportedWorkloadError,
     UserCodeError,
 )
 from memfit._gpus import GPU, resolve_gpu
@@ -133,6 +134,7 @@ __all__ = [
     "TraceError",
     "UnknownModelError",
     "UnrecoverableOOMError",
+    "UnsupportedWorkloadError",
     "UserCodeError",
     "Validation",
     "Verdict",

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-__all__ = ["MODES", "OPTIMIZERS", "PRECISIONS"]
+__all__ = ["COMPILED_CHOICES", "MODES", "MOE_ROUTINGS", "OPTIMIZERS", "PRECISIONS"]
 
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed")
 OPTIMIZERS = (
@@ -18,3 +18,7 @@ OPTIMIZERS = (
     "adamw-fused",
 )
 MODES = ("train", "infer")
+# what to do with a torch.compile'd model: "eager" estimates its uncompiled step (an upper bound)
+COMPILED_CHOICES = ("eager",)
+# how mixture-of-experts routers are answered in a trace (memfit.trace._routing says what each is)
+MOE_ROUTINGS = ("balanced", "skewed")

@@ -8,6 +8,7 @@
     ├── MissingExtraError        an optional dependency is not installed
     ├── UserCodeError            the user's own code (factory, make_batch, module) raised
     ├── TraceError               the step could not run on fake tensors
+    ├── UnsupportedWorkloadError a valid step memfit cannot estimate yet (torch.compile)
     ├── NoGPUError               a command that needs a GPU found none
     ├── DoesNotFitError          no batch size tried fits the GPU (find_batch_size)
     ├── UnrecoverableOOMError    AutoMicrobatch cannot avoid an out-of-memory error
@@ -31,6 +32,7 @@ __all__ = [
     "TraceError",
     "UnknownModelError",
     "UnrecoverableOOMError",
+    "UnsupportedWorkloadError",
     "UserCodeError",
 ]
 
@@ -83,6 +85,13 @@ class TraceError(MemfitError):
         super().__init__(message)
         self.op = op
         self.module = module
+
+
+class UnsupportedWorkloadError(MemfitError):
+    """A valid workload that memfit cannot estimate yet, e.g. a step compiled with
+    ``torch.compile`` (its memory is the compiler's, not the eager kernels'). The message says
+    what is not supported and the way forward (for a compiled model: ``compiled="eager"``, an
+    upper bound)."""
 
 
 class NoGPUError(MemfitError):

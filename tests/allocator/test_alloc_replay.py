@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 
 import numpy as np
 import pytest
@@ -98,7 +97,9 @@ def test_malformed_traces_raise(events: list[MemoryEvent], message: str) -> None
         replay(events)
 
 
-def test_a_long_trace_replays_fast() -> None:
+def test_a_long_trace_replays_whole() -> None:
+    # how fast is a benchmark's claim (benchmarks/snapshot_speed.py), not a unit test's: a
+    # time limit here failed whenever the machine was busy
     rng = random.Random(0)
     sizes = [
         rng.choice(
@@ -113,8 +114,6 @@ def test_a_long_trace_replays_fast() -> None:
         else:
             events.append(alloc(len(events), rng.choice(sizes)))
             live.append(len(events) - 1)
-    start = time.perf_counter()
     result = replay(events)
-    elapsed = time.perf_counter() - start
     assert result.num_events == 200_000
-    assert elapsed < 5.0  # about 0.35 s here: a million events take ~2 s
+    assert 0 < result.peak_allocated <= result.peak_reserved

@@ -251,3 +251,18 @@ def test_an_error_while_setting_up_names_the_setup_and_the_users_line():
     text = str(info.value)
     assert "the step failed during setup" in text and "Invalid learning rate: -1" in text
     assert f"{THIS_FILE}:" in text and "in optimizer" in text
+
+
+def test_linear_called_with_keywords_traces():
+    # timm's BEiT, EVA-02 and Swin-V2 call F.linear(x, weight=..., bias=...)
+    class KeywordLinear(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x.transpose(0, 1)  # non-contiguous, 3-d: the in-place bias path
+            return torch.nn.functional.linear(y, weight=self.proj.weight, bias=self.proj.bias)
+
+    est = estimate(KeywordLinear, lambda: torch.randn(4, 6, 8))
+    assert est.peak_allocated > 0

@@ -20,6 +20,7 @@ from memfit._events import Category
 from memfit._gpus import GPU, resolve_gpu
 from memfit._units import GiB, MiB
 from memfit.estimator._result import Estimate, Timeline, WorkloadSummary
+from memfit.estimator._versions import Versions
 
 MODULES = [
     ("transformer.h.11.mlp.c_fc", 900 * MiB),
@@ -92,7 +93,6 @@ def make_estimate(
         "activation_checkpointing": False,
         "allocator_config": "expandable_segments:True",
         "steps": 1,
-        "torch_version": "2.14.1",
     }
     summary.update(workload)
     by_category = {
@@ -116,6 +116,7 @@ def make_estimate(
         timeline=timeline,
         gpu=resolve_gpu(gpu) if isinstance(gpu, str) else gpu,
         notes=list(notes or []),
+        versions=Versions(torch="2.14.1+cu130", transformers="5.24.0"),
     )
 
 

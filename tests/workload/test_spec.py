@@ -150,3 +150,11 @@ def test_json_says_which_gpu_the_trace_assumed():
 def test_a_loss_fn_for_inference_is_refused_not_dropped():
     with pytest.raises(memfit.InvalidInputError, match="loss_fn with mode='infer' would be"):
         make_workload(tiny, torch.randn(2, 16), mode="infer", loss_fn=lambda m, b: m(b).sum())
+
+
+def test_an_image_batch_reads_as_its_shape_not_batch_of():
+    # the report's header prefixes "batch ": "batch batch of 2" read badly
+    est = memfit.estimate(
+        lambda: torch.nn.Conv2d(3, 8, 3), lambda: torch.randn(2, 3, 16, 16), batch_size=2
+    )
+    assert est.workload.batch == "2 x 3 x 16 x 16"

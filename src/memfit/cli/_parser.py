@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from importlib.metadata import PackageNotFoundError, version
 
-from memfit._choices import OPTIMIZERS, PRECISIONS
+from memfit._choices import COMPILED_CHOICES, MOE_ROUTINGS, OPTIMIZERS, PRECISIONS
 from memfit.cli._export_cmd import add_export_parser
 from memfit.cli._help import HelpFormatter, epilog, positive_int
 from memfit.cli._run_cmd import add_run_parser
@@ -65,6 +65,22 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         dest="activation_checkpointing",
         action="store_true",
         help="activation checkpointing: recompute activations in backward (train only)",
+    )
+    p.add_argument(
+        "--moe-routing",
+        default=None,  # None: balanced, and no note when the model routes nothing
+        choices=MOE_ROUTINGS,
+        metavar="R",
+        help="mixture-of-experts routing to assume: balanced (each expert gets tokens*top_k/"
+        "experts, the default) or skewed (every token to the same top_k experts: the worst case)",
+    )
+    p.add_argument(
+        "--compiled",
+        default=None,  # None: a model compiled with torch.compile is refused
+        choices=COMPILED_CHOICES,
+        metavar="HOW",
+        help="a model compiled with torch.compile: 'eager' estimates its uncompiled step, an "
+        "upper bound (compiled steps usually save fewer activations); without it, refused",
     )
     p.add_argument(
         "--allocator-config",

@@ -8,7 +8,9 @@ The result types (:class:`Estimate` and its parts) import without torch, so that
 import importlib as _importlib
 import typing as _typing
 
+from memfit.estimator._gc import gc_paused
 from memfit.estimator._result import Estimate, Timeline, Verdict, WorkloadSummary
+from memfit.estimator._versions import Versions, installed_versions
 
 if _typing.TYPE_CHECKING:
     from memfit.estimator._estimate import (
@@ -41,7 +43,8 @@ def __getattr__(name: str) -> _typing.Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'memfit.estimator' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(f"memfit.estimator.{module}"), name)
+    with gc_paused():  # the first use imports torch: no collector passes over its objects
+        value = getattr(_importlib.import_module(f"memfit.estimator.{module}"), name)
     globals()[name] = value
     return value
 
@@ -56,10 +59,12 @@ __all__ = [
     "Timeline",
     "Validation",
     "Verdict",
+    "Versions",
     "WorkloadSummary",
     "as_workload",
     "estimate",
     "estimate_workload",
+    "installed_versions",
     "least_capacity",
     "local_gpu",
     "measure",

@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from memfit._errors import InvalidInputError
 from memfit._events import Category
 from memfit._gpus import resolve_gpu
 from memfit.allocator import AllocatorConfig, AllocatorReplay, Recording
+from memfit.estimator._gc import gc_frozen, gc_paused
 from memfit.estimator._pressure import least_capacity, replay_ops, retries_within
 from memfit.estimator._quiet import quiet_libraries
 from memfit.estimator._result import Estimate, Timeline, WorkloadSummary
+from memfit.estimator._versions import installed_versions
 from memfit.trace import Trace, trace_workload
 from memfit.workload import Workload, WorkloadOptions, make_workload
 
@@ -39,7 +39,7 @@ def estimate(model: Any, batch: Any = None, **options: Unpack[WorkloadOptions]) 
     text) instead. The settings (``precision``, ``optimizer``, ``mode``, ``gpu``...) are those
     of :class:`~memfit.workload.WorkloadOptions`.
     """
-    with quiet_libraries():
+    with quiet_libraries(), gc_paused():  # a model name imports its library here
         workload = as_workload(model, batch, options)
     return estimate_workload(workload, tight_verdict=True)
 
@@ -82,7 +82,7 @@ def estimate_workload(
     config = workload.allocator
     gpu = workload.gpu
     target = gpu or resolve_gpu(_DEFAULT_GPU)
-    with quiet_libraries():
+    with quiet_libraries(), gc_frozen():
         trace = trace_workload(workload, target)
     allocated, reserved, peak_index = _replay(trace, config)
     context = target.context_for(workload.mode)
@@ -125,6 +125,7 @@ def estimate_workload(
         least_capacity=least,
         alloc_retries=retries,
         traced_for=target.name,
+        versions=installed_versions(),
     )
 
 
@@ -139,7 +140,6 @@ def _summary(workload: Workload, trace: Trace) -> WorkloadSummary:
         activation_checkpointing=workload.activation_checkpointing,
         allocator_config=workload.allocator_text,
         steps=workload.steps,
-        torch_version=torch.__version__,
     )
 
 

@@ -15,6 +15,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from memfit._errors import NoGPUError
+from memfit.estimator._versions import Versions, installed_versions
 from memfit.workload import StepHooks, Workload, optimizer_for, prepare_model, run_steps
 
 __all__ = ["Measurement", "measure"]
@@ -33,6 +34,7 @@ class Measurement:
     gpu_name: str
     torch_version: str
     allocator_config: str
+    versions: Versions  # of the machine that measured: torch, transformers, timm, torchvision
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,5 +102,6 @@ def measure(workload: Workload, *, record_history: bool = False) -> tuple[Measur
         gpu_name=torch.cuda.get_device_name(),
         torch_version=torch.__version__,
         allocator_config=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        versions=installed_versions(),
     )
     return result, snapshot

@@ -10,6 +10,7 @@ from memfit._errors import InvalidInputError
 from memfit._events import Category
 from memfit._gpus import GPU, resolve_gpu
 from memfit._units import GiB, format_bytes
+from memfit.estimator._versions import Versions
 
 __all__ = ["Estimate", "Timeline", "Verdict", "WorkloadSummary"]
 
@@ -27,7 +28,6 @@ class WorkloadSummary:
     activation_checkpointing: bool
     allocator_config: str
     steps: int
-    torch_version: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +94,9 @@ class Estimate:
     # the GPU whose kernels the trace assumed (its name): ``gpu`` when one was given, else the
     # default that the estimate traces for; "" in estimates made before this field existed
     traced_for: str = ""
+    # the library versions the estimate ran with (memory depends on them: say which);
+    # all None in estimates made before this field existed
+    versions: Versions = field(default_factory=Versions)
 
     @property
     def total(self) -> int:
@@ -177,8 +180,8 @@ class Estimate:
                 "activation_checkpointing": self.workload.activation_checkpointing,
                 "allocator_config": self.workload.allocator_config,
                 "steps": self.workload.steps,
-                "torch_version": self.workload.torch_version,
             },
+            "versions": self.versions.to_dict(),
             "units": "bytes",
             "peak_allocated": self.peak_allocated,
             "peak_reserved": self.peak_reserved,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from memfit._events import Category
 from memfit._units import format_bytes
-from memfit.estimator import Estimate, WorkloadSummary
+from memfit.estimator import Estimate, Versions, WorkloadSummary
 
 __all__ = [
     "MEMORY_ROWS",
@@ -27,6 +27,7 @@ __all__ = [
     "shorten_middle",
     "stated_fields",
     "verdict_text",
+    "version_fields",
     "workload_fields",
     "workload_settings",
     "workload_title",
@@ -107,16 +108,23 @@ def workload_fields(workload: WorkloadSummary) -> list[tuple[str, str]]:
         ("checkpointing", "on" if workload.activation_checkpointing else "off"),
         ("allocator", workload.allocator_config or "default"),
         ("traced", steps),
-        ("torch", workload.torch_version),
     ]
+
+
+def version_fields(versions: Versions) -> list[tuple[str, str]]:
+    """The installed libraries' versions as (library, version); those not installed are left
+    out (the JSON says null for them)."""
+    return [(name, version) for name, version in versions.items() if version is not None]
 
 
 def stated_fields(estimate: Estimate, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """``fields`` of ``estimate``'s workload as a header should state them: inference has no
-    optimizer, so none is named; without a target GPU, the GPU whose kernels were traced is
-    named as an assumption."""
+    optimizer, so none is named; the library versions the estimate assumed follow (memory
+    depends on them); without a target GPU, the GPU whose kernels were traced is named as an
+    assumption."""
     if estimate.workload.mode == "infer":
         fields = [(label, value) for label, value in fields if label != "optimizer"]
+    fields = [*fields, *version_fields(estimate.versions)]
     if estimate.gpu is None and estimate.traced_for:
         fields = [*fields, ("gpu", f"none given, traced as for {estimate.traced_for}")]
     return fields

@@ -6,7 +6,8 @@ frame that is neither torch, memfit nor the standard library) and then the excep
 message. Causes that are common and recognisable (a ``None`` batch, a batch that does not match
 ``forward``'s parameters, a ``loss_fn`` returning a float or a non-scalar) get their own
 sentence (a ``loss_fn`` of the wrong arity is refused earlier, by ``Workload``); the
-custom-kernel hint is added only when the failing op is not one of torch's.
+custom-kernel hint is added only when the failing op is not one of torch's and has no fake
+(meta) kernel, and an op is named only when the exception is the one that op raised.
 Checks here never run an op, so what is traced does not change.
 """
 
@@ -102,6 +103,7 @@ def trace_error(
     batch: str | None,
 ) -> MemfitError:
     """One paragraph for a failed trace: the cause, where, whose code, the exception's text."""
+    failure = failure if _raised_by_op(exc, failure) else None
     text = _first_line(exc)
     frame = user_frame(exc.__traceback__)
     at = f" Called from {frame}." if frame else ""
@@ -113,12 +115,15 @@ def trace_error(
                 f"The batch does not match the model's forward during {phase}: {text} "
                 f"The batch is {batch}; {match.group(1)}.forward's parameters are "
                 f"{params or 'different'}. Make the batch's keys (or length) match them, "
-                "or pass loss_fn=lambda model, batch: ... to call the model yourself."
+                "or call the model yourself: loss_fn=lambda model, batch: ... (training) or "
+                "step_fn=lambda model, batch: model(batch[0]) (inference, e.g. a batch of "
+                "inputs and labels)."
             )
     if failure is None and frame and _raised_in_user_code(exc.__traceback__):
         return UserCodeError(
             f"Your code raised {type(exc).__name__} during {phase} (at {frame}): {text} "
-            "This is an error in the model, batch or loss_fn given to memfit, not in memfit; "
+            "This is an error in the model, batch, loss_fn or step_fn given to memfit, not "
+            "in memfit; "
             "it would fail the same way on a GPU.",
             location=_location(exc.__traceback__),
         )
@@ -133,9 +138,43 @@ def trace_error(
     )
 
 
+def _raised_by_op(exc: BaseException, failure: tuple[str, str] | None) -> bool:
+    """Whether ``exc`` is (or was raised from) the exception of the op the recorder saw fail:
+    the model may have caught that one and failed later for a reason of its own, and then
+    naming the op, and its hints, would be about something else."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while failure is not None and current is not None and id(current) not in seen:
+        if getattr(current, "memfit_failed_op", None) is failure:
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _has_fake_kernel(op: str) -> bool:
+    """Whether ``op`` (``namespace::name[.overload]``) runs on meta tensors: a Meta kernel
+    (``torch.library.register_fake`` registers one) or a composite one that serves every
+    device. A ``torch.library.custom_op`` always has a Meta kernel, which refuses unless a
+    fake was registered, so for one of those the registration decides. False for a name the
+    dispatcher does not know."""
+    custom = getattr(torch._library.custom_ops, "OPDEFS", {}).get(op.partition(".")[0])
+    if custom is not None:
+        return getattr(custom, "_abstract_fn", None) is not None
+    try:
+        return any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(op, key)
+            for key in ("Meta", "CompositeExplicitAutograd", "CompositeImplicitAutograd")
+        )
+    except RuntimeError:
+        return False
+
+
 def _hint(op: str, exc: BaseException) -> str:
-    """The custom-kernel hint, only where the failing op is not one of torch's own."""
-    if not op or op.startswith(_OWN_OPS):
+    """The custom-kernel hint, only where it applies: the failing op is not one of torch's
+    own (a name with a namespace outside torch's) and has no fake (meta) kernel. An op that
+    has one failed for another reason, which the exception's text says."""
+    if not op or "::" not in op or op.startswith(_OWN_OPS) or _has_fake_kernel(op):
         return ""
     return (
         f" {op} is not a PyTorch op: an op from a custom CUDA extension needs a fake (meta) "

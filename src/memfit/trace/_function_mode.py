@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from memfit.trace import _autocast
-from memfit.trace._rnn import LSTM_FUNCTION, RnnHooks, cudnn_lstm
+from memfit.trace._host_data import HOST_DATA_FUNCS, from_host_data
+from memfit.trace._rnn import LSTM_FUNCTION, RnnHooks, cudnn_lstm, cudnn_lstm_autocast
 from memfit.trace._sdpa import run_sdpa
 
 __all__ = ["TraceFunctionMode", "python_function_reentry"]
@@ -54,8 +55,11 @@ def _linear_with_inplace_bias(args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     under any Python dispatch mode every tensor counts as one, so the meta trace would allocate
     the whole output a second time (2 GB for an LSTM LM's vocabulary head). None: not this case.
     """
-    x, weight = args[0], args[1]
+    x = args[0] if args else kwargs.get("input")
+    weight = args[1] if len(args) > 1 else kwargs.get("weight")
     bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    if weight is None:
+        return None
     if bias is None or not isinstance(x, torch.Tensor) or x.dim() == 2 or x.is_contiguous():
         return None  # addmm, on the flattened input when contiguous: no second output
     out = torch.matmul(x, weight.t())
@@ -116,6 +120,16 @@ def _fused_dropout(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
 
 
 _CUDA_METHODS = {torch.Tensor.cuda}
+_TB = torch._C.TensorBase
+# reads of a tensor's metadata, which the mode leaves as they are (no device, no autocast, no
+# tensor to stamp): answered first, as they are most of its calls (shapes in model code)
+_METADATA_PROPERTIES = ("shape", "dtype", "device", "layout", "ndim", "is_sparse")
+_METADATA_METHODS = ("numel", "size", "stride", "storage_offset", "dim", "is_contiguous")
+_METADATA = frozenset(
+    [getattr(_TB, n).__get__ for n in _METADATA_PROPERTIES]
+    + [getattr(_TB, n) for n in (*_METADATA_METHODS, "element_size", "is_floating_point")]
+    + [_TB.untyped_storage]
+)
 
 
 class TraceFunctionMode(TorchFunctionMode):
@@ -143,6 +157,8 @@ class TraceFunctionMode(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        if func in _METADATA:
+            return func(*args, **(kwargs or {}))
         kwargs = dict(kwargs or {})
         if "device" in kwargs:
             kwargs["device"] = _to_meta(kwargs["device"])
@@ -150,6 +166,10 @@ class TraceFunctionMode(TorchFunctionMode):
             return args[0].to(_META)
         if func is torch.Tensor.to or func is torch.Tensor.new_empty:
             args = tuple(_to_meta(a) for a in args)
+        if func in HOST_DATA_FUNCS:  # torch.tensor(data) on the GPU, .numpy() read back
+            made = from_host_data(func, args, kwargs)
+            if made is not None:
+                return made
         state = _autocast.current_state()
         if state.enabled and func is _CROSS_ENTROPY and _is_low(args[0] if args else None):
             with self:
@@ -182,12 +202,13 @@ class TraceFunctionMode(TorchFunctionMode):
                 self.on_sdpa(backend)
             return out
         if func is LSTM_FUNCTION and self.rnn is not None:
-            if state.enabled:
-                self.rnn.notes.add("an LSTM under autocast ran PyTorch's cell kernels")
+            if state.enabled:  # autocast's own cuDNN wrapper: fp16, whatever autocast's dtype
+                with _autocast.suspended():
+                    out = cudnn_lstm_autocast(args, self.rnn)
             else:
                 out = cudnn_lstm(args, self.rnn)
-                if out is not None:
-                    return self._stamped(out)
+            if out is not None:
+                return self._stamped(out)
         if isinstance(func, types.FunctionType):
             return self._reenter(func, args, kwargs)
         if self.fused_inplace is not None and _is_inplace_foreach(func):

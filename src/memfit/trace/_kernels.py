@@ -21,6 +21,7 @@ from memfit._gpus import Architecture
 from memfit._units import MiB
 from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._reduce import reduction_scratch
+from memfit.trace._sdpa import backward_ran_cudnn
 
 __all__ = ["KernelModel", "Scratch"]
 
@@ -92,6 +93,61 @@ def _embedding_backward_scratch(args: tuple[Any, ...]) -> list[tuple[int, str]]:
     return [(rows * int(grad.shape[-1]) * 4, "embedding backward partial sums (float32)")]
 
 
+def _multinomial_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[int, str]]:
+    """CUDA's ``multinomial`` of one sample, or without replacement (``multinomial_out`` in
+    ATen's Distributions.cpp), after it sizes its output: checks the probabilities (``aminmax``,
+    a row sum: a few bytes), then samples by the Gumbel-max trick, ``q = empty_like(probs)
+    .exponential_()``, ``q = probs / q`` in place, ``argmax`` (one sample) or ``topk`` (several,
+    into a values tensor of the output's size) of ``q``; all freed when it returns. A buffer the
+    size of the probabilities: 19 MiB for 32 rows over Qwen2's 151,936 ids in float32."""
+    probs, n = args[0], int(args[1])
+    replacement = args[2] if len(args) > 2 else kwargs.get("replacement", False)
+    if replacement and n > 1:
+        return []  # the sampling kernel itself: no scratch
+    size = probs.element_size()
+    out = [(probs.numel() * size, "multinomial sampling noise (the probabilities' size)")]
+    if n > 1:
+        rows = probs.numel() // max(int(probs.shape[-1]), 1)
+        out.append((rows * n * size, "multinomial top-k values"))
+    return out
+
+
+_SORTS = {aten.sort.default, aten.sort.stable}
+
+
+def _sort_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scratch]]:
+    """CUDA's sort of rows longer than 4,096 (``launch_stable_sort_kernel`` in ATen's
+    SortStable.cu; shorter rows sort in place). For fewer than 128 rows (top-p sampling's sort
+    of the scores) it sorts all rows at once: (index, row) pairs twice (8 bytes an element each,
+    held to the end), a keys output and cub's radix sort storage (keys and pairs once more and
+    its histograms), then a small sort of the row ids. H200 traces, torch 2.11, 32 x 151,936
+    float32: 38,895,616 twice, 19,447,808 and 59,278,847 (0.19 bytes an element beyond keys
+    and pairs; bfloat16 0.18, 8 x 32,000 0.20-0.23), then 867,839. Histograms are taken as a
+    quarter byte an element, at least what was measured. Other row counts: from the source,
+    with cub's storage taken the same way (not measured)."""
+    x = args[0]
+    dim = args[1] if len(args) > 1 and isinstance(args[1], int) else kwargs.get("dim", -1)
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.numel() == 0:
+        return []
+    n, nsort, size = x.numel(), int(x.shape[dim]), x.element_size()
+    rows = n // max(nsort, 1)
+    if nsort <= 4096:
+        return []
+    if rows == 1 or nsort >= 1_000_000:  # row by row: one row's initial indices
+        cub = nsort * (size + 8) + nsort // 4
+        return [[(8 * nsort, "sort initial indices", True)], [(cub, "cub radix sort storage")]]
+    if rows >= 128:  # cub's segmented sort, on reverse indices
+        cub = n * (size + 8) + n // 4
+        return [[(8 * n, "sort reverse indices", True)], [(cub, "cub segmented sort storage")]]
+    pairs: list[Scratch] = [
+        (8 * n, "sort (index, row) pairs", True),
+        (8 * n, "sort (index, row) pairs, sorted", True),
+        (size * n, "sort keys output"),
+        (n * (size + 8) + n // 4, "cub radix sort storage"),
+    ]
+    return [pairs, [(n // 4, "cub row id sort storage")]]
+
+
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
@@ -138,11 +194,19 @@ class KernelModel:
     def copies_first(self, func: Any, args: tuple[Any, ...]) -> list[tuple[int, str]]:
         """Copies a kernel makes of its inputs before it allocates its outputs, freed when it
         ends: layer norm runs on a contiguous input (``expect_contiguous``), so a permuted
-        one (torchvision's ViT adds attention output in (L, N, E) order) is copied first."""
+        one (torchvision's ViT adds attention output in (L, N, E) order) is copied first; so
+        does CUDA's embedding backward with its gradient."""
         if func in (aten.native_layer_norm.default, aten.native_layer_norm_backward.default):
             x = args[0] if func is aten.native_layer_norm.default else args[1]
             if isinstance(x, torch.Tensor) and not x.is_contiguous():
                 return [(x.numel() * x.element_size(), "layer norm contiguous input copy")]
+        if func is aten.embedding_dense_backward.default:
+            # Embedding.cu: grad_.contiguous() before anything else; a batch-first LSTM's input
+            # gradient arrives transposed (H200, lstm-lm-bf16mixed-b32-s512: 67,108,864 bytes
+            # before the sort buffers and the 131,072,000-byte weight gradient)
+            grad = args[0]
+            if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
+                return [(grad.numel() * grad.element_size(), "embedding backward contiguous grad")]
         return []
 
     def scratch(
@@ -158,6 +222,8 @@ class KernelModel:
             return workspaces
         if func is aten._scaled_dot_product_efficient_attention_backward.default:
             return _efficient_backward_scratch(args)
+        if func in _SORTS:
+            return _sort_scratch(args, kwargs)
         together: list[Scratch] = list(self._scratch(func, args, kwargs))
         return [together] if together else []
 
@@ -185,6 +251,12 @@ class KernelModel:
             b, h, s, d = (int(x) for x in q.shape)
             s_round = _round_up(s, 128)
             d_round = _round_up(d, 32) if d <= 128 else _round_up(d, 64)
+            if backward_ran_cudnn(q, args[2], float(args[10]), self.sm):
+                # cuDNN's backward does not pad the sequence to flash's 128 (H200, torch 2.11,
+                # CLIP ViT-B/32 b128: 20,500,736 = 128 x 8 x 77 x 64 x 4 + 128 x 8 x 77 x 4 + 256
+                # for its 77-token text tower, 19,968,256 for the 50-patch vision tower); head
+                # dims other than 64 were not seen, so their rounding is kept
+                s_round = s
             # cuDNN's attention (what an H200 runs for half precision) and flash attention
             # alike: one buffer for the fp32 dq accumulator and the softmax sums, 256 bytes beyond
             # both, and with grouped-query attention the per-query-head dK and dV (summed into
@@ -199,6 +271,8 @@ class KernelModel:
             return [(size, label)]
         if func is aten.embedding_dense_backward.default:
             return _embedding_backward_scratch(args)
+        if func is aten.multinomial.default:
+            return _multinomial_scratch(args, kwargs)
         if func is aten.native_layer_norm_backward.default:
             grad = args[0]  # made contiguous after the gradients are allocated
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():

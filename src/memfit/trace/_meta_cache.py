@@ -27,6 +27,9 @@ import torch
 __all__ = ["META_CACHE", "MetaCache"]
 
 _EMPTY = torch.ops.aten.empty_strided.default
+# keys and specs only read metadata: with torch-function handling off, the reads skip the trace's
+# TorchFunctionMode (which leaves them unchanged), a third of its calls in a Llama step
+_NO_FUNCTION_MODE = torch._C.DisableTorchFunction
 _UNCACHEABLE = object()
 _NO_RESULT = object()  # an in-place op that returns nothing
 _KINDS: dict[Any, str] = {}  # op -> "functional", "inplace" or "" (never cached)
@@ -101,12 +104,13 @@ class MetaCache:
         if not kind:
             return func(*args, **kwargs)
         try:
-            key = (
-                func,
-                torch.get_default_dtype(),
-                _meta_key(args, kind == "functional"),
-                tuple((k, _meta_key(v, kind == "functional")) for k, v in kwargs.items()),
-            )
+            with _NO_FUNCTION_MODE():
+                key = (
+                    func,
+                    torch.get_default_dtype(),
+                    _meta_key(args, kind == "functional"),
+                    tuple((k, _meta_key(v, kind == "functional")) for k, v in kwargs.items()),
+                )
         except _NotCacheable:
             return func(*args, **kwargs)
         entry = self._entries.get(key)
@@ -115,9 +119,12 @@ class MetaCache:
             out = func(*args, **kwargs)
             if len(self._entries) >= self.max_entries:
                 self._entries.clear()
-            self._entries[key] = (
-                _fresh_spec(out, args, kwargs) if kind == "functional" else _inplace_spec(out, args)
-            )
+            with _NO_FUNCTION_MODE():
+                self._entries[key] = (
+                    _fresh_spec(out, args, kwargs)
+                    if kind == "functional"
+                    else _inplace_spec(out, args)
+                )
             return out
         if entry is _UNCACHEABLE:
             return func(*args, **kwargs)
@@ -172,7 +179,7 @@ def _inplace_spec(out: Any, args: tuple[Any, ...]) -> Any:
 
 def _build(spec: Any) -> Any:
     single, kind, specs = spec
-    with torch._C.DisableTorchFunction():
+    with _NO_FUNCTION_MODE():
         outs = [None if s is None else _EMPTY(s[0], s[1], dtype=s[2], device="meta") for s in specs]
     if single:
         return outs[0]

@@ -9,6 +9,7 @@ scalars (``.item()``, ``.all()``) the way real data would.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Callable
@@ -37,7 +38,13 @@ _PHASE_OWNER = {
 
 
 _ADD = torch.ops.aten.add.Tensor
+# Bookkeeping that only reads tensors' metadata (shape, strides, storage) runs with torch-function
+# handling off: each such read would otherwise pass through the trace's TorchFunctionMode, which
+# leaves it unchanged (about 60,000 reads in a Llama-2-7B step, most of the trace's mode calls).
+_NO_FUNCTION_MODE = torch._C.DisableTorchFunction
 _ADD_INPLACE = torch.ops.aten.add_.Tensor
+_INDEX_PUT = torch.ops.aten.index_put.default
+_INDEX_PUT_IMPL = torch.ops.aten._index_put_impl_.default
 
 
 def _sole_owner(t: torch.Tensor) -> bool:
@@ -57,6 +64,7 @@ class Recorder(TorchDispatchMode):
         self.infos: list[AllocationInfo] = []
         self.kernels = kernels
         self.shadows = shadows
+        shadows.routing.module_of = lambda: self.module_of()  # where a router chose
         self.phase = "setup"
         self.module_of: Callable[[], str] = lambda: ""
         self._live: dict[int, tuple[int, int]] = {}  # storage key -> (block, nbytes)
@@ -67,7 +75,7 @@ class Recorder(TorchDispatchMode):
         self.category_hint: Category | None = None
         self.forward_first_info = 0
         self.param_owner: dict[int, str] = {}  # id(parameter) -> owning module path
-        self.failure: tuple[str, str] | None = None  # (op, module) of the first op that raised
+        self.failure: tuple[str, str] | None = None  # (op, module) of the last op that raised
         self.suspended = 0  # > 0 while a fused in-place kernel runs as several meta ops
         self._made_by: dict[int, int] = {}  # storage key -> autograd node that allocated it
 
@@ -168,6 +176,14 @@ class Recorder(TorchDispatchMode):
                 info.module = module
 
     # -- the dispatch hook ------------------------------------------------------------------
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """False: no ``torch._disable_dynamo`` wrapper around :meth:`__torch_dispatch__` (the
+        opt-out ``TorchDispatchMode`` offers). Nothing is compiled while a step is traced
+        (``trace._compiled``), and the wrapper costs a call per op and, at the first op, the
+        import of ``torch._dynamo`` (a second or more, for a model that does not import it)."""
+        return False
+
     def __torch_dispatch__(
         self,
         func: Any,
@@ -177,12 +193,21 @@ class Recorder(TorchDispatchMode):
     ) -> Any:
         kwargs = kwargs or {}
         if func is _ADD:
-            into = self._accumulates_into(args, kwargs)
+            with _NO_FUNCTION_MODE():
+                into = self._accumulates_into(args, kwargs)
             if into is not None:
                 func = _ADD_INPLACE
                 args = args if into == 0 else (args[1], args[0])
+        elif func is _INDEX_PUT:
+            with _NO_FUNCTION_MODE():
+                if self._scatters_into_fresh_zeros(args, kwargs):
+                    func, args, kwargs = _INDEX_PUT_IMPL, (*args[:3], True, True), {}
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
-        special = self.shadows.answer(func, args, kwargs, self)
+        try:
+            special = self.shadows.answer(func, args, kwargs, self)
+        except Exception as exc:
+            self._failed(func, name, exc)
+            raise
         copies: list[int] = []
         if special is not None:
             out = special.value
@@ -193,12 +218,8 @@ class Recorder(TorchDispatchMode):
             ]
             try:
                 out = cuda_layout(func, args, META_CACHE.call(func, args, kwargs))
-            except Exception:
-                if self.failure is None:
-                    self.failure = (
-                        str(func.name()) if hasattr(func, "name") else name,
-                        self.module_of(),
-                    )
+            except Exception as exc:
+                self._failed(func, name, exc)
                 raise
             self.shadows.propagate(func, args, kwargs, out)
         between = None if special is not None else self.kernels.between_outputs(func, args)
@@ -218,6 +239,14 @@ class Recorder(TorchDispatchMode):
             self.free(block)
         return out
 
+    def _failed(self, func: Any, name: str, exc: Exception) -> None:
+        """Remember the op that raised ``exc``, and mark ``exc`` with it: the model may catch
+        it and fail later for another reason, and only a failure whose exception carries the
+        mark is this op's (``_failure.trace_error``)."""
+        self.failure = (str(func.name()) if hasattr(func, "name") else name, self.module_of())
+        with contextlib.suppress(AttributeError):  # a type without a __dict__: not marked
+            exc.memfit_failed_op = self.failure  # type: ignore[attr-defined]
+
     def _scratch(self, group: list[Scratch], held: list[int] | None = None) -> list[int]:
         """Workspaces that live together: allocated, then ``held`` (kept from the group
         before) freed, then this group's freed but for its own held ones, which it returns."""
@@ -231,6 +260,27 @@ class Recorder(TorchDispatchMode):
             if not keep:
                 self.free(block)
         return [block for block, keep in blocks if keep]
+
+    def _scatters_into_fresh_zeros(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether this ``index_put`` is the backward of an advanced-index gather (``x[idx]``,
+        the per-expert inputs of mixture-of-experts layers), which the GPU runs in place.
+
+        ``index_backward`` (FunctionsManual.cpp) scatters the gradient into the zeros it was
+        given with ``_index_put_impl_(zeros, indices, grad, accumulate=true, unsafe=true)``,
+        unless a tensor is "subclass-like", which any Python dispatch mode makes them all: then
+        it calls the out-of-place ``index_put``, and the trace would allocate a second
+        input-sized tensor per gather (a Qwen2-MoE-style model on an H200: one (tokens*top_k,
+        hidden) float32 tensor per MoE layer that the GPU never allocates).
+        """
+        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+        if not accumulate or torch.is_grad_enabled() or not self.phase.endswith("backward"):
+            return False
+        zeros = args[0]
+        node = torch._C._current_autograd_node()
+        if node is None or not isinstance(zeros, torch.Tensor) or zeros.device.type != "meta":
+            return False
+        made_by = self._made_by.get(self._key(zeros.untyped_storage()))
+        return made_by == node._sequence_nr() and _sole_owner(zeros)
 
     def _accumulates_into(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
         """Whether this ``add`` is the autograd engine summing two gradients of one input, which
@@ -275,9 +325,10 @@ class Recorder(TorchDispatchMode):
         if self.suspended:
             return
         category = self.category_hint or Category.TEMPORARY
-        for i, item in enumerate(out if between is not None else (out,)):
-            for t in tree_leaves(item):
-                if isinstance(t, torch.Tensor):
-                    self.track(t, category, name)
-            for workspace in between.get(i, []) if between is not None else ():
-                self._scratch([workspace])  # one after the other
+        with _NO_FUNCTION_MODE():
+            for i, item in enumerate(out if between is not None else (out,)):
+                for t in tree_leaves(item):
+                    if isinstance(t, torch.Tensor):
+                        self.track(t, category, name)
+                for workspace in between.get(i, []) if between is not None else ():
+                    self._scratch([workspace])  # one after the other

@@ -12,8 +12,16 @@ Sizes, measured on an H200 with torch 2.11 / cuDNN 9.19 for 64 configurations
 element_size + 256`` bytes on all of them; the workspace is fitted per (dtype, layers,
 directions) as ``H*e*(a*B*S + b*B + c*S + d) + k`` (``benchmarks/build_cudnn_table.py``), within
 about 140 bytes of every probe. Layer counts beyond the probed ones are extrapolated, and the
-estimate says so. Packed sequences, projections, GRU/RNN and autocast keep the meta device's
-kernels (also said in the notes).
+estimate says so. Packed sequences, projections and GRU/RNN keep the meta device's kernels
+(also said in the notes).
+
+Under CUDA autocast, whatever its dtype, ``_cudnn_rnn`` goes through autocast's own wrapper
+(``aten/src/ATen/cudnn/AutocastRNN.cpp``, ``_cudnn_rnn_cast_reflatten``): it runs cuDNN in
+**float16** (``at::kHalf`` is hard-coded, bf16 autocast included), copies the weights into a new
+fp16 flat buffer on every call (autograd-exposed: each weight's gradient comes back as a cast
+of its slice of the fp16 weight gradient), then casts cx, hx and the input to fp16, in that
+order (the call's arguments are evaluated right to left). The H200 trace of
+``lstm-lm-bf16mixed-b32-s512`` shows exactly that (:func:`cudnn_lstm_autocast`).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from torch import nn
 from memfit._gpus import DEFAULT_ARCHITECTURE
 from memfit.trace._cudnn import cudnn_data
 
-__all__ = ["LSTM_FUNCTION", "RnnHooks", "cudnn_lstm", "flatten_like_cuda"]
+__all__ = ["LSTM_FUNCTION", "RnnHooks", "cudnn_lstm", "cudnn_lstm_autocast", "flatten_like_cuda"]
 
 LSTM_FUNCTION = torch._C._VariableFunctions.lstm
 _ELEMENT = {torch.float32: ("fp32", 4), torch.bfloat16: ("bf16", 2), torch.float16: ("fp16", 2)}
@@ -69,8 +77,9 @@ def _workspace(
 ) -> tuple[int, bool]:
     """The fitted workspace of a training (or, ``infer``, inference) call, and whether the
     layer count was probed (else the fit is extrapolated linearly in the number of layers)."""
-    # fp16 was not probed: it takes bf16's workspace (same element size, same engines)
-    name = "bf16" if dtype == "fp16" else dtype
+    name = dtype
+    if dtype == "fp16" and not any(k.startswith("fp16|") for k in _fits(table)):
+        name = "bf16"  # fp16 not probed: bf16's fit (cudnn_lstm says so in the notes)
     mode = "|infer" if infer else ""
     fits = {
         k: v
@@ -197,6 +206,10 @@ def cudnn_lstm(args: tuple[Any, ...], hooks: RnnHooks) -> Any:
         hooks.notes.add("cuDNN LSTM inference workspace taken from training's (not probed)")
         infer = False
     layers = int(layers)
+    if name == "fp16" and not any(k.startswith("fp16|") for k in _fits(hooks.table)):
+        # H200, lstm-lm-bf16mixed-b32-s512 (autocast runs fp16): 221,118,976 bytes where
+        # bf16's fit gives 252,969,461; benchmarks/cudnn_probe.py --lstm-dtypes fp16 measures it
+        hooks.notes.add("cuDNN fp16 LSTM workspace taken from bf16's (fp16 not probed)")
     workspace, probed = _workspace(name, layers, dirs, int(b), int(s), h, e, infer, hooks.table)
     if not probed:
         hooks.notes.add(f"cuDNN LSTM workspace for {layers} layers extrapolated")
@@ -211,6 +224,51 @@ def cudnn_lstm(args: tuple[Any, ...], hooks: RnnHooks) -> Any:
     )
     out, hy, cy = _CudnnLSTM.apply(spec, x, h0, c0, *params)
     return out, hy, cy
+
+
+class _HalfFlatWeights(torch.autograd.Function):
+    """``copy_weights_to_flat_buf_views`` under autocast: one new fp16 buffer holding every
+    weight. Backward: each weight's gradient is its slice of the buffer's gradient cast back to
+    the weight's dtype, made last weight first (the order the engine runs the copies' backward
+    in on the GPU: 16 KiB, 16 KiB, 16 MiB, 16 MiB per layer, from the last layer)."""
+
+    @staticmethod
+    def forward(ctx: Any, hooks: RnnHooks, *params: Any) -> torch.Tensor:  # type: ignore[override]
+        ctx.shapes = [(p.shape, p.dtype, p.numel()) for p in params]
+        buf: torch.Tensor = params[0].new_empty(
+            (sum(p.numel() for p in params),), dtype=torch.float16
+        )
+        hooks.name(buf, "cuDNN LSTM fp16 weight buffer (autocast)")
+        return buf
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        offsets, offset = [], 0
+        for _, _, n in ctx.shapes:
+            offsets.append(offset)
+            offset += n
+        grads: list[Any] = [None] * len(ctx.shapes)
+        for i in reversed(range(len(ctx.shapes))):
+            shape, dtype, n = ctx.shapes[i]
+            grads[i] = grad[offsets[i] : offsets[i] + n].view(shape).to(dtype)
+        return (None, *grads)
+
+
+def cudnn_lstm_autocast(args: tuple[Any, ...], hooks: RnnHooks) -> Any:
+    """``torch._VF.lstm`` under CUDA autocast, as ``_cudnn_rnn_cast_reflatten`` runs it: in
+    fp16, on a fresh fp16 copy of the weights (see the module docstring); None where cuDNN's
+    path is not modelled."""
+    if len(args) != 9 or not isinstance(args[1], (list, tuple)) or len(args[1]) != 2:
+        return cudnn_lstm(args, hooks)  # says why it is not modelled
+    x, (h0, c0), params, *rest = args
+    floats = (torch.float32, torch.bfloat16, torch.float16)
+    if x.dtype not in floats or any(p.dtype not in floats for p in params):
+        return cudnn_lstm(args, hooks)
+    half = torch.float16
+    if params and params[0].dtype != half:  # needs_cast_and_flatten
+        params = [_HalfFlatWeights.apply(hooks, *params)]
+    cx, hx = c0.to(half), h0.to(half)  # right to left: cx first, the input last
+    return cudnn_lstm((x.to(half), (hx, cx), params, *rest), hooks)
 
 
 def _flatten(module: nn.RNNBase) -> None:

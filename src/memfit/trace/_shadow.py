@@ -16,6 +16,10 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from memfit.trace._generate import TOKEN_CHOICES, Generation
+from memfit.trace._host_data import copies_to_host, host_copy
+from memfit.trace._routing import ROUTED_MAX_NUMEL, Routing, grouped_mm_output
+
 if TYPE_CHECKING:
     from memfit.trace._recorder import Recorder
 
@@ -24,6 +28,7 @@ __all__ = ["Answer", "ShadowValues"]
 aten = torch.ops.aten
 _MAX_NUMEL = 1 << 20
 _TRUE_BY_DEFAULT = {"all", "eq", "ge", "le", "isfinite", "logical_and"}
+_UNSCALE = aten._amp_foreach_non_finite_check_and_unscale_.default
 _DYNAMIC_SHAPE = {
     aten.nonzero.default,
     aten.masked_select.default,
@@ -31,6 +36,8 @@ _DYNAMIC_SHAPE = {
     aten._unique2.default,
     aten.unique_consecutive.default,
 }
+_GROUPED_MM = aten._grouped_mm.default
+_TOPK = aten.topk.default
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +45,19 @@ class Answer:
     """The result of an op that meta tensors cannot compute."""
 
     value: Any
+
+
+class _Nested(Exception):
+    """Arguments nested deeper than a list: swapped through pytree instead."""
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    """The tensors of an op's output: a tensor or a tuple of them, mostly (fast paths)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in out):
+        return list(out)
+    return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
 
 
 def _cpu(obj: Any) -> Any:
@@ -53,6 +73,8 @@ class ShadowValues:
         self._values = WeakTensorKeyDictionary()
         self._producer = WeakTensorKeyDictionary()
         self.guesses: list[str] = []
+        self.routing = Routing()  # mixture-of-experts routers' choices, by a policy
+        self.generation = Generation(notes=self.guesses)  # tokens chosen from logits
 
     def set(self, meta: torch.Tensor, value: torch.Tensor) -> None:
         self._values[meta] = value
@@ -61,7 +83,34 @@ class ShadowValues:
         return self._values.get(meta)  # type: ignore[no-any-return]
 
     # -- running ops on shadows ----------------------------------------------------------------
+    def _lacks_shadow(self, args: Any, kwargs: dict[str, Any]) -> bool:
+        """A quick look (arguments and lists in them) for a meta tensor without a shadow: most
+        ops of a model have one (a weight), and flattening every op's arguments is slow."""
+        for x in (*args, *kwargs.values()):
+            for t in x if isinstance(x, (list, tuple)) else (x,):
+                meta = isinstance(t, torch.Tensor) and t.device.type == "meta"
+                if meta and t not in self._values:
+                    return True
+        return False
+
+    def _swap(self, x: Any, nested: bool = False) -> Any:
+        """``x`` with meta tensors swapped for their shadows (which :meth:`_lacks_shadow` has
+        found), meta devices for the host; plain lists and tuples one level deep."""
+        if isinstance(x, torch.Tensor):
+            return self._values[x] if x.device.type == "meta" else x
+        if type(x) in (list, tuple) and not nested:
+            return type(x)(self._swap(t, nested=True) for t in x)
+        if isinstance(x, (list, tuple, dict)):
+            raise _Nested
+        return _cpu(x)
+
     def _shadow_args(self, args: Any, kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
+        if self._lacks_shadow(args, kwargs):
+            return None
+        try:  # most ops: tensors, scalars and lists of them, swapped without flattening
+            return tuple(self._swap(x) for x in args), {k: self._swap(v) for k, v in kwargs.items()}
+        except _Nested:
+            pass
         flat, spec = tree_flatten((args, kwargs))
         out: list[Any] = []
         for x in flat:
@@ -77,12 +126,28 @@ class ShadowValues:
 
     def propagate(self, func: Any, args: Any, kwargs: dict[str, Any], out: Any) -> None:
         """Run ``func`` on its inputs' shadows if all have one and the output is small."""
-        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        if func is _UNSCALE:  # GradScaler's inf check: typical gradients are finite
+            found_inf = args[1]
+            self._values[found_inf] = torch.zeros(found_inf.shape, dtype=found_inf.dtype)
+            return
+        outs = _tensors(out)
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else ""
         for t in outs:
             if t.numel() == 1:
                 self._producer[t] = name
-        if not outs or any(t.numel() > _MAX_NUMEL for t in outs):
+        if func is _TOPK and self._lacks_shadow(args, kwargs):
+            choice = self.routing.choose(func, args, kwargs, out)
+            if choice is not None:  # a router's top-k: its indices as the routing policy says
+                self._values[outs[1]] = choice
+                return
+        if func in TOKEN_CHOICES and self._shadow_args(args, kwargs) is None:
+            chosen = self.generation.choose(func, args, kwargs, outs)
+            if chosen is not None:  # a token chosen from logits: an ordinary id, as real data
+                self._values[chosen[0]] = chosen[1]
+                return
+        router = self.routing.derived(args, kwargs)
+        limit = _MAX_NUMEL if router is None else ROUTED_MAX_NUMEL
+        if not outs or any(t.numel() > limit for t in outs):
             self._invalidate_mutated(func, args)
             return
         shadow = self._shadow_args(args, kwargs)
@@ -98,6 +163,7 @@ class ShadowValues:
         for fake, value in zip(outs, reals, strict=False):
             if tuple(fake.shape) == tuple(value.shape):
                 self._values[fake] = value
+        self.routing.carry(router, outs)
 
     def _invalidate_mutated(self, func: Any, args: Any) -> None:
         schema = getattr(func, "_schema", None)
@@ -121,6 +187,13 @@ class ShadowValues:
             return Answer(True)
         if func in _DYNAMIC_SHAPE:
             return Answer(self._dynamic(func, args, kwargs, rec))
+        if copies_to_host(func, args, kwargs):  # .tolist(), .cpu(): the values, or zeros
+            src = args[1] if func is aten.copy_.default else args[0]
+            guess = lambda what, answer: self._guess(rec, what, answer)  # noqa: E731
+            return Answer(host_copy(func, args, kwargs, self.get(src), guess))
+        if func is _GROUPED_MM:  # float32: CUDA runs it, the meta kernel refuses
+            grouped = grouped_mm_output(args, kwargs)
+            return None if grouped is None else Answer(grouped)
         return None
 
     def _scalar(self, t: torch.Tensor, rec: Recorder) -> Any:
@@ -150,7 +223,11 @@ class ShadowValues:
                 self._values[meta] = x
                 return meta
 
-            return tree_map(to_meta, real)
+            result = tree_map(to_meta, real)
+            router = self.routing.derived(args, kwargs)
+            self.routing.sized(router)  # per-expert token lists: their sizes follow the routing
+            self.routing.carry(router, result)
+            return result
         src = args[0]
         name = func.overloadpacket.__name__
         self._guess(rec, name, "its largest possible size")

@@ -20,18 +20,22 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map
 
-from memfit._errors import MemfitError
+from memfit._errors import InvalidInputError, MemfitError
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit._gpus import GPU
 from memfit.trace import _autocast
+from memfit.trace._compiled import CompileGuard
 from memfit.trace._failure import check_batch, checked_loss, describe_batch
 from memfit.trace._failure import trace_error as _explain
 from memfit.trace._function_mode import TraceFunctionMode, python_function_reentry
+from memfit.trace._generate import generation_observed
 from memfit.trace._kernels import KernelModel
+from memfit.trace._library_autocast import meta_autocast_as_cuda
 from memfit.trace._modules import ModuleTracker
 from memfit.trace._recorder import Recorder
 from memfit.trace._rnn import RnnHooks, flatten_like_cuda
 from memfit.trace._shadow import ShadowValues
+from memfit.trace._user_step import StepWatch, amp_as_on_cuda
 from memfit.workload import StepHooks, Workload, optimizer_for, prepare_model, run_steps
 
 __all__ = ["Trace", "trace_workload"]
@@ -180,6 +184,7 @@ class _Session:
         self.backends: dict[str, int] = {}
         self.rnn_notes: set[str] = set()
         self.batch: list[str] = []  # what the last batch looked like, for error messages
+        self.user_autocast: set[str] = set()  # dtypes of the autocast regions user code entered
         self.function_mode = TraceFunctionMode(
             gpu.sm,
             on_sdpa=self.on_sdpa,
@@ -234,6 +239,8 @@ class _Session:
             stack.enter_context(_optimizer_defaults_as_on_cuda())
             stack.enter_context(flatten_like_cuda())
             stack.enter_context(_autocast_emulated())
+            stack.enter_context(meta_autocast_as_cuda())
+            stack.enter_context(amp_as_on_cuda(self.user_autocast))
             stack.enter_context(python_function_reentry())
             stack.enter_context(self.modules.active())
             stack.enter_context(self.function_mode)
@@ -248,28 +255,37 @@ def trace_workload(workload: Workload, gpu: GPU) -> Trace:
     if workload.mode == "train":  # a loss backward cannot run on is refused with its value
         workload = dataclasses.replace(workload, loss_fn=checked_loss(workload.loss_fn))
     session = _Session(gpu)
+    session.shadows.routing.policy = workload.moe_routing or "balanced"
     recorder = session.recorder
     model: nn.Module | None = None
-    with session.active():
+    compile_guard = CompileGuard(workload, lambda: recorder.phase)
+    with session.active(), compile_guard.active():
         try:
-            model = prepare_model(workload, "meta")
+            model = compile_guard.checked_model(prepare_model(workload, "meta"))
             _mark_model(recorder, model)
             session.modules.name_modules(model)
             optimizer = optimizer_for(workload, model)
             steps_start = len(recorder.events)
             session.phases.append(("steps", steps_start))
-            _run_with_activation_marks(workload, model, optimizer, session.hooks(), recorder)
+            with generation_observed(session.shadows.generation):  # after the model's imports
+                _run_with_activation_marks(workload, model, optimizer, session.hooks(), recorder)
         except (MemfitError, MemoryError):
             raise
         except Exception as exc:
             batch = session.batch[0] if session.batch else None
+            if batch is not None and workload.step_fn is not None:  # the step calls the model
+                batch = batch.partition(" (called as")[0] + " (passed to the step function)"
             raise _explain(
                 exc, recorder.phase, recorder.failure, recorder.module_of(), model, batch
             ) from exc
         parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
         del model, optimizer
-    notes = [f"attention ran {n} x {b}" for b, n in sorted(session.backends.items())]
+    notes = compile_guard.finish()
+    if workload.step_fn is not None:
+        notes += _step_notes(workload, session.user_autocast)
+    notes += [f"attention ran {n} x {b}" for b, n in sorted(session.backends.items())]
     notes += sorted(set(session.shadows.guesses))
+    notes += session.shadows.routing.notes(asked=workload.moe_routing)
     notes += session.recorder.kernels.convolutions.notes()
     notes += sorted(session.rnn_notes)
     # what happens after the last step (the model torn down) is not part of the workload
@@ -298,7 +314,33 @@ def _run_with_activation_marks(
         inner_phase(name)
 
     hooks.phase = phase
-    run_steps(workload, model, optimizer, hooks)
+    if workload.step_fn is None:
+        run_steps(workload, model, optimizer, hooks)
+        return
+    watch = StepWatch(
+        phase,
+        lambda: recorder.phase,
+        lambda: _mark_grads(recorder, model),
+        lambda opt: _mark_optimizer_state(recorder, opt),
+    )
+    with watch.active():
+        run_steps(workload, model, optimizer, hooks)
+    if workload.mode == "train" and watch.backward_calls == 0:
+        raise InvalidInputError(
+            "The step function ran no backward pass, yet mode='train': a training step "
+            "computes gradients (loss.backward()), else it keeps no activations, gradients or "
+            "optimizer state and its memory is an inference step's. Call backward in the "
+            "step, or estimate it with mode='infer' and step_fn(model, batch)."
+        )
+
+
+def _step_notes(workload: Workload, autocast: set[str]) -> list[str]:
+    """What the user's step decided that the settings do not show."""
+    dtype = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[workload.precision]
+    ran = (
+        f"under torch.autocast ({', '.join(sorted(autocast))})" if autocast else "without autocast"
+    )
+    return [f"your step function ran as written, {ran}, on {dtype} parameters"]
 
 
 def _owner(name: str) -> str:

@@ -3,6 +3,14 @@ settings, target GPU), checked once into a frozen :class:`Workload`, and the loo
 same on fake tensors for an estimate and on a real GPU for a measurement."""
 
 from memfit.workload._build import make_workload
+from memfit.workload._compiled import (
+    COMPILED_NOTE,
+    compiled_function,
+    compiled_parts,
+    compiled_refusal,
+    eager_view,
+    not_compiled_refusal,
+)
 from memfit.workload._models import ModelRecipe, catalog_entries, resolve_model
 from memfit.workload._spec import (
     Batch,
@@ -19,11 +27,13 @@ from memfit.workload._step import (
     default_loss,
     make_optimizer,
     optimizer_for,
+    optimizers_of,
     prepare_model,
     run_steps,
 )
 
 __all__ = [
+    "COMPILED_NOTE",
     "Batch",
     "LossFn",
     "Mode",
@@ -35,10 +45,16 @@ __all__ = [
     "WorkloadOptions",
     "call_model",
     "catalog_entries",
+    "compiled_function",
+    "compiled_parts",
+    "compiled_refusal",
     "default_loss",
+    "eager_view",
     "make_optimizer",
     "make_workload",
+    "not_compiled_refusal",
     "optimizer_for",
+    "optimizers_of",
     "prepare_model",
     "resolve_model",
     "run_steps",

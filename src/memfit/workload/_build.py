@@ -14,9 +14,16 @@ from torch import nn
 from memfit._errors import InvalidInputError
 from memfit._gpus import resolve_gpu
 from memfit.allocator import AllocatorConfig
+from memfit.workload._compiled import compiled_as_eager
 from memfit.workload._limits import check_recipe_batch
 from memfit.workload._models import TEXT_TASKS, ModelRecipe, resolve_model
-from memfit.workload._spec import Batch, Workload, WorkloadOptions, check_count
+from memfit.workload._spec import (
+    Batch,
+    Workload,
+    WorkloadOptions,
+    check_count,
+    check_moe_routing,
+)
 from memfit.workload._step import default_loss
 from memfit.workload._user import checked_factory, wrap_user
 
@@ -55,10 +62,15 @@ def make_workload(
             "'tv:resnet50'), an nn.Module or a factory that returns one."
         )
     _check_mode_settings(options)
+    _check_step_settings(options)
+    # torch.compile'd parts are refused, or unwrapped with a note when compiled="eager"
+    model, compiled_notes = compiled_as_eager(model, batch, options)
     # the cheap checks first: a bad size or setting fails before a model is looked up
     for count in ("batch_size", "seq_len", "steps"):
         if options.get(count) is not None:
             check_count(count, options.get(count))
+    if options.get("moe_routing") is not None:
+        check_moe_routing(options.get("moe_routing"))
     gpu = options.get("gpu")
     target = resolve_gpu(gpu) if gpu is not None else None
     text = options.get("allocator_config") or ""
@@ -69,6 +81,7 @@ def make_workload(
     else:
         parts = _module_parts(recipe, batch, batch_of, options)
     parts.setdefault("batch_of", batch_of)
+    parts["notes"] = (*parts.get("notes", ()), *compiled_notes)
     mode = options.get("mode", "train")
     steps = options.get("steps")
     # a setting whose field has its own name is taken as given (Workload checks it)
@@ -104,13 +117,39 @@ def _check_mode_settings(options: WorkloadOptions) -> None:
         raise InvalidInputError(
             "loss_fn with mode='infer' would be ignored: inference runs the model on the batch "
             "(model(**batch), model(*batch) or model(batch)) under torch.no_grad(), without a "
-            "loss. Drop loss_fn, or give a batch the model's forward takes."
+            "loss. Drop loss_fn, or give a batch the model's forward takes, or step_fn="
+            "lambda model, batch: ... to run the inference step your way."
         )
     if options.get("activation_checkpointing"):
         raise InvalidInputError(
             "activation_checkpointing=True with mode='infer' would be ignored: checkpointing "
             "saves memory by recomputing activations in the backward pass, and inference has "
             "none. Drop it, or use mode='train'."
+        )
+
+
+def _check_step_settings(options: WorkloadOptions) -> None:
+    """Refuse settings a step function makes meaningless: they would be ignored."""
+    if options.get("step_fn") is None:
+        return
+    if options.get("loss_fn") is not None:
+        raise InvalidInputError(
+            "loss_fn and step_fn given together: the step function computes its own loss, so "
+            "loss_fn would be ignored. Drop loss_fn (or drop step_fn and let memfit run "
+            "forward, loss_fn, backward and the optimizer)."
+        )
+    _refuse_mixed_with_step(options.get("precision"))
+
+
+def _refuse_mixed_with_step(precision: object) -> None:
+    if isinstance(precision, str) and precision.endswith("-mixed"):
+        dtype = "torch.bfloat16" if precision.startswith("bf16") else "torch.float16"
+        raise InvalidInputError(
+            f"precision={precision!r} with step_fn: mixed precision is decided inside your "
+            f"step, so memfit would not know where to apply it. Write it there (with "
+            f"torch.autocast('cuda', dtype={dtype}):  ..., and torch.amp.GradScaler('cuda') "
+            "for fp16; memfit traces them as the GPU runs them) and drop precision=, or give "
+            "'fp32', 'bf16' or 'fp16' (the parameters' dtype)."
         )
 
 
@@ -127,6 +166,7 @@ def _recipe_parts(
         "build_model": recipe.build,
         "loss_fn": loss_fn,
         "enable_checkpointing": recipe.enable_checkpointing,
+        **_recipe_step(recipe, options),
     }
     if batch is not None or batch_of is not None:
         return {**parts, "make_batch": _batch_maker(batch, batch_of, options)}
@@ -145,7 +185,8 @@ def _recipe_parts(
         )
     length = seq_len if seq_len is not None else recipe.default_seq_len
     notes = check_recipe_batch(recipe, batch_size, seq_len, length)
-    if options.get("mode") == "infer" and recipe.forward_fn is None and recipe.task in TEXT_TASKS:
+    own_step = recipe.forward_fn or recipe.step_fn or options.get("step_fn")
+    if options.get("mode") == "infer" and own_step is None and recipe.task in TEXT_TASKS:
         notes = (*notes, _LOSS_IN_INFERENCE)
     return {
         **parts,
@@ -154,6 +195,29 @@ def _recipe_parts(
         "batch_of": lambda n: make(n, length),
         "forward_fn": recipe.forward_fn,
     }
+
+
+def _recipe_step(recipe: ModelRecipe, options: WorkloadOptions) -> dict[str, Any]:
+    """The recipe's own step function and optimizer factory (a file's ``step`` and
+    ``make_optimizer``), unless the caller gives theirs: both given is refused."""
+    parts: dict[str, Any] = {}
+    for own, option in ((recipe.step_fn, "step_fn"), (recipe.optimizer, "optimizer")):
+        if own is None:
+            continue
+        if options.get(option) is not None:
+            raise InvalidInputError(
+                f"{recipe.name} defines its own {'step' if option == 'step_fn' else option} "
+                f"and {option}= was given too: one of them would be ignored. Drop {option}=, "
+                "or remove it from the file."
+            )
+        parts[option] = own
+    if recipe.step_fn is not None:
+        if options.get("loss_fn") is not None:
+            raise InvalidInputError(
+                f"{recipe.name} defines a step function, so loss_fn= would be ignored: drop it."
+            )
+        _refuse_mixed_with_step(options.get("precision"))
+    return parts
 
 
 _LOSS_IN_INFERENCE = (

@@ -48,6 +48,8 @@ class ModelRecipe:
     max_positions: int | None = None  # the longest sequence the config is made for
     positions_hard: bool = False  # a learned position table: longer sequences cannot run
     vocab_size: int | None = None  # text models: the logits' width
+    step_fn: Callable[..., Any] | None = None  # the user's whole step (a file's ``step``)
+    optimizer: Callable[[nn.Module], Any] | None = None  # a file's make_optimizer(model)
 
     def describe_batch(self, batch_size: int, seq_len: int | None) -> str:
         if self.image_size:
@@ -435,8 +437,42 @@ def _user_factory(spec: str) -> ModelRecipe:
             "returning the loss tensor."
         )
     seq_len = getattr(module, "DEFAULT_SEQ_LEN", None)
+    step_fn = _optional_function(module, target, "step", "step(model, batch, optimizer)")
+    optimizer = _optional_function(
+        module, target, "make_optimizer", "make_optimizer(model) returning the optimizer(s)"
+    )
+    if optimizer is not None and step_fn is None:
+        raise InvalidInputError(
+            f"{target} defines make_optimizer but no step: make_optimizer(model) makes the "
+            "optimizer(s) a step function is given. Define step(model, batch, optimizer) "
+            "too, or remove make_optimizer and choose one with --optimizer."
+        )
+    if step_fn is not None and loss_fn is not None:
+        raise InvalidInputError(
+            f"{target} defines both step and loss_fn: the step computes its own loss, so "
+            "loss_fn would be ignored. Remove one of them."
+        )
     build = checked_factory(factory, f"{attr}() of {target}")
-    return ModelRecipe(spec, build, "custom", make_batch, loss_fn, seq_len, None, None)
+    return ModelRecipe(
+        spec,
+        build,
+        "custom",
+        make_batch,
+        loss_fn,
+        seq_len,
+        None,
+        None,
+        step_fn=step_fn,
+        optimizer=optimizer,
+    )
+
+
+def _optional_function(module: Any, target: str, name: str, usage: str) -> Any:
+    """The module's function ``name``, None when it has none; anything else is refused."""
+    value = getattr(module, name, None)
+    if value is not None and not callable(value):
+        raise InvalidInputError(f"{target}: {name} is {value!r}, not a function: define {usage}.")
+    return value
 
 
 def _close(name: str) -> list[str]:

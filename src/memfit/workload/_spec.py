@@ -22,10 +22,11 @@ from typing import Any, Literal, TypedDict
 import torch
 from torch import nn
 
-from memfit._choices import MODES, OPTIMIZERS, PRECISIONS
+from memfit._choices import MODES, MOE_ROUTINGS, OPTIMIZERS, PRECISIONS
 from memfit._errors import InvalidInputError
 from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
+from memfit.workload._compiled import check_compiled_setting
 
 __all__ = [
     "Batch",
@@ -33,10 +34,12 @@ __all__ = [
     "Mode",
     "OptimizerSpec",
     "Precision",
+    "StepFn",
     "Workload",
     "WorkloadOptions",
     "check_choice",
     "check_count",
+    "check_moe_routing",
 ]
 
 Batch = Any
@@ -44,12 +47,15 @@ LossFn = Callable[[nn.Module, Batch], torch.Tensor]
 OptimizerSpec = str | Callable[[Any], torch.optim.Optimizer]
 Precision = Literal["fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed"]
 Mode = Literal["train", "infer"]
+# one whole iteration: step(model, batch, optimizer) in training, step(model, batch) in inference
+StepFn = Callable[..., Any]
 
 
 class WorkloadOptions(TypedDict, total=False):
     """The keyword arguments that describe a workload, shared by every entry point."""
 
     loss_fn: LossFn | None
+    step_fn: StepFn | None
     optimizer: OptimizerSpec
     precision: str
     mode: str
@@ -59,6 +65,8 @@ class WorkloadOptions(TypedDict, total=False):
     batch_size: int | None
     seq_len: int | None
     steps: int | None
+    compiled: str | None  # "eager": a torch.compile'd model estimated uncompiled (upper bound)
+    moe_routing: str | None  # "balanced" (default) or "skewed": see memfit.trace._routing
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,8 @@ class Workload:
     enable_checkpointing: Callable[[nn.Module], None] | None = None
     steps: int = 2
     forward_fn: Callable[[nn.Module, Batch], Any] | None = None  # inference; default call_model
+    # the user's whole step, run as written (then loss_fn and forward_fn are not used)
+    step_fn: StepFn | None = None
     name: str = "model"
     batch_size: int | None = None
     seq_len: int | None = None
@@ -87,6 +97,10 @@ class Workload:
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
     allocator_text: str = ""  # the PYTORCH_CUDA_ALLOC_CONF text as given, for reports
     gpu: GPU | None = None  # the target, where the user named one
+    compiled: Literal["eager"] | None = None  # torch.compile'd parts: None refuses them
+    # mixture-of-experts routing: "balanced" (each expert gets tokens*top_k/experts) or "skewed"
+    # (every token to the same top_k experts, the worst case); None: balanced, not asked for
+    moe_routing: str | None = None
 
     notes: tuple[str, ...] = ()  # what was assumed or warned while checking, for the estimate
 
@@ -123,7 +137,12 @@ class Workload:
                     )
                 )
         _check_takes_two("loss_fn", self.loss_fn)
+        if self.step_fn is not None:
+            _check_step_fn(self.step_fn, self.mode)
         check_count("steps", self.steps)
+        check_compiled_setting(self.compiled)
+        if self.moe_routing is not None:
+            check_moe_routing(self.moe_routing)
         if self.batch_size is not None:
             check_count("batch_size", self.batch_size)
         if self.seq_len is not None:
@@ -139,12 +158,11 @@ class Workload:
 
     @property
     def batch_text(self) -> str:
-        """How the batch reads in a report; empty when only the traced inputs can tell."""
-        if self.batch_size is None:
+        """How the batch reads in a report (``8 x 1024 tokens``); empty when the traced inputs
+        tell it better (an image batch reads ``64 x 3 x 224 x 224`` from its first input)."""
+        if self.batch_size is None or not self.seq_len:
             return ""
-        if self.seq_len:
-            return f"{self.batch_size} x {self.seq_len} tokens"
-        return f"batch of {self.batch_size}"
+        return f"{self.batch_size} x {self.seq_len} tokens"
 
     def with_batch_size(self, batch_size: int) -> Workload:
         """The same workload on a batch of ``batch_size`` samples (the batch-size search)."""
@@ -173,6 +191,58 @@ def _check_takes_two(what: str, fn: Callable[..., Any]) -> None:
         pass  # no signature (a builtin): it is called and fails there if it must
 
 
+def _check_step_fn(fn: object, mode: str) -> None:
+    """``fn`` is callable with the arguments of a step in ``mode``."""
+    example = (
+        "def step(model, batch, optimizer): loss = model(**batch).loss; loss.backward(); "
+        "optimizer.step(); optimizer.zero_grad()"
+        if mode == "train"
+        else "def step(model, batch): return model.generate(**batch, max_new_tokens=128)"
+    )
+    if not callable(fn):
+        raise InvalidInputError(f"step_fn={fn!r} is not callable: give a function, e.g. {example}.")
+    name = getattr(fn, "__qualname__", fn)
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # no signature (a builtin): it is called and fails there if it must
+    if mode == "train":
+        try:
+            signature.bind(None, None, None)
+        except TypeError:
+            two = _binds(signature, 2)
+            raise InvalidInputError(
+                f"step_fn={name} cannot be called as step_fn(model, batch, optimizer), as a "
+                "training step is"
+                + (
+                    ": it takes (model, batch), an inference step: pass mode='infer'"
+                    if two
+                    else f": give a function of three arguments, e.g. {example}"
+                )
+                + "."
+            ) from None
+    elif not _binds(signature, 2):
+        three = _binds(signature, 3)
+        raise InvalidInputError(
+            f"step_fn={name} cannot be called as step_fn(model, batch), as an inference step "
+            "is"
+            + (
+                ": it takes (model, batch, optimizer), a training step: pass mode='train'"
+                if three
+                else f": give a function of two arguments, e.g. {example}"
+            )
+            + "."
+        )
+
+
+def _binds(signature: inspect.Signature, n: int) -> bool:
+    try:
+        signature.bind(*([None] * n))
+    except TypeError:
+        return False
+    return True
+
+
 def check_count(what: str, value: object) -> None:
     """``value`` is a whole number of at least 1 (a count of steps, samples or tokens)."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -182,6 +252,16 @@ def check_count(what: str, value: object) -> None:
         )
     if value < 1:
         raise InvalidInputError(f"{what}={value} must be at least 1.")
+
+
+def check_moe_routing(value: object) -> None:
+    """``value`` names a routing policy (the router answers, see memfit.trace._routing)."""
+    if value not in MOE_ROUTINGS:
+        raise InvalidInputError(
+            f"moe_routing={value!r} is not a routing policy: give 'balanced' (each expert gets "
+            "tokens*top_k/experts tokens, the default) or 'skewed' (every token to the same "
+            "top_k experts, the worst case for memory)."
+        )
 
 
 def check_choice(what: str, value: str, accepted: tuple[str, ...]) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "default_loss",
     "make_optimizer",
     "optimizer_for",
+    "optimizers_of",
     "prepare_model",
     "run_steps",
 ]
@@ -102,6 +103,10 @@ def run_steps(
             )
         batch = hooks.to_device(_cast_inputs(made, workload.param_dtype))
         hooks.phase(f"step{step}.forward")
+        if workload.step_fn is not None:
+            _run_user_step(workload, model, batch, optimizer, hooks)
+            del batch
+            continue
         if workload.mode == "infer":
             with torch.no_grad(), region():
                 out = (workload.forward_fn or call_model)(model, batch)
@@ -125,6 +130,19 @@ def run_steps(
         hooks.phase(f"step{step}.zero_grad")
         optimizer.zero_grad(set_to_none=True)
     hooks.phase("end")
+
+
+def _run_user_step(
+    workload: Workload, model: nn.Module, batch: Batch, optimizer: Any, hooks: StepHooks
+) -> None:
+    """The user's whole step, as written: their autocast, scaler, backward and optimizer
+    calls are theirs (a trace sees them through hooks on autograd and torch.optim)."""
+    assert workload.step_fn is not None
+    if workload.mode == "infer":
+        out = workload.step_fn(model, batch)
+        del out
+        return
+    workload.step_fn(model, batch, optimizer)
 
 
 def _cast_inputs(batch: Batch, dtype: torch.dtype) -> Batch:
@@ -165,7 +183,30 @@ def prepare_model(workload: Workload, build_device: torch.device | str) -> nn.Mo
     return model
 
 
-def optimizer_for(workload: Workload, model: nn.Module) -> torch.optim.Optimizer | None:
+def optimizer_for(workload: Workload, model: nn.Module) -> Any:
+    """The step's optimizer; None in inference. With a step function, a factory is given the
+    model and may return several optimizers (a tuple, list or dict of them, e.g. a GAN's)."""
     if workload.mode == "infer":
         return None
+    if workload.step_fn is not None and not isinstance(workload.optimizer, str):
+        made = workload.optimizer(model)
+        if not all(isinstance(o, torch.optim.Optimizer) for o in optimizers_of(made)):
+            raise InvalidInputError(
+                f"The optimizer factory returned {made!r}: with a step function it is given "
+                "the model and must return a torch.optim.Optimizer, or a tuple, list or dict "
+                "of them (e.g. lambda model: (Adam(model.g.parameters()), "
+                "Adam(model.d.parameters())))."
+            )
+        return made
     return make_optimizer(workload.optimizer, [p for p in model.parameters() if p.requires_grad])
+
+
+def optimizers_of(optimizer: Any) -> list[Any]:
+    """The optimizers in what :func:`optimizer_for` returned (one, a sequence or a dict)."""
+    if optimizer is None:
+        return []
+    if isinstance(optimizer, dict):
+        return list(optimizer.values())
+    if isinstance(optimizer, (tuple, list)):
+        return list(optimizer)
+    return [optimizer]

@@ -1,0 +1,170 @@
+"""What a trace needs to see inside a user's own step function (``step_fn``).
+
+memfit's own loop tells the trace where the forward, backward and optimizer phases begin; a
+user's step does all three itself, possibly several times (gradient accumulation, a GAN's two
+optimizers). So, while such a step runs, the trace watches autograd and torch.optim instead:
+
+* entering ``torch.autograd.backward`` (``loss.backward()`` and ``scaler.scale(loss).backward()``
+  go through it) starts a backward phase, which marks what the forward saved as activations;
+  leaving it marks the gradients and starts a forward phase again (the next micro-batch);
+* torch.optim's global step hooks mark each optimizer's state and its phase.
+
+The user's ``torch.autocast("cuda", ...)`` and ``torch.amp.GradScaler("cuda")`` must act as on a
+GPU although this machine may have none: autocast's class is made to run memfit's emulation for
+CUDA (also when the user imported it by name before the trace), and GradScaler is told that
+CUDA's amp is available, so it scales, unscales and checks for infs as it does on a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from memfit.trace import _autocast
+
+__all__ = ["StepWatch", "amp_as_on_cuda"]
+
+_AUTOCAST = torch.amp.autocast_mode.autocast
+_EMULATED = ("cuda", "meta")
+
+
+class StepWatch:
+    """Phases, gradients and optimizer state inside a user's step (see the module's doc)."""
+
+    def __init__(
+        self,
+        phase: Callable[[str], None],
+        current_phase: Callable[[], str],
+        mark_grads: Callable[[], None],
+        mark_optimizer: Callable[[Any], None],
+    ) -> None:
+        self._phase = phase
+        self._current = current_phase
+        self._mark_grads = mark_grads
+        self._mark_optimizer = mark_optimizer
+        self.backward_calls = 0
+        self.optimizer_steps = 0
+
+    def _step_phase(self, name: str) -> None:
+        self._phase(f"{self._current().partition('.')[0]}.{name}")
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        original = torch.autograd.backward
+
+        depth = [0]
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            # the trace's function mode re-enters torch functions: the outermost call counts
+            depth[0] += 1
+            if depth[0] > 1:
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    depth[0] -= 1
+            self.backward_calls += 1
+            self._step_phase("backward")
+            try:
+                return original(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                self._mark_grads()
+                self._step_phase("forward")
+
+        def before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+            self._step_phase("optimizer")
+
+        def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+            self.optimizer_steps += 1
+            self._mark_optimizer(optimizer)
+            self._step_phase("forward")
+
+        optim: Any = importlib.import_module("torch.optim.optimizer")
+        pre = optim.register_optimizer_step_pre_hook(before_step)
+        post = optim.register_optimizer_step_post_hook(after_step)
+        torch.autograd.backward = backward
+        try:
+            yield
+        finally:
+            torch.autograd.backward = original
+            pre.remove()
+            post.remove()
+
+
+@contextmanager
+def amp_as_on_cuda(seen: set[str] | None = None) -> Iterator[None]:
+    """``torch.autocast`` for CUDA runs memfit's emulation (whatever name it was imported
+    by), and GradScaler("cuda") stays enabled on a machine without CUDA. What the user's code
+    entered (``autocast bfloat16``...) is added to ``seen``."""
+    saved = {name: _AUTOCAST.__dict__[name] for name in ("__init__", "__enter__", "__exit__")}
+    amp_common: Any = torch.cuda.amp.common
+    not_available = amp_common.amp_definitely_not_available
+
+    def init(
+        self: Any,
+        device_type: str = "cuda",
+        dtype: torch.dtype | None = None,
+        enabled: bool = True,
+        cache_enabled: bool | None = None,
+    ) -> None:
+        if device_type in _EMULATED:
+            self._memfit = _autocast.EmulatedAutocast(device_type, dtype, enabled, cache_enabled)
+            if seen is not None and enabled:
+                seen.add(str(dtype or torch.float16).removeprefix("torch."))
+            self.device = device_type
+            return
+        self._memfit = None
+        saved["__init__"](self, device_type, dtype, enabled, cache_enabled)
+
+    def enter(self: Any) -> Any:
+        emulated = getattr(self, "_memfit", None)
+        if emulated is None:
+            return saved["__enter__"](self)
+        emulated.__enter__()
+        return self
+
+    def exit(
+        self: Any,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Any:
+        emulated = getattr(self, "_memfit", None)
+        if emulated is None:
+            return saved["__exit__"](self, exc_type, exc, tb)
+        return emulated.__exit__(exc_type, exc, tb)
+
+    class Seen(_autocast.EmulatedAutocast):
+        """``torch.autocast`` itself during the trace: the emulation, noting its dtype."""
+
+        def __init__(
+            self,
+            device_type: str = "cuda",
+            dtype: torch.dtype | None = None,
+            enabled: bool = True,
+            cache_enabled: bool | None = None,
+        ) -> None:
+            super().__init__(device_type, dtype, enabled, cache_enabled)
+            if seen is not None and enabled and device_type in _EMULATED:
+                seen.add(str(dtype or torch.float16).removeprefix("torch."))
+
+    patched: Any = _AUTOCAST
+    patched.__init__, patched.__enter__, patched.__exit__ = init, enter, exit
+    amp_common.amp_definitely_not_available = lambda: False
+    names = (torch, "autocast"), (torch.amp, "autocast")
+    before = [getattr(space, name) for space, name in names]
+    for space, name in names:
+        setattr(space, name, Seen)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(_AUTOCAST, name, fn)
+        amp_common.amp_definitely_not_available = not_available
+        for (space, name), value in zip(names, before, strict=True):
+            setattr(space, name, value)

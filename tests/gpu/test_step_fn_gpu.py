@@ -1,0 +1,91 @@
+"""On a real GPU: a user's own step (micro-batches, autocast, GradScaler, clipping; generation)
+runs there as memfit traced it, and the estimate matches what the GPU measures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+JOB = """
+import torch, transformers
+
+def make_model():
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=4, n_embd=512, n_head=8))
+
+def make_batch(batch_size, seq_len):
+    ids = torch.randint(0, 50257, (batch_size, seq_len or 512))
+    return {"input_ids": ids, "labels": ids}
+
+SCALERS = {}
+
+def step(model, batch, optimizer):
+    scaler = SCALERS.setdefault("s", torch.amp.GradScaler("cuda"))
+    for part in zip(*(v.chunk(2) for v in batch.values())):
+        micro = dict(zip(batch, part))
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(**micro).loss / 2
+        scaler.scale(loss).backward()
+        del loss
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+"""
+
+GENERATE = """
+import torch, transformers
+
+def make_model():
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+        num_attention_heads=16, num_key_value_heads=4))
+
+def make_batch(batch_size, seq_len):
+    ids = torch.randint(3, 32000, (batch_size, seq_len or 256))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+def step(model, batch):
+    return model.generate(**batch, max_new_tokens=64, min_new_tokens=64, do_sample=False)
+"""
+
+
+def _estimate_and_measure(tmp_path: Path, source: str, **kwargs: object) -> list[int]:
+    path = tmp_path / "job.py"
+    path.write_text(source)
+    code = (
+        "import json\n"
+        "from memfit.estimator._estimate import estimate_workload\n"
+        "from memfit.estimator._measure import measure\n"
+        "from memfit.workload import make_workload\n"
+        f"w = make_workload({str(path) + ':make_model'!r}, gpu='h200', **{kwargs!r})\n"
+        "e = estimate_workload(w)\n"
+        "m, _ = measure(w)\n"
+        "print(json.dumps([e.peak_allocated, e.peak_reserved, m.peak_allocated,"
+        " m.peak_reserved]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_a_users_accumulating_fp16_step_matches_the_gpu(tmp_path: Path):
+    est_alloc, est_res, real_alloc, real_res = _estimate_and_measure(
+        tmp_path, JOB, batch_size=16, seq_len=512
+    )
+    assert abs(est_alloc - real_alloc) <= 0.01 * real_alloc
+    assert abs(est_res - real_res) <= 0.02 * real_res
+
+
+def test_generation_matches_the_gpu(tmp_path: Path):
+    est_alloc, est_res, real_alloc, real_res = _estimate_and_measure(
+        tmp_path, GENERATE, batch_size=8, seq_len=256, mode="infer", precision="bf16"
+    )
+    assert abs(est_alloc - real_alloc) <= 0.02 * real_alloc
+    assert est_res >= 0.98 * real_res

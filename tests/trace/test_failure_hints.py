@@ -1,0 +1,90 @@
+"""The custom-kernel hint of a failed trace appears only where it applies (issue 12).
+
+It applies to an op outside torch that has no fake (meta) kernel. It does not apply to an op that
+has one and failed for another reason, nor to a failure whose exception is not the one an op
+raised: a model that caught an op's failure and then failed for a reason of its own is not
+reported as that op's failure. Each model is one small layer.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from memfit import TraceError, estimate
+
+HINT = "custom CUDA extension"
+
+
+@torch.library.custom_op("memfit_hints::no_fake", mutates_args=())
+def no_fake(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@torch.library.custom_op("memfit_hints::strict_fake", mutates_args=())
+def strict_fake(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@strict_fake.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    if x.shape[-1] != 16:
+        raise ValueError(f"strict_fake takes 16 features, got {x.shape[-1]}")
+    return torch.empty_like(x)
+
+
+class Base(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+
+class NoFake(Base):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return no_fake(self.proj(x))
+
+
+class StrictFake(Base):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return strict_fake(self.proj(x))
+
+
+class CaughtThenFailed(Base):
+    """Falls back when the custom op fails, then calls interpolate without a size."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            y = no_fake(self.proj(x))
+        except Exception:
+            y = self.proj(x)
+        return F.interpolate(y[None], size=None, scale_factor=None)  # raises in torch
+
+
+def _x() -> torch.Tensor:
+    return torch.randn(4, 8)
+
+
+def test_an_op_without_a_fake_kernel_gets_the_hint():
+    with pytest.raises(TraceError, match=r"op memfit_hints::no_fake in NoFake") as info:
+        estimate(NoFake, _x)
+    assert str(info.value).count(HINT) == 1
+
+
+def test_an_op_whose_fake_kernel_refuses_gets_no_hint():
+    with pytest.raises(TraceError) as info:
+        estimate(StrictFake, _x)
+    text = str(info.value)
+    assert "op memfit_hints::strict_fake in StrictFake failed during step1.forward" in text
+    assert "strict_fake takes 16 features, got 8" in text
+    assert HINT not in text and "register_fake" not in text
+
+
+def test_a_caught_op_failure_is_not_blamed_for_a_later_error():
+    with pytest.raises(TraceError) as info:
+        estimate(CaughtThenFailed, _x)
+    text = str(info.value)
+    assert "either size or scale_factor should be defined" in text
+    assert "during step1.forward" in text
+    assert "no_fake" not in text and HINT not in text

@@ -1,0 +1,70 @@
+"""Two places where the trace must do what CUDA does rather than what the meta device does, found
+by aligning H200 allocator traces (benchmarks/align.py) with the traced sequences."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.utils.generic import maybe_autocast
+
+from memfit._gpus import resolve_gpu
+from memfit.trace._tracer import Trace, trace_workload
+from memfit.workload._step import Workload
+
+
+def _allocs(trace: Trace) -> list[tuple[str, int, str]]:
+    out = []
+    for e in trace.events[trace.steps_start :]:
+        if e.kind == "alloc" and e.info is not None:
+            info = trace.infos[e.info]
+            out.append((info.op, e.size, info.dtype))
+    return out
+
+
+class _Rotary(nn.Module):
+    """transformers 5.17's Llama rotary embedding, reduced: float32 forced by disabling autocast
+    for the input's device type (meta in a trace, cuda on the GPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.register_buffer("inv_freq", torch.ones(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(x.shape[1], device=x.device).float()[None, None, :]
+        with maybe_autocast(device_type=x.device.type, enabled=False):
+            freqs = self.inv_freq[None, :, None].float() @ pos
+        return self.proj(x) + freqs.transpose(1, 2).repeat(1, 1, 2).to(x.dtype)
+
+
+def test_transformers_maybe_autocast_off_is_float32_on_the_meta_device_as_on_cuda() -> None:
+    work = Workload(
+        build_model=_Rotary,
+        make_batch=lambda: torch.randn(2, 16, 8),
+        loss_fn=lambda m, b: m(b).float().sum(),
+        optimizer="sgd",
+        precision="bf16-mixed",
+        steps=1,
+    )
+    allocs = _allocs(trace_workload(work, resolve_gpu("h200")))
+    # H200, tinyllama-bf16mixed-b1-s8192-ckpt under transformers 5.17: the rotary matmul's
+    # output is float32 (2,097,152 bytes for 8,192 positions x 64), the trace had bf16 (half)
+    matmul = [(s, d) for op, s, d in allocs if op in ("bmm", "mm", "matmul") and s in (128, 256)]
+    assert matmul[0] == (1 * 4 * 16 * 4, "float32")  # inv_freq @ positions, (1, 4, 16)
+    assert maybe_autocast.__module__ == "transformers.utils.generic"  # restored after the trace
+
+
+def test_embedding_backward_copies_a_non_contiguous_gradient_first() -> None:
+    b, s, d = 4, 6, 8
+    work = Workload(
+        build_model=lambda: nn.Embedding(100, d),
+        make_batch=lambda: torch.randint(0, 100, (b, s)),
+        loss_fn=lambda m, ids: m(ids).transpose(0, 1).contiguous().pow(2).sum(),
+        optimizer="sgd",
+        steps=1,
+    )
+    ops = [(op, size) for op, size, _ in _allocs(trace_workload(work, resolve_gpu("h200")))]
+    # H200, lstm-lm-bf16mixed-b32-s512: the batch-first LSTM's input gradient arrives transposed;
+    # CUDA's embedding backward copies it (67,108,864 bytes) before its 131,072,000-byte output
+    copy = ops.index(("embedding backward contiguous grad", b * s * d * 4))
+    assert ops[copy + 1][0] == "embedding_dense_backward"
