@@ -6,6 +6,10 @@ backward, in training) is kept as (action, size) pairs.
 
     PYTHONPATH=src python benchmarks/cudnn_probe.py OUT.json [--conv-batches 1 8 32 64 128 256]
         [--models resnet50 resnet18 ...] [--lstm-layers 1 2 3 4] [--lstm-infer]
+
+``--models`` with no name probes no convolution, ``--lstm-hidden`` with none no LSTM. An LSTM
+under CUDA autocast (bf16 included) runs cuDNN in fp16 (memfit/trace/_rnn.py), so
+``--lstm-dtypes fp16`` is what bf16-mixed LSTMs need.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ CNNS = {
     "mobilenet_v3_large": "tv:mobilenet_v3_large",
     "vgg16": "tv:vgg16",
     "regnety_016": "timm:regnety_016",
+    "efficientnet_v2_s": "tv:efficientnet_v2_s",  # fused MBConv 3x3s, SE 1x1s (issue 12)
+    # ViT patch embeddings (issue 12): ViT-B/16, CLIP ViT-B/32's (same shape; torchvision's has
+    # a bias, CLIP's not: the key and the workspaces do not depend on it), timm's ViT-S/16
+    "vit_b_16": "tv:vit_b_16",
+    "vit_b_32": "tv:vit_b_32",
+    "vit_small": "timm:vit_small_patch16_224",
 }
 
 

@@ -1,4 +1,4 @@
-"""ResNet-50 in channels-last memory format, as user code: ``resnet50_channels_last.py:make_model``."""
+"""ResNet-50 in channels-last memory format, as user code: ``resnet50_channels_last.py``."""
 
 from __future__ import annotations
 
