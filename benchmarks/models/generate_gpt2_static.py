@@ -1,5 +1,6 @@
 """Greedy generation with GPT-2 medium and a static KV cache, as user code:
-``generate_gpt2_static.py:make_model``; every sequence runs ``NEW_TOKENS`` new tokens."""
+``generate_gpt2_static.py:make_model``; every sequence runs ``NEW_TOKENS`` new tokens, uncompiled
+(``disable_compile``), as memfit traces it."""
 
 from __future__ import annotations
 
@@ -30,5 +31,6 @@ def step(model: nn.Module, batch: dict[str, torch.Tensor]) -> Any:
         min_new_tokens=NEW_TOKENS,
         do_sample=False,
         cache_implementation="static",
+        disable_compile=True,  # transformers compiles static-cache decoding on a GPU otherwise
         pad_token_id=50256,
     )
