@@ -234,3 +234,17 @@ def test_chosen_ids_avoid_the_special_ones() -> None:
     outside = Generation()  # a max over activations outside generate keeps no value
     assert outside.choose(torch.ops.aten.max.dim, (logits, -1), {}, [logits, ids]) is None
     assert special_token_ids({"eos_token_id": [1, 2]}, None, {"pad_token_id": 0}) == {0, 1, 2}
+
+
+def test_beam_search_that_stops_on_unknown_scores_is_refused_not_estimated_low():
+    from memfit import UnsupportedWorkloadError
+
+    def beams(model: nn.Module, b: dict[str, torch.Tensor]) -> Any:
+        return model.generate(**b, max_new_tokens=8, num_beams=2, do_sample=False)
+
+    with pytest.raises(
+        UnsupportedWorkloadError,
+        match=r"model\.generate stopped after \d of 8 new tokens \(beam search, 2 beams\).*"
+        r"num_beams=1",
+    ):
+        estimate(llama, batch(), mode="infer", step_fn=beams)

@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from memfit._errors import UnsupportedWorkloadError
+
 __all__ = ["TOKEN_CHOICES", "Generation", "generation_observed", "special_token_ids"]
 
 aten = torch.ops.aten
@@ -181,13 +183,20 @@ def _new_tokens(model: Any, call: _Call, out: Any) -> int | None:
 
 
 def _note(call: _Call, new: int | None) -> list[str]:
-    """The sentences that say what a generate call assumed."""
+    """The sentences that say what a generate call assumed; a generation that stopped early
+    on values the trace lacks is refused (its memory would be a lower bound)."""
     if new is None:
         return [f"generate ran ({call.how}): token choices were answered with ordinary ids"]
     if call.limit is not None and new < call.limit:
-        first = (
-            f"generate stopped after {new} of {call.limit} new tokens ({call.how}): a stopping"
-            " check had no known value (see the note on it); the estimate may be low"
+        # only a check on values the trace does not have stops generation before its limit
+        # (chosen tokens are never end-of-sequence): what ran is a lower bound, not an estimate
+        raise UnsupportedWorkloadError(
+            f"model.generate stopped after {new} of {call.limit} new tokens ({call.how}): "
+            "whether to stop was decided from values memfit does not have (beam scores, or a "
+            "stopping criterion that reads the scores), so it cannot bound the memory of the "
+            f"whole generation, and the memory of {new} tokens would be an estimate that is "
+            "too low. Estimate greedy or sampling generation (num_beams=1) with the same "
+            "max_new_tokens and no custom stopping_criteria; beam search is not supported yet."
         )
     else:
         first = (
