@@ -26,6 +26,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "memfit estimate bert-base-uncased -b 8 -s 512 --gpu 24GiB",
         "memfit estimate gpt2 -b 4 -s 1024 -p bf16-mixed --plot memory.html",
         "memfit estimate gpt2 -s 1024 --gpu a100-40g --max-batch-size --margin 1GiB",
+        "memfit estimate job.py:make_model -b 32  # make_model, make_batch, step",
     ),
     "validate": (
         "memfit validate gpt2 -b 4 -s 1024",

@@ -22,7 +22,9 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         "model",
         nargs="?",
         help="catalog name, hf:ORG/NAME or hf:PATH/config.json, "
-        "tv:NAME, timm:NAME, or path/to/file.py:factory",
+        "tv:NAME, timm:NAME, or path/to/file.py:factory (beside the factory, optionally: "
+        "make_batch(batch_size, seq_len), and loss_fn(model, batch) or a whole "
+        "step(model, batch[, optimizer]) with make_optimizer(model))",
     )
     p.add_argument(
         "--batch-size", "-b", type=positive_int, default=None, metavar="N", help="samples per step"
