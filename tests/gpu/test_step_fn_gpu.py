@@ -89,3 +89,25 @@ def test_generation_matches_the_gpu(tmp_path: Path):
     )
     assert abs(est_alloc - real_alloc) <= 0.02 * real_alloc
     assert est_res >= 0.98 * real_res
+
+
+COMPILED = """
+import torch, transformers
+
+def make_model():
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=4, n_embd=512, n_head=8))
+    return torch.compile(model)
+
+def make_batch(batch_size, seq_len):
+    ids = torch.randint(0, 50257, (batch_size, seq_len or 512))
+    return {"input_ids": ids, "labels": ids}
+"""
+
+
+def test_compiled_eager_is_measured_uncompiled_too(tmp_path: Path):
+    # validate compares like with like: with compiled="eager" the GPU runs the eager step
+    est_alloc, est_res, real_alloc, real_res = _estimate_and_measure(
+        tmp_path, COMPILED, batch_size=8, seq_len=512, compiled="eager"
+    )
+    assert abs(est_alloc - real_alloc) <= 0.01 * real_alloc
+    assert abs(est_res - real_res) <= 0.02 * real_res

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from torch.utils._pytree import tree_map
 
 from memfit._errors import NoGPUError
 from memfit.estimator._versions import Versions, installed_versions
+from memfit.trace import CompileGuard
 from memfit.workload import StepHooks, Workload, optimizer_for, prepare_model, run_steps
 
 __all__ = ["Measurement", "measure"]
@@ -68,7 +70,18 @@ def measure(workload: Workload, *, record_history: bool = False) -> tuple[Measur
         torch.cuda.memory._record_memory_history(
             context=None, stacks="python", max_entries=2_000_000
         )
+    # compiled="eager": the GPU runs the uncompiled step too, so that like is compared with like
+    guard = CompileGuard(workload, lambda: "setup") if workload.compiled == "eager" else None
+    with guard.active() if guard is not None else nullcontext():
+        return _run(workload, record_history, guard)
+
+
+def _run(
+    workload: Workload, record_history: bool, guard: CompileGuard | None
+) -> tuple[Measurement, Any]:
     model = prepare_model(workload, "cuda")
+    if guard is not None:
+        model = guard.checked_model(model)
     optimizer = optimizer_for(workload, model)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
