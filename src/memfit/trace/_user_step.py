@@ -105,6 +105,43 @@ def amp_as_on_cuda(seen: set[str] | None = None) -> Iterator[None]:
     amp_common: Any = torch.cuda.amp.common
     not_available = amp_common.amp_definitely_not_available
 
+    class Seen(_autocast.EmulatedAutocast):
+        """The emulation, noting its dtype: ``torch.autocast`` itself during the trace, and
+        what an alias of the real class (``from torch import autocast``) runs."""
+
+        def __init__(
+            self,
+            device_type: str = "cuda",
+            dtype: torch.dtype | None = None,
+            enabled: bool = True,
+            cache_enabled: bool | None = None,
+        ) -> None:
+            super().__init__(device_type, dtype, enabled, cache_enabled)
+            if seen is not None and enabled and device_type in _EMULATED:
+                seen.add(str(dtype or torch.float16).removeprefix("torch."))
+
+    init, enter, exit = _alias_methods(saved, Seen)
+    patched: Any = _AUTOCAST
+    patched.__init__, patched.__enter__, patched.__exit__ = init, enter, exit
+    amp_common.amp_definitely_not_available = lambda: False
+    names = (torch, "autocast"), (torch.amp, "autocast")
+    before = [getattr(space, name) for space, name in names]
+    for space, name in names:
+        setattr(space, name, Seen)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(_AUTOCAST, name, fn)
+        amp_common.amp_definitely_not_available = not_available
+        for (space, name), value in zip(names, before, strict=True):
+            setattr(space, name, value)
+
+
+def _alias_methods(saved: dict[str, Any], emulation: type[Any]) -> tuple[Any, Any, Any]:
+    """``__init__``, ``__enter__`` and ``__exit__`` for torch's autocast class: CUDA (and meta)
+    regions run ``emulation``; other devices run the class's own ``saved`` methods."""
+
     def init(
         self: Any,
         device_type: str = "cuda",
@@ -113,9 +150,7 @@ def amp_as_on_cuda(seen: set[str] | None = None) -> Iterator[None]:
         cache_enabled: bool | None = None,
     ) -> None:
         if device_type in _EMULATED:
-            self._memfit = _autocast.EmulatedAutocast(device_type, dtype, enabled, cache_enabled)
-            if seen is not None and enabled:
-                seen.add(str(dtype or torch.float16).removeprefix("torch."))
+            self._memfit = emulation(device_type, dtype, enabled, cache_enabled)
             self.device = device_type
             return
         self._memfit = None
@@ -139,32 +174,4 @@ def amp_as_on_cuda(seen: set[str] | None = None) -> Iterator[None]:
             return saved["__exit__"](self, exc_type, exc, tb)
         return emulated.__exit__(exc_type, exc, tb)
 
-    class Seen(_autocast.EmulatedAutocast):
-        """``torch.autocast`` itself during the trace: the emulation, noting its dtype."""
-
-        def __init__(
-            self,
-            device_type: str = "cuda",
-            dtype: torch.dtype | None = None,
-            enabled: bool = True,
-            cache_enabled: bool | None = None,
-        ) -> None:
-            super().__init__(device_type, dtype, enabled, cache_enabled)
-            if seen is not None and enabled and device_type in _EMULATED:
-                seen.add(str(dtype or torch.float16).removeprefix("torch."))
-
-    patched: Any = _AUTOCAST
-    patched.__init__, patched.__enter__, patched.__exit__ = init, enter, exit
-    amp_common.amp_definitely_not_available = lambda: False
-    names = (torch, "autocast"), (torch.amp, "autocast")
-    before = [getattr(space, name) for space, name in names]
-    for space, name in names:
-        setattr(space, name, Seen)
-    try:
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(_AUTOCAST, name, fn)
-        amp_common.amp_definitely_not_available = not_available
-        for (space, name), value in zip(names, before, strict=True):
-            setattr(space, name, value)
+    return init, enter, exit

@@ -430,12 +430,9 @@ def _user_factory(spec: str) -> ModelRecipe:
                 "make_batch(batch_size, seq_len) returning the batch."
             )
         make_batch = wrap_user(make_batch, f"make_batch() of {target}")
-    loss_fn = getattr(module, "loss_fn", None)
-    if loss_fn is not None and not callable(loss_fn):
-        raise InvalidInputError(
-            f"{target}: loss_fn is {loss_fn!r}, not a function: define loss_fn(model, batch) "
-            "returning the loss tensor."
-        )
+    loss_fn = _optional_function(
+        module, target, "loss_fn", "loss_fn(model, batch) returning the loss tensor"
+    )
     seq_len = getattr(module, "DEFAULT_SEQ_LEN", None)
     step_fn = _optional_function(module, target, "step", "step(model, batch, optimizer)")
     optimizer = _optional_function(
