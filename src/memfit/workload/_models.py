@@ -393,42 +393,17 @@ def _task_from_architectures(architectures: list[str]) -> str:
 
 
 def _user_factory(spec: str) -> ModelRecipe:
+    """A recipe from ``module:fn`` or ``path/to/file.py:fn`` and what it defines beside ``fn``
+    (``make_batch``, ``loss_fn`` or ``step`` with ``make_optimizer``, ``DEFAULT_SEQ_LEN``)."""
     target, _, attr = spec.rpartition(":")
-    if target.endswith(".py"):
-        path = Path(target)
-        if not path.is_file():
-            raise InvalidInputError(f"File {target!r} does not exist; give 'path/to/file.py:fn'.")
-        mod_name = f"memfit_user_{path.stem}"
-        module_spec = importlib.util.spec_from_file_location(mod_name, path)
-        if module_spec is None or module_spec.loader is None:
-            raise InvalidInputError(f"Cannot import {target!r} as a Python file.")
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[mod_name] = module
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as exc:
-            del sys.modules[mod_name]
-            raise user_code_error(f"{target}, at import", exc, str(path)) from exc
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as exc:
-            raise InvalidInputError(
-                f"Cannot import module {target!r} ({exc}). Give 'package.module:fn' on the "
-                "Python path, or 'path/to/file.py:fn'."
-            ) from exc
-        except Exception as exc:
-            raise user_code_error(f"module {target}, at import", exc, None) from exc
+    module = _import_user_module(target)
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise InvalidInputError(f"{target!r} has no callable {attr!r}; give 'module:fn'.")
-    make_batch = getattr(module, "make_batch", None)
+    make_batch = _optional_function(
+        module, target, "make_batch", "make_batch(batch_size, seq_len) returning the batch"
+    )
     if make_batch is not None:
-        if not callable(make_batch):
-            raise InvalidInputError(
-                f"{target}: make_batch is {make_batch!r}, not a function: define "
-                "make_batch(batch_size, seq_len) returning the batch."
-            )
         make_batch = wrap_user(make_batch, f"make_batch() of {target}")
     loss_fn = _optional_function(
         module, target, "loss_fn", "loss_fn(model, batch) returning the loss tensor"
@@ -462,6 +437,37 @@ def _user_factory(spec: str) -> ModelRecipe:
         step_fn=step_fn,
         optimizer=optimizer,
     )
+
+
+def _import_user_module(target: str) -> Any:
+    """The user's module: imported by name, or executed from its file; what it raises at
+    import is reported as theirs."""
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise InvalidInputError(f"File {target!r} does not exist; give 'path/to/file.py:fn'.")
+        mod_name = f"memfit_user_{path.stem}"
+        module_spec = importlib.util.spec_from_file_location(mod_name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise InvalidInputError(f"Cannot import {target!r} as a Python file.")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[mod_name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[mod_name]
+            raise user_code_error(f"{target}, at import", exc, str(path)) from exc
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise InvalidInputError(
+                f"Cannot import module {target!r} ({exc}). Give 'package.module:fn' on the "
+                "Python path, or 'path/to/file.py:fn'."
+            ) from exc
+        except Exception as exc:
+            raise user_code_error(f"module {target}, at import", exc, None) from exc
+    return module
 
 
 def _optional_function(module: Any, target: str, name: str, usage: str) -> Any:
