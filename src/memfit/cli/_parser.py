@@ -68,6 +68,18 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="activation checkpointing: recompute activations in backward (train only)",
     )
+    _model_kind_args(p)
+    p.add_argument(
+        "--allocator-config",
+        default=None,
+        metavar="CONF",
+        help="a PYTORCH_CUDA_ALLOC_CONF string, e.g. expandable_segments:True",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def _model_kind_args(p: argparse.ArgumentParser) -> None:
+    """Settings for kinds of model whose memory needs an assumption: routing, compilation."""
     p.add_argument(
         "--moe-routing",
         default=None,  # None: balanced, and no note when the model routes nothing
@@ -84,13 +96,6 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         help="a model compiled with torch.compile: 'eager' estimates its uncompiled step, an "
         "upper bound (compiled steps usually save fewer activations); without it, refused",
     )
-    p.add_argument(
-        "--allocator-config",
-        default=None,
-        metavar="CONF",
-        help="a PYTORCH_CUDA_ALLOC_CONF string, e.g. expandable_segments:True",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
 def _version() -> str:
