@@ -142,8 +142,30 @@ def test_grad_scaler_scales_and_unscales_as_on_the_gpu():
     est = memfit.estimate(build, batch_of(4), step_fn=step)
     scaler = scalers["s"]
     assert scaler.is_enabled()  # not disabled for want of CUDA here
-    assert scaler._scale is not None and scaler._scale.device.type == "meta"
     assert not any("no known value" in note for note in est.notes)  # found_inf answered: finite
+    # the scaler the user keeps is left as it was found: no meta scale of the trace's in it, so
+    # that the same step runs for real afterwards (the GPU test estimates, then measures)
+    assert scaler._scale is None and scaler._growth_tracker is None
+    assert not scaler._per_optimizer_states
+
+
+def test_a_scaler_with_a_scale_already_keeps_it(monkeypatch: pytest.MonkeyPatch):
+    with monkeypatch.context() as patch:  # made enabled, as on a GPU machine
+        patch.setattr(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False)
+        scaler = torch.amp.GradScaler("cuda")
+    scale, tracker = torch.full((), 1024.0), torch.zeros((), dtype=torch.int32)
+    scaler._scale, scaler._growth_tracker = scale, tracker
+
+    def step(model: nn.Module, batch: Any, optimizer: Any) -> None:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(**batch).loss
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    memfit.estimate(build, batch_of(4), step_fn=step)
+    assert scaler._scale is scale and scaler._growth_tracker is tracker
+    assert scale.item() == 1024.0 and tracker.item() == 0
 
 
 def test_inference_step_runs_as_written():

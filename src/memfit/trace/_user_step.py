@@ -12,7 +12,10 @@ optimizers). So, while such a step runs, the trace watches autograd and torch.op
 The user's ``torch.autocast("cuda", ...)`` and ``torch.amp.GradScaler("cuda")`` must act as on a
 GPU although this machine may have none: autocast's class is made to run memfit's emulation for
 CUDA (also when the user imported it by name before the trace), and GradScaler is told that
-CUDA's amp is available, so it scales, unscales and checks for infs as it does on a GPU.
+CUDA's amp is available, so it scales, unscales and checks for infs as it does on a GPU. A
+scaler the user keeps between calls (a module-level ``GradScaler``) is left as it was found: its
+scale, growth tracker and per-optimizer state are put back after the trace, so that no meta tensor
+of memfit's stays in the user's object.
 """
 
 from __future__ import annotations
@@ -129,7 +132,8 @@ def amp_as_on_cuda(seen: set[str] | None = None) -> Iterator[None]:
     for space, name in names:
         setattr(space, name, Seen)
     try:
-        yield
+        with _scalers_left_as_found():
+            yield
     finally:
         for name, fn in saved.items():
             setattr(_AUTOCAST, name, fn)
@@ -175,3 +179,48 @@ def _alias_methods(saved: dict[str, Any], emulation: type[Any]) -> tuple[Any, An
         return emulated.__exit__(exc_type, exc, tb)
 
     return init, enter, exit
+
+
+_SCALER_STATE = ("_scale", "_growth_tracker", "_per_optimizer_states")
+
+
+@contextmanager
+def _scalers_left_as_found() -> Iterator[None]:
+    """Every GradScaler the step uses gets back, after the trace, the state it had before: its
+    scale and growth tracker (created on the trace's meta device otherwise) and the
+    per-optimizer records. A scale it already held (on a GPU) is used as a meta copy."""
+    scaler_class: Any = torch.amp.GradScaler
+    names = ("scale", "unscale_", "step", "update")
+    saved = {name: scaler_class.__dict__[name] for name in names}
+    found: dict[int, tuple[Any, dict[str, Any]]] = {}
+
+    def adopt(scaler: Any) -> None:
+        if id(scaler) in found or not scaler.__dict__.get("_enabled", False):
+            return
+        state = {key: scaler.__dict__.get(key) for key in _SCALER_STATE}
+        found[id(scaler)] = scaler, state
+        records = state["_per_optimizer_states"]
+        if records is not None:
+            scaler._per_optimizer_states = type(records)(records.default_factory)
+        for key in ("_scale", "_growth_tracker"):
+            value = state[key]
+            if isinstance(value, torch.Tensor) and value.device.type != "meta":
+                setattr(scaler, key, value.to("meta"))
+
+    def watched(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            adopt(self)
+            return fn(self, *args, **kwargs)
+
+        return method
+
+    for name, fn in saved.items():
+        setattr(scaler_class, name, watched(fn))
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(scaler_class, name, fn)
+        for scaler, state in found.values():
+            for key, value in state.items():
+                setattr(scaler, key, value)
