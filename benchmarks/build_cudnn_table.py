@@ -9,6 +9,12 @@ input gradient (dgrad) and of the weight gradient (wgrad).
 
     python benchmarks/build_cudnn_table.py PROBE.json.gz [MORE.json.gz ...] \
         src/memfit/trace/data/cudnn_sm90.json
+
+The table in the package is built from every H200 probe so far, in this order (the meta's
+``command`` lists them): ``results/h200-2026-11-30/cudnn_probe.json.gz``,
+``results/h200-2026-11-30-session3/cudnn_probe_conv.json.gz`` and ``cudnn_probe_lstm.json.gz``,
+``results/h200-2026-12-01-session7/cudnn/cudnn_probe_issue12.json.gz`` and
+``cudnn_probe_regnet.json.gz``.
 """
 
 from __future__ import annotations
@@ -124,7 +130,9 @@ def lstm_workspace_fits(probe: dict[str, Any]) -> dict[str, list[float]]:
     fits = {}
     for key, (a, y) in rows.items():
         coef = np.linalg.lstsq(np.array(a), np.array(y), rcond=None)[0]
-        fits[key] = [round(float(c), 4) for c in coef]
+        # + 0.0: a zero coefficient is written 0.0 whatever sign the solver left on it, so
+        # the same probes give the same file on any BLAS
+        fits[key] = [round(float(c), 4) + 0.0 for c in coef]
     return fits
 
 

@@ -42,6 +42,9 @@ CNNS = {
     "vit_b_16": "tv:vit_b_16",
     "vit_b_32": "tv:vit_b_32",
     "vit_small": "timm:vit_small_patch16_224",
+    # RegNet-Y-8GF (issue 12, session 7): grouped 3x3s (group width 56), SE 1x1s, 33 shapes
+    # no other model here has
+    "regnet_y_8gf": "tv:regnet_y_8gf",
 }
 
 

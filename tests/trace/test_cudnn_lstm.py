@@ -18,15 +18,22 @@ from memfit.trace._rnn import reserve_bytes
 from memfit.trace._tracer import Trace, trace_workload
 from memfit.workload._step import Workload
 
-PROBE = Path(__file__).parents[2] / "benchmarks/results/h200-2026-11-30/cudnn_probe.json.gz"
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+RESULTS = Path(__file__).parents[2] / "benchmarks/results"
+PROBE = RESULTS / "h200-2026-11-30/cudnn_probe.json.gz"  # fp32 and bf16
+# fp16, 1-4 layers, training and inference (what autocast runs; issue 12, session 7)
+PROBE_FP16 = RESULTS / "h200-2026-12-01-session7/cudnn/cudnn_probe_issue12.json.gz"
+
+
+def _load(path: Path) -> list[dict[str, Any]]:
+    with gzip.open(path, "rt") as fh:
+        probes: list[dict[str, Any]] = json.load(fh)["lstm"]
+    return probes
 
 
 def _probes() -> list[dict[str, Any]]:
-    with gzip.open(PROBE, "rt") as fh:
-        probes: list[dict[str, Any]] = json.load(fh)["lstm"]
     # a spread over every dimension: hidden, layers, batch, sequence, dtype, direction
-    return [p for i, p in enumerate(probes) if i % 9 == 0]
+    fp16 = [p for p in _load(PROBE_FP16) if p["train"]]
+    return [p for i, p in enumerate(_load(PROBE)) if i % 9 == 0] + fp16[::9]
 
 
 def _trace(p: dict[str, Any]) -> Trace:
@@ -85,8 +92,7 @@ def test_forward_matches_the_gpu_allocation_for_allocation(probe: dict[str, Any]
 
 
 def test_reserve_space_formula_holds_on_every_probe() -> None:
-    with gzip.open(PROBE, "rt") as fh:
-        probes = json.load(fh)["lstm"]
+    probes = _load(PROBE) + [p for p in _load(PROBE_FP16) if p["train"]]
     for p in probes:
         e = 4 if p["dtype"] == "fp32" else 2
         dirs = 2 if p["bidirectional"] else 1

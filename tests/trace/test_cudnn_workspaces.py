@@ -46,6 +46,10 @@ PROBES = [
     "benchmarks/results/h200-2026-11-30/cudnn_probe.json.gz",
     "benchmarks/results/h200-2026-11-30-session3/cudnn_probe_conv.json.gz",
     "benchmarks/results/h200-2026-11-30-session3/cudnn_probe_lstm.json.gz",
+    # EfficientNetV2-S, ViT patch embeddings, fp16 LSTMs (issue 12, session 7)
+    "benchmarks/results/h200-2026-12-01-session7/cudnn/cudnn_probe_issue12.json.gz",
+    # RegNet-Y-8GF's grouped convolutions (issue 12, session 7)
+    "benchmarks/results/h200-2026-12-01-session7/cudnn/cudnn_probe_regnet.json.gz",
 ]
 
 
@@ -59,7 +63,14 @@ def _probe() -> dict[str, Any]:
 
 
 def test_the_committed_table_is_what_the_probe_gives() -> None:
-    assert _builder().build(_probe())["conv"] == _table()
+    built = _builder().build(_probe())
+    assert built["conv"] == _table()
+    # the LSTM fits too, to the byte of the file (a zero coefficient is written 0.0, whatever
+    # sign the solver left on it), and fp16 has its own (autocast runs every LSTM in fp16)
+    committed = json.loads((ROOT / "src/memfit/trace/data/cudnn_sm90.json").read_text())
+    built_fits = json.dumps(built["lstm_workspace"], sort_keys=True)
+    assert built_fits == json.dumps(committed["lstm_workspace"], sort_keys=True)
+    assert {k.split("|")[0] for k in committed["lstm_workspace"]} == {"fp32", "bf16", "fp16"}
 
 
 def test_probes_of_one_gpu_merge_and_others_do_not() -> None:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from memfit._gpus import resolve_gpu
-from memfit.trace._rnn import reserve_bytes
+from memfit.trace._rnn import _workspace, reserve_bytes
 from memfit.trace._tracer import Trace, trace_workload
 from memfit.workload._step import Workload
 
@@ -57,8 +57,10 @@ def test_autocast_runs_cudnn_in_fp16_on_a_fresh_fp16_weight_buffer() -> None:
     reserve = ops.index("cuDNN LSTM reserve space")
     assert allocs[reserve][1] == reserve_bytes(LAYERS, 1, B, S, H, 2)
     assert not any("cell kernels" in n for n in trace.notes)
-    # fp16 was not probed: its workspace is bf16's, and the estimate says so
-    assert any("fp16 LSTM workspace taken from bf16's" in n for n in trace.notes)
+    # fp16's workspace is its own probed fit (session 7), which needs no note
+    workspace = allocs[ops.index("cuDNN LSTM workspace")][1]
+    assert workspace == _workspace("fp16", LAYERS, 1, B, S, H, 2, infer=False)[0]
+    assert not any("LSTM" in n for n in trace.notes)
 
 
 def test_weight_gradients_come_back_as_fp32_casts_last_weight_first() -> None:

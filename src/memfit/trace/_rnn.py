@@ -7,13 +7,17 @@ gradients into one flat buffer. Its weights live in one flat buffer too, made wh
 reaches the GPU in fp32 or fp16 (``flatten_parameters``); in bf16 cuDNN copies them into a new
 buffer on every forward and keeps it for the backward.
 
-Sizes, measured on an H200 with torch 2.11 / cuDNN 9.19 for 64 configurations
-(``benchmarks/cudnn_probe.py``): the reserve space is ``(6*layers - 1) * directions * B*S*H *
-element_size + 256`` bytes on all of them; the workspace is fitted per (dtype, layers,
-directions) as ``H*e*(a*B*S + b*B + c*S + d) + k`` (``benchmarks/build_cudnn_table.py``), within
-about 140 bytes of every probe. Layer counts beyond the probed ones are extrapolated, and the
-estimate says so. Packed sequences, projections and GRU/RNN keep the meta device's kernels
-(also said in the notes).
+Sizes, measured on an H200 with torch 2.11 / cuDNN 9.19 in fp32, bf16 and fp16, 1-4 layers, one
+and two directions, training and inference (``benchmarks/cudnn_probe.py``): the reserve space is
+``(6*layers - 1) * directions * B*S*H * element_size + 256`` bytes on all of them; the workspace
+is fitted per (dtype, layers, directions) as ``H*e*(a*B*S + b*B + c*S + d) + k``
+(``benchmarks/build_cudnn_table.py``), within about 140 bytes of every probe. fp16's fits are
+bf16's but for one layer in one direction, where fp16 takes more (a = 22 where bf16 has 6).
+The probes' sequences are 64 and 256 long; beyond them the fit can miss: the H200 took
+221,118,976 bytes for lstm-lm-bf16mixed-b32-s512 (fp16 under autocast, 2 layers, H 1024, B 32,
+S 512) where the fit gives 252,969,461. Layer counts beyond the probed ones are extrapolated,
+and the estimate says so. Packed sequences, projections and GRU/RNN keep the meta device's
+kernels (also said in the notes).
 
 Under CUDA autocast, whatever its dtype, ``_cudnn_rnn`` goes through autocast's own wrapper
 (``aten/src/ATen/cudnn/AutocastRNN.cpp``, ``_cudnn_rnn_cast_reflatten``): it runs cuDNN in
@@ -77,21 +81,18 @@ def _workspace(
 ) -> tuple[int, bool]:
     """The fitted workspace of a training (or, ``infer``, inference) call, and whether the
     layer count was probed (else the fit is extrapolated linearly in the number of layers)."""
-    name = dtype
-    if dtype == "fp16" and not any(k.startswith("fp16|") for k in _fits(table)):
-        name = "bf16"  # fp16 not probed: bf16's fit (cudnn_lstm says so in the notes)
     mode = "|infer" if infer else ""
     fits = {
         k: v
         for k, v in _fits(table).items()
-        if k.startswith(f"{name}|") and k.endswith("|infer") == infer
+        if k.startswith(f"{dtype}|") and k.endswith("|infer") == infer
     }
     probed = sorted({int(k.split("|")[1]) for k in fits})
     lo, hi = probed[0], probed[-1]
     if layers in probed:
-        coef = fits[f"{name}|{layers}|{dirs}{mode}"]
+        coef = fits[f"{dtype}|{layers}|{dirs}{mode}"]
     else:
-        c_lo, c_hi = fits[f"{name}|{lo}|{dirs}{mode}"], fits[f"{name}|{hi}|{dirs}{mode}"]
+        c_lo, c_hi = fits[f"{dtype}|{lo}|{dirs}{mode}"], fits[f"{dtype}|{hi}|{dirs}{mode}"]
         t = (layers - lo) / (hi - lo)
         coef = [a + (b_ - a) * t for a, b_ in zip(c_lo, c_hi, strict=True)]
     a, b_coef, c, d, k = coef
@@ -206,10 +207,6 @@ def cudnn_lstm(args: tuple[Any, ...], hooks: RnnHooks) -> Any:
         hooks.notes.add("cuDNN LSTM inference workspace taken from training's (not probed)")
         infer = False
     layers = int(layers)
-    if name == "fp16" and not any(k.startswith("fp16|") for k in _fits(hooks.table)):
-        # H200, lstm-lm-bf16mixed-b32-s512 (autocast runs fp16): 221,118,976 bytes where
-        # bf16's fit gives 252,969,461; benchmarks/cudnn_probe.py --lstm-dtypes fp16 measures it
-        hooks.notes.add("cuDNN fp16 LSTM workspace taken from bf16's (fp16 not probed)")
     workspace, probed = _workspace(name, layers, dirs, int(b), int(s), h, e, infer, hooks.table)
     if not probed:
         hooks.notes.add(f"cuDNN LSTM workspace for {layers} layers extrapolated")
