@@ -10,6 +10,7 @@ from memfit.allocator import (
     ChunkedAddressSpace,
     FirstFitAddressSpace,
     ScriptedAddressSpace,
+    TopDownAddressSpace,
     segment_bases_from_trace,
 )
 
@@ -47,6 +48,48 @@ def test_chunks_are_reserved_downward_and_filled_upward() -> None:
     space.release(a, 20 * MiB)
     space.release(b, 50 * MiB)  # merges with a's range and the free ranges around it
     assert space.reserve(60 * MiB) == 870 * MiB
+
+
+def test_top_down_places_segments_below_at_32_mib_starts() -> None:
+    space = TopDownAddressSpace(top=4096 * MiB, window=0)
+    a = space.reserve(44 * MiB)  # 4096 - 44 = 4052, start rounded down to 32 MiB
+    b = space.reserve(44 * MiB)  # 4032 - 44 = 3988, down to 3968: 64 MiB below a
+    assert (a, b) == (4032 * MiB, 3968 * MiB)
+    # what the rounding left above each (20 MiB) is reused first fit, the lowest first
+    assert space.reserve(16 * MiB) == b + 44 * MiB
+    assert space.reserve(20 * MiB) == a + 44 * MiB
+    assert space.reserve(20 * MiB) == 3936 * MiB  # no free range holds it: below again
+    assert space.reserve(2 * MiB) == 3956 * MiB  # the lowest free range: above the last one
+    small = TopDownAddressSpace(top=4096 * MiB, window=0)
+    assert [small.reserve(2 * MiB) for _ in range(2)] == [4094 * MiB, 4092 * MiB]  # 2 MiB steps
+
+
+def test_top_down_gives_a_freed_bottom_back_to_the_space_below() -> None:
+    space = TopDownAddressSpace(top=4096 * MiB, window=0)
+    space.reserve(2 * MiB)
+    a = space.reserve(20 * MiB)
+    b = space.reserve(246 * MiB)
+    assert (a, b) == (4064 * MiB, 3808 * MiB)
+    space.release(b, 246 * MiB)  # the lowest segment: its range and the rest above it are free
+    assert space.reserve(20 * MiB) == a - 32 * MiB  # top-down again, not at b
+    space.release(a, 20 * MiB)  # not the lowest now: a free range (merged with the 12 MiB
+    assert space.reserve(30 * MiB) == a - 12 * MiB  # left above the new one), reused first fit
+
+
+def test_top_down_frees_the_window_below_the_first_segment_after_the_second() -> None:
+    space = TopDownAddressSpace(top=4096 * MiB, window=418 * MiB)
+    first = space.reserve(2 * MiB)
+    second = space.reserve(250 * MiB)  # below the window
+    assert second + 250 * MiB <= first - 418 * MiB
+    assert second % (32 * MiB) == 0
+    assert space.reserve(20 * MiB) == second + 250 * MiB  # the window is free, lowest first
+    assert space.reserve(44 * MiB) == second + 270 * MiB
+
+
+def test_top_down_runs_out_of_addresses_with_a_clear_error() -> None:
+    space = TopDownAddressSpace(top=64 * MiB, window=0)
+    with pytest.raises(InvalidInputError, match="address space is exhausted"):
+        space.reserve(100 * MiB)
 
 
 def test_scripted_addresses_come_first_then_the_fallback() -> None:

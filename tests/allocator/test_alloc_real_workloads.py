@@ -5,8 +5,10 @@ segment the GPU created or released and the peak reserved that torch reported.""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import pickle
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +67,9 @@ def _replay_peak(trace: list[dict[str, Any]], alloc: CachingAllocator) -> int:
 
 
 def test_the_default_address_model_is_close_on_every_workload() -> None:
-    """Without the real segment addresses (as in an estimate), the chunked address model gives
-    the real peak reserved on most traces and comes within 1.1% on all (fitted on these)."""
+    """Without the real segment addresses (as in an estimate), the top-down address model gives
+    the real peak reserved on 33 of the 37 traces and comes within 0.7% on all (the chunked
+    model it replaced: 30, within 1.1%)."""
     exact, worst = 0, 0.0
     for path in TRACES:
         row = MEASURED[_workload_id(path)]
@@ -74,7 +77,35 @@ def test_the_default_address_model_is_close_on_every_workload() -> None:
         peak = _replay_peak(_load(path), alloc)
         exact += peak == row["peak_reserved"]
         worst = max(worst, abs(peak - row["peak_reserved"]) / row["peak_reserved"])
-    assert exact >= 25 and worst < 0.011
+    assert exact >= 33 and worst < 0.007
+
+
+HELD_OUT = Path(__file__).parents[2] / "benchmarks" / "results" / "h200-2026-12-01-session6"
+
+
+def test_the_default_address_model_on_held_out_traces() -> None:
+    """The 10 traces of session 6 (not among the 37 above; like them, read to find the rules):
+    among them the TinyLlama seq 8192 one that the chunked model missed by a 500 MiB segment
+    (-3.5%). Without the real addresses, all but one give the real peak reserved, and that one
+    is 0.3% over."""
+    rows = {
+        r["id"]: r for r in json.loads((HELD_OUT / "heldout" / "measured.json").read_text())["rows"]
+    }
+    off: dict[str, float] = {}
+    with tarfile.open(HELD_OUT / "heldout" / "traces.tar.gz") as tar:
+        for member in tar.getmembers():
+            fh = tar.extractfile(member)
+            if fh is None or not member.name.endswith(".pickle.gz"):
+                continue
+            row = rows[Path(member.name).name.removeprefix("trace-").removesuffix(".pickle.gz")]
+            with gzip.open(io.BytesIO(fh.read()), "rb") as inner:
+                trace: list[dict[str, Any]] = pickle.load(inner)["device_traces"][0]
+            alloc = CachingAllocator(row["allocator_config"], device_total=H200_TOTAL)
+            peak = _replay_peak(trace, alloc)
+            off[row["id"]] = (peak - row["peak_reserved"]) / row["peak_reserved"]
+    assert len(off) == 10
+    assert off["tinyllama-bf16-b1-s8192-ckpt"] == 0.0
+    assert sum(v == 0.0 for v in off.values()) >= 8 and all(0 <= v < 0.004 for v in off.values())
 
 
 @pytest.mark.parametrize("path", TRACES, ids=_workload_id)

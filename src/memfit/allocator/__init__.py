@@ -11,9 +11,10 @@ reserved bytes, every segment event and block address, and snapshots match exact
 Not emulated: CUDA graphs and private memory pools, cross-stream ``record_stream`` (blocks
 waiting on events), several devices, ``backend:cudaMallocAsync`` and
 ``throw_on_cudamalloc_oom``. Where CUDA places new segments is the driver's choice; the
-default :class:`ChunkedAddressSpace` models what H200 traces show (chunks reserved downward,
-filled upward), :class:`FirstFitAddressSpace` is a simpler stand-in, and
-:class:`ScriptedAddressSpace` replays a real trace's addresses.
+default :class:`TopDownAddressSpace` follows what H200 traces show (each new segment below the
+others, 32 MiB aligned; free ranges reused first fit), :class:`ChunkedAddressSpace` and
+:class:`FirstFitAddressSpace` are simpler stand-ins, and :class:`ScriptedAddressSpace` replays
+a real trace's addresses.
 
 A whole trace runs through :class:`AllocatorReplay` (ops in :class:`ReplayOps`, what to write
 down on the way in a :class:`Recording`), the one replay loop behind :func:`replay`, the
@@ -33,6 +34,7 @@ from memfit.allocator._address import (
     ChunkedAddressSpace,
     FirstFitAddressSpace,
     ScriptedAddressSpace,
+    TopDownAddressSpace,
     segment_bases_from_trace,
 )
 from memfit.allocator._caching import CachingAllocator
@@ -64,6 +66,7 @@ __all__ = [
     "ScriptedAddressSpace",
     "SegmentEvent",
     "SegmentInfo",
+    "TopDownAddressSpace",
     "allocation_size",
     "replay",
     "round_size",

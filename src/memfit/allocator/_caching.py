@@ -42,7 +42,7 @@ class CachingAllocator:
     :class:`~memfit.allocator.AllocatorOOM`. ``None`` means unlimited. ``device_total`` is the
     GPU's total memory, needed only for ``per_process_memory_fraction`` (defaults to
     ``capacity``). ``address_space`` decides where new segments land (see
-    :class:`~memfit.allocator.ChunkedAddressSpace`, the default).
+    :class:`~memfit.allocator.TopDownAddressSpace`, the default).
     """
 
     def __init__(

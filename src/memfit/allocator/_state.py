@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from memfit._errors import InvalidInputError
-from memfit.allocator._address import AddressSpace, ChunkedAddressSpace
+from memfit.allocator._address import AddressSpace, TopDownAddressSpace
 from memfit.allocator._blocks import ADDRESS_LIMIT, Block, BlockPool
 from memfit.allocator._config import AllocatorConfig
 from memfit.allocator._constants import K_MIN_BLOCK_SIZE, K_SMALL_BUFFER, K_SMALL_SIZE, SIZE_MAX
@@ -70,7 +70,7 @@ class AllocatorState:
         self.divisions = config.roundup_power2_divisions
         self.plain_rounding = all(d <= 1 for d in self.divisions)
         self.va_total = total if total is not None else DEFAULT_VA_TOTAL
-        self.space: AddressSpace = address_space or ChunkedAddressSpace()
+        self.space: AddressSpace = address_space or TopDownAddressSpace()
         self.small = BlockPool(True)
         self.large = BlockPool(False)
         self.expandable_segments: list[ExpandableSegment] = []
