@@ -428,6 +428,31 @@ HELD_OUT_12_STEPS: list[dict[str, Any]] = [
     {"id": "regnet_y_8gf-fp32-b32", "model": "tv:regnet_y_8gf", "batch_size": 32},
 ]
 
+# Compiled steps (issue 12, session 7): predicted before they were measured
+HELD_OUT_12_COMPILED: list[dict[str, Any]] = [
+    {
+        "id": "llama-0.6b-compiled-bf16mixed-b4-s1024",
+        "model": "benchmarks/models/compiled_llama.py:make_model",
+        "batch_size": 4,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "bert-base-compiled-fp32-b32-s512",
+        "model": "benchmarks/models/compiled_bert.py:make_model",
+        "batch_size": 32,
+        "seq_len": 512,
+    },
+    {
+        "id": "gpt2-medium-compiled-infer-bf16-b16-s1024",
+        "model": "benchmarks/models/compiled_gpt2_infer.py:make_model",
+        "batch_size": 16,
+        "seq_len": 1024,
+        "precision": "bf16",
+        "mode": "infer",
+    },
+]
+
 # Not held out: measured while MoE routing was built (benchmarks/moe_dev.py, "mix-grouped")
 MOE_DEV: list[dict[str, Any]] = [
     {
@@ -439,4 +464,4 @@ MOE_DEV: list[dict[str, Any]] = [
     },
 ]
 
-ALL = WORKLOADS + HELD_OUT + HELD_OUT_12 + HELD_OUT_12_STEPS + MOE_DEV
+ALL = WORKLOADS + HELD_OUT + HELD_OUT_12 + HELD_OUT_12_STEPS + HELD_OUT_12_COMPILED + MOE_DEV

@@ -54,16 +54,20 @@ def no_trace(monkeypatch: pytest.MonkeyPatch) -> None:
 # -- what the user gives, refused before the trace ------------------------------------------
 
 
-def test_a_compiled_model_is_refused_naming_it_and_the_fix(no_trace: None):
+def test_a_model_compiled_in_a_mode_not_taken_is_refused_naming_it_and_the_fix(no_trace: None):
+    # a model compiled as a whole with inductor's defaults is estimated compiled
+    # (tests/trace/test_compiled_step.py); other modes and backends are refused
     with pytest.raises(UnsupportedWorkloadError, match=r"the model is torch\.compile\(Net\)"):
-        estimate(torch.compile(Net()), _x)
+        estimate(torch.compile(Net(), mode="max-autotune"), _x)
     with pytest.raises(UnsupportedWorkloadError, match=FIX):
-        estimate(torch.compile(Net()), _x)
+        estimate(torch.compile(Net(), backend="eager"), _x)
 
 
-def test_the_refusal_says_compiled_steps_save_fewer_activations(no_trace: None):
+def test_the_refusal_says_what_is_taken_and_why_it_matters(no_trace: None):
     with pytest.raises(MemfitError, match=r"saves other \(usually fewer\) activations"):
-        estimate(torch.compile(Net()), _x)
+        estimate(torch.compile(Net(), mode="reduce-overhead"), _x)
+    with pytest.raises(MemfitError, match=r"compiled as a whole by torch\.compile with inductor's"):
+        estimate(torch.compile(Net(), mode="reduce-overhead"), _x)
 
 
 def test_a_submodule_compiled_in_place_is_refused_by_name(no_trace: None):
@@ -129,7 +133,7 @@ def test_an_unknown_compiled_setting_is_refused(no_trace: None):
 
 def test_torch_compile_in_a_model_factory_is_refused_naming_the_module():
     def make_model() -> nn.Module:
-        return torch.compile(Net())  # type: ignore[return-value]
+        return torch.compile(Net(), mode="max-autotune")  # type: ignore[return-value]
 
     with pytest.raises(
         UnsupportedWorkloadError,
@@ -151,7 +155,7 @@ def test_module_compile_in_a_model_factory_is_refused():
 
 def test_a_factory_returning_a_compiled_model_is_refused():
     with torch.device("meta"):
-        ready = torch.compile(Net())
+        ready = torch.compile(Net(), backend="eager")
     with pytest.raises(
         UnsupportedWorkloadError,
         match=r"the model factory returned a compiled model: the model is torch\.compile\(Net\)",
@@ -236,7 +240,10 @@ import torch
 
 
 def make_model():
-    return torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8)))
+    return torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8)), **COMPILE)
+
+
+COMPILE = {"mode": "max-autotune"}  # a mode compiled estimates do not take
 
 
 def make_batch(n, seq_len):
@@ -275,7 +282,7 @@ def compiled_file(tmp_path: Path) -> str:
 def tiny(tmp_path: Path) -> str:
     """The same file, uncompiled."""
     path = tmp_path / "tiny_model.py"
-    path.write_text(COMPILED_FILE.replace("torch.compile(", "("))
+    path.write_text(COMPILED_FILE.replace("torch.compile(", "(").replace(", **COMPILE", ""))
     return f"{path}:make_model"
 
 

@@ -184,7 +184,7 @@ def test_a_compiled_loss_fn_runs_eagerly(eager: Estimate):
 
 def test_torch_is_restored_after_a_refusal_in_the_trace():
     def compiled_factory() -> nn.Module:
-        return torch.compile(Net())  # type: ignore[return-value]
+        return torch.compile(Net(), mode="max-autotune")  # type: ignore[return-value]
 
     with pytest.raises(UnsupportedWorkloadError):
         estimate(compiled_factory, _x)

@@ -25,6 +25,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from memfit._errors import MemfitError
+from memfit.trace._compiled_capture import CompiledPlan
+from memfit.trace._compiled_replay import CompiledReplay
 from memfit.workload import (
     COMPILED_NOTE,
     Workload,
@@ -33,15 +36,27 @@ from memfit.workload import (
     compiled_refusal,
     eager_view,
     not_compiled_refusal,
+    whole_model_compiled,
 )
 
-__all__ = ["CompileGuard"]
+__all__ = ["CaptureNeeded", "CompileGuard"]
+
+
+class CaptureNeeded(MemfitError):
+    """The model is compiled as a whole: its compiled step must be captured (outside the
+    trace, :func:`memfit.trace._compiled_capture.capture_compiled`) and the trace run again
+    with the plan."""
 
 
 class CompileGuard:
-    """The compile patches of one trace; ``seen`` holds what was compiled, in words."""
+    """The compile patches of one trace; ``seen`` holds what was compiled, in words. With a
+    ``plan``, a model compiled as a whole is replayed as inductor compiles it."""
 
-    def __init__(self, workload: Workload, phase: Callable[[], str]) -> None:
+    def __init__(
+        self, workload: Workload, phase: Callable[[], str], plan: CompiledPlan | None = None
+    ) -> None:
+        self.plan = plan
+        self.replays = workload.compiled is None and workload.step_fn is None
         self.eager = workload.compiled == "eager"
         self.checked_before = COMPILED_NOTE in workload.notes  # found by make_workload
         self.name = workload.name
@@ -68,6 +83,9 @@ class CompileGuard:
         entry = getattr(eval_frame, "_callback_from_stance", None)
         if entry is not None:
             saved.append((eval_frame, "_callback_from_stance", entry))
+        self._original: Any = torch.compile
+        self._original_optimize: Any = getattr(dynamo, "optimize", None)
+        self._wrapping = False
         torch.compile = self._compile  # type: ignore[assignment]
         if dynamo is not None and hasattr(dynamo, "optimize"):
             dynamo.optimize = self._optimize
@@ -86,11 +104,22 @@ class CompileGuard:
             return lambda fn: self._compile(fn, **kwargs)
         if kwargs.get("disable"):
             return model  # torch.compile(..., disable=True) compiles nothing
+        setup = self.phase().startswith("setup")
+        if self.replays and isinstance(model, nn.Module) and setup and _default_compile(kwargs):
+            # a factory compiling its model as a whole: wrapped for real, captured, replayed
+            self._wrapping = True
+            try:
+                return self._original(model, **kwargs)
+            finally:
+                self._wrapping = False
         self._met(f"torch.compile was called on {_describe(model)} during {self.phase()}")
         return model
 
     def _optimize(self, *args: Any, **kwargs: Any) -> Any:
-        """``torch._dynamo.optimize(backend)`` in the trace: its decorator is the identity."""
+        """``torch._dynamo.optimize(backend)`` in the trace: its decorator is the identity
+        (dynamo's own when ``torch.compile`` wraps a model to be replayed)."""
+        if self._wrapping and self._original_optimize is not None:
+            return self._original_optimize(*args, **kwargs)
         self._met(f"torch._dynamo.optimize was called during {self.phase()}")
         return lambda fn: fn
 
@@ -120,6 +149,10 @@ class CompileGuard:
         parts = compiled_parts(model)
         if not parts:
             return model
+        if self.replays and whole_model_compiled(model, parts):
+            if self.plan is None:
+                raise CaptureNeeded("the compiled model's step is captured first")
+            return CompiledReplay(eager_view(model), self.plan)
         self._met("the model factory returned a compiled model: " + "; ".join(parts))
         return eager_view(model)
 
@@ -131,6 +164,16 @@ class CompileGuard:
         if self.eager and not self.seen and not self.checked_before:
             raise not_compiled_refusal(f"the model {self.name} (nor anything its step calls)")
         return [COMPILED_NOTE] if self.seen and not self.checked_before else []
+
+
+def _default_compile(kwargs: dict[str, Any]) -> bool:
+    """``torch.compile``'s settings are those a compiled estimate takes: inductor, its default
+    mode, no options (``max-autotune`` and CUDA graphs allocate otherwise)."""
+    return (
+        kwargs.get("backend", "inductor") == "inductor"
+        and kwargs.get("mode") in (None, "default")
+        and not kwargs.get("options")
+    )
 
 
 def _phase_words(phase: str) -> str:

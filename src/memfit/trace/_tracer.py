@@ -24,7 +24,9 @@ from memfit._errors import InvalidInputError, MemfitError
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit._gpus import GPU
 from memfit.trace import _autocast
-from memfit.trace._compiled import CompileGuard
+from memfit.trace._compiled import CaptureNeeded, CompileGuard
+from memfit.trace._compiled_capture import CompiledPlan, capture_compiled
+from memfit.trace._compiled_replay import compiled_notes
 from memfit.trace._failure import check_batch, checked_loss, describe_batch
 from memfit.trace._failure import trace_error as _explain
 from memfit.trace._function_mode import TraceFunctionMode, python_function_reentry
@@ -250,15 +252,27 @@ class _Session:
 
 
 def trace_workload(workload: Workload, gpu: GPU) -> Trace:
-    """Trace ``workload`` as it would run on ``gpu``. Never touches a real GPU."""
+    """Trace ``workload`` as it would run on ``gpu``. Never touches a real GPU. A model compiled
+    as a whole is captured as inductor compiles it first, then traced with that plan."""
     start = time.perf_counter()
+    try:
+        return _trace(workload, gpu, None, start)
+    except CaptureNeeded:
+        plan = capture_compiled(workload, gpu)
+    trace = _trace(workload, gpu, plan, start)
+    trace.notes[:0] = compiled_notes(plan, torch.__version__)
+    return trace
+
+
+def _trace(workload: Workload, gpu: GPU, plan: CompiledPlan | None, start: float) -> Trace:
+    """One trace of ``workload``; a compiled model is replayed with ``plan``."""
     if workload.mode == "train":  # a loss backward cannot run on is refused with its value
         workload = dataclasses.replace(workload, loss_fn=checked_loss(workload.loss_fn))
     session = _Session(gpu)
     session.shadows.routing.policy = workload.moe_routing or "balanced"
     recorder = session.recorder
     model: nn.Module | None = None
-    compile_guard = CompileGuard(workload, lambda: recorder.phase)
+    compile_guard = CompileGuard(workload, lambda: recorder.phase, plan)
     with session.active(), compile_guard.active():
         try:
             model = compile_guard.checked_model(prepare_model(workload, "meta"))

@@ -10,6 +10,8 @@ from memfit.workload._compiled import (
     compiled_refusal,
     eager_view,
     not_compiled_refusal,
+    optimized_module_type,
+    whole_model_compiled,
 )
 from memfit.workload._models import ModelRecipe, catalog_entries, resolve_model
 from memfit.workload._spec import (
@@ -53,9 +55,11 @@ __all__ = [
     "make_optimizer",
     "make_workload",
     "not_compiled_refusal",
+    "optimized_module_type",
     "optimizer_for",
     "optimizers_of",
     "prepare_model",
     "resolve_model",
     "run_steps",
+    "whole_model_compiled",
 ]

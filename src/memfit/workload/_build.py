@@ -237,7 +237,7 @@ def _module_parts(
     if batch is None and batch_of is None:
         raise InvalidInputError("Give batch= (a tensor, tuple, dict, or a factory of one).")
     name = (
-        type(model).__name__
+        type(getattr(model, "_orig_mod", model)).__name__  # torch.compile(Net) is named Net
         if isinstance(model, nn.Module)
         else getattr(model, "__name__", "model")
     )

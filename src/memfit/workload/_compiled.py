@@ -38,6 +38,7 @@ __all__ = [
     "eager_view",
     "not_compiled_refusal",
     "optimized_module_type",
+    "whole_model_compiled",
 ]
 
 COMPILED_NOTE = (
@@ -60,11 +61,13 @@ def check_compiled_setting(value: object) -> None:
 def compiled_refusal(what: str) -> UnsupportedWorkloadError:
     """The one paragraph for ``what`` is compiled (e.g. "the model is torch.compile(GPT2)")."""
     return UnsupportedWorkloadError(
-        f"memfit cannot estimate a step compiled with torch.compile yet: {what}. The compiled "
-        "step fuses kernels and saves other (usually fewer) activations for backward than the "
-        "eager step memfit traces, so its memory is usually less, and memfit does not yet "
-        "estimate it from the compiler's own lowering. To estimate the uncompiled model "
-        "instead, an upper bound of the compiled step's memory, pass compiled='eager' (on the "
+        f"memfit cannot estimate this compiled step yet: {what}. memfit estimates a model "
+        "compiled as a whole by torch.compile with inductor's defaults (no mode, no options), "
+        "called by memfit's own step: the step as inductor compiles it, which saves other "
+        "(usually fewer) activations than the eager step. A compiled submodule, function, "
+        "loss or step function, another backend, or mode='max-autotune' / 'reduce-overhead' "
+        "it does not take yet. To estimate the uncompiled model instead, an upper bound of "
+        "the compiled step's memory, pass compiled='eager' (on the "
         "command line: --compiled eager); or estimate the model before torch.compile wraps it."
     )
 
@@ -123,6 +126,35 @@ def compiled_parts(model: nn.Module) -> list[str]:
     return found
 
 
+def whole_model_compiled(model: Any, found: list[str]) -> bool:
+    """``model`` is ``torch.compile(module)`` and nothing else given is compiled: the case a
+    compiled estimate takes (the trace captures inductor's step for it)."""
+    optimized = optimized_module_type()
+    return (
+        optimized is not None
+        and isinstance(model, optimized)
+        and len(found) == 1
+        and isinstance(model._orig_mod, nn.Module)
+        and not _any_compiled(model._orig_mod, optimized)
+        and default_inductor(model)
+    )
+
+
+def default_inductor(model: nn.Module) -> bool:
+    """``model`` was compiled by inductor in its default mode with no options (what a compiled
+    estimate takes: ``max-autotune`` chooses kernels by timing them, ``reduce-overhead``
+    records CUDA graphs with their own memory pool). Where dynamo's wrapper cannot be read, the
+    setting is taken as the default."""
+    backend: Any = getattr(getattr(model, "dynamo_ctx", None), "callback", None)
+    for _ in range(4):  # dynamo wraps the backend a few times
+        if backend is None or hasattr(backend, "_compiler_name"):
+            break
+        backend = getattr(backend, "_torchdynamo_orig_backend", None)
+    if backend is None or not hasattr(backend, "_compiler_name"):
+        return True
+    return backend._compiler_name == "inductor" and not getattr(backend, "config", None)
+
+
 def eager_view(model: nn.Module) -> nn.Module:
     """``model`` with every ``OptimizedModule`` replaced by the module it wraps and every
     in-place compilation dropped; the user's ``model`` is not modified.
@@ -176,6 +208,8 @@ def compiled_as_eager(
             found.append(f"{key}={_name(value)} is compiled with torch.compile")
     if callable(batch) and compiled_function(batch):
         found.append(f"the batch factory {_name(batch)} is compiled with torch.compile")
+    if setting is None and whole_model_compiled(model, found) and options.get("step_fn") is None:
+        return model, ()  # the trace captures and replays its compiled step
     if found and setting is None:
         raise compiled_refusal("; ".join(found))
     if not found:

@@ -1,0 +1,181 @@
+"""Replay a compiled model's wrappers (:class:`memfit.trace._compiled_capture.CompiledPlan`) in
+the trace: the model's call runs inductor's generated ``call`` functions on meta tensors, so the
+recorder sees the buffers the GPU would allocate, reuse and free, in its order.
+
+The generated code is run as written, with the GPU's pieces made harmless: ``empty_strided_cuda``
+makes a meta tensor, triton kernels do nothing (a kernel writes into buffers that exist
+already), extern kernels (cuBLAS matmuls into ``out=``) and fallback ops (cuDNN attention) run
+on meta tensors under the recorder as in an eager trace, with their workspaces. The forward's
+outputs past the call's own are what the backward needs: an autograd function holds them from
+the forward to the backward, which takes them over (the wrapper frees each after its last use,
+as on the GPU) and returns the parameters' gradients.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from memfit._errors import UnsupportedWorkloadError
+from memfit.trace._compiled_capture import CompiledPlan
+
+__all__ = ["CompiledReplay", "compiled_notes"]
+
+_CALL = re.compile(r"^( *)def call\((?:self, )?args\):\n", re.M)
+
+
+class _Kernel:
+    """A triton kernel of the wrapper: it writes into buffers, it allocates nothing."""
+
+    def run(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class _Namespace(dict[str, Any]):
+    """The wrapper's globals: checks (``assert_*``) and kernels (``triton_*``) the wrapper's
+    module would define do nothing here."""
+
+    def __missing__(self, name: str) -> Any:
+        if name.startswith("assert_"):
+            return lambda *args, **kwargs: None
+        if name.startswith("triton_"):
+            return _Kernel()
+        raise KeyError(name)
+
+
+def _reinterpret(base: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
+    return base.as_strided(size, stride, base.storage_offset() + offset)
+
+
+def wrapper_call(source: str) -> Callable[[list[Any]], list[Any]]:
+    """The ``call(args)`` of an inductor wrapper, runnable on meta tensors."""
+    match = _CALL.search(source)
+    if match is None:
+        raise UnsupportedWorkloadError("inductor's wrapper has no call(args) function")
+    indent = len(match.group(1))
+    lines = ["def call(args):"]
+    for line in source[match.end() :].splitlines():
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        lines.append(line)
+    body = textwrap.dedent("\n".join(lines[1:]))
+    body = body.replace("torch.cuda._DeviceGuard(0)", "_nullcontext()")
+    body = re.sub(r"^(\s*)torch\.cuda\.set_device\(\d+\)$", r"\1pass", body, flags=re.M)
+    code = "def call(args):\n" + textwrap.indent(body, "    ")
+    from torch._inductor.select_algorithm import extern_kernels
+
+    namespace: dict[str, Any] = _Namespace(
+        {
+            "torch": torch,
+            "aten": torch.ops.aten,
+            "extern_kernels": extern_kernels,
+            "_nullcontext": nullcontext,
+            "empty_strided_cuda": lambda size, stride, dtype: torch.empty_strided(
+                size, stride, dtype=dtype, device="meta"
+            ),
+            "empty_strided_cpu": lambda size, stride, dtype: torch.empty_strided(
+                size, stride, dtype=dtype, device="cpu"
+            ),
+            "empty_strided_cpu_pinned": lambda size, stride, dtype: torch.empty_strided(
+                size, stride, dtype=dtype, device="cpu"
+            ),
+            "reinterpret_tensor": _reinterpret,
+            "get_raw_stream": lambda index: 0,
+            "assert_size_stride": lambda *a, **k: None,
+            "assert_alignment": lambda *a, **k: None,
+            "assert_size_stride_grouped": lambda *a, **k: None,
+            "copy_if_misaligned": lambda t: t,
+        }
+    )
+    for name in set(re.findall(r"\b(triton_\w+)\.run\(", code)):
+        namespace[name] = _Kernel()
+    exec(compile(code, "<inductor wrapper>", "exec"), namespace)
+    call: Callable[[list[Any]], list[Any]] = namespace["call"]
+    return call
+
+
+class _Region(torch.autograd.Function):
+    """The compiled graph as one autograd node: forward runs the forward wrapper, backward the
+    backward wrapper on what the forward saved and the output gradients."""
+
+    @staticmethod
+    def forward(ctx: Any, replay: CompiledReplay, *inputs: torch.Tensor) -> Any:
+        outs = list(replay.forward_call(list(inputs)))
+        user = replay.plan.user_outputs
+        ctx.replay = replay
+        ctx.held = outs[user:]  # what the backward needs, taken over by it
+        ctx.inputs = len(inputs)
+        del outs[user:]
+        kept = [o for i, o in enumerate(outs) if i not in replay.plan.tangents]
+        ctx.mark_non_differentiable(*[o for o in kept if isinstance(o, torch.Tensor)])
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        replay: CompiledReplay = ctx.replay
+        args = ctx.held
+        ctx.held = None
+        args.extend(grads[i] for i in replay.plan.tangents)
+        del grads
+        assert replay.backward_call is not None
+        out = list(replay.backward_call(args))
+        return (None, *out[: ctx.inputs])
+
+
+class CompiledReplay(nn.Module):
+    """The meta model, called as its compiled graph runs on the GPU."""
+
+    def __init__(self, model: nn.Module, plan: CompiledPlan) -> None:
+        super().__init__()
+        self.inner = model
+        self.plan = plan
+        self.forward_call = wrapper_call(plan.forward)
+        self.backward_call = wrapper_call(plan.backward) if plan.backward else None
+        named: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
+        named.update(model.named_buffers())
+        self._named = named
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, spec = tree_flatten((args, kwargs))
+        if spec != self.plan.call_spec:
+            raise UnsupportedWorkloadError(
+                "the compiled model is called with other arguments than when it was captured; "
+                "pass compiled='eager' (--compiled eager)."
+            )
+        inputs = [
+            self._named[key] if kind != "arg" else leaves[key] for kind, key in self.plan.inputs
+        ]
+        del leaves
+        if torch.is_grad_enabled() and self.backward_call is not None:
+            outs = _Region.apply(self, *inputs)
+        else:
+            outs = self.forward_call(inputs)[: self.plan.user_outputs]
+        values = [outs[key] if kind == "out" else key for kind, key in self.plan.output_leaves]
+        return tree_unflatten(values, self.plan.output_spec)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["inner"], name)
+
+
+def compiled_notes(plan: CompiledPlan, version: str) -> list[str]:
+    """What the estimate of a compiled model assumed, in words."""
+    attention = ", ".join(f"{n} x {b}" for b, n in sorted(plan.attention.items()))
+    return [
+        "the model is compiled with torch.compile: this is the compiled step as inductor "
+        f"(torch {version}) lowers it for this GPU, its buffers, their reuse and what its "
+        "forward saves; a GPU host with another torch version compiles another step",
+        *([f"compiled attention ran {attention}"] if attention else []),
+    ]

@@ -1,0 +1,192 @@
+"""Inductor's lowering of a compiled graph for CUDA, on a machine without a GPU.
+
+A compiled step's memory is what inductor's generated wrapper allocates: its buffers
+(``empty_strided_cuda``), their reuse (``# reuse``), their frees (``del``) and the extern and
+fallback kernels' own outputs. Inductor decides all of it before any kernel is compiled, from
+the graph and a few device properties. So the lowering runs here with those properties answered
+as the target GPU's (:func:`answering_as`) and stops at the wrapper's source (nothing is
+compiled, loaded or benchmarked). What the GPU would decide by timing kernels is taken the way
+that costs memory: pad_mm pads every misaligned matmul (``force_shape_pad``), as the H200 chose
+for GPT-2's vocabulary (benchmarks/results/h200-2026-12-01-session7: with that, the wrapper of a
+compiled GPT-2 step is the GPU's own to the byte under the same torch version).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from memfit._errors import UnsupportedWorkloadError
+from memfit._gpus import GPU
+
+__all__ = ["answering_as", "lower_for_cuda"]
+
+
+class _Properties:
+    """What inductor reads of ``torch.cuda.get_device_properties``."""
+
+    def __init__(self, gpu: GPU) -> None:
+        self.name = gpu.name
+        self.major, self.minor = gpu.compute_capability
+        self.multi_processor_count = gpu.sm_count
+        self.total_memory = gpu.total
+        self.max_threads_per_multi_processor = gpu.threads_per_sm
+        self.max_threads_per_block = 1024
+        self.regs_per_multiprocessor = 65536
+        self.warp_size = 32
+        self.shared_memory_per_block_optin = 232448
+        self.L2_cache_size = 60 * 2**20
+        self.gcnArchName = ""
+        self.uuid = "memfit"
+
+
+class _Stop(BaseException):
+    """Raised at the end of code generation: the wrapper's source is all that is needed (a
+    BaseException, which inductor does not wrap in its own errors)."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__("stopped after code generation")
+        self.source = source
+
+
+@contextmanager
+def answering_as(gpu: GPU) -> Iterator[None]:
+    """Inductor's device queries answered as ``gpu`` would, every patch undone on exit."""
+    try:
+        import torch._functorch.config as functorch_config
+        import torch._inductor.config as config
+    except ImportError as exc:  # pragma: no cover - inductor ships with torch
+        raise _missing(exc) from exc
+    patches = _device_patches(gpu)
+    saved = [(owner, name, owner.__dict__.get(name, _MISSING)) for owner, name, _ in patches]
+    settings = config.patch(
+        force_shape_pad=True,  # pad as the GPU's timing chose for GPT-2's vocabulary
+        fx_graph_cache=False,  # a cached graph would skip code generation
+        fx_graph_remote_cache=False,
+    )
+    with settings, functorch_config.patch(enable_autograd_cache=False):
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        try:
+            yield
+        finally:
+            for owner, name, value in reversed(saved):
+                if value is _MISSING:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, value)
+
+
+def _missing(exc: ImportError) -> UnsupportedWorkloadError:
+    return UnsupportedWorkloadError(
+        f"Estimating a compiled step needs inductor and triton ({exc}); this torch build has "
+        "no triton (CPU-only wheels do not ship it). Install torch's CUDA build on this "
+        "machine (no GPU is needed), or pass compiled='eager' (--compiled eager) for the "
+        "uncompiled step, an upper bound."
+    )
+
+
+def _device_patches(gpu: GPU) -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, value): the device queries inductor makes, answered as ``gpu``;
+    code generation stopped at the wrapper's source."""
+    try:
+        import torch._inductor.fx_passes.pad_mm as pad_mm
+        import torch._inductor.scheduler as scheduler
+        import torch.utils._triton as triton_utils
+        from torch._dynamo.device_interface import CudaInterface
+        from torch._inductor.graph import GraphLowering
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler.compiler import make_backend
+    except ImportError as exc:
+        raise _missing(exc) from exc
+    props = _Properties(gpu)
+    major, minor = gpu.compute_capability
+    backend = make_backend(GPUTarget("cuda", major * 10 + minor, 32))
+    interface: Any = CudaInterface
+    answers = {"triton_backend": lambda: backend, "triton_hash_with_backend": lambda: "memfit"}
+
+    def codegen_only(self: Any, *args: Any, **kwargs: Any) -> Any:
+        code = self.codegen()
+        code = code[0] if isinstance(code, tuple) else code
+        raise _Stop(str(getattr(code, "value", code)))
+
+    patches: list[tuple[Any, str, Any]] = [
+        (GraphLowering, "compile_to_module", codegen_only),
+        (torch.cuda, "get_device_properties", lambda *a, **k: props),
+        (torch.cuda, "get_device_capability", lambda *a, **k: gpu.compute_capability),
+        (torch.cuda, "current_device", lambda: 0),
+        (torch.cuda, "get_rng_state", lambda *a, **k: torch.zeros(16, dtype=torch.uint8)),
+        (torch.cuda, "set_rng_state", lambda *a, **k: None),
+        (torch.cuda, "_lazy_init", lambda: None),
+        (torch.cuda, "is_current_stream_capturing", lambda: False),
+        (torch.cuda.graphs, "is_current_stream_capturing", lambda: False),
+        (interface, "get_device_properties", staticmethod(lambda *a, **k: props)),
+        (interface.Worker, "get_device_properties", staticmethod(lambda *a, **k: props)),
+        (interface, "get_compute_capability", staticmethod(lambda *a, **k: major * 10 + minor)),
+        (interface, "current_device", staticmethod(lambda: 0)),
+        (interface, "device_count", staticmethod(lambda: 1)),
+        (interface, "is_bf16_supported", staticmethod(lambda *a, **k: major >= 8)),
+        *((triton_utils, name, answer) for name, answer in answers.items()),
+        (pad_mm, "check_device", lambda a, b: True),  # the joint graph is on the CPU
+    ]
+    # has_triton is imported by name in several modules: all of them answer yes
+    for module in (triton_utils, scheduler, pad_mm, sys.modules.get("torch._inductor.utils")):
+        if module is not None and hasattr(module, "has_triton"):
+            patches.append((module, "has_triton", lambda: True))
+    codegen_triton = sys.modules.get("torch._inductor.codegen.triton")
+    for name, answer in answers.items():  # imported by name there too
+        if codegen_triton is not None and hasattr(codegen_triton, name):
+            patches.append((codegen_triton, name, answer))
+    return patches
+
+
+_MISSING = object()
+
+
+def lower_for_cuda(gm: torch.fx.GraphModule, is_backward: bool) -> str:
+    """The wrapper source inductor generates for ``gm`` (captured on the CPU) on CUDA device 0.
+    Call inside :func:`answering_as`."""
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    cuda = torch.device("cuda", 0)
+    for node in gm.graph.nodes:
+        device = node.kwargs.get("device")
+        if isinstance(device, torch.device) and device.type == "cpu":
+            node.kwargs = {**node.kwargs, "device": cuda}
+        node.args = tuple(
+            cuda if isinstance(a, torch.device) and a.type == "cpu" else a for a in node.args
+        )
+    gm.recompile()
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    inputs: list[Any] = []
+    with fake:
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                value = node.meta["val"]
+                if isinstance(value, torch.Tensor):
+                    device = cuda if value.device.type == "cpu" else value.device
+                    value = torch.empty_strided(
+                        value.shape, value.stride(), dtype=value.dtype, device=device
+                    )
+                inputs.append(value)
+    try:
+        with torch._guards.tracing(torch._guards.TracingContext(fake)):
+            compile_fx_inner(gm, inputs, is_backward=is_backward)
+    except _Stop as stop:
+        return stop.source
+    except Exception as exc:
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, _Stop):
+            cause = cause.__cause__ or getattr(cause, "inner_exception", None)
+        if isinstance(cause, _Stop):
+            return cause.source
+        raise
+    raise UnsupportedWorkloadError(
+        "inductor compiled a graph without generating a wrapper (a cached graph?): the "
+        "compiled step could not be lowered; pass compiled='eager' (--compiled eager)."
+    )

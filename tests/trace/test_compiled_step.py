@@ -1,0 +1,200 @@
+"""A model compiled as a whole with ``torch.compile`` is estimated as inductor compiles it: the
+step is captured on fake CPU tensors, lowered for the GPU's CUDA with no GPU here, and the
+generated wrappers run on meta tensors in the trace (their buffers, reuse and frees, what the
+forward saves). The GPU check of the same path is benchmarks/compiled_lowering.py and the
+held-out compiled workloads (benchmarks/results/h200-2026-12-01-session7).
+
+A compile of even a small model takes seconds: the models here are tiny GPT-2s, each captured
+once per module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from memfit import Category, Estimate, UnsupportedWorkloadError, estimate
+from memfit.trace._compiled_replay import wrapper_call
+
+pytest.importorskip("triton", reason="inductor's lowering for CUDA needs triton")
+transformers = pytest.importorskip("transformers")
+
+CONFIG = dict(n_layer=2, n_embd=64, n_head=2, vocab_size=512, n_positions=64, use_cache=False)
+
+
+def _gpt2(compiled: bool = True) -> nn.Module:
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**CONFIG))
+    model.loss_type = "ForCausalLM"
+    return torch.compile(model) if compiled else model  # type: ignore[return-value]
+
+
+def _batch() -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, 512, (2, 32))
+    return {"input_ids": ids, "labels": ids}
+
+
+@pytest.fixture(scope="module")
+def train() -> tuple[Estimate, Estimate]:
+    """The compiled estimate and the eager one (``compiled='eager'``) of the same step."""
+    kwargs: dict[str, Any] = dict(gpu="h200", precision="bf16-mixed", optimizer="adamw")
+    return estimate(_gpt2, _batch, **kwargs), estimate(_gpt2, _batch, compiled="eager", **kwargs)
+
+
+def test_a_compiled_model_is_estimated_as_inductor_compiles_it(train: tuple[Estimate, Estimate]):
+    compiled, eager = train
+    assert compiled.notes[0].startswith(
+        "the model is compiled with torch.compile: this is the compiled step as inductor"
+    )
+    assert torch.__version__ in compiled.notes[0]  # compiled memory depends on the version
+    assert "compiled attention ran 2 x cudnn" in compiled.notes  # bf16 on an H200
+    # fused kernels save fewer activations: less memory than the eager step
+    assert compiled.peak_allocated < eager.peak_allocated
+    assert 0 < _held_for_backward(compiled) < _held_for_backward(eager)
+
+
+def _held_for_backward(est: Estimate) -> int:
+    """What the second step's forward leaves for its backward (saved values, the outputs)."""
+    starts = dict(est.timeline.phases)
+    forward, backward = starts["step2.forward"], starts["step2.backward"]
+    return est.timeline.allocated[backward - 1] - est.timeline.allocated[forward - 1]
+
+
+def test_every_parameter_gets_its_gradient_from_the_compiled_backward(
+    train: tuple[Estimate, Estimate],
+):
+    compiled, eager = train
+    parameters = sum(p.numel() * 4 for p in {id(p): p for p in _gpt2(False).parameters()}.values())
+    assert compiled.peak_phase == "step1.optimizer"  # Adam's state is made beside the gradients
+    assert compiled.by_category[Category.GRADIENT] == parameters
+    assert (
+        compiled.by_category[Category.OPTIMIZER_STATE]
+        == eager.by_category[Category.OPTIMIZER_STATE]
+    )
+
+
+def test_a_compiled_inference_step_runs_the_inference_graph():
+    compiled = estimate(
+        _gpt2,
+        lambda: {"input_ids": torch.randint(0, 512, (2, 32))},
+        gpu="h200",
+        mode="infer",
+        precision="bf16",
+    )
+    eager = estimate(
+        _gpt2,
+        lambda: {"input_ids": torch.randint(0, 512, (2, 32))},
+        gpu="h200",
+        mode="infer",
+        precision="bf16",
+        compiled="eager",
+    )
+    assert compiled.notes[0].startswith("the model is compiled with torch.compile")
+    assert (
+        Category.GRADIENT not in compiled.by_category or not compiled.by_category[Category.GRADIENT]
+    )
+    assert compiled.peak_allocated <= eager.peak_allocated
+
+
+def test_a_users_compiled_model_is_left_as_it_was():
+    model = _gpt2()
+    weight = model._orig_mod.transformer.wte.weight
+    before = weight.detach().clone()
+    estimate(model, _batch, gpu="h200")
+    assert model._orig_mod.transformer.wte.weight is weight
+    assert weight.device.type == "cpu" and torch.equal(weight.detach(), before)
+    assert torch.compile is not None and not isinstance(weight, torch._subclasses.FakeTensor)
+
+
+class Breaks(nn.Module):
+    """A forward with a graph break (a Python value read off a tensor)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if float(x.sum()) > 0:  # data-dependent: dynamo breaks the graph here
+            return self.proj(x)
+        return -self.proj(x)
+
+
+def test_a_model_that_does_not_compile_to_one_graph_is_refused_with_the_way_out():
+    with pytest.raises(UnsupportedWorkloadError, match=r"compiled='eager' \(--compiled eager\)"):
+        estimate(torch.compile(Breaks()), lambda: torch.randn(4, 8), gpu="h200")
+
+
+def test_batch_norm_updates_its_statistics_inside_the_compiled_graph():
+    def make() -> nn.Module:
+        return torch.compile(nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)))  # type: ignore[return-value]
+
+    est = estimate(make, lambda: torch.randn(2, 3, 16, 16), gpu="h200", optimizer="sgd")
+    # the running statistics are written in place by the graph (the wrapper's kernels):
+    # nothing for the replay to copy back
+    assert est.notes[0].startswith("the model is compiled with torch.compile")
+    assert est.by_category[Category.BUFFER] == (8 + 8 + 1 * 2) * 4  # means, variances, count
+
+
+WRAPPER = """
+class Runner:
+    def call(self, args):
+        arg0_1, arg1_1, arg2_1 = args
+        args.clear()
+        assert_size_stride(arg0_1, (256, 768), (768, 1))
+        with torch.cuda._DeviceGuard(0):
+            torch.cuda.set_device(0)
+            buf0 = empty_strided_cuda((256, 3072), (3072, 1), torch.float32)
+            extern_kernels.mm(arg0_1, arg1_1, out=buf0)
+            del arg0_1
+            del arg1_1
+            buf1 = buf0; del buf0  # reuse
+            stream0 = get_raw_stream(0)
+            triton_poi_fused_gelu_0.run(buf1, 786432, stream=stream0)
+            buf2 = empty_strided_cuda((256, 768), (768, 1), torch.float32)
+            extern_kernels.mm(buf1, arg2_1, out=buf2)
+            del arg2_1
+            del buf1
+            buf6 = reinterpret_tensor(buf2, (128, 768), (768, 1), 98304); del buf2  # reuse
+        return (buf6, )
+"""
+
+
+def test_an_inductor_wrapper_runs_on_meta_tensors():
+    call = wrapper_call(WRAPPER)
+    args = [
+        torch.empty(256, 768, device="meta"),
+        torch.empty(768, 3072, device="meta"),
+        torch.empty(3072, 768, device="meta"),
+    ]
+    (out,) = call(args)
+    assert args == []  # the wrapper takes its inputs over, as on the GPU
+    assert out.device.type == "meta" and out.shape == (128, 768)
+    assert out.storage_offset() == 98304 and out.untyped_storage().nbytes() == 256 * 768 * 4
+
+
+def test_an_output_that_is_a_view_of_the_graphs_own_result_is_taken():
+    """BERT's logits are a view of the decoder's matmul: the forward returns them with their
+    base, and the backward takes the base's gradient."""
+
+    def make() -> nn.Module:
+        config = transformers.BertConfig(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=128,
+            vocab_size=1000,
+        )
+        model = transformers.BertForMaskedLM(config)
+        model.loss_type = "ForMaskedLM"
+        return torch.compile(model)  # type: ignore[return-value]
+
+    def batch() -> dict[str, torch.Tensor]:
+        ids = torch.randint(0, 1000, (2, 32))
+        return {"input_ids": ids, "labels": ids}
+
+    compiled = estimate(make, batch, gpu="h200")
+    eager = estimate(make, batch, gpu="h200", compiled="eager")
+    assert "compiled attention ran 2 x efficient" in compiled.notes  # fp32 on an H200
+    assert compiled.peak_allocated < eager.peak_allocated
