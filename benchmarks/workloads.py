@@ -453,6 +453,18 @@ HELD_OUT_12_COMPILED: list[dict[str, Any]] = [
     },
 ]
 
+# Not held out: the compiled GPT-2 step the compiled trace was developed against
+# (benchmarks/compiled_truth.py measured it first, session 7)
+COMPILED_DEV: list[dict[str, Any]] = [
+    {
+        "id": "gpt2-compiled-bf16mixed-b8-s1024",
+        "model": "benchmarks/models/compiled_gpt2.py:make_model",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+    },
+]
+
 # Not held out: measured while MoE routing was built (benchmarks/moe_dev.py, "mix-grouped")
 MOE_DEV: list[dict[str, Any]] = [
     {
@@ -464,4 +476,4 @@ MOE_DEV: list[dict[str, Any]] = [
     },
 ]
 
-ALL = WORKLOADS + HELD_OUT + HELD_OUT_12 + HELD_OUT_12_STEPS + HELD_OUT_12_COMPILED + MOE_DEV
+ALL = WORKLOADS + HELD_OUT + HELD_OUT_12 + HELD_OUT_12_STEPS + HELD_OUT_12_COMPILED + COMPILED_DEV + MOE_DEV
