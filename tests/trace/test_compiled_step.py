@@ -10,6 +10,7 @@ once per module.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -198,3 +199,30 @@ def test_an_output_that_is_a_view_of_the_graphs_own_result_is_taken():
     eager = estimate(make, batch, gpu="h200", compiled="eager")
     assert "compiled attention ran 2 x efficient" in compiled.notes  # fp32 on an H200
     assert compiled.peak_allocated < eager.peak_allocated
+
+
+def test_the_first_compile_times_each_padded_matmul_as_on_the_gpu():
+    """A vocabulary of 1,001 is padded to 1,008 for bf16 matmuls: on the GPU the first compile
+    times that matmul padded and unpadded, with an L2-flush buffer between runs."""
+    from memfit._gpus import resolve_gpu
+    from memfit.trace._compiled_capture import capture_compiled
+    from memfit.trace._inductor import L2_FLUSH_BYTES
+    from memfit.workload import make_workload
+
+    def make() -> nn.Module:
+        config = transformers.GPT2Config(**{**CONFIG, "vocab_size": 1001})
+        return torch.compile(transformers.GPT2LMHeadModel(config))  # type: ignore[return-value]
+
+    def batch() -> dict[str, torch.Tensor]:
+        return {"input_ids": torch.randint(0, 1001, (2, 32))}
+
+    kwargs: dict[str, Any] = dict(mode="infer", precision="bf16", gpu="h200")
+    plan = capture_compiled(make_workload(make, batch=batch, **kwargs), resolve_gpu("h200"))
+    (bench,) = plan.pad_benchmarks
+    assert bench.op == "mm" and bench.padding == (0, 0, 7)  # the vocabulary, to 1,008
+    assert bench.mat1[0] == (64, 64) and bench.mat2[0] == (64, 1001)
+    est = estimate(make, batch, **kwargs)
+    starts = dict(est.timeline.phases)
+    first = est.timeline.allocated[starts["step1.forward"] :]
+    steps = {b - a for a, b in itertools.pairwise(first)}
+    assert L2_FLUSH_BYTES in steps  # the flush buffer between timed runs

@@ -53,7 +53,10 @@ class CompileGuard:
     ``plan``, a model compiled as a whole is replayed as inductor compiles it."""
 
     def __init__(
-        self, workload: Workload, phase: Callable[[], str], plan: CompiledPlan | None = None
+        self,
+        workload: Workload,
+        phase: Callable[[], str],
+        plan: CompiledPlan | None = None,
     ) -> None:
         self.plan = plan
         self.replays = workload.compiled is None and workload.step_fn is None

@@ -32,7 +32,12 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_map
 
 from memfit._errors import MemfitError, UnsupportedWorkloadError
 from memfit._gpus import GPU
-from memfit.trace._inductor import answering_as, lower_for_cuda
+from memfit.trace._inductor import (
+    PadBenchmark,
+    answering_as,
+    lower_for_cuda,
+    recording_pad_benchmarks,
+)
 from memfit.trace._sdpa import choose_backend
 from memfit.workload import Workload, call_model, eager_view, prepare_model
 
@@ -52,6 +57,7 @@ class CompiledPlan:
     user_outputs: int  # the forward's outputs that are the call's; the rest are saved
     tangents: list[int] = field(default_factory=list)  # user outputs the backward takes
     attention: dict[str, int] = field(default_factory=dict)
+    pad_benchmarks: list[PadBenchmark] = field(default_factory=list)
 
 
 class _Capture:
@@ -119,10 +125,13 @@ def capture_compiled(workload: Workload, gpu: GPU) -> CompiledPlan:
         names.update({id(b): ("buffer", n) for n, b in twin.named_buffers()})
         compiled: Any = torch.compile(twin, backend=capture.backend, fullgraph=True)
         shim = _Shim(compiled)
-        with fake, answering_as(gpu), _cuda_attention(gpu.sm, attention):
+        benchmarks: list[PadBenchmark] = []
+        timing = recording_pad_benchmarks(benchmarks)
+        with fake, answering_as(gpu), _cuda_attention(gpu.sm, attention), timing:
             out = _run_step(workload, shim, batch)
         plan = _plan(capture, names, shim, out)
         plan.attention = attention
+        plan.pad_benchmarks = benchmarks
         with answering_as(gpu):
             plan.forward = _lowered(capture, False)
             plan.backward = _lowered(capture, True) if plan.backward is not None else None

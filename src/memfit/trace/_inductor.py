@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,7 +24,11 @@ import torch
 from memfit._errors import UnsupportedWorkloadError
 from memfit._gpus import GPU
 
-__all__ = ["answering_as", "lower_for_cuda"]
+__all__ = ["PadBenchmark", "answering_as", "lower_for_cuda", "recording_pad_benchmarks"]
+
+# The L2 cache inductor's benchmarker flushes between timed runs with a buffer of its size
+# (60 MiB on the H200: the allocator trace of a compiled GPT-2 medium, torch 2.11)
+L2_FLUSH_BYTES = 60 * 2**20
 
 
 class _Properties:
@@ -145,6 +150,67 @@ def _device_patches(gpu: GPU) -> list[tuple[Any, str, Any]]:
 
 
 _MISSING = object()
+
+Meta = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]  # shape, stride, dtype
+
+
+@dataclass(frozen=True)
+class PadBenchmark:
+    """One matmul pad_mm decided to pad: on the GPU its first compile times the padded and the
+    unpadded matmul, on real tensors of these shapes (a warm inductor cache skips it)."""
+
+    op: str  # mm, addmm or bmm
+    mat1: Meta
+    mat2: Meta
+    bias: Meta | None
+    padding: tuple[int, int, int]  # m, k, n
+    pre_padded: tuple[bool, bool]  # mat1, mat2 padded once, outside the timed runs
+
+
+def _meta(t: Any) -> Meta:
+    return tuple(int(d) for d in t.shape), tuple(int(d) for d in t.stride()), t.dtype
+
+
+@contextmanager
+def recording_pad_benchmarks(found: list[PadBenchmark]) -> Iterator[None]:
+    """While a graph is captured, every matmul pad_mm pads is added to ``found``."""
+    import torch._inductor.fx_passes.pad_mm as pad_mm
+
+    original = pad_mm.should_pad
+
+    def should_pad(match: Any, mat1: Any, mat2: Any, op: Any, input: Any = None) -> bool:
+        padded = bool(original(match, mat1, mat2, op, input))
+        if padded:
+            found.append(_benchmark(pad_mm, match, mat1, mat2, op, input))
+        return padded
+
+    pad_mm.should_pad = should_pad
+    try:
+        yield
+    finally:
+        pad_mm.should_pad = original
+
+
+def _benchmark(pad_mm: Any, match: Any, mat1: Any, mat2: Any, op: Any, bias: Any) -> PadBenchmark:
+    """What pad_mm's benchmark of one matmul allocates, read off its own rules."""
+    name = str(getattr(op, "__name__", op)).split(".")[-1]
+    row = 1 if name == "bmm" else 0
+    m, k = int(mat1.shape[row]), int(mat1.shape[row + 1])
+    n = int(mat2.shape[row + 1])
+    padding = (
+        pad_mm.get_padded_length(m, pad_mm.get_alignment_size(mat1)),
+        pad_mm.get_padded_length(k, pad_mm.get_alignment_size(mat1)),
+        pad_mm.get_padded_length(n, pad_mm.get_alignment_size(mat2)),
+    )
+    pre = tuple(bool(pad_mm.should_exclude_padding_time(match, a)) for a in ("mat1", "mat2"))
+    return PadBenchmark(
+        op=name,
+        mat1=_meta(mat1),
+        mat2=_meta(mat2),
+        bias=_meta(bias) if bias is not None and name == "addmm" else None,
+        padding=padding,
+        pre_padded=(pre[0], pre[1]),
+    )
 
 
 def lower_for_cuda(gm: torch.fx.GraphModule, is_backward: bool) -> str:
