@@ -197,7 +197,9 @@ def test_an_output_that_is_a_view_of_the_graphs_own_result_is_taken():
 
     compiled = estimate(make, batch, gpu="h200")
     eager = estimate(make, batch, gpu="h200", compiled="eager")
-    assert "compiled attention ran 2 x efficient" in compiled.notes  # fp32 on an H200
+    # fp32 on an H200: efficient attention under transformers 5.24 (the math path under
+    # 5.17, whose BERT passes a mask SDPA's fused kernels do not take in a compiled graph)
+    assert any(note.startswith("compiled attention ran 2 x ") for note in compiled.notes)
     assert compiled.peak_allocated < eager.peak_allocated
 
 
