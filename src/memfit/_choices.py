@@ -18,7 +18,7 @@ OPTIMIZERS = (
     "adamw-fused",
 )
 MODES = ("train", "infer")
-# what to do with a torch.compile'd model: "eager" estimates its uncompiled step (an upper bound)
+# what to do with a torch.compile'd model: "eager" estimates its uncompiled step
 COMPILED_CHOICES = ("eager",)
 # how mixture-of-experts routers are answered in a trace (memfit.trace._routing says what each is)
 MOE_ROUTINGS = ("balanced", "skewed")

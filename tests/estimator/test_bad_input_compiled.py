@@ -1,7 +1,8 @@
-"""Bad input: models and steps compiled with torch.compile. memfit cannot estimate a compiled
-step yet, so each form is refused (``UnsupportedWorkloadError``), in one paragraph that names
-what is compiled and the way forward (``compiled='eager'``, an upper bound); ``compiled=`` given
-where nothing is compiled, or with an unknown value, is refused as it would be ignored.
+"""Bad input: models and steps compiled with torch.compile in forms memfit does not estimate
+compiled (a whole model compiled with inductor's defaults is: tests/trace/test_compiled_step.py).
+Each form is refused (``UnsupportedWorkloadError``), in one paragraph that names what is compiled
+and the way forward (``compiled='eager'``, the uncompiled step); ``compiled=`` given where
+nothing is compiled, or with an unknown value, is refused as it would be ignored.
 
 What the user gives is refused before any work (the trace fails the test if reached); what is
 compiled while the step runs is refused in the trace. Models are two small layers; torch.compile
@@ -302,7 +303,7 @@ def test_cli_refuses_a_compiled_file_model_with_the_flag_to_use(capsys, compiled
 
 def test_cli_compiled_eager_estimates_with_the_note(capsys, compiled_file):
     out, _ = _run(capsys, ["estimate", compiled_file, "-b", "2", "--compiled", "eager"], 0)
-    assert "upper bound" in " ".join(out.split())
+    assert "usually more than the compiled step takes" in " ".join(out.split())
 
 
 def test_cli_compiled_eager_on_a_model_that_is_not_compiled_is_refused(capsys, tiny):

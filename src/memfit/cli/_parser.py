@@ -94,7 +94,7 @@ def _model_kind_args(p: argparse.ArgumentParser) -> None:
         choices=COMPILED_CHOICES,
         metavar="HOW",
         help="a model compiled with torch.compile: 'eager' estimates its uncompiled step, an "
-        "upper bound (compiled steps usually save fewer activations); without it, refused",
+        "usually more (compiled steps usually save fewer activations); without it, refused",
     )
 
 

@@ -1,5 +1,6 @@
-"""``torch.compile`` met while the step is traced: refused, or run eagerly under
-``compiled="eager"`` (with the note that says so). Nothing is ever compiled in a trace.
+"""``torch.compile`` met while the step is traced: a model compiled as a whole handed to the
+compiled path (captured first, :class:`CaptureNeeded`, then replayed), refused, or run eagerly
+under ``compiled="eager"`` (with the note that says so). Nothing is compiled in the trace itself.
 
 What the user gave is checked before any work (``memfit.workload``'s ``compiled_as_eager``); what
 is only met while the step runs is caught here:
@@ -7,7 +8,10 @@ is only met while the step runs is caught here:
 - ``torch.compile(...)`` / ``torch._dynamo.optimize(...)`` called in a model factory, a
   ``forward`` or a step function (``module.compile()`` calls ``torch.compile`` too): refused at
   the call, or the identity (the uncompiled module or function) under ``compiled="eager"``;
-- a model factory that returns a compiled model (:meth:`CompileGuard.checked_model`);
+  ``torch.compile(model)`` in a factory with inductor's defaults wraps the model for real, so
+  that the model the factory returns is compiled as a whole;
+- a model factory that returns a compiled model (:meth:`CompileGuard.checked_model`): a whole
+  model with inductor's defaults is replayed from its plan, other forms are refused;
 - anything compiled before the trace and called in it (a compiled helper held by a closure):
   dynamo's entry (``_callback_from_stance``, the hook ``torch.compiler.set_stance`` works
   through) answers "run eagerly", as ``set_stance("force_eager")`` does; the call is recorded

@@ -143,7 +143,7 @@ def capture_compiled(workload: Workload, gpu: GPU) -> CompiledPlan:
             f"compile it ({type(exc).__name__}: {_first_line(exc)}). "
             "Compiled estimates are made for whole models compiled with torch.compile that "
             "compile to one graph; pass compiled='eager' (--compiled eager) to estimate the "
-            "uncompiled step instead, an upper bound."
+            "uncompiled step instead, usually more than the compiled one takes."
         ) from exc
     finally:
         torch._dynamo.reset()

@@ -91,7 +91,7 @@ def _missing(exc: ImportError) -> UnsupportedWorkloadError:
         f"Estimating a compiled step needs inductor and triton ({exc}); this torch build has "
         "no triton (CPU-only wheels do not ship it). Install torch's CUDA build on this "
         "machine (no GPU is needed), or pass compiled='eager' (--compiled eager) for the "
-        "uncompiled step, an upper bound."
+        "uncompiled step, usually more than the compiled one takes."
     )
 
 

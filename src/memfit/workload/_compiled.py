@@ -1,11 +1,12 @@
-"""Models and functions compiled with ``torch.compile``: found before any work, refused, or
-estimated as their eager (uncompiled) step when the user asks for it with ``compiled="eager"``.
+"""Models and functions compiled with ``torch.compile``: found before any work, passed on to the
+compiled trace, refused, or estimated as their eager (uncompiled) step when the user asks for it
+with ``compiled="eager"``.
 
-A compiled step usually takes less memory than the eager one (fused kernels save fewer
-activations for backward), and memfit cannot yet estimate it from the compiler's lowering. So an
-estimate of a compiled workload is either refused (:func:`compiled_refusal`, the default) or the
-eager step, an upper bound, with :data:`COMPILED_NOTE` on the estimate. Never the eager step
-silently.
+A model compiled as a whole with inductor's defaults (:func:`whole_model_compiled`) is estimated
+as inductor compiles it (``memfit.trace``'s compiled path). Other compiled forms are refused
+(:func:`compiled_refusal`), or, under ``compiled="eager"``, estimated as the eager step, usually
+above the compiled one (not always), with :data:`COMPILED_NOTE` on the estimate. Never the eager
+step silently.
 
 The forms found here, on what the user gives: a ``torch.compile(model)`` (an ``OptimizedModule``,
 at the top or as a submodule), a module compiled in place (``module.compile()`` sets
@@ -42,8 +43,9 @@ __all__ = [
 ]
 
 COMPILED_NOTE = (
-    "the model is compiled with torch.compile; this is the eager step's memory, an upper "
-    "bound: compiled steps usually save fewer activations"
+    "the model is compiled with torch.compile; this is the eager step's memory, usually "
+    "more than the compiled step takes (not always: a compiled graph may choose other "
+    "kernels, e.g. BERT's attention under transformers 5.17)"
 )
 
 
@@ -54,7 +56,7 @@ def check_compiled_setting(value: object) -> None:
     raise InvalidInputError(
         f"compiled={value!r} is not a setting memfit knows: give compiled='eager' (on the "
         "command line, --compiled eager) to estimate a torch.compile'd model's uncompiled "
-        "step, an upper bound of its memory; or leave it out for a model that is not compiled."
+        "step, usually more than it takes; or leave it out for a model that is not compiled."
     )
 
 
@@ -66,7 +68,7 @@ def compiled_refusal(what: str) -> UnsupportedWorkloadError:
         "called by memfit's own step: the step as inductor compiles it, which saves other "
         "(usually fewer) activations than the eager step. A compiled submodule, function, "
         "loss or step function, another backend, or mode='max-autotune' / 'reduce-overhead' "
-        "it does not take yet. To estimate the uncompiled model instead, an upper bound of "
+        "it does not take yet. To estimate the uncompiled model instead, usually more than "
         "the compiled step's memory, pass compiled='eager' (on the "
         "command line: --compiled eager); or estimate the model before torch.compile wraps it."
     )

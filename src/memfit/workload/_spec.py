@@ -65,7 +65,7 @@ class WorkloadOptions(TypedDict, total=False):
     batch_size: int | None
     seq_len: int | None
     steps: int | None
-    compiled: str | None  # "eager": a torch.compile'd model estimated uncompiled (upper bound)
+    compiled: str | None  # "eager": a torch.compile'd model estimated uncompiled
     moe_routing: str | None  # "balanced" (default) or "skewed": see memfit.trace._routing
 
 
