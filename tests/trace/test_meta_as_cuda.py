@@ -68,3 +68,19 @@ def test_embedding_backward_copies_a_non_contiguous_gradient_first() -> None:
     # CUDA's embedding backward copies it (67,108,864 bytes) before its 131,072,000-byte output
     copy = ops.index(("embedding backward contiguous grad", b * s * d * 4))
     assert ops[copy + 1][0] == "embedding_dense_backward"
+
+
+def test_a_compiled_capture_sees_maybe_autocast_as_plain_autocast() -> None:
+    """Dynamo 2.11 cannot trace ``torch.is_autocast_enabled("cpu")`` inside transformers 5.17's
+    ``maybe_autocast`` (Llama's rotary embedding): the capture gets ``torch.autocast`` itself,
+    the same region; the original is back afterwards."""
+    import transformers.utils.generic as generic
+
+    from memfit.trace._library_autocast import maybe_autocast_traceable
+
+    original = generic.maybe_autocast
+    with maybe_autocast_traceable():
+        region = generic.maybe_autocast("cpu", enabled=False)
+        assert isinstance(region, torch.autocast) and not region._enabled
+        assert generic.maybe_autocast.__wrapped__ is original  # type: ignore[attr-defined]
+    assert generic.maybe_autocast is original

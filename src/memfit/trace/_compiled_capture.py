@@ -38,6 +38,7 @@ from memfit.trace._inductor import (
     lower_for_cuda,
     recording_pad_benchmarks,
 )
+from memfit.trace._library_autocast import maybe_autocast_traceable
 from memfit.trace._sdpa import choose_backend
 from memfit.workload import Workload, call_model, eager_view, prepare_model
 
@@ -126,8 +127,8 @@ def capture_compiled(workload: Workload, gpu: GPU) -> CompiledPlan:
         compiled: Any = torch.compile(twin, backend=capture.backend, fullgraph=True)
         shim = _Shim(compiled)
         benchmarks: list[PadBenchmark] = []
-        timing = recording_pad_benchmarks(benchmarks)
-        with fake, answering_as(gpu), _cuda_attention(gpu.sm, attention), timing:
+        timing, switches = recording_pad_benchmarks(benchmarks), maybe_autocast_traceable()
+        with fake, answering_as(gpu), _cuda_attention(gpu.sm, attention), timing, switches:
             out = _run_step(workload, shim, batch)
         plan = _plan(capture, names, shim, out)
         plan.attention = attention
