@@ -128,7 +128,8 @@ def capture_compiled(workload: Workload, gpu: GPU) -> CompiledPlan:
         shim = _Shim(compiled)
         benchmarks: list[PadBenchmark] = []
         timing, switches = recording_pad_benchmarks(benchmarks), maybe_autocast_traceable()
-        with fake, answering_as(gpu), _cuda_attention(gpu.sm, attention), timing, switches:
+        kernels = _cuda_attention(gpu.sm, attention, workload.autocast_dtype)
+        with fake, answering_as(gpu), kernels, timing, switches:
             out = _run_step(workload, shim, batch)
         plan = _plan(capture, names, shim, out)
         plan.attention = attention
@@ -368,9 +369,14 @@ def _lowered(capture: _Capture, is_backward: bool) -> str:
 
 
 @contextmanager
-def _cuda_attention(sm: int, seen: dict[str, int]) -> Iterator[None]:
+def _cuda_attention(
+    sm: int, seen: dict[str, int], autocast: torch.dtype | None = None
+) -> Iterator[None]:
     """``F.scaled_dot_product_attention`` calls the kernel the GPU of compute ``sm`` runs (on
-    the CPU it would call the CPU's flash kernel, which saves other tensors)."""
+    the CPU it would call the CPU's flash kernel, which saves other tensors). Under the step's
+    ``autocast`` dtype its floating inputs are cast first, as CUDA autocast casts SDPA's (the
+    kernels called here are below autocast: Llama's rotary embedding hands SDPA float32
+    queries, which the GPU runs in bf16)."""
     original: Callable[..., Any] = F.scaled_dot_product_attention
 
     def attention(
@@ -383,6 +389,10 @@ def _cuda_attention(sm: int, seen: dict[str, int]) -> Iterator[None]:
         scale: Any = None,
         enable_gqa: bool = False,
     ) -> Any:
+        if autocast is not None:
+            q, k, v = (t.to(autocast) if t.is_floating_point() else t for t in (q, k, v))
+            if attn_mask is not None and attn_mask.is_floating_point():
+                attn_mask = attn_mask.to(autocast)
         backend = choose_backend(q, k, v, attn_mask, sm, enable_gqa, dropout_p)
         seen[backend] = seen.get(backend, 0) + 1
         if attn_mask is not None and attn_mask.dtype == torch.bool and backend != "math":
