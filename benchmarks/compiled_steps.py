@@ -28,17 +28,30 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("id")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--as-memfit",
+        action="store_true",
+        help="build on the GPU and, in inference, freeze the parameters, as "
+        "memfit's measurement does",
+    )
     args = parser.parse_args()
     entry = next(w for w in ALL if w["id"] == args.id)
     path, _, fn = entry["model"].partition(":")
     namespace: dict[str, Any] = {}
     exec(compile(Path(path).read_text(), path, "exec"), namespace)
-    model = namespace[fn]().cuda()
+    if args.as_memfit:
+        with torch.device("cuda"):
+            model = namespace[fn]()
+    else:
+        model = namespace[fn]().cuda()
     precision = entry.get("precision", "fp32")
     if precision in ("bf16", "fp16"):
         model = model.to(torch.bfloat16 if precision == "bf16" else torch.float16)
     train = entry.get("mode", "train") == "train"
     model.train(train)
+    if args.as_memfit and not train:
+        for p in model.parameters():
+            p.requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters()) if train else None
     amp = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(precision)
     rows = []
