@@ -40,7 +40,7 @@ from memfit.trace._inductor import (
 )
 from memfit.trace._library_autocast import maybe_autocast_traceable
 from memfit.trace._sdpa import choose_backend
-from memfit.workload import Workload, call_model, eager_view, prepare_model
+from memfit.workload import Workload, call_model, cast_inputs, eager_view, prepare_model
 
 __all__ = ["CompiledPlan", "capture_compiled"]
 
@@ -116,12 +116,11 @@ def capture_compiled(workload: Workload, gpu: GPU) -> CompiledPlan:
     torch._dynamo.reset()  # a cached frame would not reach the backend
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     try:
-        with fake, answering_as(gpu), _cuda_attention(gpu.sm, attention):
+        with fake:
             float32 = dataclasses.replace(workload, precision="fp32")
             twin = _on_cpu(eager_view(prepare_model(float32, "cpu")), workload.param_dtype)
-            batch = tree_map(
-                lambda t: _in_dtype(_tensor_on_cpu(t), workload.param_dtype), workload.make_batch()
-            )
+            made = cast_inputs(workload.make_batch(), workload.param_dtype)
+            batch = tree_map(_tensor_on_cpu, made)
         names = {id(p): ("param", n) for n, p in twin.named_parameters(remove_duplicate=False)}
         names.update({id(b): ("buffer", n) for n, b in twin.named_buffers()})
         compiled: Any = torch.compile(twin, backend=capture.backend, fullgraph=True)
@@ -130,13 +129,14 @@ def capture_compiled(workload: Workload, gpu: GPU) -> CompiledPlan:
         timing, switches = recording_pad_benchmarks(benchmarks), maybe_autocast_traceable()
         kernels = _cuda_attention(gpu.sm, attention, workload.autocast_dtype)
         with fake, answering_as(gpu), kernels, timing, switches:
-            out = _run_step(workload, shim, batch)
-        plan = _plan(capture, names, shim, out)
-        plan.attention = attention
-        plan.pad_benchmarks = benchmarks
+            _run_step(workload, shim, batch)
+        plan = _plan(capture, names, shim)
         with answering_as(gpu):
-            plan.forward = _lowered(capture, False)
-            plan.backward = _lowered(capture, True) if plan.backward is not None else None
+            forward, backward = _lowered(capture, False), _lowered(capture, True)
+        assert forward is not None
+        plan = dataclasses.replace(
+            plan, forward=forward, backward=backward, attention=attention, pad_benchmarks=benchmarks
+        )
     except MemfitError:
         raise
     except Exception as exc:
@@ -157,13 +157,6 @@ def _tensor_on_cpu(value: Any, force: bool = False) -> Any:
     if not isinstance(value, torch.Tensor) or (value.device.type == "cpu" and not force):
         return value
     return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="cpu")
-
-
-def _in_dtype(value: Any, dtype: torch.dtype) -> Any:
-    """Pure low precision: floating inputs take the parameters' dtype, as the step casts them."""
-    if isinstance(value, torch.Tensor) and value.is_floating_point() and dtype != torch.float32:
-        return value.to(dtype)
-    return value
 
 
 def _on_cpu(module: nn.Module, dtype: torch.dtype, made: dict[int, Any] | None = None) -> nn.Module:
@@ -203,17 +196,19 @@ def _first_line(exc: BaseException) -> str:
 
 
 class _Shim(nn.Module):
-    """The compiled twin, with the flat arguments of its one call remembered."""
+    """The compiled twin, with the flat arguments and the output of each call remembered."""
 
     def __init__(self, compiled: nn.Module) -> None:
         super().__init__()
         self.compiled = compiled
         self.call_leaves: list[Any] = []
         self.call_spec: TreeSpec | None = None
+        self.outputs: list[Any] = []
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         self.call_leaves, self.call_spec = tree_flatten((args, kwargs))
-        return self.compiled(*args, **kwargs)
+        self.outputs.append(self.compiled(*args, **kwargs))
+        return self.outputs[-1]
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -222,37 +217,27 @@ class _Shim(nn.Module):
             return getattr(self._modules["compiled"], name)
 
 
-def _run_step(workload: Workload, model: nn.Module, batch: Any) -> Any:
+def _run_step(workload: Workload, shim: _Shim, batch: Any) -> None:
     """The workload's forward (and loss and backward in training), as its first step runs."""
     dtype = workload.autocast_dtype
     region = torch.autocast("cpu", dtype=dtype) if dtype is not None else nullcontext()
-    outputs: list[Any] = []
-    inner = model.forward
-
-    def remembered(*args: Any, **kwargs: Any) -> Any:
-        outputs.append(inner(*args, **kwargs))
-        return outputs[-1]
-
-    model.forward = remembered  # type: ignore[method-assign]
     if workload.mode == "infer":
         with torch.no_grad(), region:
-            (workload.forward_fn or call_model)(model, batch)
+            (workload.forward_fn or call_model)(shim, batch)
     else:
         with region:
-            loss = workload.loss_fn(model, batch)
+            loss = workload.loss_fn(shim, batch)
         loss.backward()
-    if len(outputs) != 1:
+    if len(shim.outputs) != 1:
         raise UnsupportedWorkloadError(
-            f"the compiled model was called {len(outputs)} times in one step; compiled "
+            f"the compiled model was called {len(shim.outputs)} times in one step; compiled "
             "estimates take one call per step. Pass compiled='eager' (--compiled eager)."
         )
-    return outputs[0]
 
 
-def _plan(
-    capture: _Capture, names: dict[int, tuple[str, str]], shim: _Shim, out: Any
-) -> CompiledPlan:
-    """Which input is what, and how the output is rebuilt, from what the backend saw."""
+def _plan(capture: _Capture, names: dict[int, tuple[str, str]], shim: _Shim) -> CompiledPlan:
+    """Which input is what, and how the output is rebuilt, from what the backend saw (the
+    wrappers' sources are filled in once the graphs are lowered)."""
     if capture.calls != 1:
         raise UnsupportedWorkloadError(
             f"dynamo made {capture.calls} graphs of the model; compiled estimates take a model "
@@ -286,7 +271,7 @@ def _plan(
     position: dict[int, int] = {}
     for i, ident in enumerate(capture.graph_outputs):
         position.setdefault(ident, i)
-    spec, rebuilt = _rebuilt(out, position)
+    spec, rebuilt = _rebuilt(shim.outputs[0], position)
     assert shim.call_spec is not None
     return CompiledPlan(
         inputs=inputs,
@@ -294,7 +279,7 @@ def _plan(
         output_spec=spec,
         output_leaves=rebuilt,
         forward="",
-        backward="" if backward else None,
+        backward=None,
         user_outputs=user,
         tangents=tangents,
     )
@@ -363,9 +348,11 @@ def _tangents(metadata: Any, user: int, bw_gm: torch.fx.GraphModule) -> list[int
     return tangents
 
 
-def _lowered(capture: _Capture, is_backward: bool) -> str:
+def _lowered(capture: _Capture, is_backward: bool) -> str | None:
+    """The wrapper of the captured forward or backward graph; None where there is none (a
+    backward in inference)."""
     graphs = [gm for bw, gm, _ in capture.graphs if bw == is_backward]
-    return lower_for_cuda(graphs[0], is_backward)
+    return lower_for_cuda(graphs[0], is_backward) if graphs else None
 
 
 @contextmanager

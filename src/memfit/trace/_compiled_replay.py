@@ -64,12 +64,12 @@ def wrapper_call(source: str) -> Callable[[list[Any]], list[Any]]:
     if match is None:
         raise UnsupportedWorkloadError("inductor's wrapper has no call(args) function")
     indent = len(match.group(1))
-    lines = ["def call(args):"]
+    lines: list[str] = []
     for line in source[match.end() :].splitlines():
         if line.strip() and len(line) - len(line.lstrip()) <= indent:
             break
         lines.append(line)
-    body = textwrap.dedent("\n".join(lines[1:]))
+    body = textwrap.dedent("\n".join(lines))
     body = body.replace("torch.cuda._DeviceGuard(0)", "_nullcontext()")
     body = re.sub(r"^(\s*)torch\.cuda\.set_device\(\d+\)$", r"\1pass", body, flags=re.M)
     code = "def call(args):\n" + textwrap.indent(body, "    ")
@@ -92,14 +92,9 @@ def wrapper_call(source: str) -> Callable[[list[Any]], list[Any]]:
             ),
             "reinterpret_tensor": _reinterpret,
             "get_raw_stream": lambda index: 0,
-            "assert_size_stride": lambda *a, **k: None,
-            "assert_alignment": lambda *a, **k: None,
-            "assert_size_stride_grouped": lambda *a, **k: None,
             "copy_if_misaligned": lambda t: t,
         }
     )
-    for name in set(re.findall(r"\b(triton_\w+)\.run\(", code)):
-        namespace[name] = _Kernel()
     exec(compile(code, "<inductor wrapper>", "exec"), namespace)
     call: Callable[[list[Any]], list[Any]] = namespace["call"]
     return call

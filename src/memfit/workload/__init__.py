@@ -26,6 +26,7 @@ from memfit.workload._spec import (
 from memfit.workload._step import (
     StepHooks,
     call_model,
+    cast_inputs,
     default_loss,
     make_optimizer,
     optimizer_for,
@@ -46,6 +47,7 @@ __all__ = [
     "Workload",
     "WorkloadOptions",
     "call_model",
+    "cast_inputs",
     "catalog_entries",
     "compiled_function",
     "compiled_parts",

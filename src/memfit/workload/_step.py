@@ -101,7 +101,7 @@ def run_steps(
                 f"make_batch returned None for {workload.name}: the batch factory must return "
                 "the batch (a tensor, tuple or dict); is a 'return' missing?"
             )
-        batch = hooks.to_device(_cast_inputs(made, workload.param_dtype))
+        batch = hooks.to_device(cast_inputs(made, workload.param_dtype))
         hooks.phase(f"step{step}.forward")
         if workload.step_fn is not None:
             _run_user_step(workload, model, batch, optimizer, hooks)
@@ -145,7 +145,7 @@ def _run_user_step(
     workload.step_fn(model, batch, optimizer)
 
 
-def _cast_inputs(batch: Batch, dtype: torch.dtype) -> Batch:
+def cast_inputs(batch: Batch, dtype: torch.dtype) -> Batch:
     """Pure low precision: floating inputs take the parameters' dtype (integer ids do not)."""
     if dtype == torch.float32:
         return batch
