@@ -245,6 +245,13 @@ def lower_for_cuda(gm: torch.fx.GraphModule, is_backward: bool) -> str:
             compile_fx_inner(gm, inputs, is_backward=is_backward)
     except _Stop as stop:
         return stop.source
+    except Exception as exc:  # an inductor that wraps even the stop: found in the chain
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, _Stop):
+            cause = cause.__cause__ or getattr(cause, "inner_exception", None)
+        if isinstance(cause, _Stop):
+            return cause.source
+        raise
     raise UnsupportedWorkloadError(
         "inductor compiled a graph without generating a wrapper (a cached graph?): the "
         "compiled step could not be lowered; pass compiled='eager' (--compiled eager)."
