@@ -453,6 +453,31 @@ HELD_OUT_12_COMPILED: list[dict[str, Any]] = [
     },
 ]
 
+# Held out in session 8: compiled families not seen while the compiled trace was built (a timm
+# ViT, a convolutional network, a Qwen-style LLM's inference), predicted before measuring
+HELD_OUT_12_COMPILED_2: list[dict[str, Any]] = [
+    {
+        "id": "vit-s16-compiled-bf16mixed-b64",
+        "model": "benchmarks/models/compiled_vit.py:make_model",
+        "batch_size": 64,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "resnet50-compiled-bf16mixed-b64",
+        "model": "benchmarks/models/compiled_resnet.py:make_model",
+        "batch_size": 64,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "qwen2.5-0.5b-compiled-infer-bf16-b8-s1024",
+        "model": "benchmarks/models/compiled_qwen_infer.py:make_model",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16",
+        "mode": "infer",
+    },
+]
+
 # Not held out: the compiled GPT-2 step the compiled trace was developed against
 # (benchmarks/compiled_truth.py measured it first, session 7)
 COMPILED_DEV: list[dict[str, Any]] = [
@@ -482,6 +507,7 @@ ALL = (
     + HELD_OUT_12
     + HELD_OUT_12_STEPS
     + HELD_OUT_12_COMPILED
+    + HELD_OUT_12_COMPILED_2
     + COMPILED_DEV
     + MOE_DEV
 )

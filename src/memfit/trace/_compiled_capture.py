@@ -116,9 +116,8 @@ def capture_compiled(workload: Workload, gpu: GPU) -> CompiledPlan:
     torch._dynamo.reset()  # a cached frame would not reach the backend
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     try:
+        twin = _twin(workload, fake)
         with fake:
-            float32 = dataclasses.replace(workload, precision="fp32")
-            twin = _on_cpu(eager_view(prepare_model(float32, "cpu")), workload.param_dtype)
             made = cast_inputs(workload.make_batch(), workload.param_dtype)
             batch = tree_map(_tensor_on_cpu, made)
         names = {id(p): ("param", n) for n, p in twin.named_parameters(remove_duplicate=False)}
@@ -150,6 +149,25 @@ def capture_compiled(workload: Workload, gpu: GPU) -> CompiledPlan:
     finally:
         torch._dynamo.reset()
     return plan
+
+
+def _twin(workload: Workload, fake: Any) -> nn.Module:
+    """The model built with fake CPU parameters (float32, then cast as ``_on_cpu`` says).
+    A model whose construction reads a value (timm's ViT: ``linspace(...).item()`` for its
+    drop-path rates) cannot be built under the fake mode: it is built on meta instead, where
+    tensors it makes on the CPU are real, and then moved to the fake CPU."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+
+    float32 = dataclasses.replace(workload, precision="fp32")
+    try:
+        with fake:
+            return _on_cpu(eager_view(prepare_model(float32, "cpu")), workload.param_dtype)
+    except MemfitError as exc:  # the user's factory raised: memfit says so, with the cause
+        if not isinstance(exc.__cause__, DataDependentOutputException):
+            raise
+        model = eager_view(prepare_model(float32, "meta"))
+    with fake:
+        return _on_cpu(model, workload.param_dtype)
 
 
 def _tensor_on_cpu(value: Any, force: bool = False) -> Any:
