@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["META_CACHE", "MetaCache"]
+__all__ = ["META_CACHE", "MetaCache", "span"]
 
 _EMPTY = torch.ops.aten.empty_strided.default
 # keys and specs only read metadata: with torch-function handling off, the reads skip the trace's
@@ -157,13 +157,14 @@ def _fresh_spec(out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             return _UNCACHEABLE
         taken.add(storage._cdata)
         size, stride = tuple(t.shape), t.stride()
-        if storage.nbytes() != _span(size, stride) * t.element_size():
+        if storage.nbytes() != span(size, stride) * t.element_size():
             return _UNCACHEABLE
         specs.append((size, stride, t.dtype))
     return (single, type(out), specs)
 
 
-def _span(size: tuple[int, ...], stride: tuple[int, ...]) -> int:
+def span(size: tuple[int, ...], stride: tuple[int, ...]) -> int:
+    """Elements a tensor of this size and stride reaches, from its first."""
     if 0 in size:
         return 0
     return 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))

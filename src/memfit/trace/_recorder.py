@@ -78,6 +78,7 @@ class Recorder(TorchDispatchMode):
         self.failure: tuple[str, str] | None = None  # (op, module) of the last op that raised
         self.suspended = 0  # > 0 while a fused in-place kernel runs as several meta ops
         self._made_by: dict[int, int] = {}  # storage key -> autograd node that allocated it
+        self.persistent: set[int] = set()  # blocks a library handle keeps (never freed)
 
     # -- allocation bookkeeping ------------------------------------------------------------
     def _key(self, storage: torch.UntypedStorage) -> int:
@@ -99,6 +100,29 @@ class Recorder(TorchDispatchMode):
     def free(self, block: int) -> None:
         with self._lock:
             self.events.append(MemoryEvent("free", block, 0))
+
+    def copy_alloc(self, event: MemoryEvent, info: AllocationInfo) -> int:
+        """Record an allocation like ``event`` (made by another step), described by ``info``."""
+        with self._lock:
+            block = self._next_block
+            self._next_block += 1
+            self.infos.append(info)
+            self._block_info[block] = len(self.infos) - 1
+            self.events.append(
+                MemoryEvent("alloc", block, event.size, event.stream, len(self.infos) - 1)
+            )
+        return block
+
+    def adopt(self, t: torch.Tensor, block: int) -> None:
+        """Let ``t``'s storage, made without an event, stand for ``block``: it is freed when
+        the storage goes."""
+        storage = t.untyped_storage()
+        key = self._key(storage)
+        self._live[key] = (block, int(storage.nbytes()))
+        weakref.finalize(storage, self._finalized, key)
+
+    def live_blocks(self) -> set[int]:
+        return {block for block, _ in self._live.values()}
 
     def info(self, block: int) -> AllocationInfo:
         return self.infos[self._block_info[block]]
@@ -228,7 +252,7 @@ class Recorder(TorchDispatchMode):
             # a library handle's workspace is created when the kernel is first launched,
             # after the op has allocated its outputs (H200 traces)
             for nbytes, label in self.kernels.before(func, args, kwargs, self.phase):
-                self.alloc(nbytes, Category.WORKSPACE, label)
+                self.persistent.add(self.alloc(nbytes, Category.WORKSPACE, label))
             # kernel-internal scratch: allocated after the outputs, freed when the kernel ends
             held: list[int] = []
             for group in self.kernels.scratch(func, args, kwargs):

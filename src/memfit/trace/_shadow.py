@@ -75,9 +75,30 @@ class ShadowValues:
         self.guesses: list[str] = []
         self.routing = Routing()  # mixture-of-experts routers' choices, by a policy
         self.generation = Generation(notes=self.guesses)  # tokens chosen from logits
+        # which leaves of the batch (by position) each value came from, and which of them the
+        # answers to value questions read since ``depends`` was last emptied: a later step with
+        # other values there may run another program (_repeat)
+        self._origin = WeakTensorKeyDictionary()
+        self.depends: set[int] = set()
+        self.batch_values: dict[int, torch.Tensor] = {}  # the last batch's shadowed leaves
 
-    def set(self, meta: torch.Tensor, value: torch.Tensor) -> None:
+    def set(self, meta: torch.Tensor, value: torch.Tensor, leaf: int | None = None) -> None:
+        """Give ``meta`` its value; ``leaf``: its position in the batch, if it is an input."""
         self._values[meta] = value
+        if leaf is not None:
+            self._origin[meta] = frozenset((leaf,))
+            self.batch_values[leaf] = value
+
+    def _origins(self, args: Any, kwargs: dict[str, Any]) -> frozenset[int]:
+        """The batch leaves the meta tensors among ``args`` (one list deep) came from."""
+        if not self._origin:
+            return frozenset()
+        found: frozenset[int] = frozenset()
+        for x in (*args, *kwargs.values()):
+            for t in x if isinstance(x, (list, tuple)) else (x,):
+                if isinstance(t, torch.Tensor) and t.device.type == "meta":
+                    found |= self._origin.get(t, frozenset())
+        return found
 
     def get(self, meta: torch.Tensor) -> torch.Tensor | None:
         return self._values.get(meta)  # type: ignore[no-any-return]
@@ -160,9 +181,12 @@ class ShadowValues:
             self._invalidate_mutated(func, args)
             return
         reals = [t for t in tree_flatten(real)[0] if isinstance(t, torch.Tensor)]
+        origin = self._origins(args, kwargs)
         for fake, value in zip(outs, reals, strict=False):
             if tuple(fake.shape) == tuple(value.shape):
                 self._values[fake] = value
+                if origin:
+                    self._origin[fake] = origin
         self.routing.carry(router, outs)
 
     def _invalidate_mutated(self, func: Any, args: Any) -> None:
@@ -175,6 +199,13 @@ class ShadowValues:
 
     # -- ops whose result needs values -----------------------------------------------------
     def answer(self, func: Any, args: Any, kwargs: dict[str, Any], rec: Recorder) -> Answer | None:
+        """The result of an op that needs values (``.item()``, ``nonzero``...), else None."""
+        found = self._answer(func, args, kwargs, rec)
+        if found is not None and func is not _GROUPED_MM:
+            self.depends |= self._origins(args, kwargs)
+        return found
+
+    def _answer(self, func: Any, args: Any, kwargs: dict[str, Any], rec: Recorder) -> Answer | None:
         if func is aten._local_scalar_dense.default:
             return Answer(self._scalar(args[0], rec))
         if func is aten.is_nonzero.default:
@@ -224,6 +255,10 @@ class ShadowValues:
                 return meta
 
             result = tree_map(to_meta, real)
+            origin = self._origins(args, kwargs)
+            if origin:
+                for t in _tensors(result):
+                    self._origin[t] = origin
             router = self.routing.derived(args, kwargs)
             self.routing.sized(router)  # per-expert token lists: their sizes follow the routing
             self.routing.carry(router, result)

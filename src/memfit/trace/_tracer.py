@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from memfit._errors import InvalidInputError, MemfitError
 from memfit._events import AllocationInfo, Category, MemoryEvent
@@ -35,12 +35,22 @@ from memfit.trace._kernels import KernelModel
 from memfit.trace._library_autocast import meta_autocast_as_cuda
 from memfit.trace._modules import ModuleTracker
 from memfit.trace._recorder import Recorder
+from memfit.trace._repeat import StepRepeat, Tallies
 from memfit.trace._rnn import RnnHooks, flatten_like_cuda
 from memfit.trace._shadow import ShadowValues
 from memfit.trace._user_step import StepWatch, amp_as_on_cuda
-from memfit.workload import StepHooks, Workload, optimizer_for, prepare_model, run_steps
+from memfit.workload import (
+    StepHooks,
+    Workload,
+    cast_inputs,
+    optimizer_for,
+    prepare_model,
+    run_steps,
+)
 
-__all__ = ["Trace", "trace_workload"]
+__all__ = ["REPEAT_STEPS", "Trace", "trace_workload"]
+
+REPEAT_STEPS = True  # copy later steps from step 1 where it shows they are the same (_repeat)
 
 
 @dataclass
@@ -54,6 +64,8 @@ class Trace:
     parameters: int
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    copied_steps: int = 0  # later steps copied from step 1's events (_repeat)
+    traced_again: str | None = None  # why later steps were traced instead, if they were
 
 
 @contextmanager
@@ -154,7 +166,7 @@ class _EmulatedGradScaler:
 
 
 def _to_meta_with_shadow(shadows: ShadowValues, seen: list[str]) -> Any:
-    def convert(t: Any) -> Any:
+    def convert(t: Any, leaf: int) -> Any:
         if not isinstance(t, torch.Tensor) or t.device.type == "meta":
             return t
         # the layout ``t.to("cuda")`` gives: its strides if dense, else contiguous ones
@@ -162,13 +174,15 @@ def _to_meta_with_shadow(shadows: ShadowValues, seen: list[str]) -> Any:
         if t.requires_grad:
             meta.requires_grad_(True)
         if t.device.type == "cpu" and t.numel() <= (1 << 20):
-            shadows.set(meta, t)  # values of a user's CUDA tensor are not read: no GPU work
+            shadows.set(meta, t, leaf)  # values of a user's CUDA tensor are not read: no GPU work
         return meta
 
     def to_device(batch: Any) -> Any:
         check_batch(batch)
         seen[:] = [describe_batch(batch)]  # a description: holding the batch would move frees
-        return tree_map(convert, batch)
+        shadows.batch_values = {}
+        leaves, spec = tree_flatten(batch)
+        return tree_unflatten([convert(t, i) for i, t in enumerate(leaves)], spec)
 
     return to_device
 
@@ -186,7 +200,15 @@ class _Session:
         self.backends: dict[str, int] = {}
         self.rnn_notes: set[str] = set()
         self.batch: list[str] = []  # what the last batch looked like, for error messages
+        self.train = True
         self.user_autocast: set[str] = set()  # dtypes of the autocast regions user code entered
+        self.repeat = StepRepeat(
+            self.recorder,
+            self.shadows,
+            self.phases,
+            self._set_phase,
+            Tallies(self._tallies, self._add_tallies),
+        )
         self.function_mode = TraceFunctionMode(
             gpu.sm,
             on_sdpa=self.on_sdpa,
@@ -204,7 +226,24 @@ class _Session:
     def on_sdpa(self, backend: str) -> None:
         self.backends[backend] = self.backends.get(backend, 0) + 1
 
+    def _tallies(self) -> dict[str, int]:
+        counts = {f"attention {k}": n for k, n in self.backends.items()}
+        counts["interpolated"] = self.recorder.kernels.convolutions.interpolated
+        return counts
+
+    def _add_tallies(self, delta: dict[str, int]) -> None:
+        for key, n in delta.items():
+            if key == "interpolated":
+                self.recorder.kernels.convolutions.interpolated += n
+            else:
+                backend = key.removeprefix("attention ")
+                self.backends[backend] = self.backends.get(backend, 0) + n
+
     def set_phase(self, name: str) -> None:
+        self.repeat.phase(name)
+        self._set_phase(name)
+
+    def _set_phase(self, name: str) -> None:
         rec = self.recorder
         rec.phase = name
         if name.endswith(".forward"):
@@ -227,9 +266,14 @@ class _Session:
             autocast=lambda dtype: _autocast.EmulatedAutocast("cuda", dtype),
             grad_scaler=_EmulatedGradScaler,
             phase=self.set_phase,
-            after_backward=lambda model: _mark_grads(rec, model),
+            after_backward=self._after_backward,
             after_optimizer=lambda opt: _mark_optimizer_state(rec, opt),
+            repeat=lambda step, model: self.repeat.repeat(step, model, self.train),
         )
+
+    def _after_backward(self, model: nn.Module) -> None:
+        _mark_grads(self.recorder, model)
+        self.repeat.after_backward(model)
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -269,6 +313,16 @@ def _trace(workload: Workload, gpu: GPU, plan: CompiledPlan | None, start: float
     if workload.mode == "train":  # a loss backward cannot run on is refused with its value
         workload = dataclasses.replace(workload, loss_fn=checked_loss(workload.loss_fn))
     session = _Session(gpu)
+    session.train = workload.mode == "train"
+    # later steps are copies of step 1 in memfit's own loop (a user's step or a compiled model's
+    # may differ from one step to the next)
+    session.repeat.enabled = REPEAT_STEPS and workload.step_fn is None and plan is None
+    if session.repeat.enabled:
+        make = session.repeat.batches(
+            workload.make_batch,
+            lambda batch: tree_flatten(cast_inputs(batch, workload.param_dtype))[0],
+        )
+        workload = dataclasses.replace(workload, make_batch=make)
     session.shadows.routing.policy = workload.moe_routing or "balanced"
     recorder = session.recorder
     model: nn.Module | None = None
@@ -313,6 +367,8 @@ def _trace(workload: Workload, gpu: GPU, plan: CompiledPlan | None, start: float
         parameters,
         notes,
         time.perf_counter() - start,
+        session.repeat.copied,
+        session.repeat.refused,
     )
 
 

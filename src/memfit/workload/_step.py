@@ -79,6 +79,9 @@ class StepHooks:
     phase: Callable[[str], None] = lambda name: None
     after_backward: Callable[[nn.Module], None] = lambda model: None
     after_optimizer: Callable[[torch.optim.Optimizer], None] = lambda opt: None
+    # True when step N's input, forward and backward were reproduced without running them
+    # (a trace copies step 1's events; memfit's own loop only)
+    repeat: Callable[[int, nn.Module], bool] = lambda step, model: False
 
 
 def run_steps(
@@ -94,42 +97,52 @@ def run_steps(
         return hooks.autocast(dtype) if dtype is not None else nullcontext()
 
     for step in range(1, workload.steps + 1):
-        hooks.phase(f"step{step}.input")
-        made = workload.make_batch()
-        if made is None:
-            raise InvalidInputError(
-                f"make_batch returned None for {workload.name}: the batch factory must return "
-                "the batch (a tensor, tuple or dict); is a 'return' missing?"
-            )
-        batch = hooks.to_device(cast_inputs(made, workload.param_dtype))
-        hooks.phase(f"step{step}.forward")
-        if workload.step_fn is not None:
-            _run_user_step(workload, model, batch, optimizer, hooks)
-            del batch
-            continue
-        if workload.mode == "infer":
-            with torch.no_grad(), region():
-                out = (workload.forward_fn or call_model)(model, batch)
-            del out, batch
-            continue
-        with region():
-            loss = workload.loss_fn(model, batch)
-        del batch
-        hooks.phase(f"step{step}.backward")
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-        del loss
-        hooks.after_backward(model)
-        hooks.phase(f"step{step}.optimizer")
-        assert optimizer is not None
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
+        if hooks.repeat(step, model):  # input, forward and backward as step 1's: not run again
+            if workload.mode == "infer":
+                continue
         else:
-            optimizer.step()
-        hooks.after_optimizer(optimizer)
-        hooks.phase(f"step{step}.zero_grad")
-        optimizer.zero_grad(set_to_none=True)
+            hooks.phase(f"step{step}.input")
+            made = workload.make_batch()
+            if made is None:
+                raise InvalidInputError(
+                    f"make_batch returned None for {workload.name}: the batch factory must "
+                    "return the batch (a tensor, tuple or dict); is a 'return' missing?"
+                )
+            batch = hooks.to_device(cast_inputs(made, workload.param_dtype))
+            hooks.phase(f"step{step}.forward")
+            if workload.step_fn is not None:
+                _run_user_step(workload, model, batch, optimizer, hooks)
+                del batch
+                continue
+            if workload.mode == "infer":
+                with torch.no_grad(), region():
+                    out = (workload.forward_fn or call_model)(model, batch)
+                del out, batch
+                continue
+            with region():
+                loss = workload.loss_fn(model, batch)
+            del batch
+            hooks.phase(f"step{step}.backward")
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+            del loss
+        hooks.after_backward(model)
+        assert optimizer is not None
+        _optimizer_step(optimizer, scaler, hooks, step)
     hooks.phase("end")
+
+
+def _optimizer_step(
+    optimizer: torch.optim.Optimizer, scaler: Any, hooks: StepHooks, step: int
+) -> None:
+    hooks.phase(f"step{step}.optimizer")
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    hooks.after_optimizer(optimizer)
+    hooks.phase(f"step{step}.zero_grad")
+    optimizer.zero_grad(set_to_none=True)
 
 
 def _run_user_step(

@@ -1,0 +1,254 @@
+"""Later steps' input, forward and backward, copied from step 1's events instead of traced again.
+
+memfit's own loop runs the same program at every step: from step 2 on, what differs is what
+the optimizer holds, which the input, forward and backward never read. Tracing them again costs
+what it cost the first time (a Llama-2-7B step: 1.5 s of 4 on two cores), so step 1's events are
+copied, each allocation with a new block, when step 1 shows nothing that could make a later
+step differ:
+
+* everything its passes allocate is freed in them, but the gradients (freed by ``zero_grad``
+  before the next step; the copy's are given to the parameters) and the workspaces a library
+  handle makes once;
+* they free nothing allocated before them;
+* what hung on values in them (an ``.item()``, a data-dependent shape) read no part of the
+  batch that the later step's batch holds other values in (an all-ones attention mask is read
+  at every step and is the same; the token ids it is not read beside may differ).
+
+Otherwise the step is traced again, as is every step of a user's step function or of a
+compiled model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import _disable_current_modes
+
+from memfit.trace._meta_cache import span as _span
+from memfit.trace._recorder import Recorder
+from memfit.trace._shadow import ShadowValues
+
+__all__ = ["StepRepeat", "Tallies"]
+
+_FIRST = "step1."
+
+
+@dataclass(frozen=True)
+class _Grad:
+    """A parameter's gradient after step 1's backward: its block and layout."""
+
+    param: nn.Parameter
+    block: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+
+@dataclass
+class Tallies:
+    """Per-call counts a trace reports (attention kernels, interpolated workspaces): what a
+    copied step adds to them, as its traced self would."""
+
+    read: Callable[[], dict[str, int]]
+    add: Callable[[dict[str, int]], None]
+
+
+class StepRepeat:
+    """Watches step 1 through the step hooks; :meth:`repeat` then copies it for later steps."""
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        shadows: ShadowValues,
+        phases: list[tuple[str, int]],
+        set_phase: Callable[[str], None],
+        tallies: Tallies | None = None,
+        enabled: bool = True,
+    ) -> None:
+        self._rec = recorder
+        self._shadows = shadows
+        self._phases = phases
+        self._set_phase = set_phase
+        self._tallies = tallies or Tallies(dict, lambda delta: None)
+        self.enabled = enabled
+        # the next step's batch as flat leaves (cast as the step casts it), to compare with
+        # step 1's; set with the workload (:meth:`batches`)
+        self._leaves: Callable[[Any], list[Any]] = lambda batch: []
+        self._make: Callable[[], Any] | None = None
+        self._pending: list[Any] = []  # a batch made for the comparison, for the traced step
+        self.refused: str | None = None  # why later steps were traced, when they were
+        self.copied = 0  # steps copied
+        self._start: int | None = None  # step 1's first event
+        self._end: int | None = None  # the event after step 1's passes
+        self._depends: set[int] = set()  # batch leaves step 1's value answers read
+        self._values: dict[int, torch.Tensor] = {}  # step 1's values of those leaves
+        self._counts: dict[str, int] = {}
+        self._grads: list[_Grad] | None = None
+
+    def batches(self, make: Callable[[], Any], leaves: Callable[[Any], list[Any]]) -> Any:
+        """The batch factory the steps should call: ``make``, but a batch made to compare
+        with step 1's and found different is the one the traced step gets (a second call
+        could give it another)."""
+        self._make, self._leaves = make, leaves
+
+        def batch() -> Any:
+            return self._pending.pop() if self._pending else make()
+
+        return batch
+
+    # -- step 1, watched ---------------------------------------------------------------------
+    def phase(self, name: str) -> None:
+        """Called as each phase starts, before the trace's own phase hook."""
+        if name == _FIRST + "input":
+            self._start = len(self._rec.events)
+            self._shadows.depends = set()
+            self._counts = self._tallies.read()
+
+    def after_backward(self, model: nn.Module) -> None:
+        """Step 1's passes end here in training: its gradients are what they leave."""
+        if self._end is None and self._start is not None:
+            self._finish_passes(model)
+
+    def _finish_passes(self, model: nn.Module | None) -> None:
+        self._end = len(self._rec.events)
+        self._depends = set(self._shadows.depends)
+        self._values = {i: self._shadows.batch_values[i] for i in self._depends}
+        now = self._tallies.read()
+        self._counts = {k: v - self._counts.get(k, 0) for k, v in now.items()}
+        self._grads = [] if model is None else self._gradients(model)
+
+    def _gradients(self, model: nn.Module) -> list[_Grad] | None:
+        """Each parameter's gradient, or None if one is not a whole storage of its own."""
+        grads: list[_Grad] = []
+        blocks: set[int] = set()
+        with torch._C.DisableTorchFunction():
+            for p in {id(p): p for p in model.parameters()}.values():
+                g = p.grad
+                if g is None:
+                    continue
+                block = self._rec.block_of(g)
+                span = _span(tuple(g.shape), g.stride()) * g.element_size()
+                if (
+                    block is None
+                    or block in blocks
+                    or g.storage_offset() != 0
+                    or g.untyped_storage().nbytes() != span
+                ):
+                    return None
+                blocks.add(block)
+                grads.append(_Grad(p, block, tuple(g.shape), g.stride(), g.dtype))
+        return grads
+
+    # -- later steps, copied -----------------------------------------------------------------
+    def repeat(self, step: int, model: nn.Module, train: bool) -> bool:
+        """Copy step 1's passes as step ``step``'s; False (and :attr:`refused` says why) when
+        step 1 does not show they would be the same."""
+        if not self.enabled or step < 2 or self._start is None:
+            return False
+        if self._end is None:  # inference: step 1 ran to here
+            self._finish_passes(None)
+        why = self._why_not(train)
+        if why is not None:
+            self.refused, self.enabled = why, False
+            return False
+        self._pending.clear()  # the batch compared is the copied step's
+        self._copy(step)
+        self._tallies.add(self._counts)
+        self.copied += 1
+        return True
+
+    def _why_not(self, train: bool) -> str | None:
+        assert self._start is not None and self._end is not None
+        if self._depends and not self._same_values():
+            return "the batch differs from step 1's where values were read"
+        if self._grads is None:
+            return "a gradient shares its storage"
+        events = self._rec.events[self._start : self._end]
+        allocated = {e.block for e in events if e.kind == "alloc"}
+        freed = {e.block for e in events if e.kind == "free"}
+        if not freed <= allocated:
+            return "step 1 frees memory allocated before it"
+        grads = {g.block for g in self._grads}
+        if allocated - freed != grads | (allocated & self._rec.persistent):
+            return "step 1 keeps memory other than its gradients"
+        if allocated & self._rec.live_blocks() - self._rec.persistent:
+            return "memory of step 1 is still held"
+        if train and any(g.param.grad is not None for g in self._grads):
+            return "gradients were not set to None"
+        return None
+
+    def _same_values(self) -> bool:
+        """Whether the next batch holds step 1's values where step 1 read them."""
+        if self._make is None:
+            return False
+        self._rec.suspended += 1  # made with no events: the step's own input phase has them
+        try:
+            made = self._make()
+            leaves = self._leaves(made)
+        finally:
+            self._rec.suspended -= 1
+        on_device = any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in leaves)
+        if on_device:  # its memory was not recorded: the traced step makes its own batch
+            return False
+        self._pending.append(made)
+        with _disable_current_modes(), torch._C.DisableTorchFunction():  # not the trace's ops
+            for i, value in self._values.items():
+                new = leaves[i] if i < len(leaves) else None
+                if not (
+                    isinstance(new, torch.Tensor)
+                    and new.device.type == "cpu"
+                    and new.shape == value.shape
+                    and new.dtype == value.dtype
+                    and torch.equal(new, value)
+                ):
+                    return False
+        return True
+
+    def _copy(self, step: int) -> None:
+        """Step 1's events again, from new blocks, under step ``step``'s phase names."""
+        assert self._start is not None and self._end is not None and self._grads is not None
+        rec, start, end = self._rec, self._start, self._end
+        prefix = f"step{step}."
+        marks = [
+            (i, prefix + name[len(_FIRST) :])
+            for name, i in self._phases
+            if name.startswith(_FIRST) and start <= i < end
+        ]
+        blocks: dict[int, int] = {}
+        at = 0
+        for index in range(start, end):
+            while at < len(marks) and marks[at][0] <= index:
+                self._set_phase(marks[at][1])
+                at += 1
+            event = rec.events[index]
+            if event.kind == "free":
+                rec.free(blocks[event.block])
+            elif event.block not in rec.persistent:
+                assert event.info is not None
+                info = rec.infos[event.info]
+                phase = prefix + info.phase[len(_FIRST) :]
+                blocks[event.block] = rec.copy_alloc(event, dataclasses.replace(info, phase=phase))
+        for _, name in marks[at:]:
+            self._set_phase(name)
+        self._give_gradients(blocks)
+
+    def _give_gradients(self, blocks: dict[int, int]) -> None:
+        """Gradients for the optimizer, standing for the copied backward's (no new events)."""
+        assert self._grads is not None
+        self._rec.suspended += 1
+        try:
+            with torch._C.DisableTorchFunction():
+                made: list[tuple[_Grad, Any]] = [
+                    (g, torch.empty_strided(g.shape, g.stride, dtype=g.dtype, device="meta"))
+                    for g in self._grads
+                ]
+        finally:
+            self._rec.suspended -= 1
+        for g, t in made:
+            g.param.grad = t
+            self._rec.adopt(t, blocks[g.block])
