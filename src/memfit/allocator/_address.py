@@ -64,30 +64,54 @@ class _FreeRanges:
 
     def __init__(self) -> None:
         self.ranges: list[tuple[int, int]] = []  # sorted (address, size)
+        self._sizes: list[int] = []  # the ranges' sizes, sorted: no scan when none fits
 
     def take(self, size: int) -> int | None:
         """The lowest address with ``size`` free bytes, now taken; None if no range holds it."""
+        if not self._sizes or self._sizes[-1] < size:
+            return None
         for i, (addr, gap) in enumerate(self.ranges):
             if gap >= size:
+                self._drop_size(gap)
                 if gap == size:
                     del self.ranges[i]
                 else:
                     self.ranges[i] = (addr + size, gap - size)
+                    insort(self._sizes, gap - size)
                 return addr
-        return None
+        return None  # pragma: no cover - the largest size is always a range's
+
+    def insert(self, address: int, size: int) -> None:
+        """Free ``size`` bytes at ``address``, not merged with their neighbours."""
+        insort(self.ranges, (address, size))
+        insort(self._sizes, size)
+
+    def remove(self, address: int, size: int) -> None:
+        self.ranges.remove((address, size))
+        self._drop_size(size)
+
+    def _drop_size(self, size: int) -> None:
+        del self._sizes[bisect_left(self._sizes, size)]
 
     def add(self, address: int, size: int) -> tuple[int, int]:
         """Free ``size`` bytes at ``address``; returns the merged range they are now part of."""
-        insort(self.ranges, (address, size))
+        self.insert(address, size)
         i = bisect_left(self.ranges, (address, size))
         if i + 1 < len(self.ranges) and address + size == self.ranges[i + 1][0]:
-            size += self.ranges.pop(i + 1)[1]
+            after = self.ranges.pop(i + 1)[1]
+            self._drop_size(after)
+            self._drop_size(size)
+            size += after
             self.ranges[i] = (address, size)
+            insort(self._sizes, size)
         if i > 0 and self.ranges[i - 1][0] + self.ranges[i - 1][1] == address:
             prev_addr, prev_size = self.ranges.pop(i - 1)
+            self._drop_size(prev_size)
+            self._drop_size(size)
             i -= 1
             address, size = prev_addr, prev_size + size
             self.ranges[i] = (address, size)
+            insort(self._sizes, size)
         return address, size
 
 
@@ -120,7 +144,7 @@ class FirstFitAddressSpace:
     def release(self, address: int, size: int) -> None:
         address, size = self._gaps.add(address, _aligned(size, self._alignment))
         if address + size == self._top:  # the range reaches the top: fall back into it
-            self._gaps.ranges.remove((address, size))
+            self._gaps.remove(address, size)
             self._top = address
 
 
@@ -152,7 +176,7 @@ class ChunkedAddressSpace:
                 f"{DEFAULT_BASE:#x}); this needs an unrealistically large trace."
             )
         if length > size:  # the rest of the new chunk, kept apart from the chunk above
-            insort(self._gaps.ranges, (self._bottom + size, length - size))
+            self._gaps.insert(self._bottom + size, length - size)
         return self._bottom
 
     def release(self, address: int, size: int) -> None:
@@ -226,7 +250,7 @@ class TopDownAddressSpace:
     def _release_range(self, address: int, size: int) -> None:
         address, size = self._gaps.add(address, size)
         if address <= self._bottom:  # it reaches the bottom: back to the free space below
-            self._gaps.ranges.remove((address, size))
+            self._gaps.remove(address, size)
             self._bottom = max(self._bottom, address + size)
 
 
