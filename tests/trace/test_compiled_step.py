@@ -11,6 +11,7 @@ once per module.
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -203,28 +204,93 @@ def test_an_output_that_is_a_view_of_the_graphs_own_result_is_taken():
     assert compiled.peak_allocated < eager.peak_allocated
 
 
+def _vocabulary_1001() -> nn.Module:
+    config = transformers.GPT2Config(**{**CONFIG, "vocab_size": 1001})
+    return torch.compile(transformers.GPT2LMHeadModel(config))  # type: ignore[return-value]
+
+
+def _ids_1001() -> dict[str, torch.Tensor]:
+    return {"input_ids": torch.randint(0, 1001, (2, 32))}
+
+
+def _inference_plan(precision: str) -> Any:
+    from memfit._gpus import resolve_gpu
+    from memfit.trace._compiled_capture import capture_compiled
+    from memfit.workload import make_workload
+
+    workload = make_workload(
+        _vocabulary_1001, batch=_ids_1001, mode="infer", precision=precision, gpu="h200"
+    )
+    return capture_compiled(workload, resolve_gpu("h200"))
+
+
 def test_the_first_compile_times_each_padded_matmul_as_on_the_gpu():
     """A vocabulary of 1,001 is padded to 1,008 for bf16 matmuls: on the GPU the first compile
     times that matmul padded and unpadded, with an L2-flush buffer between runs."""
-    from memfit._gpus import resolve_gpu
-    from memfit.trace._compiled_capture import capture_compiled
     from memfit.trace._inductor import L2_FLUSH_BYTES
-    from memfit.workload import make_workload
 
-    def make() -> nn.Module:
-        config = transformers.GPT2Config(**{**CONFIG, "vocab_size": 1001})
-        return torch.compile(transformers.GPT2LMHeadModel(config))  # type: ignore[return-value]
-
-    def batch() -> dict[str, torch.Tensor]:
-        return {"input_ids": torch.randint(0, 1001, (2, 32))}
-
-    kwargs: dict[str, Any] = dict(mode="infer", precision="bf16", gpu="h200")
-    plan = capture_compiled(make_workload(make, batch=batch, **kwargs), resolve_gpu("h200"))
+    plan = _inference_plan("bf16")
     (bench,) = plan.pad_benchmarks
     assert bench.op == "mm" and bench.padding == (0, 0, 7)  # the vocabulary, to 1,008
     assert bench.mat1[0] == (64, 64) and bench.mat2[0] == (64, 1001)
-    est = estimate(make, batch, **kwargs)
+    assert "1008" in plan.forward  # padded
+    est = estimate(_vocabulary_1001, _ids_1001, mode="infer", precision="bf16", gpu="h200")
     starts = dict(est.timeline.phases)
     first = est.timeline.allocated[starts["step1.forward"] :]
     steps = {b - a for a, b in itertools.pairwise(first)}
     assert L2_FLUSH_BYTES in steps  # the flush buffer between timed runs
+
+
+def test_an_fp32_matmul_is_timed_but_not_padded_as_on_the_h200():
+    """In plain fp32 the H200's timing found padding no faster (BERT-base's vocabulary of
+    30,522, GPT-2's of 50,257): the first compile times the matmul all the same, and the
+    wrapper keeps the vocabulary of 1,001 (a padded one would be 1,004)."""
+    plan = _inference_plan("fp32")
+    (bench,) = plan.pad_benchmarks
+    assert bench.op == "mm" and bench.padding == (0, 0, 3)  # to 1,004, had it been padded
+    assert "1004" not in plan.forward and "(64, 1001)" in plan.forward
+
+
+def test_pad_mm_pads_the_matmuls_that_run_on_tensor_cores():
+    from memfit.trace._inductor import pads_faster
+
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        assert pads_faster(torch.bfloat16) and pads_faster(torch.float16)
+        assert not pads_faster(torch.float32)  # CUDA cores: the H200 left them unpadded
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert pads_faster(torch.float32)  # TF32 runs on tensor cores (not measured: padded)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+class Attention(nn.Module):
+    """Scores, softmax and the weighted sum: the backward of the softmax may be written over
+    the saved scores."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(64, 64)
+        self.v = nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        probs = (self.q(x) @ x.transpose(-1, -2)).softmax(-1)
+        return self.v(probs @ x)  # type: ignore[no-any-return]
+
+
+def test_the_backward_writes_over_saved_tensors_as_on_the_gpu():
+    """On the GPU inductor compiles the backward in AOTAutograd's context, which names the
+    saved tensors the backward may reuse once read (donated buffers): BERT-base's backward
+    (fp32, b32 x 512) writes its first layer's softmax gradient over the saved scores, where
+    without them it made a new 384 MiB buffer."""
+    from memfit._gpus import resolve_gpu
+    from memfit.trace._compiled_capture import capture_compiled
+    from memfit.workload import make_workload
+
+    workload = make_workload(
+        lambda: torch.compile(Attention()), batch=lambda: torch.randn(4, 128, 64), gpu="h200"
+    )
+    plan = capture_compiled(workload, resolve_gpu("h200"))
+    assert plan.backward is not None
+    assert re.search(r"buf\d+ = bmm; del bmm  # reuse", plan.backward)

@@ -367,10 +367,13 @@ def _tangents(metadata: Any, user: int, bw_gm: torch.fx.GraphModule) -> list[int
 
 
 def _lowered(capture: _Capture, is_backward: bool) -> str | None:
-    """The wrapper of the captured forward or backward graph; None where there is none (a
-    backward in inference)."""
-    graphs = [gm for bw, gm, _ in capture.graphs if bw == is_backward]
-    return lower_for_cuda(graphs[0], is_backward) if graphs else None
+    """The wrapper of the captured forward or backward graph, lowered in its AOTAutograd
+    metadata as on the GPU; None where there is none (a backward in inference)."""
+    graphs = [(gm, metadata) for bw, gm, metadata in capture.graphs if bw == is_backward]
+    if not graphs:
+        return None
+    gm, metadata = graphs[0]
+    return lower_for_cuda(gm, is_backward, metadata)
 
 
 @contextmanager

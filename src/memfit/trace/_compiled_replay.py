@@ -171,10 +171,11 @@ class CompiledReplay(nn.Module):
             return getattr(self._modules["inner"], name)
 
     def _time_padding(self, bench: PadBenchmark) -> None:
-        """What pad_mm's timing of one padded matmul allocates during the first compile (an
-        H200 trace, torch 2.11): its inputs made real, a first unpadded run (the timing
-        stream's cuBLAS workspace appears, and stays), the timed runs between L2 flushes, then
-        the padded runs, each padding its inputs and making a padded output."""
+        """What pad_mm's timing of one matmul it could pad allocates during the first compile,
+        padded in the end or not (H200 traces, torch 2.11): its inputs made real, a first
+        unpadded run (the timing stream's cuBLAS workspace appears, and stays), the timed runs
+        between L2 flushes, then the padded runs, each padding its inputs and making a padded
+        output."""
         dtype = bench.mat1[2]
         lead = bench.mat1[0][:-2]
         m, k = bench.mat1[0][-2:]

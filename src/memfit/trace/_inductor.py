@@ -5,10 +5,11 @@ A compiled step's memory is what inductor's generated wrapper allocates: its buf
 fallback kernels' own outputs. Inductor decides all of it before any kernel is compiled, from
 the graph and a few device properties. So the lowering runs here with those properties answered
 as the target GPU's (:func:`answering_as`) and stops at the wrapper's source (nothing is
-compiled, loaded or benchmarked). What the GPU would decide by timing kernels is taken the way
-that costs memory: pad_mm pads every misaligned matmul (``force_shape_pad``), as the H200 chose
-for GPT-2's vocabulary (benchmarks/results/h200-2026-12-01-session7: with that, the wrapper of a
-compiled GPT-2 step is the GPU's own to the byte under the same torch version).
+compiled, loaded or benchmarked). What the GPU decides by timing kernels is answered as the
+H200's timing chose (:func:`pads_faster`): pad_mm pads a misaligned matmul that runs on tensor
+cores (bf16, fp16, fp32 under TF32) and leaves a plain fp32 one as it is
+(benchmarks/results/h200-2026-12-01-session7: with that, the wrappers of compiled GPT-2 and
+BERT-base steps are the GPU's own to the byte under the same torch version).
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ import torch
 from memfit._errors import UnsupportedWorkloadError
 from memfit._gpus import GPU
 
-__all__ = ["PadBenchmark", "answering_as", "lower_for_cuda", "recording_pad_benchmarks"]
+__all__ = [
+    "PadBenchmark",
+    "answering_as",
+    "lower_for_cuda",
+    "pads_faster",
+    "recording_pad_benchmarks",
+]
 
 # The L2 cache inductor's benchmarker flushes between timed runs with a buffer of its size
 # (60 MiB on the H200: the allocator trace of a compiled GPT-2 medium, torch 2.11)
@@ -69,7 +76,6 @@ def answering_as(gpu: GPU) -> Iterator[None]:
     patches = _device_patches(gpu)
     saved = [(owner, name, owner.__dict__.get(name, _MISSING)) for owner, name, _ in patches]
     settings = config.patch(
-        force_shape_pad=True,  # pad as the GPU's timing chose for GPT-2's vocabulary
         fx_graph_cache=False,  # a cached graph would skip code generation
         fx_graph_remote_cache=False,
     )
@@ -97,7 +103,8 @@ def _missing(exc: ImportError) -> UnsupportedWorkloadError:
 
 def _device_patches(gpu: GPU) -> list[tuple[Any, str, Any]]:
     """(owner, attribute, value): the device queries inductor makes, answered as ``gpu``;
-    code generation stopped at the wrapper's source."""
+    pad_mm's timed choice answered without timing; code generation stopped at the wrapper's
+    source."""
     try:
         import torch._inductor.fx_passes.pad_mm as pad_mm
         import torch._inductor.scheduler as scheduler
@@ -137,6 +144,7 @@ def _device_patches(gpu: GPU) -> list[tuple[Any, str, Any]]:
         (interface, "is_bf16_supported", staticmethod(lambda *a, **k: major >= 8)),
         *((triton_utils, name, answer) for name, answer in answers.items()),
         (pad_mm, "check_device", lambda a, b: True),  # the joint graph is on the CPU
+        (pad_mm, "should_pad", _should_pad),  # its own would time the matmul on the GPU
     ]
     # has_triton is imported by name in several modules: all of them answer yes
     for module in (triton_utils, scheduler, pad_mm, sys.modules.get("torch._inductor.utils")):
@@ -151,13 +159,39 @@ def _device_patches(gpu: GPU) -> list[tuple[Any, str, Any]]:
 
 _MISSING = object()
 
+
+def pads_faster(dtype: torch.dtype) -> bool:
+    """Whether pad_mm's timing on the GPU finds a misaligned matmul of ``dtype`` faster padded.
+
+    pad_mm pads only when the padded matmul, copies included, is more than 10% faster. On
+    tensor cores (bf16, fp16, and fp32 under TF32) cuBLAS needs rows aligned to 16 bytes and
+    falls back to slower kernels otherwise: the H200 padded GPT-2's bf16 vocabulary (50,257 ->
+    50,264), GPT-2 medium's and a Llama-style model's. Plain fp32 runs on the CUDA cores, where
+    alignment gains little: the H200 left BERT-base's fp32 vocabulary (30,522; its three
+    matmuls timed, none padded) and GPT-2's (50,257, b2 x 128) unpadded
+    (benchmarks/results/h200-2026-12-01-session7). fp32 under TF32 is not measured: padded, the
+    side that costs memory."""
+    if dtype in (torch.bfloat16, torch.float16):
+        return True
+    return dtype == torch.float32 and bool(torch.backends.cuda.matmul.allow_tf32)
+
+
+def _should_pad(match: Any, mat1: Any, mat2: Any, op: Any, input: Any = None) -> bool:
+    """pad_mm's ``should_pad`` as the GPU answers it: a matmul it can pad (aligned shapes,
+    deterministic mode and the like are its own checks) is padded if :func:`pads_faster`."""
+    import torch._inductor.fx_passes.pad_mm as pad_mm
+
+    return bool(pad_mm.can_pad(mat1, mat2, op, input)) and pads_faster(mat1.dtype)
+
+
 Meta = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]  # shape, stride, dtype
 
 
 @dataclass(frozen=True)
 class PadBenchmark:
-    """One matmul pad_mm decided to pad: on the GPU its first compile times the padded and the
-    unpadded matmul, on real tensors of these shapes (a warm inductor cache skips it)."""
+    """One matmul pad_mm could pad: on the GPU its first compile times the padded and the
+    unpadded matmul, on real tensors of these shapes, whichever it then chooses (a warm
+    inductor cache skips it)."""
 
     op: str  # mm, addmm or bmm
     mat1: Meta
@@ -173,16 +207,18 @@ def _meta(t: Any) -> Meta:
 
 @contextmanager
 def recording_pad_benchmarks(found: list[PadBenchmark]) -> Iterator[None]:
-    """While a graph is captured, every matmul pad_mm pads is added to ``found``."""
+    """While a graph is captured, every matmul pad_mm times on the GPU is added to ``found``:
+    each it can pad, padded or not in the end (inductor checks whether the matmul is compute
+    bound first, which needs the GPU's measured bandwidth: taken as yes, as for the large
+    matmuls whose timing shows in the H200's traces). Inside :func:`answering_as`."""
     import torch._inductor.fx_passes.pad_mm as pad_mm
 
     original = pad_mm.should_pad
 
     def should_pad(match: Any, mat1: Any, mat2: Any, op: Any, input: Any = None) -> bool:
-        padded = bool(original(match, mat1, mat2, op, input))
-        if padded:
+        if pad_mm.can_pad(mat1, mat2, op, input):
             found.append(_benchmark(pad_mm, match, mat1, mat2, op, input))
-        return padded
+        return bool(original(match, mat1, mat2, op, input))
 
     pad_mm.should_pad = should_pad
     try:
@@ -213,9 +249,12 @@ def _benchmark(pad_mm: Any, match: Any, mat1: Any, mat2: Any, op: Any, bias: Any
     )
 
 
-def lower_for_cuda(gm: torch.fx.GraphModule, is_backward: bool) -> str:
+def lower_for_cuda(gm: torch.fx.GraphModule, is_backward: bool, metadata: Any = None) -> str:
     """The wrapper source inductor generates for ``gm`` (captured on the CPU) on CUDA device 0.
-    Call inside :func:`answering_as`."""
+    ``metadata`` is AOTAutograd's metadata of the capture (``fw_metadata``), in whose context
+    inductor compiles on the GPU: it names the saved tensors the backward may write over once
+    read (donated buffers, reused in place as the GPU's backward does). Call inside
+    :func:`answering_as`."""
     from torch._inductor.compile_fx import compile_fx_inner
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -240,8 +279,10 @@ def lower_for_cuda(gm: torch.fx.GraphModule, is_backward: bool) -> str:
                         value.shape, value.stride(), dtype=value.dtype, device=device
                     )
                 inputs.append(value)
+    context = torch._guards.TracingContext(fake)
+    context.fw_metadata = metadata
     try:
-        with torch._guards.tracing(torch._guards.TracingContext(fake)):
+        with torch._guards.tracing(context):
             compile_fx_inner(gm, inputs, is_backward=is_backward)
     except _Stop as stop:
         return stop.source
