@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from memfit.trace._meta_cache import MetaCache
@@ -53,6 +54,15 @@ def test_in_place_ops_return_their_first_argument():
     assert cache.call(aten._foreach_mul_.Scalar, (params, 0.5), {}) is None
     assert cache.call(aten._foreach_mul_.Scalar, (params, 0.25), {}) is None  # floats: any value
     assert cache.hits == 2
+
+
+def test_foreach_ops_on_lists_that_do_not_match_still_run_their_checks():
+    cache = MetaCache()
+    with pytest.raises(RuntimeError):
+        cache.call(aten._foreach_add_.List, ([meta(3), meta(5)], [meta(3), meta(4)]), {})
+    with pytest.raises(RuntimeError):  # and again: a refusal is never remembered as an answer
+        cache.call(aten._foreach_add_.List, ([meta(3), meta(5)], [meta(3), meta(4)]), {})
+    assert cache.call(aten._foreach_add_.List, ([meta(3), meta(5)], [meta(3), meta(5)]), {}) is None
 
 
 def test_the_cache_is_bounded():
