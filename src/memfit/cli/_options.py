@@ -35,6 +35,12 @@ def check_workload_flags(args: argparse.Namespace) -> None:
             "recomputing activations in the backward pass, and inference has none. Drop "
             "--checkpointing, or use --mode train."
         )
+    if args.mode == "infer" and (getattr(args, "accumulation", None) or 1) != 1:
+        raise InvalidInputError(
+            f"--accumulation {args.accumulation} with --mode infer means nothing: gradient "
+            "accumulation adds up gradients before an optimizer step, and inference has "
+            "neither. Drop --accumulation, or use --mode train."
+        )
     if args.mode == "infer" and args.optimizer is not None:
         raise InvalidInputError(
             f"--optimizer {args.optimizer} with --mode infer means nothing: inference keeps no "

@@ -27,7 +27,12 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         "step(model, batch[, optimizer]) with make_optimizer(model))",
     )
     p.add_argument(
-        "--batch-size", "-b", type=positive_int, default=None, metavar="N", help="samples per step"
+        "--batch-size",
+        "-b",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="samples per step (per micro-batch with --accumulation)",
     )
     p.add_argument(
         "--seq-len",
@@ -61,6 +66,14 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         choices=("train", "infer"),
         metavar="MODE",
         help="train: forward, backward and optimizer step; infer: forward only, no gradients",
+    )
+    p.add_argument(
+        "--accumulation",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="gradient accumulation: N micro-batches of --batch-size each, their gradients "
+        "added up before each optimizer step (train only)",
     )
     p.add_argument(
         "--checkpointing",

@@ -140,6 +140,7 @@ def _summary(workload: Workload, trace: Trace) -> WorkloadSummary:
         activation_checkpointing=workload.activation_checkpointing,
         allocator_config=workload.allocator_text,
         steps=workload.steps,
+        accumulation=workload.accumulation,
     )
 
 

@@ -28,6 +28,7 @@ class WorkloadSummary:
     activation_checkpointing: bool
     allocator_config: str
     steps: int
+    accumulation: int = 1  # micro-batches per optimizer step (batch is one micro-batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +181,7 @@ class Estimate:
                 "activation_checkpointing": self.workload.activation_checkpointing,
                 "allocator_config": self.workload.allocator_config,
                 "steps": self.workload.steps,
+                "accumulation": self.workload.accumulation,
             },
             "versions": self.versions.to_dict(),
             "units": "bytes",

@@ -84,9 +84,10 @@ def shorten_middle(text: str, width: int) -> str:
 
 def workload_title(workload: WorkloadSummary) -> str:
     """One short line naming the workload: ``gpt2 · 124.4M parameters · batch 8 x 1024 tokens``."""
+    batch = "micro-batch" if workload.accumulation > 1 else "batch"
     return (
         f"{workload.model} · {format_count(workload.parameters)} parameters · "
-        f"batch {workload.batch}"
+        f"{batch} {workload.batch}"
     )
 
 
@@ -98,10 +99,14 @@ def workload_settings(workload: WorkloadSummary) -> list[tuple[str, str]]:
 def workload_fields(workload: WorkloadSummary) -> list[tuple[str, str]]:
     """The workload as (label, value) pairs, in the order a header shows them."""
     steps = f"{workload.steps} step" + ("" if workload.steps == 1 else "s")
+    batch = [("batch", workload.batch)]
+    if workload.accumulation > 1:
+        batch[0] = ("micro-batch", workload.batch)
+        batch.append(("accumulation", f"{workload.accumulation} micro-batches a step"))
     return [
         ("model", workload.model),
         ("parameters", format_count(workload.parameters)),
-        ("batch", workload.batch),
+        *batch,
         ("mode", workload.mode),
         ("precision", workload.precision),
         ("optimizer", workload.optimizer or "none"),

@@ -104,7 +104,7 @@ class StepRepeat:
     # -- step 1, watched ---------------------------------------------------------------------
     def phase(self, name: str) -> None:
         """Called as each phase starts, before the trace's own phase hook."""
-        if name == _FIRST + "input":
+        if name == _FIRST + "input" and self._start is None:  # its first micro-batch
             self._start = len(self._rec.events)
             self._shadows.depends = set()
             self._counts = self._tallies.read()

@@ -66,7 +66,7 @@ def make_workload(
     # torch.compile'd parts are refused, or unwrapped with a note when compiled="eager"
     model, compiled_notes = compiled_as_eager(model, batch, options)
     # the cheap checks first: a bad size or setting fails before a model is looked up
-    for count in ("batch_size", "seq_len", "steps"):
+    for count in ("batch_size", "seq_len", "steps", "accumulation"):
         if options.get(count) is not None:
             check_count(count, options.get(count))
     if options.get("moe_routing") is not None:
@@ -120,6 +120,13 @@ def _check_mode_settings(options: WorkloadOptions) -> None:
             "loss. Drop loss_fn, or give a batch the model's forward takes, or step_fn="
             "lambda model, batch: ... to run the inference step your way."
         )
+    if (options.get("accumulation") or 1) != 1:
+        raise InvalidInputError(
+            f"accumulation={options['accumulation']!r} with mode='infer' would be ignored: "
+            "gradient accumulation adds up the gradients of several micro-batches before an "
+            "optimizer step, and inference has neither. Drop accumulation, or use mode='train' "
+            "(for a larger inference batch, raise batch_size)."
+        )
     if options.get("activation_checkpointing"):
         raise InvalidInputError(
             "activation_checkpointing=True with mode='infer' would be ignored: checkpointing "
@@ -137,6 +144,13 @@ def _check_step_settings(options: WorkloadOptions) -> None:
             "loss_fn and step_fn given together: the step function computes its own loss, so "
             "loss_fn would be ignored. Drop loss_fn (or drop step_fn and let memfit run "
             "forward, loss_fn, backward and the optimizer)."
+        )
+    if (options.get("accumulation") or 1) != 1:
+        raise InvalidInputError(
+            f"accumulation={options['accumulation']!r} and step_fn given together: the step "
+            "function is one whole optimizer step as written, so memfit's accumulation would "
+            "be ignored. Loop over the micro-batches inside your step (backward on each, then "
+            "optimizer.step()), or drop step_fn and let memfit accumulate."
         )
     _refuse_mixed_with_step(options.get("precision"))
 

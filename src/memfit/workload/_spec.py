@@ -65,6 +65,8 @@ class WorkloadOptions(TypedDict, total=False):
     batch_size: int | None
     seq_len: int | None
     steps: int | None
+    # micro-batches of batch_size whose gradients add up before each optimizer step (train)
+    accumulation: int | None
     compiled: str | None  # "eager": a torch.compile'd model estimated uncompiled
     moe_routing: str | None  # "balanced" (default) or "skewed": see memfit.trace._routing
 
@@ -87,6 +89,7 @@ class Workload:
     activation_checkpointing: bool = False
     enable_checkpointing: Callable[[nn.Module], None] | None = None
     steps: int = 2
+    accumulation: int = 1  # micro-batches (each of batch_size) per optimizer step
     forward_fn: Callable[[nn.Module, Batch], Any] | None = None  # inference; default call_model
     # the user's whole step, run as written (then loss_fn and forward_fn are not used)
     step_fn: StepFn | None = None
@@ -140,6 +143,7 @@ class Workload:
         if self.step_fn is not None:
             _check_step_fn(self.step_fn, self.mode)
         check_count("steps", self.steps)
+        check_count("accumulation", self.accumulation)
         check_compiled_setting(self.compiled)
         if self.moe_routing is not None:
             check_moe_routing(self.moe_routing)

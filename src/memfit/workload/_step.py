@@ -87,7 +87,8 @@ class StepHooks:
 def run_steps(
     workload: Workload, model: nn.Module, optimizer: torch.optim.Optimizer | None, hooks: StepHooks
 ) -> None:
-    """Run the workload's steps: input, forward (+loss), backward, optimizer, zero_grad."""
+    """Run the workload's steps: input, forward (+loss) and backward for each micro-batch,
+    then optimizer and zero_grad."""
     dtype = workload.autocast_dtype
     scaler = (
         hooks.grad_scaler() if workload.precision == "fp16-mixed" and hooks.grad_scaler else None
@@ -96,11 +97,11 @@ def run_steps(
     def region() -> AbstractContextManager[Any]:
         return hooks.autocast(dtype) if dtype is not None else nullcontext()
 
+    whole = workload.step_fn is not None or workload.mode == "infer"  # no optimizer of ours
     for step in range(1, workload.steps + 1):
-        if hooks.repeat(step, model):  # input, forward and backward as step 1's: not run again
-            if workload.mode == "infer":
-                continue
-        else:
+        repeated = hooks.repeat(step, model)  # input, forward and backward copied from step 1
+        micro_batches = 0 if repeated else 1 if whole else workload.accumulation
+        for _ in range(micro_batches):
             hooks.phase(f"step{step}.input")
             made = workload.make_batch()
             if made is None:
@@ -113,18 +114,21 @@ def run_steps(
             if workload.step_fn is not None:
                 _run_user_step(workload, model, batch, optimizer, hooks)
                 del batch
-                continue
-            if workload.mode == "infer":
+            elif workload.mode == "infer":
                 with torch.no_grad(), region():
                     out = (workload.forward_fn or call_model)(model, batch)
                 del out, batch
-                continue
-            with region():
-                loss = workload.loss_fn(model, batch)
-            del batch
-            hooks.phase(f"step{step}.backward")
-            (scaler.scale(loss) if scaler is not None else loss).backward()
-            del loss
+            else:
+                with region():
+                    loss = workload.loss_fn(model, batch)
+                del batch
+                hooks.phase(f"step{step}.backward")
+                if workload.accumulation > 1:  # the mean over the micro-batches, as users write
+                    loss = loss / workload.accumulation
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+                del loss
+        if whole:
+            continue
         hooks.after_backward(model)
         assert optimizer is not None
         _optimizer_step(optimizer, scaler, hooks, step)
