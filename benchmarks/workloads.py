@@ -309,6 +309,7 @@ def estimate_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
     if kwargs["mode"] == "train":  # inference takes neither (memfit refuses them there)
         kwargs["optimizer"] = entry.get("optimizer", "adamw")
         kwargs["activation_checkpointing"] = entry.get("checkpointing", False)
+        kwargs["accumulation"] = entry.get("accumulation", 1)
     return kwargs
 
 
@@ -361,7 +362,7 @@ HELD_OUT_12: list[dict[str, Any]] = [
     },
     {
         "id": "tinyllama-bf16-b1-s8192-ckpt",
-        "model": "tinyllama-1.1b-intermediate-step-1431k-3t",
+        "model": "tinyllama-1.1b",
         "batch_size": 1,
         "seq_len": 8192,
         "precision": "bf16",
@@ -369,7 +370,7 @@ HELD_OUT_12: list[dict[str, Any]] = [
     },
     {
         "id": "tinyllama-bf16mixed-b1-s8192-ckpt",
-        "model": "tinyllama-1.1b-intermediate-step-1431k-3t",
+        "model": "tinyllama-1.1b",
         "batch_size": 1,
         "seq_len": 8192,
         "precision": "bf16-mixed",
@@ -453,6 +454,28 @@ HELD_OUT_12_COMPILED: list[dict[str, Any]] = [
     },
 ]
 
+# Held out in session 8: memfit's own gradient accumulation (new in session 8), predicted before
+# measuring; the session 6 step function of the same shape is gpt2-accumulate4-...
+HELD_OUT_12_ACCUMULATION: list[dict[str, Any]] = [
+    {
+        "id": "gpt2-bf16mixed-b8x4-s1024-accumulation",
+        "model": "gpt2",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "accumulation": 4,
+    },
+    {
+        "id": "tinyllama-bf16-b2x3-s2048-ckpt-accumulation",
+        "model": "tinyllama-1.1b",
+        "batch_size": 2,
+        "seq_len": 2048,
+        "precision": "bf16",
+        "checkpointing": True,
+        "accumulation": 3,
+    },
+]
+
 # Held out in session 8: compiled families not seen while the compiled trace was built (a timm
 # ViT, a convolutional network, a Qwen-style LLM's inference), predicted before measuring
 HELD_OUT_12_COMPILED_2: list[dict[str, Any]] = [
@@ -508,6 +531,7 @@ ALL = (
     + HELD_OUT_12_STEPS
     + HELD_OUT_12_COMPILED
     + HELD_OUT_12_COMPILED_2
+    + HELD_OUT_12_ACCUMULATION
     + COMPILED_DEV
     + MOE_DEV
 )
