@@ -27,6 +27,8 @@ def test_estimate_does_not_initialise_cuda():
     [
         ("gpt2", {"batch_size": 2, "seq_len": 512}),
         ("bert-base-uncased", {"batch_size": 4, "seq_len": 256, "precision": "bf16-mixed"}),
+        # memfit's own gradient accumulation: the gradients stay through the next micro-batch
+        ("gpt2", {"batch_size": 2, "seq_len": 512, "accumulation": 3}),
     ],
 )
 def test_estimate_matches_the_gpu(model, kwargs):
