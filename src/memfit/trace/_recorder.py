@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
+from memfit.trace._costs import StepCosts
 from memfit.trace._kernels import KernelModel, Scratch
 from memfit.trace._layouts import cuda_layout, cuda_order
 from memfit.trace._meta_cache import META_CACHE
@@ -79,6 +80,7 @@ class Recorder(TorchDispatchMode):
         self.suspended = 0  # > 0 while a fused in-place kernel runs as several meta ops
         self._made_by: dict[int, int] = {}  # storage key -> autograd node that allocated it
         self.persistent: set[int] = set()  # blocks a library handle keeps (never freed)
+        self.costs: StepCosts | None = None  # each op's arithmetic and traffic, when asked
 
     # -- allocation bookkeeping ------------------------------------------------------------
     def _key(self, storage: torch.UntypedStorage) -> int:
@@ -246,6 +248,9 @@ class Recorder(TorchDispatchMode):
                 self._failed(func, name, exc)
                 raise
             self.shadows.propagate(func, args, kwargs, out)
+        if self.costs is not None and not self.suspended:
+            with _NO_FUNCTION_MODE():
+                self.costs.record(func, args, kwargs, out, self.phase)
         between = None if special is not None else self.kernels.between_outputs(func, args)
         self._track_outputs(cuda_order(func, out), name, between)
         if special is None:

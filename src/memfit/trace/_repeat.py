@@ -235,6 +235,8 @@ class StepRepeat:
                 blocks[event.block] = rec.copy_alloc(event, dataclasses.replace(info, phase=phase))
         for _, name in marks[at:]:
             self._set_phase(name)
+        if rec.costs is not None:
+            rec.costs.copy((_FIRST + name[len(prefix) :], name) for _, name in marks)
         self._give_gradients(blocks)
 
     def _give_gradients(self, blocks: dict[int, int]) -> None:

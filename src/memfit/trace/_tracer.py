@@ -27,6 +27,7 @@ from memfit.trace import _autocast
 from memfit.trace._compiled import CaptureNeeded, CompileGuard
 from memfit.trace._compiled_capture import CompiledPlan, capture_compiled
 from memfit.trace._compiled_replay import compiled_notes
+from memfit.trace._costs import StepCosts
 from memfit.trace._failure import check_batch, checked_loss, describe_batch
 from memfit.trace._failure import trace_error as _explain
 from memfit.trace._function_mode import TraceFunctionMode, python_function_reentry
@@ -65,6 +66,7 @@ class Trace:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     copied_steps: int = 0  # later steps copied from step 1's events (_repeat)
+    costs: StepCosts | None = None  # arithmetic and traffic by phase, when asked (_costs)
     traced_again: str | None = None  # why later steps were traced instead, if they were
 
 
@@ -295,25 +297,30 @@ class _Session:
         _autocast.on_cached = None
 
 
-def trace_workload(workload: Workload, gpu: GPU) -> Trace:
+def trace_workload(workload: Workload, gpu: GPU, *, costs: bool = False) -> Trace:
     """Trace ``workload`` as it would run on ``gpu``. Never touches a real GPU. A model compiled
-    as a whole is captured as inductor compiles it first, then traced with that plan."""
+    as a whole is captured as inductor compiles it first, then traced with that plan. With
+    ``costs``, each phase's arithmetic and memory traffic are counted too (``Trace.costs``)."""
     start = time.perf_counter()
     try:
-        return _trace(workload, gpu, None, start)
+        return _trace(workload, gpu, None, start, costs)
     except CaptureNeeded:
         plan = capture_compiled(workload, gpu)
-    trace = _trace(workload, gpu, plan, start)
+    trace = _trace(workload, gpu, plan, start, costs)
     trace.notes[:0] = compiled_notes(plan, torch.__version__)
     return trace
 
 
-def _trace(workload: Workload, gpu: GPU, plan: CompiledPlan | None, start: float) -> Trace:
+def _trace(
+    workload: Workload, gpu: GPU, plan: CompiledPlan | None, start: float, costs: bool = False
+) -> Trace:
     """One trace of ``workload``; a compiled model is replayed with ``plan``."""
     if workload.mode == "train":  # a loss backward cannot run on is refused with its value
         workload = dataclasses.replace(workload, loss_fn=checked_loss(workload.loss_fn))
     session = _Session(gpu)
     session.train = workload.mode == "train"
+    if costs:
+        session.recorder.costs = StepCosts()
     # later steps are copies of step 1 in memfit's own loop (a user's step or a compiled model's
     # may differ from one step to the next)
     session.repeat.enabled = REPEAT_STEPS and workload.step_fn is None and plan is None
@@ -367,8 +374,9 @@ def _trace(workload: Workload, gpu: GPU, plan: CompiledPlan | None, start: float
         parameters,
         notes,
         time.perf_counter() - start,
-        session.repeat.copied,
-        session.repeat.refused,
+        copied_steps=session.repeat.copied,
+        traced_again=session.repeat.refused,
+        costs=session.recorder.costs,
     )
 
 
