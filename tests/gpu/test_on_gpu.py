@@ -29,6 +29,12 @@ def test_estimate_does_not_initialise_cuda():
         ("bert-base-uncased", {"batch_size": 4, "seq_len": 256, "precision": "bf16-mixed"}),
         # memfit's own gradient accumulation: the gradients stay through the next micro-batch
         ("gpt2", {"batch_size": 2, "seq_len": 512, "accumulation": 3}),
+        # blocks checkpointed selectively (matrix products saved, the rest recomputed)
+        ("tests/gpu/models/selective_checkpoint.py:make_model", {"batch_size": 32}),
+        (
+            "tests/gpu/models/selective_checkpoint.py:make_model",
+            {"batch_size": 32, "precision": "bf16-mixed"},
+        ),
     ],
 )
 def test_estimate_matches_the_gpu(model, kwargs):
