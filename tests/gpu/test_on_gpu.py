@@ -29,6 +29,8 @@ def test_estimate_does_not_initialise_cuda():
         ("bert-base-uncased", {"batch_size": 4, "seq_len": 256, "precision": "bf16-mixed"}),
         # memfit's own gradient accumulation: the gradients stay through the next micro-batch
         ("gpt2", {"batch_size": 2, "seq_len": 512, "accumulation": 3}),
+        # memfit's selective checkpointing of a Hugging Face model's blocks
+        ("gpt2", {"batch_size": 4, "seq_len": 512, "activation_checkpointing": "selective"}),
         # blocks checkpointed selectively (matrix products saved, the rest recomputed)
         ("tests/gpu/models/selective_checkpoint.py:make_model", {"batch_size": 32}),
         (

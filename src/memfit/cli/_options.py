@@ -30,10 +30,15 @@ def check_workload_flags(args: argparse.Namespace) -> None:
     from memfit._errors import InvalidInputError
 
     if args.mode == "infer" and args.activation_checkpointing:
+        flag = (
+            "--selective-checkpointing"
+            if args.activation_checkpointing == "selective"
+            else "--checkpointing"
+        )
         raise InvalidInputError(
-            "--checkpointing with --mode infer means nothing: checkpointing saves memory by "
+            f"{flag} with --mode infer means nothing: checkpointing saves memory by "
             "recomputing activations in the backward pass, and inference has none. Drop "
-            "--checkpointing, or use --mode train."
+            f"{flag}, or use --mode train."
         )
     if args.mode == "infer" and (getattr(args, "accumulation", None) or 1) != 1:
         raise InvalidInputError(

@@ -75,11 +75,20 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         help="gradient accumulation: N micro-batches of --batch-size each, their gradients "
         "added up before each optimizer step (train only)",
     )
-    p.add_argument(
+    checkpointing = p.add_mutually_exclusive_group()
+    checkpointing.add_argument(
         "--checkpointing",
         dest="activation_checkpointing",
         action="store_true",
         help="activation checkpointing: recompute activations in backward (train only)",
+    )
+    checkpointing.add_argument(
+        "--selective-checkpointing",
+        dest="activation_checkpointing",
+        action="store_const",
+        const="selective",
+        help="checkpoint each repeated block, keeping what matrix products and attention "
+        "return and recomputing the rest (train only)",
     )
     _model_kind_args(p)
     p.add_argument(

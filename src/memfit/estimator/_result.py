@@ -25,7 +25,7 @@ class WorkloadSummary:
     mode: str  # "train" or "infer"
     precision: str
     optimizer: str
-    activation_checkpointing: bool
+    activation_checkpointing: bool | str  # "selective": matrix products and attention kept
     allocator_config: str
     steps: int
     accumulation: int = 1  # micro-batches per optimizer step (batch is one micro-batch)

@@ -24,7 +24,7 @@ def does_not_fit_message(
     *,
     precision: str = "fp32",
     mode: str = "train",
-    activation_checkpointing: bool = False,
+    activation_checkpointing: bool | str = False,
     optimizer: str = "adamw",
 ) -> str:
     """The error for a step whose estimate at the smallest batch size is over ``budget``: the
@@ -51,7 +51,7 @@ def does_not_fit_message(
                 "activation checkpointing",
                 "activation_checkpointing=True",
                 "--checkpointing",
-                mode == "train" and not activation_checkpointing,
+                mode == "train" and activation_checkpointing is not True,  # selective: more
             ),
             (
                 "an optimizer with less state",

@@ -110,10 +110,16 @@ def workload_fields(workload: WorkloadSummary) -> list[tuple[str, str]]:
         ("mode", workload.mode),
         ("precision", workload.precision),
         ("optimizer", workload.optimizer or "none"),
-        ("checkpointing", "on" if workload.activation_checkpointing else "off"),
+        ("checkpointing", _checkpointing(workload.activation_checkpointing)),
         ("allocator", workload.allocator_config or "default"),
         ("traced", steps),
     ]
+
+
+def _checkpointing(setting: bool | str) -> str:
+    if setting == "selective":
+        return "selective (matrix products and attention kept)"
+    return "on" if setting else "off"
 
 
 def version_fields(versions: Versions) -> list[tuple[str, str]]:

@@ -59,7 +59,7 @@ class WorkloadOptions(TypedDict, total=False):
     optimizer: OptimizerSpec
     precision: str
     mode: str
-    activation_checkpointing: bool
+    activation_checkpointing: bool | str  # True, False or "selective"
     allocator_config: str | None
     gpu: GPU | str | None  # a name or a size with a unit; a bare number is refused
     batch_size: int | None
@@ -86,7 +86,7 @@ class Workload:
     optimizer: OptimizerSpec = "adamw"
     precision: Precision = "fp32"
     mode: Mode = "train"
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool | str = False  # "selective": workload._checkpoint
     enable_checkpointing: Callable[[nn.Module], None] | None = None
     steps: int = 2
     accumulation: int = 1  # micro-batches (each of batch_size) per optimizer step
@@ -124,10 +124,14 @@ class Workload:
                 f"{', '.join(OPTIMIZERS)}, or a function of the parameters that returns a "
                 "torch.optim.Optimizer."
             )
-        if not isinstance(self.activation_checkpointing, bool):
+        if not (
+            isinstance(self.activation_checkpointing, bool)
+            or self.activation_checkpointing == "selective"
+        ):
             raise InvalidInputError(
-                f"activation_checkpointing={self.activation_checkpointing!r} is not a bool: "
-                "give True or False."
+                f"activation_checkpointing={self.activation_checkpointing!r} is not a bool or "
+                "'selective': give True (the model's own checkpointing of every block), "
+                "'selective' (matrix products and attention kept, the rest recomputed) or False."
             )
         for what in ("loss_fn", "build_model", "make_batch"):
             if not callable(getattr(self, what)):

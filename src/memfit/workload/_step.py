@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from memfit._errors import InvalidInputError
+from memfit.workload._checkpoint import checkpoint_blocks
 from memfit.workload._spec import Batch, OptimizerSpec, Workload
 
 __all__ = [
@@ -186,7 +187,9 @@ def prepare_model(workload: Workload, build_device: torch.device | str) -> nn.Mo
     if workload.param_dtype != torch.float32:
         model = model.to(workload.param_dtype)
     model.train(workload.mode == "train")
-    if workload.activation_checkpointing:
+    if workload.activation_checkpointing == "selective":
+        checkpoint_blocks(model)
+    elif workload.activation_checkpointing:
         if workload.enable_checkpointing is None:
             raise InvalidInputError(
                 "Activation checkpointing is not known for this model: memfit can switch it on "

@@ -1,0 +1,133 @@
+"""Selective activation checkpointing of a model's repeated blocks, as torchtitan applies it.
+
+``activation_checkpointing="selective"`` wraps each block in ``torch.utils.checkpoint`` with a
+policy (``create_selective_checkpoint_contexts``): what the matrix products and attention kernels
+return is kept for the backward, everything else (norms, activations, dropout, residual sums)
+is recomputed there. It keeps most of full checkpointing's saving of element-wise tensors and
+recomputes only cheap ops, so it is the middle ground between no checkpointing and full
+(``activation_checkpointing=True``, the model's own switch).
+
+The blocks: for a Hugging Face model, the most numerous class it names in
+``_no_split_modules`` (its decoder or encoder layers, as FSDP wraps them; its KV cache is
+switched off, as transformers' own checkpointing does); otherwise the module class with the most
+instances that contain modules of their own, the outermost on a tie (timm's ViT ``Block`` over
+its ``Attention``, torchvision's ``Bottleneck``). Blocks inside a block are not wrapped again.
+The wrapping is a ``forward`` on each block instance: :func:`unwrap_blocks` takes it off.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from typing import Any
+
+import torch
+from torch import nn
+
+from memfit._errors import InvalidInputError
+
+__all__ = ["SAVED_OPS", "checkpoint_blocks", "find_blocks", "unwrap_blocks"]
+
+aten = torch.ops.aten
+# what the selective policy keeps: the outputs of the expensive ops (recomputing them would
+# cost the backward most of the forward's time again)
+SAVED_OPS = frozenset(
+    {
+        aten.mm.default,
+        aten.addmm.default,
+        aten.bmm.default,
+        aten.baddbmm.default,
+        aten.convolution.default,
+        aten._scaled_dot_product_flash_attention.default,
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_cudnn_attention.default,
+    }
+)
+_MARK = "_memfit_checkpointed"
+
+
+def find_blocks(model: nn.Module) -> list[nn.Module]:
+    """The model's repeated blocks, outermost instances only, in module order."""
+    named = list(model.named_modules())
+    wanted = set(getattr(model, "_no_split_modules", None) or ())
+    named_blocks = Counter(type(m) for _, m in named if type(m).__name__ in wanted)
+    if named_blocks:  # the layers, not the embeddings some models name too (BERT)
+        chosen = {max(named_blocks, key=lambda c: named_blocks[c])}
+    else:
+        chosen = _most_repeated(named)
+    blocks: list[nn.Module] = []
+    inside: set[int] = set()
+    for _, module in named:
+        if id(module) in inside or type(module) not in chosen:
+            continue
+        blocks.append(module)
+        inside.update(id(m) for m in module.modules())
+    if not blocks:
+        raise InvalidInputError(
+            f"activation_checkpointing='selective' found no repeated blocks in "
+            f"{type(model).__name__} (no module class with two or more instances that hold "
+            "modules of their own). Wrap your blocks in torch.utils.checkpoint.checkpoint "
+            "yourself and estimate without it, or use activation_checkpointing=True."
+        )
+    return blocks
+
+
+def _most_repeated(named: list[tuple[str, nn.Module]]) -> set[type]:
+    """The container class with the most instances (at least two); the shallowest on a tie."""
+    containers = [
+        (name, m)
+        for name, m in named
+        if name
+        and any(True for _ in m.children())
+        and not isinstance(m, (nn.ModuleList,))
+        and not isinstance(m, nn.Sequential)
+    ]
+    counts = Counter(type(m) for _, m in containers)
+    depth: dict[type, int] = {}
+    for name, m in containers:
+        depth.setdefault(type(m), name.count("."))
+    best = max(counts, key=lambda c: (counts[c], -depth[c]), default=None)
+    return {best} if best is not None and counts[best] >= 2 else set()
+
+
+def checkpoint_blocks(model: nn.Module) -> list[nn.Module]:
+    """Wrap each block of ``model`` in selective checkpointing; returns the blocks."""
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    if getattr(model, "is_gradient_checkpointing", False):
+        raise InvalidInputError(
+            f"{type(model).__name__} already has gradient checkpointing switched on "
+            "(gradient_checkpointing_enable()); selective checkpointing would checkpoint its "
+            "blocks twice. Switch it off (gradient_checkpointing_disable()) or estimate with "
+            "activation_checkpointing=True."
+        )
+    context = functools.partial(create_selective_checkpoint_contexts, _policy)
+    blocks = find_blocks(model)
+    for module in model.modules():  # as transformers' own checkpointing does: a KV cache
+        config: Any = getattr(module, "config", None)  # filled in the forward would change
+        if getattr(config, "use_cache", False):  # the recompute (T5's decoder has its own)
+            config.use_cache = False
+    for block in blocks:
+        if _MARK not in block.__dict__:
+            block.forward = functools.partial(_checkpointed, block.forward, context)
+            block.__dict__[_MARK] = True
+    return blocks
+
+
+def unwrap_blocks(model: nn.Module) -> None:
+    """Take :func:`checkpoint_blocks`' wrapping off again."""
+    for module in model.modules():
+        if module.__dict__.pop(_MARK, False):
+            del module.forward
+
+
+def _checkpointed(forward: Any, context: Any, *args: Any, **kwargs: Any) -> Any:
+    from torch.utils.checkpoint import checkpoint
+
+    return checkpoint(forward, *args, use_reentrant=False, context_fn=context, **kwargs)
+
+
+def _policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
