@@ -454,8 +454,9 @@ HELD_OUT_12_COMPILED: list[dict[str, Any]] = [
     },
 ]
 
-# Held out in session 8: memfit's own gradient accumulation (new in session 8), predicted before
-# measuring; the session 6 step function of the same shape is gpt2-accumulate4-...
+# Held out in session 8: memfit's own gradient accumulation and selective checkpointing (new in
+# session 8), predicted before measuring; the session 6 step function of the same shape as the
+# first is gpt2-accumulate4-...
 HELD_OUT_12_ACCUMULATION: list[dict[str, Any]] = [
     {
         "id": "gpt2-bf16mixed-b8x4-s1024-accumulation",
@@ -464,6 +465,22 @@ HELD_OUT_12_ACCUMULATION: list[dict[str, Any]] = [
         "seq_len": 1024,
         "precision": "bf16-mixed",
         "accumulation": 4,
+    },
+    {
+        "id": "tinyllama-bf16mixed-b4-s2048-selective",
+        "model": "tinyllama-1.1b",
+        "batch_size": 4,
+        "seq_len": 2048,
+        "precision": "bf16-mixed",
+        "checkpointing": "selective",
+    },
+    {
+        "id": "bert-base-bf16mixed-b32-s512-selective",
+        "model": "bert-base-uncased",
+        "batch_size": 32,
+        "seq_len": 512,
+        "precision": "bf16-mixed",
+        "checkpointing": "selective",
     },
     {
         "id": "tinyllama-bf16-b2x3-s2048-ckpt-accumulation",
