@@ -19,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workloads import ALL
+
+from memfit.workload import call_model, default_loss
 
 
 def main() -> int:
@@ -54,25 +57,26 @@ def main() -> int:
             p.requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters()) if train else None
     amp = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(precision)
+    # the model file's own loss and forward (an (images, labels) batch), else memfit's rule
+    forward = namespace.get("forward_fn", call_model)
+    loss_fn = namespace.get("loss_fn", default_loss)
     rows = []
     for step in range(3):
-        batch = {
-            k: v.cuda()
-            for k, v in namespace["make_batch"](entry["batch_size"], entry.get("seq_len")).items()
-        }
+        made = namespace["make_batch"](entry["batch_size"], entry.get("seq_len"))
+        batch = tree_map(lambda v: v.cuda() if isinstance(v, torch.Tensor) else v, made)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         region = torch.autocast("cuda", dtype=amp) if amp else contextlib.nullcontext()
         if train:
             with region:
-                loss = model(**batch).loss
+                loss = loss_fn(model, batch)
             loss.backward()
             del loss
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         else:
             with torch.no_grad(), region:
-                out = model(**batch)
+                out = forward(model, batch)
             del out
         del batch
         torch.cuda.synchronize()

@@ -10,6 +10,8 @@ once per module.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import re
 from typing import Any
@@ -17,9 +19,13 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from memfit import Category, Estimate, UnsupportedWorkloadError, estimate
+from memfit._gpus import resolve_gpu
+from memfit.trace import trace_workload
 from memfit.trace._compiled_replay import wrapper_call
+from memfit.workload import make_workload
 
 pytest.importorskip("triton", reason="inductor's lowering for CUDA needs triton")
 transformers = pytest.importorskip("transformers")
@@ -52,9 +58,19 @@ def test_a_compiled_model_is_estimated_as_inductor_compiles_it(train: tuple[Esti
     )
     assert torch.__version__ in compiled.notes[0]  # compiled memory depends on the version
     assert "compiled attention ran 2 x cudnn" in compiled.notes  # bf16 on an H200
-    # fused kernels save fewer activations: less memory than the eager step
-    assert compiled.peak_allocated < eager.peak_allocated
+    # fused kernels save fewer activations: less memory than the eager step, once compiled (the
+    # first call of a tiny model peaks at Triton's tuning of its kernels on a cold cache)
+    assert _steady_peak(compiled) < _steady_peak(eager)
     assert 0 < _held_for_backward(compiled) < _held_for_backward(eager)
+
+
+def _steady_peak(est: Estimate) -> int:
+    """The largest allocated memory of the last step (the first call's tuning is over)."""
+    phases = est.timeline.phases
+    last = max(name.partition(".")[0] for name, _ in phases if name.startswith("step"))
+    begin = min(i for name, i in phases if name.startswith(last + "."))
+    end = next((i for name, i in phases if name == "end"), len(est.timeline.allocated))
+    return max(est.timeline.allocated[begin:end])
 
 
 def _held_for_backward(est: Estimate) -> int:
@@ -64,17 +80,19 @@ def _held_for_backward(est: Estimate) -> int:
     return est.timeline.allocated[backward - 1] - est.timeline.allocated[forward - 1]
 
 
-def test_every_parameter_gets_its_gradient_from_the_compiled_backward(
-    train: tuple[Estimate, Estimate],
-):
-    compiled, eager = train
+def test_every_parameter_gets_its_gradient_from_the_compiled_backward():
     parameters = sum(p.numel() * 4 for p in {id(p): p for p in _gpt2(False).parameters()}.values())
-    assert compiled.peak_phase == "step1.optimizer"  # Adam's state is made beside the gradients
-    assert compiled.by_category[Category.GRADIENT] == parameters
-    assert (
-        compiled.by_category[Category.OPTIMIZER_STATE]
-        == eager.by_category[Category.OPTIMIZER_STATE]
-    )
+    workload = make_workload(_gpt2, _batch, gpu="h200", precision="bf16-mixed")
+    trace = trace_workload(workload, resolve_gpu("h200"))
+    made: dict[tuple[Category, str], int] = {}
+    for e in trace.events:
+        if e.kind == "alloc" and e.info is not None:
+            info = trace.infos[e.info]
+            made[info.category, info.phase] = made.get((info.category, info.phase), 0) + e.size
+    # each step's backward gives every parameter its gradient
+    assert made[Category.GRADIENT, "step2.backward"] == parameters
+    state = made[Category.OPTIMIZER_STATE, "step1.optimizer"]
+    assert state == 2 * parameters  # AdamW's two moments, made by the first step
 
 
 def test_a_compiled_inference_step_runs_the_inference_graph():
@@ -84,6 +102,7 @@ def test_a_compiled_inference_step_runs_the_inference_graph():
         gpu="h200",
         mode="infer",
         precision="bf16",
+        steps=2,
     )
     eager = estimate(
         _gpt2,
@@ -92,12 +111,13 @@ def test_a_compiled_inference_step_runs_the_inference_graph():
         mode="infer",
         precision="bf16",
         compiled="eager",
+        steps=2,
     )
     assert compiled.notes[0].startswith("the model is compiled with torch.compile")
     assert (
         Category.GRADIENT not in compiled.by_category or not compiled.by_category[Category.GRADIENT]
     )
-    assert compiled.peak_allocated <= eager.peak_allocated
+    assert _steady_peak(compiled) <= _steady_peak(eager)
 
 
 def test_a_users_compiled_model_is_left_as_it_was():
@@ -201,7 +221,7 @@ def test_an_output_that_is_a_view_of_the_graphs_own_result_is_taken():
     # fp32 on an H200: efficient attention under transformers 5.24 (the math path under
     # 5.17, whose BERT passes a mask SDPA's fused kernels do not take in a compiled graph)
     assert any(note.startswith("compiled attention ran 2 x ") for note in compiled.notes)
-    assert compiled.peak_allocated < eager.peak_allocated
+    assert _steady_peak(compiled) < _steady_peak(eager)
 
 
 def _vocabulary_1001() -> nn.Module:
@@ -213,6 +233,7 @@ def _ids_1001() -> dict[str, torch.Tensor]:
     return {"input_ids": torch.randint(0, 1001, (2, 32))}
 
 
+@functools.cache
 def _inference_plan(precision: str) -> Any:
     from memfit._gpus import resolve_gpu
     from memfit.trace._compiled_capture import capture_compiled
@@ -294,3 +315,90 @@ def test_the_backward_writes_over_saved_tensors_as_on_the_gpu():
     plan = capture_compiled(workload, resolve_gpu("h200"))
     assert plan.backward is not None
     assert re.search(r"buf\d+ = bmm; del bmm  # reuse", plan.backward)
+
+
+class _Allocations(TorchDispatchMode):
+    """The bytes of each tensor made on meta while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default):
+            self.sizes.append(out.untyped_storage().nbytes())
+        return out
+
+
+def _wrapper_args() -> list[torch.Tensor]:
+    return [
+        torch.empty(256, 768, device="meta"),
+        torch.empty(768, 3072, device="meta"),
+        torch.empty(3072, 768, device="meta"),
+    ]
+
+
+def test_a_cold_cache_times_each_kernels_configs_at_its_first_call():
+    """torch 2.11's autotuner, per config: a warm-up run on a clone of what the kernel writes,
+    then the L2 flush buffer and the timed runs (a clone each, the same block again); once
+    tuned, the kernel allocates nothing."""
+    from memfit.trace._inductor import L2_FLUSH_BYTES, KernelTuning
+
+    tuning = {"triton_poi_fused_gelu_0": KernelTuning(configs=2, mutated=(0,))}
+    call = wrapper_call(WRAPPER, tuning)
+    gelu_out = 256 * 3072 * 4
+    for first in (True, False):
+        args = _wrapper_args()
+        with _Allocations() as made:
+            call(args)
+        timing = [gelu_out, L2_FLUSH_BYTES, gelu_out] * 2 if first else []
+        assert made.sizes == [gelu_out, *timing, 256 * 768 * 4]
+    args = _wrapper_args()
+    with _Allocations() as warm:  # a warm cache: the plan's default
+        wrapper_call(WRAPPER)(args)
+    assert warm.sizes == [gelu_out, 256 * 768 * 4]
+
+
+def test_the_kernels_configs_are_read_off_inductors_heuristics_on_the_cpu():
+    plan = _inference_plan("bf16")
+    assert not plan.tune_kernels  # replayed as a warm cache unless asked
+    tuned = plan.tuning["forward"]
+    assert tuned and "backward" not in plan.tuning  # inference: one wrapper
+    for name, kernel in tuned.items():
+        assert f"{name}.run(" in plan.forward
+        assert kernel.configs > 1  # one config is never timed
+    # a pointwise kernel of this size starts with two configs (autotune_pointwise)
+    assert any(name.startswith("triton_poi") and k.configs == 2 for name, k in tuned.items())
+
+
+def test_an_estimate_covers_the_first_run_that_reserves_the_most():
+    """A cold cache's transients may leave segments that later buffers fit in (less reserved)
+    or split those they would have taken (more): the run whose steps reserve the most wins."""
+    from memfit._events import MemoryEvent
+    from memfit.allocator import AllocatorConfig
+    from memfit.trace._compiled_replay import first_run_reserving_most
+
+    mib = 2**20
+
+    @dataclasses.dataclass
+    class Run:
+        events: list[MemoryEvent]
+        steps_start: int = 0
+
+    def events(*ops: tuple[str, int, int]) -> list[MemoryEvent]:
+        return [MemoryEvent(kind, block, size, 0) for kind, block, size in ops]
+
+    warm = Run(events(("alloc", 1, 30 * mib), ("free", 1, 30 * mib)))
+    # a 60 MiB flush freed, then the same 30 MiB buffer and a second one: both fit in it
+    cold = Run(
+        events(("alloc", 9, 60 * mib), ("free", 9, 60 * mib), ("alloc", 1, 30 * mib))
+        + events(("alloc", 2, 30 * mib), ("free", 1, 30 * mib), ("free", 2, 30 * mib))
+    )
+    config = AllocatorConfig()
+    assert first_run_reserving_most(warm, cold, config) == (cold, True)  # 60 MiB against 30
+    cold.steps_start = 2  # the flush before the steps: emptied from the cache, as a job starts
+    assert first_run_reserving_most(warm, cold, config) == (cold, True)  # 2 x 30 MiB still
+    flush = events(("alloc", 9, 60 * mib), ("free", 9, 60 * mib))
+    one = Run(flush + warm.events, steps_start=2)  # one buffer: 30 MiB either way
+    assert first_run_reserving_most(warm, one, config) == (warm, False)

@@ -33,8 +33,10 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_map
 from memfit._errors import MemfitError, UnsupportedWorkloadError
 from memfit._gpus import GPU
 from memfit.trace._inductor import (
+    KernelTuning,
     PadBenchmark,
     answering_as,
+    first_call_tuning,
     lower_for_cuda,
     recording_pad_benchmarks,
 )
@@ -59,6 +61,10 @@ class CompiledPlan:
     tangents: list[int] = field(default_factory=list)  # user outputs the backward takes
     attention: dict[str, int] = field(default_factory=dict)
     pad_benchmarks: list[PadBenchmark] = field(default_factory=list)
+    # the Triton kernels that time their configs at their first call, by wrapper ("forward",
+    # "backward") and name; replayed only with ``tune_kernels`` (a cold inductor cache)
+    tuning: dict[str, dict[str, KernelTuning]] = field(default_factory=dict)
+    tune_kernels: bool = False
 
 
 class _Capture:
@@ -132,9 +138,17 @@ def capture_compiled(workload: Workload, gpu: GPU) -> CompiledPlan:
         plan = _plan(capture, names, shim)
         with answering_as(gpu):
             forward, backward = _lowered(capture, False), _lowered(capture, True)
-        assert forward is not None
+            assert forward is not None
+            tuning = {"forward": first_call_tuning(forward)}
+            if backward is not None:
+                tuning["backward"] = first_call_tuning(backward)
         plan = dataclasses.replace(
-            plan, forward=forward, backward=backward, attention=attention, pad_benchmarks=benchmarks
+            plan,
+            forward=forward,
+            backward=backward,
+            attention=attention,
+            pad_benchmarks=benchmarks,
+            tuning=tuning,
         )
     except MemfitError:
         raise

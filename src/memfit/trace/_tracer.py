@@ -26,7 +26,11 @@ from memfit._gpus import GPU
 from memfit.trace import _autocast
 from memfit.trace._compiled import CaptureNeeded, CompileGuard
 from memfit.trace._compiled_capture import CompiledPlan, capture_compiled
-from memfit.trace._compiled_replay import compiled_notes
+from memfit.trace._compiled_replay import (
+    COLD_CACHE_NOTE,
+    compiled_notes,
+    first_run_reserving_most,
+)
 from memfit.trace._costs import StepCosts
 from memfit.trace._failure import check_batch, checked_loss, describe_batch
 from memfit.trace._failure import trace_error as _explain
@@ -306,8 +310,16 @@ def trace_workload(workload: Workload, gpu: GPU, *, costs: bool = False) -> Trac
         return _trace(workload, gpu, None, start, costs)
     except CaptureNeeded:
         plan = capture_compiled(workload, gpu)
-    trace = _trace(workload, gpu, plan, start, costs)
-    trace.notes[:0] = compiled_notes(plan, torch.__version__)
+    # the first run with a warm inductor cache and with a cold one (where each triton kernel
+    # times its candidate configurations at its first call): either may reserve more, and a job
+    # meets both, so the estimate is the one that reserves more
+    warm = _trace(workload, gpu, plan, start, costs)
+    cold = _trace(workload, gpu, dataclasses.replace(plan, tune_kernels=True), start, costs)
+    trace, colder = first_run_reserving_most(warm, cold, workload.allocator)
+    trace.notes[:0] = [
+        *compiled_notes(plan, torch.__version__),
+        *([COLD_CACHE_NOTE] if colder else []),
+    ]
     return trace
 
 
