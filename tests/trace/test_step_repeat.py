@@ -62,7 +62,7 @@ def test_a_copied_step_is_the_traced_step(precision: str) -> None:
 
 
 def test_a_convolutional_step_with_batch_norm_is_copied_exactly() -> None:
-    from torchvision.models import resnet18
+    resnet18 = pytest.importorskip("torchvision.models").resnet18
 
     every, copied = _both(resnet18, lambda: torch.randn(4, 3, 64, 64), precision="bf16-mixed")
     assert copied.copied_steps == 1

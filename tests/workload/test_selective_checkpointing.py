@@ -25,17 +25,20 @@ def _batch() -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "labels": ids}
 
 
-def test_the_blocks_are_the_layers_a_model_names_or_its_most_repeated_containers() -> None:
-    from timm import create_model
-    from torchvision.models import resnet18
+def test_the_blocks_are_the_layers_a_hugging_face_model_names() -> None:
     from transformers import BertConfig, BertModel
 
     assert [type(b).__name__ for b in find_blocks(_gpt2())] == ["GPT2Block"] * 3
     bert = BertModel(BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=2))
     assert [type(b).__name__ for b in find_blocks(bert)] == ["BertLayer"] * 2  # not embeddings
-    vit = create_model("vit_tiny_patch16_224", pretrained=False)
+
+
+def test_other_models_blocks_are_their_most_repeated_containers() -> None:
+    timm = pytest.importorskip("timm")
+    models = pytest.importorskip("torchvision.models")
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False)
     assert {type(b).__name__ for b in find_blocks(vit)} == {"Block"}  # not its Attention
-    assert len(find_blocks(resnet18())) == 8  # BasicBlocks, across layer1..layer4
+    assert len(find_blocks(models.resnet18())) == 8  # BasicBlocks, across layer1..layer4
 
 
 def test_a_model_without_repeated_blocks_is_refused() -> None:
