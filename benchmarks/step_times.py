@@ -37,13 +37,19 @@ CASES: dict[str, dict[str, Any]] = {
 VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("bf16-mixed", {"precision": "bf16-mixed"}),
     ("bf16-mixed, checkpointing", {"precision": "bf16-mixed", "activation_checkpointing": True}),
+    (
+        "bf16-mixed, selective checkpointing",
+        {"precision": "bf16-mixed", "activation_checkpointing": "selective"},
+    ),
     ("fp32", {"precision": "fp32"}),
     ("bf16-mixed, half micro-batch x 2", {"precision": "bf16-mixed", "half_micro": True}),
     ("bf16-mixed, fused AdamW", {"precision": "bf16-mixed", "optimizer": "adamw-fused"}),
 ]
 
 
-def run_case(model: str, base: dict[str, Any], steps: int) -> list[dict[str, Any]]:
+def run_case(
+    model: str, base: dict[str, Any], steps: int, only: list[str] | None = None
+) -> list[dict[str, Any]]:
     import torch
     from torch.utils._pytree import tree_map
 
@@ -51,6 +57,8 @@ def run_case(model: str, base: dict[str, Any], steps: int) -> list[dict[str, Any
 
     rows = []
     for name, variant in VARIANTS:
+        if only and name not in only:
+            continue
         settings = {**base, **{k: v for k, v in variant.items() if k != "half_micro"}}
         if variant.get("half_micro"):
             settings["batch_size"] = base["batch_size"] // 2
@@ -112,10 +120,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--variants", nargs="*", help="configurations to run (default: all)")
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
-        print("ROWS " + json.dumps(run_case(args.child, CASES[args.child], args.steps)))
+        rows = run_case(args.child, CASES[args.child], args.steps, args.variants)
+        print("ROWS " + json.dumps(rows))
         return 0
     import subprocess
 
@@ -126,7 +136,10 @@ def main() -> int:
         if args.only and model not in args.only:
             continue
         cmd = [sys.executable, __file__, "--out", str(args.out), "--child", model]
-        proc = subprocess.run([*cmd, "--steps", str(args.steps)], capture_output=True, text=True)
+        cmd += ["--steps", str(args.steps)]
+        if args.variants:
+            cmd += ["--variants", *args.variants]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
         sys.stdout.write("".join(ln + "\n" for ln in proc.stdout.splitlines() if "ROWS" not in ln))
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ROWS ")), None)
         if line is None:
