@@ -101,8 +101,10 @@ def workload_fields(workload: WorkloadSummary) -> list[tuple[str, str]]:
     steps = f"{workload.steps} step" + ("" if workload.steps == 1 else "s")
     batch = [("batch", workload.batch)]
     if workload.accumulation > 1:
-        batch[0] = ("micro-batch", workload.batch)
-        batch.append(("accumulation", f"{workload.accumulation} micro-batches a step"))
+        batch = [
+            ("micro-batch", workload.batch),
+            ("accumulation", f"{workload.accumulation} micro-batches a step"),
+        ]
     return [
         ("model", workload.model),
         ("parameters", format_count(workload.parameters)),

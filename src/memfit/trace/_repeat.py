@@ -67,15 +67,14 @@ class StepRepeat:
         shadows: ShadowValues,
         phases: list[tuple[str, int]],
         set_phase: Callable[[str], None],
-        tallies: Tallies | None = None,
-        enabled: bool = True,
+        tallies: Tallies,
     ) -> None:
         self._rec = recorder
         self._shadows = shadows
         self._phases = phases
         self._set_phase = set_phase
-        self._tallies = tallies or Tallies(dict, lambda delta: None)
-        self.enabled = enabled
+        self._tallies = tallies
+        self.enabled = True  # the tracer turns it off where steps may differ
         # the next step's batch as flat leaves (cast as the step casts it), to compare with
         # step 1's; set with the workload (:meth:`batches`)
         self._leaves: Callable[[Any], list[Any]] = lambda batch: []
@@ -85,8 +84,8 @@ class StepRepeat:
         self.copied = 0  # steps copied
         self._start: int | None = None  # step 1's first event
         self._end: int | None = None  # the event after step 1's passes
-        self._depends: set[int] = set()  # batch leaves step 1's value answers read
-        self._values: dict[int, torch.Tensor] = {}  # step 1's values of those leaves
+        # the batch leaves step 1's value answers read, with step 1's values
+        self._values: dict[int, torch.Tensor] = {}
         self._counts: dict[str, int] = {}
         self._grads: list[_Grad] | None = None
 
@@ -116,8 +115,7 @@ class StepRepeat:
 
     def _finish_passes(self, model: nn.Module | None) -> None:
         self._end = len(self._rec.events)
-        self._depends = set(self._shadows.depends)
-        self._values = {i: self._shadows.batch_values[i] for i in self._depends}
+        self._values = {i: self._shadows.batch_values[i] for i in self._shadows.depends}
         now = self._tallies.read()
         self._counts = {k: v - self._counts.get(k, 0) for k, v in now.items()}
         self._grads = [] if model is None else self._gradients(model)
@@ -164,7 +162,7 @@ class StepRepeat:
 
     def _why_not(self, train: bool) -> str | None:
         assert self._start is not None and self._end is not None
-        if self._depends and not self._same_values():
+        if self._values and not self._same_values():
             return "the batch differs from step 1's where values were read"
         if self._grads is None:
             return "a gradient shares its storage"

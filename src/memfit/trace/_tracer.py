@@ -314,8 +314,11 @@ def trace_workload(workload: Workload, gpu: GPU, *, costs: bool = False) -> Trac
     # times its candidate configurations at its first call): either may reserve more, and a job
     # meets both, so the estimate is the one that reserves more
     warm = _trace(workload, gpu, plan, start, costs)
-    cold = _trace(workload, gpu, dataclasses.replace(plan, tune_kernels=True), start, costs)
-    trace, colder = first_run_reserving_most(warm, cold, workload.allocator)
+    if not any(plan.tuning.values()):  # no kernel to tune: the cold run is the warm one
+        trace, colder = warm, False
+    else:
+        cold = _trace(workload, gpu, dataclasses.replace(plan, tune_kernels=True), start, costs)
+        trace, colder = first_run_reserving_most(warm, cold, workload.allocator)
     trace.notes[:0] = [
         *compiled_notes(plan, torch.__version__),
         *([COLD_CACHE_NOTE] if colder else []),

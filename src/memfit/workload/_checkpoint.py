@@ -79,8 +79,7 @@ def _most_repeated(named: list[tuple[str, nn.Module]]) -> set[type]:
         for name, m in named
         if name
         and any(True for _ in m.children())
-        and not isinstance(m, (nn.ModuleList,))
-        and not isinstance(m, nn.Sequential)
+        and not isinstance(m, (nn.ModuleList, nn.Sequential))
     ]
     counts = Counter(type(m) for _, m in containers)
     depth: dict[type, int] = {}
