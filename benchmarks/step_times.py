@@ -50,11 +50,6 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
 def run_case(
     model: str, base: dict[str, Any], steps: int, only: list[str] | None = None
 ) -> list[dict[str, Any]]:
-    import torch
-    from torch.utils._pytree import tree_map
-
-    from memfit.workload import StepHooks, make_workload, optimizer_for, prepare_model, run_steps
-
     rows = []
     for name, variant in VARIANTS:
         if only and name not in only:
@@ -64,49 +59,63 @@ def run_case(
             settings["batch_size"] = base["batch_size"] // 2
             settings["accumulation"] = 2
         row: dict[str, Any] = {"model": model, "variant": name, "settings": settings}
-        try:
-            workload = make_workload(model, steps=steps, gpu="h200", **settings)
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-            net = prepare_model(workload, "cuda")
-            optimizer = optimizer_for(workload, net)
-            marks: list[float] = []  # each step's first input phase, then the end
-            started: set[str] = set()
-
-            def phase(label: str, marks: list[float] = marks, started: set[str] = started) -> None:
-                step = label.partition(".")[0]
-                if label == "end" or (label.endswith(".input") and step not in started):
-                    started.add(step)
-                    torch.cuda.synchronize()
-                    marks.append(time.perf_counter())
-
-            hooks = StepHooks(
-                to_device=lambda b: tree_map(_on_gpu, b),
-                autocast=lambda dtype: torch.autocast("cuda", dtype=dtype),
-                grad_scaler=lambda: torch.amp.GradScaler("cuda"),
-                phase=phase,
-            )
-            run_steps(workload, net, optimizer, hooks)
-            times = [b - a for a, b in itertools.pairwise(marks)]
-            row.update(
-                step_seconds=statistics.median(times[2:]),
-                all_step_seconds=[round(t, 5) for t in times],
-                peak_allocated=torch.cuda.max_memory_allocated(),
-                peak_reserved=torch.cuda.max_memory_reserved(),
-            )
-            del net, optimizer
-        except Exception as exc:  # kept in the results; the next configuration runs
-            row["error"] = f"{type(exc).__name__}: {exc}"[:600]
-            row["traceback"] = traceback.format_exc()[-2000:]
+        row.update(measure(model, settings, steps))
         rows.append(row)
-        shown = (
-            f"{row['step_seconds'] * 1e3:8.1f} ms  {row['peak_reserved'] / 2**30:6.2f} GiB"
-            if "error" not in row
-            else "ERROR " + row["error"][:120]
-        )
-        print(f"{model:28s} {name:34s} {shown}", flush=True)
-        torch.cuda.empty_cache()
+        print(f"{model:28s} {name:34s} {shown(row)}", flush=True)
     return rows
+
+
+def measure(model: str, settings: dict[str, Any], steps: int) -> dict[str, Any]:
+    """Run ``steps`` steps of one configuration on the GPU: the median step time of the steps
+    after the first two and the peaks; an error (an OOM) is returned as ``error``."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    from memfit.workload import StepHooks, make_workload, optimizer_for, prepare_model, run_steps
+
+    row: dict[str, Any] = {}
+    try:
+        workload = make_workload(model, steps=steps, gpu="h200", **settings)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        net = prepare_model(workload, "cuda")
+        optimizer = optimizer_for(workload, net)
+        marks: list[float] = []  # each step's first input phase, then the end
+        started: set[str] = set()
+
+        def phase(label: str) -> None:
+            step = label.partition(".")[0]
+            if label == "end" or (label.endswith(".input") and step not in started):
+                started.add(step)
+                torch.cuda.synchronize()
+                marks.append(time.perf_counter())
+
+        hooks = StepHooks(
+            to_device=lambda b: tree_map(_on_gpu, b),
+            autocast=lambda dtype: torch.autocast("cuda", dtype=dtype),
+            grad_scaler=lambda: torch.amp.GradScaler("cuda"),
+            phase=phase,
+        )
+        run_steps(workload, net, optimizer, hooks)
+        times = [b - a for a, b in itertools.pairwise(marks)]
+        row.update(
+            step_seconds=statistics.median(times[2:]),
+            all_step_seconds=[round(t, 5) for t in times],
+            peak_allocated=torch.cuda.max_memory_allocated(),
+            peak_reserved=torch.cuda.max_memory_reserved(),
+        )
+        del net, optimizer
+    except Exception as exc:  # kept in the results; the next configuration runs
+        row["error"] = f"{type(exc).__name__}: {exc}"[:600]
+        row["traceback"] = traceback.format_exc()[-2000:]
+    torch.cuda.empty_cache()
+    return row
+
+
+def shown(row: dict[str, Any]) -> str:
+    if "error" in row:
+        return "ERROR " + row["error"][:120]
+    return f"{row['step_seconds'] * 1e3:8.1f} ms  {row['peak_reserved'] / 2**30:6.2f} GiB"
 
 
 def _on_gpu(value: Any) -> Any:

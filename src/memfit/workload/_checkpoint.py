@@ -64,10 +64,10 @@ def find_blocks(model: nn.Module) -> list[nn.Module]:
         inside.update(id(m) for m in module.modules())
     if not blocks:
         raise InvalidInputError(
-            f"activation_checkpointing='selective' found no repeated blocks in "
+            f"Activation checkpointing found no repeated blocks in "
             f"{type(model).__name__} (no module class with two or more instances that hold "
             "modules of their own). Wrap your blocks in torch.utils.checkpoint.checkpoint "
-            "yourself and estimate without it, or use activation_checkpointing=True."
+            "yourself and estimate without it."
         )
     return blocks
 
@@ -89,18 +89,24 @@ def _most_repeated(named: list[tuple[str, nn.Module]]) -> set[type]:
     return {best} if best is not None and counts[best] >= 2 else set()
 
 
-def checkpoint_blocks(model: nn.Module) -> list[nn.Module]:
-    """Wrap each block of ``model`` in selective checkpointing; returns the blocks."""
-    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+def checkpoint_blocks(model: nn.Module, *, selective: bool = True) -> list[nn.Module]:
+    """Wrap each block of ``model`` in selective checkpointing (``selective=False``: full
+    checkpointing, every output recomputed, for models without a switch of their own, such as
+    torchvision's); returns the blocks."""
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts, noop_context_fn
 
     if getattr(model, "is_gradient_checkpointing", False):
         raise InvalidInputError(
             f"{type(model).__name__} already has gradient checkpointing switched on "
-            "(gradient_checkpointing_enable()); selective checkpointing would checkpoint its "
+            "(gradient_checkpointing_enable()); memfit's checkpointing would checkpoint its "
             "blocks twice. Switch it off (gradient_checkpointing_disable()) or estimate with "
             "activation_checkpointing=True."
         )
-    context = functools.partial(create_selective_checkpoint_contexts, _policy)
+    context: Any = (
+        functools.partial(create_selective_checkpoint_contexts, _policy)
+        if selective
+        else noop_context_fn
+    )
     blocks = find_blocks(model)
     for module in model.modules():  # as transformers' own checkpointing does: a KV cache
         config: Any = getattr(module, "config", None)  # filled in the forward would change

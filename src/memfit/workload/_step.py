@@ -190,13 +190,10 @@ def prepare_model(workload: Workload, build_device: torch.device | str) -> nn.Mo
     if workload.activation_checkpointing == "selective":
         checkpoint_blocks(model)
     elif workload.activation_checkpointing:
-        if workload.enable_checkpointing is None:
-            raise InvalidInputError(
-                "Activation checkpointing is not known for this model: memfit can switch it on "
-                "for Hugging Face and timm models. Wrap your blocks in "
-                "torch.utils.checkpoint.checkpoint yourself and estimate without --checkpointing."
-            )
-        workload.enable_checkpointing(model)
+        if workload.enable_checkpointing is None:  # no switch of its own: its repeated blocks
+            checkpoint_blocks(model, selective=False)
+        else:
+            workload.enable_checkpointing(model)
     for p in model.parameters():
         if workload.mode == "infer":
             p.requires_grad_(False)
