@@ -16,6 +16,8 @@ read the time of an op of any size between them:
   1 GiB: the bandwidth, and the floor of a small kernel;
 * ``cpu``: the host's seconds per op when Python issues small ops back to back (``x.add_(1)``,
   no sync), the floor of eager dispatch;
+* ``kernel_floor``: a small kernel's GPU time in a CUDA graph (no host launch in the way);
+* ``input``: seconds per byte to make a float32 batch on the host and copy it to the GPU;
 * ``tiny``: small training workloads (GPT-2, BERT, ResNet-18 shapes, a few MB of weights) whose
   GPU work is negligible: each phase's seconds (the GPU synchronized at each phase boundary),
   steady steps only. ``benchmarks/calibration_fit.py`` divides them by the ops a trace counts
@@ -170,6 +172,42 @@ def cpu_dispatch() -> float:
     return best
 
 
+def kernel_floor() -> float:
+    """The GPU's seconds per small kernel with no host in the way: a CUDA graph of 500 adds."""
+    x = torch.zeros(256, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        x.add_(1)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(500):
+            x.add_(1)
+    seconds = gpu_seconds(graph.replay, reps=5) / 500
+    print(f"kernel floor {seconds * 1e6:.2f} us", flush=True)
+    return seconds
+
+
+def input_rates() -> dict[str, float]:
+    """Seconds per byte to make a float32 batch on the host (``torch.randn``, as memfit's loop
+    and most synthetic benchmarks do) and to copy it to the GPU from pageable memory."""
+    n = 2**24
+    made, copied = [], []
+    for _ in range(5):
+        start = time.perf_counter()
+        cpu = torch.randn(n)
+        made.append(time.perf_counter() - start)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        cpu.to("cuda")
+        torch.cuda.synchronize()
+        copied.append(time.perf_counter() - start)
+    rates = {"make": statistics.median(made) / (4 * n), "h2d": statistics.median(copied) / (4 * n)}
+    print(f"host randn {1 / rates['make'] / 1e9:.2f} GB/s, h2d {1 / rates['h2d'] / 1e9:.1f} GB/s")
+    return rates
+
+
 def tiny_workload(name: str, steps: int) -> Any:
     from memfit.workload import make_workload
 
@@ -298,6 +336,8 @@ def main() -> int:
         },
         "curves": curves,
         "cpu_dispatch_seconds": cpu_dispatch(),
+        "kernel_floor_seconds": kernel_floor(),
+        "input_seconds_per_byte": input_rates(),
         "tiny": tiny_rows(),
     }
     result["meta"]["seconds"] = round(time.time() - started, 1)

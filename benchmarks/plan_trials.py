@@ -38,7 +38,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "tinyllama-1.1b": {"batch_size": 8, "seq_len": 1024},
     "timm:vit_base_patch16_224": {"batch_size": 128},
     "tv:resnet50": {"batch_size": 128},
-    "qwen2.5-0.5b": {"batch_size": 8, "seq_len": 1024},
+    "qwen2.5-0.5b": {"batch_size": 8, "seq_len": 512},
 }
 PRECISIONS = ("bf16-mixed", "fp32")
 CHECKPOINTING: tuple[bool | str, ...] = (False, "selective", True)

@@ -10,12 +10,15 @@ OPTIMIZERS = (
     "sgd",
     "sgd-foreach",
     "sgd-fused",
+    "sgd-forloop",
     "adam",
     "adam-foreach",
     "adam-fused",
+    "adam-forloop",
     "adamw",
     "adamw-foreach",
     "adamw-fused",
+    "adamw-forloop",
 )
 MODES = ("train", "infer")
 # what to do with a torch.compile'd model: "eager" estimates its uncompiled step

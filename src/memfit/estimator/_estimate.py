@@ -73,17 +73,21 @@ def estimate_workload(
     with_least_capacity: bool = False,
     capacity: int | None = None,
     tight_verdict: bool = False,
+    trace: Trace | None = None,
 ) -> Estimate:
     """Trace and replay one workload (the work behind :func:`estimate`). With
     ``with_least_capacity``, also the least memory it runs in (``estimator._pressure``) and,
     given a ``capacity`` it runs in, how often the allocator frees its cache there. With
     ``tight_verdict``, both are found when the free-running peak does not fit the workload's
-    GPU, so that the verdict can say whether the step fits by freeing the cache."""
+    GPU, so that the verdict can say whether the step fits by freeing the cache. ``trace``: the
+    workload's trace, made already (the planner replays one trace under several allocator
+    settings)."""
     config = workload.allocator
     gpu = workload.gpu
     target = gpu or resolve_gpu(_DEFAULT_GPU)
-    with quiet_libraries(), gc_frozen():
-        trace = trace_workload(workload, target)
+    if trace is None:
+        with quiet_libraries(), gc_frozen():
+            trace = trace_workload(workload, target)
     allocated, reserved, peak_index = _replay(trace, config)
     context = target.context_for(workload.mode)
     if (

@@ -1,13 +1,18 @@
-"""What each phase of a traced step asks of the GPU's arithmetic and memory: the inputs of a
+"""What each phase of a traced step asks of the host and the GPU: the inputs of the planner's
 step-time model (issue 13), counted while the trace runs, when asked for.
 
-Per op the GPU would launch (views launch nothing): its floating-point operations, from
-PyTorch's own formulas (``torch.utils.flop_counter``: matrix products, convolutions, attention),
-split by the unit that runs them; the bytes it reads and writes (its tensor inputs and outputs);
-and one kernel. The units: tensor cores for half precision, and for float32 convolutions (cuDNN
-allows TF32 by default); CUDA cores for float32 matrix products (PyTorch does not allow TF32 for
-them by default). A model of step time weighs these with rates measured on the GPU
-(``benchmarks/step_time_fit.py``).
+Each op the step dispatches is kept, in order, as an :data:`Op` ``(kind, flops, bytes)``:
+
+* ``kind`` names what runs it: ``mm:<dtype>`` (matrix products), ``conv:<dtype>``,
+  ``attn:<dtype>`` / ``attn_bwd:<dtype>`` (fused attention), ``mem`` (any other kernel: its time
+  is its traffic), ``view`` (no kernel: the host's dispatch only) and ``sync`` (a value read back
+  to the host, ``.item()``: the host waits for the GPU);
+* ``flops`` from PyTorch's own formulas (``torch.utils.flop_counter``);
+* ``bytes``: the tensors it reads and writes (its inputs and outputs).
+
+The model that turns these into seconds, with rates measured on the GPU, is the planner's
+(``memfit.planner``): it needs the order, since the host issues ops ahead of the GPU and waits
+for it at a sync.
 """
 
 from __future__ import annotations
@@ -19,56 +24,81 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["PhaseCost", "StepCosts"]
+__all__ = ["Op", "PhaseCost", "StepCosts", "op_kind"]
 
+Op = tuple[str, int, int]  # (kind, flops, bytes)
+
+aten = torch.ops.aten
 _CONVOLUTIONS = {"convolution", "_convolution", "cudnn_convolution", "convolution_backward"}
-_HALF = (torch.float16, torch.bfloat16)
+_ATTENTION = {
+    "_scaled_dot_product_flash_attention": "attn",
+    "_scaled_dot_product_efficient_attention": "attn",
+    "_scaled_dot_product_cudnn_attention": "attn",
+    "_flash_attention_forward": "attn",
+    "_efficient_attention_forward": "attn",
+    "_scaled_dot_product_flash_attention_backward": "attn_bwd",
+    "_scaled_dot_product_efficient_attention_backward": "attn_bwd",
+    "_scaled_dot_product_cudnn_attention_backward": "attn_bwd",
+    "_flash_attention_backward": "attn_bwd",
+    "_efficient_attention_backward": "attn_bwd",
+}
+_SYNCS = {aten._local_scalar_dense.default, aten.is_nonzero.default}
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
 @dataclass
 class PhaseCost:
-    """One phase's totals."""
+    """One phase's ops, in the order they were dispatched, and their totals."""
 
-    tensor_core_flops: int = 0
-    fp32_flops: int = 0  # float32 matrix products on CUDA cores
-    bytes: int = 0
-    kernels: int = 0
+    ops: list[Op] = field(default_factory=list)
+
+    @property
+    def tensor_core_flops(self) -> int:
+        """FLOPs of half-precision products, attention and float32 convolutions (TF32)."""
+        return sum(f for k, f, _ in self.ops if f and not k.startswith("mm:fp32"))
+
+    @property
+    def fp32_flops(self) -> int:
+        """FLOPs of float32 matrix products (CUDA cores: PyTorch allows no TF32 by default)."""
+        return sum(f for k, f, _ in self.ops if k == "mm:fp32")
+
+    @property
+    def bytes(self) -> int:
+        return sum(b for _, _, b in self.ops)
+
+    @property
+    def kernels(self) -> int:
+        return sum(1 for k, _, _ in self.ops if k not in ("view", "sync"))
 
     def add(self, other: PhaseCost) -> None:
-        self.tensor_core_flops += other.tensor_core_flops
-        self.fp32_flops += other.fp32_flops
-        self.bytes += other.bytes
-        self.kernels += other.kernels
+        self.ops.extend(other.ops)
 
 
 @dataclass
 class StepCosts:
-    """Costs by phase name (``step2.backward``...), as the trace's phases are named."""
+    """Ops by phase name (``step2.backward``...), as the trace's phases are named."""
 
     phases: dict[str, PhaseCost] = field(default_factory=dict)
+    parameter_tensors: int = 0  # trained parameter tensors (an optimizer loops over them)
 
     def record(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, phase: str
     ) -> None:
-        """Count one op of ``phase`` (called from the trace's dispatch, outputs known)."""
+        """Keep one op of ``phase`` (called from the trace's dispatch, outputs known)."""
+        ops = self.phases.setdefault(phase, PhaseCost()).ops
+        if func in _SYNCS:
+            ops.append(("sync", 0, 0))
+            return
         if getattr(func, "is_view", False):
+            ops.append(("view", 0, 0))
             return
-        cost = self.phases.setdefault(phase, PhaseCost())
-        cost.kernels += 1
-        cost.bytes += _nbytes(tree_leaves((args, kwargs))) + _nbytes(tree_leaves(out))
+        nbytes = _nbytes(tree_leaves((args, kwargs))) + _nbytes(tree_leaves(out))
         formula = _formula(func)
-        if formula is None:
-            return
-        flops = int(formula(*args, **kwargs, out_val=out))
-        dtype = _first_dtype(args)
-        name = func.overloadpacket.__name__
-        if dtype in _HALF or (dtype == torch.float32 and name in _CONVOLUTIONS):
-            cost.tensor_core_flops += flops
-        else:
-            cost.fp32_flops += flops
+        flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
+        ops.append((op_kind(func, args) if flops else "mem", flops, nbytes))
 
     def copy(self, names: Iterable[tuple[str, str]]) -> None:
-        """Add the costs of each phase ``(source, target)`` again under ``target`` (a later
+        """Add the ops of each phase ``(source, target)`` again under ``target`` (a later
         step's passes copied from step 1's events)."""
         for source, target in set(names):
             cost = self.phases.get(source)
@@ -76,12 +106,23 @@ class StepCosts:
                 self.phases.setdefault(target, PhaseCost()).add(cost)
 
     def total(self, prefix: str = "") -> PhaseCost:
-        """The sum over the phases whose names start with ``prefix`` (``step2.``: one step)."""
+        """The ops of the phases whose names start with ``prefix`` (``step2.``: one step)."""
         out = PhaseCost()
         for name, cost in self.phases.items():
             if name.startswith(prefix):
                 out.add(cost)
         return out
+
+
+def op_kind(func: Any, args: tuple[Any, ...]) -> str:
+    """The kind of an op that does arithmetic (PyTorch has a FLOP formula for it)."""
+    name = func.overloadpacket.__name__
+    dtype = _DTYPES.get(_first_dtype(args), "fp32")  # type: ignore[arg-type]
+    if name in _ATTENTION:
+        return f"{_ATTENTION[name]}:{dtype}"
+    if name in _CONVOLUTIONS:
+        return f"conv:{dtype}"
+    return f"mm:{dtype}"
 
 
 def _formula(func: Any) -> Any:
@@ -96,7 +137,7 @@ def _nbytes(items: Iterable[Any]) -> int:
 
 
 def _first_dtype(args: tuple[Any, ...]) -> torch.dtype | None:
-    for a in args:
+    for a in tree_leaves(args):
         if isinstance(a, torch.Tensor):
             return a.dtype
     return None

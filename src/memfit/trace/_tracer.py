@@ -368,7 +368,10 @@ def _trace(
             raise _explain(
                 exc, recorder.phase, recorder.failure, recorder.module_of(), model, batch
             ) from exc
-        parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+        unique = {id(p): p for p in model.parameters()}
+        parameters = sum(p.numel() for p in unique.values())
+        if recorder.costs is not None:  # the optimizer's host time grows with them
+            recorder.costs.parameter_tensors = sum(p.requires_grad for p in unique.values())
         del model, optimizer
     notes = compile_guard.finish()
     if workload.step_fn is not None:

@@ -14,6 +14,7 @@ from torch import nn
 from memfit._errors import InvalidInputError
 from memfit._gpus import resolve_gpu
 from memfit.allocator import AllocatorConfig
+from memfit.workload._checkpoint import checkpoint_blocks
 from memfit.workload._compiled import compiled_as_eager
 from memfit.workload._limits import check_recipe_batch
 from memfit.workload._models import TEXT_TASKS, ModelRecipe, resolve_model
@@ -294,6 +295,8 @@ def _name(fn: object) -> str:
 
 
 def _generic_checkpointing(model: nn.Module) -> None:
+    """The model's own checkpointing switch (transformers, timm), else memfit's full
+    checkpointing of its repeated blocks."""
     enable = getattr(model, "gradient_checkpointing_enable", None)
     if callable(enable):
         enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -302,11 +305,7 @@ def _generic_checkpointing(model: nn.Module) -> None:
     if callable(setter):
         setter(True)
         return
-    raise InvalidInputError(
-        f"memfit does not know how to switch on checkpointing for {type(model).__name__}: it "
-        "has neither gradient_checkpointing_enable() nor set_grad_checkpointing(). Wrap its "
-        "blocks in torch.utils.checkpoint.checkpoint and estimate without the flag."
-    )
+    checkpoint_blocks(model, selective=False)  # no switch of its own: its repeated blocks
 
 
 def _model_factory(model: Any, name: str) -> Callable[[], nn.Module]:

@@ -40,6 +40,8 @@ def make_optimizer(spec: OptimizerSpec, params: Any) -> torch.optim.Optimizer:
         flags["fused"] = True
     elif impl == "foreach":
         flags["foreach"] = True
+    elif impl == "forloop":  # one parameter at a time: the fewest temporaries, the slowest
+        flags["foreach"] = False
     if name == "sgd":
         return torch.optim.SGD(params, lr=1e-3, momentum=0.9, **flags)
     if name == "adam":

@@ -1,0 +1,106 @@
+"""Turn ``calibrate_gpu.py``'s measurements into the calibration memfit ships (issue 13).
+
+    PYTHONPATH=src python benchmarks/calibration_fit.py CALIBRATION.json --key h200 \
+        --out src/memfit/planner/data/h200.json
+
+The GPU's curves are copied as measured. The host's cost of an op comes from the tiny
+workloads: each is traced here with ``costs=True``, and each phase's measured seconds are divided
+by the ops the trace dispatched in it (views and read-backs included: the host issues them too).
+Per phase and style of step (``eager``: mixed precision, ``fp32``, ``checkpointed``,
+``selective``), the median over the tiny models. The optimizer's host time is fitted as seconds
+per op plus seconds per parameter tensor (its Python loops over the parameters), by least
+squares over every tiny row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+STYLES = {
+    "fp32": "fp32",
+    "bf16-mixed": "eager",
+    "bf16-mixed, fused": "eager",
+    "bf16-mixed, checkpointing": "checkpointed",
+    "bf16-mixed, selective": "selective",
+}
+
+
+def op_counts(model: str, settings: dict[str, Any]) -> tuple[dict[str, int], int]:
+    from calibrate_gpu import tiny_workload
+
+    from memfit._gpus import resolve_gpu
+    from memfit.trace import trace_workload
+
+    workload = dataclasses.replace(tiny_workload(model, 3), **settings)
+    costs = trace_workload(workload, resolve_gpu("h200"), costs=True).costs
+    assert costs is not None
+    counts = {
+        name.partition(".")[2]: len(cost.ops)
+        for name, cost in costs.phases.items()
+        if name.startswith("step2.")
+    }
+    return counts, costs.parameter_tensors
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("calibration", type=Path)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--kernel-floor", type=float, help="seconds; default: the measured one")
+    args = parser.parse_args()
+    measured = json.loads(args.calibration.read_text())
+    per: dict[str, list[float]] = {}
+    optimizer_rows: list[tuple[int, int, float]] = []
+    for row in measured["tiny"]:
+        if "phase_seconds" not in row:
+            continue
+        counts, params = op_counts(row["model"], row["settings"])
+        style = STYLES[row["variant"]]
+        for phase, seconds in row["phase_seconds"].items():
+            if phase == "optimizer":
+                optimizer_rows.append((params, counts[phase], seconds))
+            elif counts.get(phase):
+                per.setdefault(f"{phase}:{style}", []).append(seconds / counts[phase])
+        print(f"{row['model']:14s} {row['variant']:26s} ops {counts}", flush=True)
+    host = {k: statistics.median(v) for k, v in per.items()}
+    for phase in ("input", "forward", "backward", "zero_grad"):
+        host[phase] = host.pop(f"{phase}:eager")
+    a = np.array([[p, n] for p, n, _ in optimizer_rows], dtype=float)
+    t = np.array([s for _, _, s in optimizer_rows])
+    per_param, per_op = np.linalg.lstsq(a, t, rcond=None)[0]
+    host["optimizer_param"], host["optimizer"] = float(per_param), float(per_op)
+    host["default"] = host["forward"]
+    curves = measured["curves"]
+    mem = curves["mem"]
+    floor = args.kernel_floor or measured.get("kernel_floor_seconds")
+    bandwidth = mem[-1][0] / (mem[-1][1] - floor)
+    meta = measured["meta"]
+    out = {
+        "key": args.key,
+        "gpu": meta["gpu"],
+        "source": f"measured {meta['date']}, torch {meta['torch']}, CUDA {meta['cuda']}",
+        "command": " ".join(sys.argv),
+        "curves": {k: v for k, v in curves.items() if k != "mem"},
+        "kernel_floor": floor,
+        "bandwidth": bandwidth,
+        "host": {k: round(v, 9) for k, v in sorted(host.items())},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    for k, v in sorted(host.items()):
+        print(f"host {k:24s} {v * 1e6:7.2f} us")
+    print(f"bandwidth {bandwidth / 1e12:.2f} TB/s, kernel floor {floor * 1e6:.2f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
