@@ -7,8 +7,9 @@ read the time of an op of any size between them:
 
 * ``mm:<dtype>``: ``torch.mm`` of square matrices (work: FLOPs), bfloat16, float16, float32
   (PyTorch's default: no TF32) and ``mm:tf32`` with TF32 allowed;
-* ``conv:<dtype>``: 3x3 convolutions, forward (work: FLOPs), float32 (cuDNN's default TF32) and
-  bfloat16, channels-first as the models run them;
+* ``conv:<dtype>`` / ``conv_bwd:<dtype>``: ResNet-50's convolutions (1x1, 3x3, strided, the
+  7x7 stem) at batch 16 and 64, forward and backward (work: FLOPs; the backward's are twice the
+  forward's, PyTorch's formula), float32 (cuDNN's default TF32) and bfloat16, channels first;
 * ``attn:<dtype>`` / ``attn_bwd:<dtype>``: ``scaled_dot_product_attention`` forward and backward
   (causal off, head dim 64; work: FLOPs by PyTorch's formula), bfloat16 (flash) and float32
   (memory-efficient);
@@ -85,32 +86,58 @@ def matmul_curves() -> dict[str, list[list[float]]]:
     return curves
 
 
+# ResNet-50's convolutions (kernel, in, out, size, stride) at two batch sizes: 1x1 and 3x3,
+# strided and not, and the 7x7 stem, as the models run them (channels first)
+CONV_SHAPES = [
+    (7, 3, 64, 224, 2),
+    (1, 64, 64, 56, 1),
+    (3, 64, 64, 56, 1),
+    (1, 64, 256, 56, 1),
+    (1, 256, 64, 56, 1),
+    (3, 128, 128, 56, 2),
+    (1, 128, 512, 28, 1),
+    (1, 512, 128, 28, 1),
+    (3, 256, 256, 14, 1),
+    (1, 1024, 256, 14, 1),
+    (3, 512, 512, 7, 1),
+    (1, 2048, 512, 7, 1),
+]
+
+
 def conv_curves() -> dict[str, list[list[float]]]:
+    """Forward and backward (input and weight gradients) of ResNet-50's convolutions."""
     from torch.utils.flop_counter import FlopCounterMode
 
     curves: dict[str, list[list[float]]] = {}
-    for name, dtype in [("conv:fp32", torch.float32), ("conv:bf16", torch.bfloat16)]:
-        points = []
-        for batch, channels, size in [
-            (1, 64, 14),
-            (4, 64, 28),
-            (8, 128, 28),
-            (32, 64, 56),
-            (64, 128, 56),
-            (64, 256, 28),
-        ]:
-            x = torch.randn(batch, channels, size, size, device="cuda", dtype=dtype)
-            w = torch.randn(channels, channels, 3, 3, device="cuda", dtype=dtype)
+    for name, dtype in [("fp32", torch.float32), ("bf16", torch.bfloat16)]:
+        forward, backward = [], []
+        for batch in (16, 64):
+            for kernel, cin, cout, size, stride in CONV_SHAPES:
+                x = torch.randn(
+                    batch, cin, size, size, device="cuda", dtype=dtype, requires_grad=True
+                )
+                w = torch.randn(
+                    cout, cin, kernel, kernel, device="cuda", dtype=dtype, requires_grad=True
+                )
 
-            def conv(x: torch.Tensor = x, w: torch.Tensor = w) -> torch.Tensor:
-                return torch.nn.functional.conv2d(x, w, padding=1)
+                def conv(x: Any = x, w: Any = w, s: int = stride, k: int = kernel) -> Any:
+                    return torch.nn.functional.conv2d(x, w, stride=s, padding=k // 2)
 
-            with FlopCounterMode(display=False) as counter:
-                conv()
-            points.append([float(counter.get_total_flops()), gpu_seconds(conv)])
-        points.sort()
-        curves[name] = points
-        print(name, _rates(points), flush=True)
+                grad = torch.randn_like(conv())
+
+                def both(x: Any = x, w: Any = w, g: Any = grad, f: Any = conv) -> None:
+                    torch.autograd.grad(f(x, w), (x, w), g)
+
+                with FlopCounterMode(display=False) as counter:
+                    conv()
+                flops = float(counter.get_total_flops())
+                t_fwd, t_both = gpu_seconds(conv), gpu_seconds(both)
+                forward.append([flops, t_fwd])
+                backward.append([2 * flops, max(t_both - t_fwd, 1e-6)])
+        curves[f"conv:{name}"] = sorted(forward)
+        curves[f"conv_bwd:{name}"] = sorted(backward)
+        print(f"conv:{name}", _rates(sorted(forward)), flush=True)
+        print(f"conv_bwd:{name}", _rates(sorted(backward)), flush=True)
     return curves
 
 

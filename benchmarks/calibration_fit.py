@@ -3,7 +3,8 @@
     PYTHONPATH=src python benchmarks/calibration_fit.py CALIBRATION.json --key h200 \
         --out src/memfit/planner/data/h200.json
 
-The GPU's curves are copied as measured. The host's cost of an op comes from the tiny
+The GPU's curves are copied as measured (from the last file given; several files' tiny
+workloads are pooled). The host's cost of an op comes from the tiny
 workloads: each is traced here with ``costs=True``, and each phase's measured seconds are divided
 by the ops the trace dispatched in it (views and read-backs included: the host issues them too).
 Per phase and style of step (``eager``: mixed precision, ``fp32``, ``checkpointed``,
@@ -52,15 +53,16 @@ def op_counts(model: str, settings: dict[str, Any]) -> tuple[dict[str, int], int
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("calibration", type=Path)
+    parser.add_argument("calibration", type=Path, nargs="+", help="curves from the last")
     parser.add_argument("--key", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--kernel-floor", type=float, help="seconds; default: the measured one")
     args = parser.parse_args()
-    measured = json.loads(args.calibration.read_text())
+    runs = [json.loads(path.read_text()) for path in args.calibration]
+    measured = runs[-1]
     per: dict[str, list[float]] = {}
     optimizer_rows: list[tuple[int, int, float]] = []
-    for row in measured["tiny"]:
+    for row in [row for run in runs for row in run["tiny"]]:
         if "phase_seconds" not in row:
             continue
         counts, params = op_counts(row["model"], row["settings"])
@@ -92,6 +94,7 @@ def main() -> int:
         "curves": {k: v for k, v in curves.items() if k != "mem"},
         "kernel_floor": floor,
         "bandwidth": bandwidth,
+        "h2d_seconds_per_byte": measured["input_seconds_per_byte"]["h2d"],
         "host": {k: round(v, 9) for k, v in sorted(host.items())},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -40,14 +40,19 @@ if _typing.TYPE_CHECKING:
     )
     from memfit.monitor import publish
     from memfit.oom import OOMHook
+    from memfit.planner import Plan, plan
     from memfit.runtime import (
         AutoMicrobatch,
         BatchSizeResult,
         LeakDetector,
         LeakReport,
         MicrobatchIncident,
+        PlannedStep,
+        apply,
         auto_microbatch,
         find_batch_size,
+        fit,
+        unapply,
     )
     from memfit.workload import Workload, make_workload
 
@@ -72,6 +77,12 @@ _LAZY = {
     "MicrobatchIncident": "memfit.runtime",
     "auto_microbatch": "memfit.runtime",
     "find_batch_size": "memfit.runtime",
+    "Plan": "memfit.planner",
+    "plan": "memfit.planner",
+    "PlannedStep": "memfit.runtime",
+    "apply": "memfit.runtime",
+    "fit": "memfit.runtime",
+    "unapply": "memfit.runtime",
 }
 
 
@@ -130,6 +141,8 @@ __all__ = [
     "MicrobatchIncident",
     "MissingExtraError",
     "NoGPUError",
+    "Plan",
+    "PlannedStep",
     "Timeline",
     "TraceError",
     "UnknownModelError",
@@ -141,14 +154,18 @@ __all__ = [
     "Workload",
     "WorkloadSummary",
     "__version__",
+    "apply",
     "auto_microbatch",
     "estimate",
     "find_batch_size",
+    "fit",
     "format_bytes",
     "make_workload",
     "oom_report",
     "parse_size",
+    "plan",
     "publish",
     "resolve_gpu",
+    "unapply",
     "validate",
 ]

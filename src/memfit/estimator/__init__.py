@@ -9,6 +9,7 @@ import importlib as _importlib
 import typing as _typing
 
 from memfit.estimator._gc import gc_paused
+from memfit.estimator._quiet import quiet_libraries
 from memfit.estimator._result import Estimate, Timeline, Verdict, WorkloadSummary
 from memfit.estimator._versions import Versions, installed_versions
 
@@ -64,11 +65,13 @@ __all__ = [
     "as_workload",
     "estimate",
     "estimate_workload",
+    "gc_paused",
     "installed_versions",
     "least_capacity",
     "local_gpu",
     "measure",
     "module_group",
+    "quiet_libraries",
     "retries_within",
     "runs_within",
     "validate",

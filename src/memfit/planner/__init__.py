@@ -20,6 +20,9 @@ named ``planner``, not ``plan``, because ``memfit.plan`` is to be the planner's 
 
 from __future__ import annotations
 
+import importlib as _importlib
+import typing as _typing
+
 from memfit.planner._allocator import (
     GC_FRACTION,
     MIN_SAVING_BYTES,
@@ -40,31 +43,79 @@ from memfit.planner._messages import (
     optimizer_step_advice,
     smaller_step_advice,
 )
+from memfit.planner._plan_result import Candidate, Evaluated, Plan
+
+if _typing.TYPE_CHECKING:
+    from memfit.planner._model_key import model_key, unwrapped_model
+    from memfit.planner._plan import DEFAULT_MARGIN, EXPANDABLE, plan
+    from memfit.planner._search import candidate_costs, step_style, step_time_of
+    from memfit.planner._step_time import Calibration, StepTime, calibration_for, step_time
+
+# these need torch: loaded on first use, so that the advice above imports without it
+_LAZY = {
+    "model_key": "_model_key",
+    "unwrapped_model": "_model_key",
+    "DEFAULT_MARGIN": "_plan",
+    "EXPANDABLE": "_plan",
+    "plan": "_plan",
+    "candidate_costs": "_search",
+    "step_style": "_search",
+    "step_time_of": "_search",
+    "Calibration": "_step_time",
+    "StepTime": "_step_time",
+    "calibration_for": "_step_time",
+    "step_time": "_step_time",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memfit.planner' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(f"memfit.planner.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CHECKPOINTING",
+    "DEFAULT_MARGIN",
+    "EXPANDABLE",
     "GC_FRACTION",
     "MICROBATCH_SPLITS",
     "MIN_SAVING_BYTES",
     "MIN_SAVING_FRACTION",
     "MIXED_PRECISION",
     "AllocatorCandidate",
+    "Calibration",
+    "Candidate",
     "Change",
+    "Evaluated",
     "Factor",
     "Failure",
     "Fix",
     "How",
     "ModelInfo",
+    "Plan",
+    "StepTime",
     "WhatIf",
     "alloc_conf_how",
     "alloc_conf_text",
     "allocator_candidates",
+    "calibration_for",
+    "candidate_costs",
     "covers",
     "does_not_fit_message",
     "failure_fixes",
+    "model_key",
     "optimizer_step_advice",
+    "plan",
     "rank",
     "recommend_allocator",
     "smaller_step_advice",
+    "step_style",
+    "step_time",
+    "step_time_of",
     "streamable_configs",
+    "unwrapped_model",
 ]

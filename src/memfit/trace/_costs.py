@@ -3,10 +3,10 @@ step-time model (issue 13), counted while the trace runs, when asked for.
 
 Each op the step dispatches is kept, in order, as an :data:`Op` ``(kind, flops, bytes)``:
 
-* ``kind`` names what runs it: ``mm:<dtype>`` (matrix products), ``conv:<dtype>``,
-  ``attn:<dtype>`` / ``attn_bwd:<dtype>`` (fused attention), ``mem`` (any other kernel: its time
-  is its traffic), ``view`` (no kernel: the host's dispatch only) and ``sync`` (a value read back
-  to the host, ``.item()``: the host waits for the GPU);
+* ``kind`` names what runs it: ``mm:<dtype>`` (matrix products), ``conv:<dtype>`` /
+  ``conv_bwd:<dtype>``, ``attn:<dtype>`` / ``attn_bwd:<dtype>`` (fused attention), ``mem`` (any
+  other kernel: its time is its traffic), ``view`` (no kernel: the host's dispatch only) and
+  ``sync`` (a value read back to the host, ``.item()``: the host waits for the GPU);
 * ``flops`` from PyTorch's own formulas (``torch.utils.flop_counter``);
 * ``bytes``: the tensors it reads and writes (its inputs and outputs).
 
@@ -29,7 +29,7 @@ __all__ = ["Op", "PhaseCost", "StepCosts", "op_kind"]
 Op = tuple[str, int, int]  # (kind, flops, bytes)
 
 aten = torch.ops.aten
-_CONVOLUTIONS = {"convolution", "_convolution", "cudnn_convolution", "convolution_backward"}
+_CONVOLUTIONS = {"convolution", "_convolution", "cudnn_convolution"}
 _ATTENTION = {
     "_scaled_dot_product_flash_attention": "attn",
     "_scaled_dot_product_efficient_attention": "attn",
@@ -122,6 +122,8 @@ def op_kind(func: Any, args: tuple[Any, ...]) -> str:
         return f"{_ATTENTION[name]}:{dtype}"
     if name in _CONVOLUTIONS:
         return f"conv:{dtype}"
+    if name == "convolution_backward":
+        return f"conv_bwd:{dtype}"
     return f"mm:{dtype}"
 
 

@@ -1,0 +1,97 @@
+"""The planner's last steps: the chosen candidate estimated with its whole accumulation, the
+model's identity for ``memfit.apply``, and what would make a budget that nothing fits work."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+
+from memfit._units import format_bytes
+from memfit.estimator import estimate_workload
+from memfit.planner._model_key import model_key
+from memfit.planner._plan_result import Evaluated
+from memfit.planner._search import TRACED_MICRO_BATCHES, Evaluator
+from memfit.workload import Workload
+
+__all__ = ["FULL_CHECK_LIMIT", "check_chosen", "model_key_of", "would_fit"]
+
+FULL_CHECK_LIMIT = 8  # longest accumulation traced in full for the chosen candidate
+
+
+def check_chosen(ev: Evaluator, chosen: Evaluated) -> tuple[Evaluated, str | None]:
+    """``chosen`` estimated with its whole accumulation (when it is longer than the traced two
+    micro-batches and at most :data:`FULL_CHECK_LIMIT`); the larger peak is kept."""
+    c = chosen.candidate
+    if c.accumulation <= TRACED_MICRO_BATCHES:
+        return chosen, None
+    if c.accumulation > FULL_CHECK_LIMIT:
+        return chosen, (
+            f"the chosen {c.accumulation}-way accumulation was estimated from two micro-batches "
+            "(every later one starts from the same state)"
+        )
+    estimate = estimate_workload(dataclasses.replace(ev.workload(c), steps=2))
+    ev.traces += 1
+    needed = max(chosen.needed, estimate.peak_reserved + estimate.non_pytorch)
+    checked = dataclasses.replace(
+        chosen,
+        peak_allocated=max(chosen.peak_allocated, estimate.peak_allocated),
+        peak_reserved=max(chosen.peak_reserved, estimate.peak_reserved),
+        needed=needed,
+        fits=needed <= ev.usable,
+    )
+    ev.seen[c] = checked
+    return checked, None
+
+
+def model_key_of(workload: Workload) -> str:
+    """:func:`model_key` of the workload's model, built on the meta device (no memory)."""
+    with torch.device("meta"):
+        model = workload.build_model()
+    return model_key(model)
+
+
+def would_fit(
+    ev: Evaluator,
+    smallest: Evaluated,
+    usable: int,
+    remake: Callable[[int], Workload] | None = None,
+) -> list[str]:
+    """What would make the step fit when nothing in the search does."""
+    out = []
+    margin_left = ev.usable / max(ev.gpu.total, 1)
+    out.append(
+        f"a GPU with at least {format_bytes(int(smallest.needed / margin_left))} "
+        f"(the smallest configuration, {smallest.candidate.describe()}, needs "
+        f"{format_bytes(smallest.needed)})"
+    )
+    seq_len = ev.seq_len
+    if remake is not None and seq_len and seq_len >= 2:
+        shorter = seq_len // 2
+        while shorter >= max(1, seq_len // 8):
+            c = smallest.candidate
+            short = remake(shorter).with_batch_size(c.micro_batch)
+            trial = dataclasses.replace(
+                ev.workload(c),
+                make_batch=short.make_batch,
+                batch_of=short.batch_of,
+                seq_len=shorter,
+                steps=2,
+                accumulation=min(c.accumulation, TRACED_MICRO_BATCHES),
+            )
+            estimate = estimate_workload(trial)
+            ev.traces += 1
+            needed = estimate.peak_reserved + estimate.non_pytorch
+            if needed <= usable:
+                out.append(
+                    f"sequences of {shorter} tokens: the smallest configuration then needs "
+                    f"{format_bytes(needed)}"
+                )
+                break
+            shorter //= 2
+    out.append(
+        "several GPUs with sharded parameters, gradients and optimizer state (FSDP2, ZeRO): "
+        "memfit does not plan those yet"
+    )
+    return out

@@ -1,0 +1,377 @@
+"""``memfit.plan``: the fastest training configuration that fits a memory budget, found on the
+CPU by estimating candidates (issue 13).
+
+The search: for each precision and activation checkpointing, the largest micro-batch (a divisor
+of the global batch, gradients accumulated over the rest) that fits, found by bisection since
+memory grows with the micro-batch; each with the fastest optimizer variant (fused) and with and
+without expandable segments. Then the fastest few are tried with the other optimizer variants
+and the next smaller micro-batch, and the user's own configuration is evaluated as the baseline.
+The fastest candidate that fits is chosen; its accumulation, when longer than the traced two
+micro-batches, is estimated in full before it is returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from memfit._errors import InvalidInputError, UnsupportedWorkloadError
+from memfit._gpus import GPU, resolve_gpu
+from memfit._units import format_bytes
+from memfit.estimator import gc_paused, installed_versions, quiet_libraries
+from memfit.planner._parallel import default_workers, run_jobs
+from memfit.planner._plan_result import Candidate, Evaluated, Plan
+from memfit.planner._search import Evaluator
+from memfit.planner._step_time import calibration_for
+from memfit.workload import Workload, WorkloadOptions, make_workload
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["DEFAULT_MARGIN", "EXPANDABLE", "plan"]
+
+DEFAULT_MARGIN = 0.05  # of the budget kept free: the allocator's drift over a long run
+EXPANDABLE = "expandable_segments:True"
+CHECKPOINTING: tuple[bool | str, ...] = (False, "selective", True)
+Progress = Callable[[int, int, str], None]
+
+
+def plan(
+    model: Any,
+    batch: Any = None,
+    *,
+    budget: str | GPU,
+    global_batch: int | None = None,
+    margin: float = DEFAULT_MARGIN,
+    precisions: tuple[str, ...] | list[str] | None = None,
+    checkpointing: tuple[bool | str, ...] | list[bool | str] | None = None,
+    optimizers: tuple[str, ...] | list[str] | None = None,
+    progress: Progress | None = None,
+    workers: int | None = None,
+    batch_of: Callable[[int], Any] | None = None,
+    **options: Unpack[WorkloadOptions],
+) -> Plan:
+    """The fastest configuration of a training step that fits ``budget``, chosen on the CPU.
+
+    ``model``, ``batch`` and ``options`` are :func:`memfit.estimate`'s (the user's own
+    configuration, the baseline); ``budget`` is the GPU memory to fit in (``"24GiB"``, a GPU
+    name); ``global_batch`` the samples per optimizer step (default: the batch size given),
+    kept by gradient accumulation. ``precisions``, ``checkpointing`` and ``optimizers`` narrow
+    the search (defaults: bf16-mixed and fp32; none, selective and full; the optimizer's fused,
+    foreach and for-loop variants). ``margin`` is the share of the budget kept free.
+    ``batch_of(n)`` makes a batch of ``n`` samples (for a model object: the planner tries
+    several micro-batch sizes). ``workers``: processes tracing at once (default: the cores, at
+    most 4). ``progress`` is called as ``progress(done, total, what)`` as the search goes.
+    """
+    started = time.perf_counter()
+    gpu, usable = _budget(budget, margin)
+    with quiet_libraries(), gc_paused():  # model libraries' chatter; no GC over the traces
+        result, ev, note, source = _search(
+            model,
+            batch,
+            gpu,
+            usable,
+            margin,
+            global_batch,
+            precisions,
+            checkpointing,
+            optimizers,
+            progress,
+            workers,
+            batch_of,
+            options,
+        )
+    return dataclasses.replace(
+        result,
+        notes=[n for n in [note] if n] + result.notes,
+        calibration=source,
+        seconds=time.perf_counter() - started,
+        traces=ev.traces,
+        versions={k: v for k, v in installed_versions().to_dict().items() if v},
+    )
+
+
+def _search(
+    model: Any,
+    batch: Any,
+    gpu: GPU,
+    usable: int,
+    margin: float,
+    global_batch: int | None,
+    precisions: Any,
+    checkpointing: Any,
+    optimizers: Any,
+    progress: Progress | None,
+    workers: int | None,
+    batch_of: Callable[[int], Any] | None,
+    options: WorkloadOptions,
+) -> tuple[Plan, Evaluator, str | None, str]:
+    """The search behind :func:`plan`: the plan, the evaluator (its traces) and the
+    calibration's note and source."""
+    given: WorkloadOptions = {**options, "gpu": gpu}
+    base = make_workload(model, batch, batch_of=batch_of, **given)
+    _check_plannable(base)
+    total = global_batch if global_batch is not None else base.batch_size
+    if total is None:
+        raise InvalidInputError(
+            "plan needs the global batch: give global_batch=N (samples per optimizer step) or "
+            "batch_size=N."
+        )
+    calibration, calibration_note = calibration_for(gpu)
+    user = _baseline(base, total)
+    space = _space(base, gpu, precisions, checkpointing, optimizers)
+    ev = Evaluator(base, gpu, usable, calibration, user, base.seq_len)
+    workers = default_workers() if workers is None else max(1, workers)
+    levels = [n for n in range(total, 0, -1) if total % n == 0]
+    first = space["optimizers"][0]
+    combos = [(p, c) for p in space["precisions"] for c in space["checkpointing"]]
+
+    def searched(done: int, of: int) -> None:
+        if progress is not None:
+            progress(done, of, "precision and checkpointing searched")
+
+    run_jobs(
+        ev,
+        lambda e, pc: _bisect(e, levels, total, pc[0], pc[1], first),
+        combos,
+        workers,
+        searched,
+    )
+    groups = _refinements(ev, levels, total, space["optimizers"])
+
+    def refined(done: int, of: int) -> None:
+        if progress is not None:
+            progress(done, of, "optimizer variants and smaller micro-batches")
+
+    run_jobs(ev, _evaluate_group, groups, workers, refined)
+    baseline = ev.evaluate(_with_allocators(user))[0]
+    remake: Callable[[int], Workload] | None = None
+    if batch is None and base.seq_len:  # a model name: the same step on shorter sequences
+
+        def remake(seq_len: int) -> Workload:
+            shorter: WorkloadOptions = {**given, "seq_len": seq_len}
+            return make_workload(model, None, **shorter)
+
+    result = _assemble(ev, base, gpu, usable, margin, total, baseline, remake)
+    return result, ev, calibration_note, calibration.source
+
+
+def _budget(budget: Any, margin: float) -> tuple[GPU, int]:
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 0.5:
+        raise InvalidInputError(
+            f"margin={margin!r} is not a share of the budget between 0 and 0.5: give e.g. "
+            f"margin=0.05 (5% kept free, the default)."
+        )
+    if budget is None:
+        raise InvalidInputError("plan needs a budget: give budget='24GiB' or a GPU name.")
+    gpu = resolve_gpu(budget)  # refuses sizes below the CUDA context, bare numbers, typos
+    return gpu, int(gpu.total * (1 - margin))
+
+
+def _check_plannable(base: Workload) -> None:
+    if base.mode != "train":
+        raise InvalidInputError(
+            "plan chooses a training configuration (micro-batch, accumulation, precision, "
+            "checkpointing, optimizer); this workload is inference (mode='infer'). Estimate it "
+            "with memfit.estimate, or plan with mode='train'."
+        )
+    if base.step_fn is not None:
+        raise UnsupportedWorkloadError(
+            "plan changes the step memfit runs (its micro-batches, autocast, checkpointing and "
+            "optimizer); a step function of your own is run as written, so none of these can be "
+            "changed. Give loss_fn=... instead of step_fn, or estimate the step as it is."
+        )
+    if not isinstance(base.optimizer, str):
+        raise InvalidInputError(
+            "plan searches over optimizer variants by name; an optimizer factory cannot be "
+            "varied. Give optimizer='adamw' (or 'adam', 'sgd')."
+        )
+    if base.batch_of is None:
+        raise InvalidInputError(
+            "plan tries micro-batches of several sizes, and this workload's batch is fixed: "
+            "give a model name with batch_size=..., or make_batch as a function of the batch "
+            "size (batch=lambda n: ...)."
+        )
+
+
+def _baseline(base: Workload, total: int) -> Candidate:
+    micro = base.batch_size or total
+    if total % micro:
+        raise InvalidInputError(
+            f"global_batch={total} is not a multiple of batch_size={micro}: give a global "
+            f"batch that the micro-batch divides, e.g. "
+            f"global_batch={micro * max(1, total // micro)}."
+        )
+    return Candidate(
+        micro,
+        total // micro,
+        base.precision,
+        base.activation_checkpointing,
+        str(base.optimizer),
+        base.allocator_text,
+    )
+
+
+def _space(
+    base: Workload,
+    gpu: GPU,
+    precisions: Any,
+    checkpointing: Any,
+    optimizers: Any,
+) -> dict[str, tuple[Any, ...]]:
+    family = str(base.optimizer).partition("-")[0]
+    half = "bf16-mixed" if gpu.sm >= 80 else "fp16-mixed"
+    space = {
+        "precisions": tuple(precisions) if precisions else (half, "fp32"),
+        "checkpointing": tuple(checkpointing) if checkpointing is not None else CHECKPOINTING,
+        "optimizers": tuple(optimizers)
+        if optimizers
+        else (f"{family}-fused", f"{family}-foreach", f"{family}-forloop"),
+    }
+    for p in space["precisions"]:
+        dataclasses.replace(base, precision=p)  # checked by Workload: a clear error
+    for o in space["optimizers"]:
+        dataclasses.replace(base, optimizer=o)
+    for c in space["checkpointing"]:
+        dataclasses.replace(base, activation_checkpointing=c)
+    if checkpointing is None and not _has_blocks(base):  # nothing to checkpoint: not searched
+        space["checkpointing"] = (False,)
+    return space
+
+
+def _has_blocks(base: Workload) -> bool:
+    """Whether memfit's checkpointing finds repeated blocks in the model (the models' own
+    switches checkpoint the same blocks)."""
+    from memfit.workload import find_blocks
+
+    with torch.device("meta"):
+        model = base.build_model()
+    try:
+        find_blocks(model)
+    except InvalidInputError:
+        return False
+    return True
+
+
+def _evaluate_group(ev: Evaluator, group: list[Candidate]) -> None:
+    ev.evaluate(group)
+
+
+def _with_allocators(c: Candidate) -> list[Candidate]:
+    other = "" if c.allocator_config == EXPANDABLE else EXPANDABLE
+    if c.allocator_config not in ("", EXPANDABLE):
+        return [c, dataclasses.replace(c, allocator_config=EXPANDABLE)]
+    return [c, dataclasses.replace(c, allocator_config=other)]
+
+
+def _fits(ev: Evaluator, c: Candidate) -> bool:
+    return any(e.fits for e in ev.evaluate(_with_allocators(c)))
+
+
+def _bisect(
+    ev: Evaluator, levels: list[int], total: int, precision: str, ckpt: bool | str, opt: str
+) -> None:
+    """Evaluate the largest micro-batch of ``levels`` that fits (and what bisection passed)."""
+
+    def at(i: int) -> Candidate:
+        return Candidate(levels[i], total // levels[i], precision, ckpt, opt)
+
+    lo, hi = 0, len(levels) - 1  # levels descend: find the first index that fits
+    if _fits(ev, at(lo)):
+        return
+    while hi - lo > 1:  # the smallest is taken to fit until bisection reaches it
+        mid = (lo + hi) // 2
+        if _fits(ev, at(mid)):
+            hi = mid
+        else:
+            lo = mid
+    if hi == len(levels) - 1:
+        _fits(ev, at(hi))
+
+
+def _refinements(
+    ev: Evaluator, levels: list[int], total: int, optimizers: tuple[str, ...]
+) -> list[list[Candidate]]:
+    """For the fastest few that fit: the other optimizer variants and the next smaller
+    micro-batch (the step-time model may order them otherwise than memory suggests)."""
+    fitting = sorted((e for e in ev.seen.values() if e.fits), key=lambda e: e.step_seconds)
+    tops: list[Candidate] = []
+    for e in fitting:
+        c = dataclasses.replace(e.candidate, allocator_config="")
+        if c not in tops:
+            tops.append(c)
+        if len(tops) == 3:
+            break
+    groups: list[list[Candidate]] = []
+    for c in tops:
+        variants = [dataclasses.replace(c, optimizer=opt) for opt in optimizers[1:]]
+        i = levels.index(c.micro_batch)
+        if i + 1 < len(levels):
+            smaller = levels[i + 1]
+            variants.append(
+                dataclasses.replace(c, micro_batch=smaller, accumulation=total // smaller)
+            )
+        for v in variants:
+            group = _with_allocators(v)
+            if group[0] not in ev.seen and group not in groups:
+                groups.append(group)
+    return groups
+
+
+def _assemble(
+    ev: Evaluator,
+    base: Workload,
+    gpu: GPU,
+    usable: int,
+    margin: float,
+    total: int,
+    baseline: Evaluated,
+    remake: Callable[[int], Workload] | None,
+) -> Plan:
+    from memfit.planner._full import check_chosen, model_key_of, would_fit
+
+    everything = list(ev.seen.values())
+    fitting = sorted((e for e in everything if e.fits), key=lambda e: e.step_seconds)
+    over = sorted((e for e in everything if not e.fits), key=lambda e: e.needed)
+    notes: list[str] = []
+    chosen = fitting[0] if fitting else None
+    if chosen is not None:
+        chosen, note = check_chosen(ev, chosen)
+        notes += [note] if note else []
+        if not chosen.fits:  # its full accumulation took more: the next one that fits
+            fitting = sorted((e for e in ev.seen.values() if e.fits), key=lambda e: e.step_seconds)
+            chosen = fitting[0] if fitting else None
+    smallest = None if chosen is not None else (over[0] if over else None)
+    shortfall = smallest.needed - usable if smallest is not None else 0
+    hints = would_fit(ev, smallest, usable, remake) if smallest is not None else []
+    if smallest is not None:
+        notes.append(
+            f"nothing fits {format_bytes(usable)}: the smallest configuration, "
+            f"{smallest.candidate.describe()}, needs {format_bytes(smallest.needed)}"
+        )
+    return Plan(
+        model=base.name,
+        model_key=model_key_of(base),
+        budget=gpu.total,
+        usable=usable,
+        margin=margin,
+        global_batch=total,
+        seq_len=base.seq_len,
+        chosen=chosen,
+        candidates=_ranked(ev),
+        baseline=baseline,
+        smallest=smallest,
+        shortfall=shortfall,
+        would_fit=hints,
+        notes=notes,
+    )
+
+
+def _ranked(ev: Evaluator) -> list[Evaluated]:
+    everything = list(ev.seen.values())
+    fitting = sorted((e for e in everything if e.fits), key=lambda e: e.step_seconds)
+    return fitting + sorted((e for e in everything if not e.fits), key=lambda e: e.needed)

@@ -1,0 +1,182 @@
+"""What ``memfit.plan`` returns: the configurations it weighed and the one it chose.
+
+Plain data (no torch), so that renderers, the command line and ``memfit.apply`` read it without
+tracing anything. Bytes are ``int``; seconds ``float``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from memfit._units import format_bytes
+
+__all__ = ["Candidate", "Evaluated", "Plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One configuration of a training step: the settings the planner may change.
+
+    ``micro_batch * accumulation`` is the global batch. ``checkpointing`` is
+    ``activation_checkpointing``'s value (``False``, ``True``: every block recomputed,
+    ``"selective"``: matrix products and attention kept). ``optimizer`` is a name of
+    ``memfit.estimate``'s (``adamw-fused``...), ``allocator_config`` a
+    ``PYTORCH_CUDA_ALLOC_CONF`` text (``""``: PyTorch's default).
+    """
+
+    micro_batch: int
+    accumulation: int
+    precision: str
+    checkpointing: bool | str
+    optimizer: str
+    allocator_config: str = ""
+
+    def settings(self) -> dict[str, Any]:
+        """The keywords of ``memfit.estimate`` that make this configuration."""
+        return {
+            "batch_size": self.micro_batch,
+            "accumulation": self.accumulation,
+            "precision": self.precision,
+            "activation_checkpointing": self.checkpointing,
+            "optimizer": self.optimizer,
+            "allocator_config": self.allocator_config or None,
+        }
+
+    def describe(self) -> str:
+        """One line: ``micro-batch 8 x 4, bf16-mixed, full checkpointing, adamw-fused``."""
+        ckpt = {False: "no checkpointing", True: "full checkpointing"}.get(
+            self.checkpointing,  # type: ignore[arg-type]
+            f"{self.checkpointing} checkpointing",
+        )
+        parts = [f"micro-batch {self.micro_batch} x {self.accumulation}", self.precision, ckpt]
+        parts.append(self.optimizer)
+        if self.allocator_config:
+            parts.append(self.allocator_config)
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "micro_batch": self.micro_batch,
+            "accumulation": self.accumulation,
+            "precision": self.precision,
+            "activation_checkpointing": self.checkpointing,
+            "optimizer": self.optimizer,
+            "allocator_config": self.allocator_config,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluated:
+    """A candidate with its estimate: memory (``needed`` = peak reserved + the memory outside
+    PyTorch's allocator, what the budget is held against) and predicted step time."""
+
+    candidate: Candidate
+    peak_allocated: int
+    peak_reserved: int
+    needed: int
+    step_seconds: float
+    samples_per_second: float
+    tokens_per_second: float | None
+    bound: str  # "gpu" or "host": what the predicted step waits on
+    fits: bool
+    changes: tuple[str, ...]  # how it differs from the configuration the user gave
+    traced: bool = True  # False: its memory is a replay of another candidate's trace
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.candidate.to_dict(),
+            "peak_allocated": self.peak_allocated,
+            "peak_reserved": self.peak_reserved,
+            "needed": self.needed,
+            "step_seconds": self.step_seconds,
+            "samples_per_second": self.samples_per_second,
+            "tokens_per_second": self.tokens_per_second,
+            "bound": self.bound,
+            "fits": self.fits,
+            "changes": list(self.changes),
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's answer for one workload and budget.
+
+    ``chosen`` is the fastest candidate that fits (``None`` when none does; then ``smallest``
+    is the one needing least memory, and ``shortfall`` how far over the budget it is).
+    ``candidates`` holds every candidate evaluated, fastest first among those that fit, then
+    the ones that do not, least memory first. ``baseline`` is the configuration the user gave,
+    evaluated the same way. ``model_key`` identifies the model the plan was made for (its class
+    and parameter count), so that ``memfit.apply`` can refuse another.
+    """
+
+    model: str
+    model_key: str
+    budget: int  # the memory budget as given (bytes)
+    usable: int  # what a candidate's ``needed`` is held against: the budget less the margin
+    margin: float  # the share of the budget kept free
+    global_batch: int
+    seq_len: int | None
+    chosen: Evaluated | None
+    candidates: list[Evaluated]
+    baseline: Evaluated | None
+    smallest: Evaluated | None = None
+    shortfall: int = 0
+    would_fit: list[str] = field(default_factory=list)  # what else would make it fit
+    notes: list[str] = field(default_factory=list)
+    calibration: str = ""  # which GPU's measured rates the step times come from
+    seconds: float = 0.0  # planning time
+    traces: int = 0  # traces run (the rest of the candidates are replays)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        return self.chosen is not None
+
+    def pareto(self) -> list[Evaluated]:
+        """The candidates no other beats on both memory and step time, least memory first."""
+        front: list[Evaluated] = []
+        for e in sorted(self.candidates, key=lambda e: (e.needed, e.step_seconds)):
+            if not front or e.step_seconds < front[-1].step_seconds:
+                front.append(e)
+        return front
+
+    def __str__(self) -> str:
+        if self.chosen is None:
+            return (
+                f"Plan for {self.model}: nothing fits {format_bytes(self.budget)}; the smallest "
+                f"configuration needs {format_bytes(self.shortfall + self.usable)}."
+            )
+        c = self.chosen
+        return (
+            f"Plan for {self.model} in {format_bytes(self.budget)}: {c.candidate.describe()} "
+            f"({format_bytes(c.needed)}, {c.step_seconds * 1e3:.0f} ms a step)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "model_key": self.model_key,
+            "budget": self.budget,
+            "usable": self.usable,
+            "margin": self.margin,
+            "global_batch": self.global_batch,
+            "seq_len": self.seq_len,
+            "fits": self.fits,
+            "chosen": self.chosen.to_dict() if self.chosen else None,
+            "baseline": self.baseline.to_dict() if self.baseline else None,
+            "smallest": self.smallest.to_dict() if self.smallest else None,
+            "shortfall": self.shortfall,
+            "would_fit": self.would_fit,
+            "candidates": [e.to_dict() for e in self.candidates],
+            "pareto": [self.candidates.index(e) for e in self.pareto()],
+            "notes": self.notes,
+            "calibration": self.calibration,
+            "seconds": self.seconds,
+            "traces": self.traces,
+            "versions": self.versions,
+        }
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)

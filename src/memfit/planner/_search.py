@@ -1,0 +1,171 @@
+"""Evaluate the planner's candidates: trace each configuration once, replay it under each
+allocator setting, and predict its step time.
+
+A candidate's memory is its estimate (trace, then the allocator emulator); a trace of
+``accumulation`` micro-batches runs at most two of them, since every micro-batch after the first
+starts from the same state (the gradients held) and peaks the same. Its time is
+:func:`~memfit.planner._step_time.step_time` of the same trace, the micro-batches scaled.
+Traces are cached by the settings that change them; allocator settings are replays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from memfit._gpus import GPU
+from memfit.allocator import AllocatorConfig
+from memfit.estimator import estimate_workload
+from memfit.planner._plan_result import Candidate, Evaluated
+from memfit.planner._step_time import Calibration, StepTime, step_time
+from memfit.trace import StepCosts, trace_workload
+from memfit.workload import Workload
+
+__all__ = ["Evaluator", "candidate_costs", "step_style", "step_time_of"]
+
+TRACED_MICRO_BATCHES = 2  # what a candidate's trace runs of its accumulation (see above)
+
+
+def step_style(workload: Workload) -> str:
+    """Which host costs of the calibration a step of ``workload`` pays per op."""
+    if workload.activation_checkpointing == "selective":
+        return "selective"
+    if workload.activation_checkpointing:
+        return "checkpointed"
+    return "fp32" if workload.precision == "fp32" else "eager"
+
+
+def candidate_costs(workload: Workload, gpu: GPU) -> tuple[StepCosts, int]:
+    """The ops of ``workload``'s step as the planner traces it, and how many micro-batches the
+    trace ran (for :func:`step_time_of`)."""
+    traced = min(workload.accumulation, TRACED_MICRO_BATCHES)
+    trace = trace_workload(
+        dataclasses.replace(workload, accumulation=traced, steps=2), gpu, costs=True
+    )
+    assert trace.costs is not None
+    return trace.costs, traced
+
+
+def step_time_of(workload: Workload, costs: StepCosts, traced: int, gpu: GPU) -> StepTime:
+    """The predicted step of ``workload`` from :func:`candidate_costs`' output."""
+    from memfit.planner._step_time import calibration_for
+
+    calibration, _ = calibration_for(gpu)
+    return step_time(
+        costs,
+        calibration,
+        style=step_style(workload),
+        micro_batches=(traced, workload.accumulation),
+    )
+
+
+@dataclass
+class Evaluator:
+    """Evaluates candidates of one workload against one budget, tracing each configuration
+    once. ``base`` is the user's workload; ``batch_of`` makes a micro-batch of ``n`` samples."""
+
+    base: Workload
+    gpu: GPU
+    usable: int
+    calibration: Calibration
+    baseline: Candidate
+    seq_len: int | None
+    progress: Callable[[str], None] = lambda what: None
+    traces: int = 0
+    seen: dict[Candidate, Evaluated] = field(default_factory=dict)
+
+    def workload(self, c: Candidate) -> Workload:
+        assert self.base.batch_of is not None
+        return dataclasses.replace(
+            self.base.with_batch_size(c.micro_batch),
+            accumulation=c.accumulation,
+            precision=c.precision,  # type: ignore[arg-type]
+            activation_checkpointing=c.checkpointing,
+            optimizer=c.optimizer,
+            allocator=AllocatorConfig.parse(c.allocator_config),
+            allocator_text=c.allocator_config,
+            enable_checkpointing=self.base.enable_checkpointing,
+        )
+
+    def evaluate(self, candidates: list[Candidate]) -> list[Evaluated]:
+        """Each of ``candidates`` (of one traced configuration: they differ in allocator
+        settings only), evaluated; cached."""
+        todo = [c for c in candidates if c not in self.seen]
+        if todo:
+            self._trace_and_replay(todo)
+        return [self.seen[c] for c in candidates]
+
+    def _trace_and_replay(self, candidates: list[Candidate]) -> None:
+        first = self.workload(candidates[0])
+        self.progress(candidates[0].describe())
+        traced = min(first.accumulation, TRACED_MICRO_BATCHES)
+        short = dataclasses.replace(first, accumulation=traced, steps=2)
+        trace = trace_workload(short, self.gpu, costs=True)
+        self.traces += 1
+        assert trace.costs is not None
+        timing = step_time(
+            trace.costs,
+            self.calibration,
+            style=step_style(first),
+            micro_batches=(traced, first.accumulation),
+        )
+        for i, c in enumerate(candidates):
+            w = self.workload(c)
+            estimate = estimate_workload(dataclasses.replace(w, accumulation=traced), trace=trace)
+            self.seen[c] = self._evaluated(
+                c,
+                estimate.peak_allocated,
+                estimate.peak_reserved,
+                estimate.non_pytorch,
+                timing,
+                traced=i == 0,
+            )
+
+    def _evaluated(
+        self,
+        c: Candidate,
+        allocated: int,
+        reserved: int,
+        context: int,
+        timing: StepTime,
+        *,
+        traced: bool,
+    ) -> Evaluated:
+        samples = c.micro_batch * c.accumulation
+        needed = reserved + context
+        per_second = samples / timing.seconds
+        return Evaluated(
+            candidate=c,
+            peak_allocated=allocated,
+            peak_reserved=reserved,
+            needed=needed,
+            step_seconds=timing.seconds,
+            samples_per_second=per_second,
+            tokens_per_second=per_second * self.seq_len if self.seq_len else None,
+            bound=timing.bound,
+            fits=needed <= self.usable,
+            changes=changes(self.baseline, c),
+            traced=traced,
+        )
+
+
+def changes(baseline: Candidate, c: Candidate) -> tuple[str, ...]:
+    """How ``c`` differs from the user's configuration, in words."""
+    out = []
+    if (c.micro_batch, c.accumulation) != (baseline.micro_batch, baseline.accumulation):
+        out.append(f"micro-batch {c.micro_batch} with {c.accumulation}-way accumulation")
+    if c.precision != baseline.precision:
+        out.append(f"precision {c.precision}")
+    if c.checkpointing != baseline.checkpointing:
+        out.append(
+            {False: "no activation checkpointing", True: "full activation checkpointing"}.get(
+                c.checkpointing,  # type: ignore[arg-type]
+                "selective activation checkpointing",
+            )
+        )
+    if c.optimizer != baseline.optimizer:
+        out.append(f"optimizer {c.optimizer}")
+    if c.allocator_config != baseline.allocator_config:
+        out.append(f"PYTORCH_CUDA_ALLOC_CONF={c.allocator_config or '(default)'}")
+    return tuple(out)

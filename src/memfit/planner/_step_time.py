@@ -1,0 +1,199 @@
+"""How long a traced step takes on a GPU: the planner's step-time model (issue 13).
+
+A step is the ops a trace kept in order (``trace.costs``: kind, FLOPs, bytes). The host issues
+them one after the other, each costing it the seconds the calibration measured for an op of its
+phase and kind of step (eager forward, autograd's backward, a checkpointed recompute, a selective
+policy's dispatch mode...); the GPU runs each as soon as it is issued and the previous kernel is
+done, for the seconds its own curve gives (matrix products, convolutions and attention by their
+FLOPs, with their traffic as a floor; every other kernel by its bytes). A read-back (``.item()``)
+makes the host wait for the GPU; the step ends when both are done. This is the two-queue model
+of eager PyTorch: a step of small ops is the host's time, one of large ones the GPU's, and the
+overlap in between is what it is.
+
+The rates come from :class:`Calibration`, measured once per GPU type
+(``benchmarks/calibrate_gpu.py`` on the GPU, ``benchmarks/calibration_fit.py`` on its output)
+and shipped in ``planner/data``. The model ranks configurations; its absolute times are checked
+against the GPU in ``benchmarks/plan_proof.py``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from memfit._gpus import GPU
+from memfit.trace import StepCosts
+
+__all__ = ["Calibration", "StepTime", "calibration_for", "step_time"]
+
+_MICRO = ("input", "forward", "backward")  # repeated once per micro-batch
+_ORDER = ("input", "forward", "backward", "optimizer", "zero_grad")
+_FIRST_RELIABLE = 12e-6  # shorter timings measured the host's launch, not the GPU
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A GPU type's measured rates.
+
+    ``curves``: per op kind, ``(work, seconds)`` points (FLOPs for arithmetic, bytes for
+    ``mem``), sorted. ``kernel_floor``: the GPU's seconds for the smallest kernel. ``host``:
+    the host's seconds per op by ``phase`` or ``phase:style`` (``backward:checkpointed``...),
+    ``optimizer_param`` per parameter tensor.
+    """
+
+    gpu: str
+    source: str  # where and when it was measured
+    curves: dict[str, tuple[tuple[float, float], ...]]
+    kernel_floor: float
+    bandwidth: float  # bytes per second, the asymptote of ``mem``
+    host: dict[str, float] = field(default_factory=dict)
+    h2d: float = 0.0  # the host's seconds per byte copied to the GPU from pageable memory
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Calibration:
+        return cls(
+            gpu=data["gpu"],
+            source=data["source"],
+            curves={
+                k: tuple((float(w), float(t)) for w, t in v) for k, v in data["curves"].items()
+            },
+            kernel_floor=float(data["kernel_floor"]),
+            bandwidth=float(data["bandwidth"]),
+            host={k: float(v) for k, v in data["host"].items()},
+            h2d=float(data.get("h2d_seconds_per_byte", 0.0)),
+        )
+
+    def gpu_seconds(self, kind: str, flops: int, nbytes: int) -> float:
+        """The GPU's seconds for one op."""
+        if kind in ("view", "sync"):
+            return 0.0
+        traffic = self.kernel_floor + nbytes / self.bandwidth
+        if kind == "mem" or not flops:
+            return traffic
+        return max(traffic, _interpolate(self._curve(kind), float(flops), self.kernel_floor))
+
+    def host_seconds(self, phase: str, style: str) -> float:
+        """The host's seconds to issue one op of ``phase`` in a step of ``style``."""
+        host = self.host
+        return host.get(f"{phase}:{style}", host.get(phase, host["default"]))
+
+    def _curve(self, kind: str) -> tuple[tuple[float, float], ...]:
+        family, _, dtype = kind.partition(":")
+        candidates = [
+            kind,
+            f"{family}:bf16",  # fp16 where only bf16 was measured: the same tensor cores
+            f"{family.removesuffix('_bwd')}:{dtype}",  # a backward measured as its forward
+            "mm:bf16",
+        ]
+        return next(self.curves[k] for k in candidates if k in self.curves)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A predicted step: its seconds, and how busy the host and the GPU were in it."""
+
+    seconds: float
+    gpu_busy: float
+    host_busy: float
+    phases: dict[str, float]  # seconds by phase (the micro-batch phases over all micro-batches)
+
+    @property
+    def bound(self) -> str:
+        """Which side the step waits on: ``gpu`` or ``host`` (launch-bound)."""
+        return "gpu" if self.gpu_busy >= self.host_busy else "host"
+
+
+def step_time(
+    costs: StepCosts,
+    calibration: Calibration,
+    *,
+    style: str,
+    step: int = 2,
+    micro_batches: tuple[int, int] = (1, 1),
+) -> StepTime:
+    """The predicted time of step ``step`` of a trace.
+
+    ``style`` picks the host's per-op costs: ``eager``, ``fp32``, ``checkpointed`` or
+    ``selective``. ``micro_batches = (traced, wanted)``: the trace ran ``traced`` micro-batches
+    per step and the step to predict runs ``wanted`` (the planner traces at most two and scales
+    their input, forward and backward).
+    """
+    traced, wanted = micro_batches
+    host = gpu = 0.0
+    phases: dict[str, float] = {}
+    busy_gpu = busy_host = 0.0
+    for phase in _ORDER:
+        cost = costs.phases.get(f"step{step}.{phase}")
+        if cost is None:
+            continue
+        scale = wanted / traced if phase in _MICRO else 1.0
+        per_op = calibration.host_seconds(phase, style)
+        start = max(host, gpu)
+        h = g = 0.0
+        copies = phase == "input"  # the batch copied from the host: the host waits for it
+        for kind, flops, nbytes in cost.ops:
+            h += per_op
+            if copies and kind == "mem":
+                h += nbytes / 2 * calibration.h2d  # read on the host, written on the GPU
+                continue
+            if kind == "sync":
+                h = max(h, g)
+                continue
+            run = calibration.gpu_seconds(kind, flops, nbytes)
+            if run:
+                g = max(g, h) + run
+                busy_gpu += run * scale
+        if phase == "optimizer":
+            h += costs.parameter_tensors * calibration.host["optimizer_param"]
+        busy_host += h * scale
+        took = max(h, g) * scale
+        phases[phase] = took
+        host = gpu = start + took
+    return StepTime(max(host, gpu), busy_gpu, busy_host, phases)
+
+
+@functools.cache
+def _shipped() -> dict[str, dict[str, Any]]:
+    out = {}
+    for entry in resources.files("memfit.planner").joinpath("data").iterdir():
+        if entry.name.endswith(".json"):
+            data = json.loads(entry.read_text())
+            out[data["key"]] = data
+    return out
+
+
+def calibration_for(gpu: GPU) -> tuple[Calibration, str | None]:
+    """The calibration of ``gpu``'s type, and a note when another type's stands in for it."""
+    shipped = _shipped()
+    for key, data in shipped.items():
+        if key in gpu.name.lower():
+            return Calibration.from_dict(data), None
+    data = shipped["h200"]
+    note = (
+        f"step times are the H200's ({data['source']}): no calibration of the {gpu.name} "
+        "ships with memfit yet, so the ranking holds where the two GPUs' rates are alike "
+        "and the seconds are the H200's"
+    )
+    return Calibration.from_dict(data), note
+
+
+def _interpolate(curve: tuple[tuple[float, float], ...], work: float, floor: float) -> float:
+    """Seconds for ``work`` on a measured curve: log-log between points, a constant rate
+    beyond them; points shorter than the host's launch are left out."""
+    points = [p for p in curve if p[1] >= _FIRST_RELIABLE] or list(curve)
+    works = [w for w, _ in points]
+    i = bisect.bisect_left(works, work)
+    if i == 0:
+        w0, t0 = points[0]
+        return max(floor, t0 * work / w0)
+    if i == len(points):
+        w1, t1 = points[-1]
+        return t1 * work / w1
+    (w0, t0), (w1, t1) = points[i - 1], points[i]
+    f = (math.log(work) - math.log(w0)) / (math.log(w1) - math.log(w0))
+    return math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0)))

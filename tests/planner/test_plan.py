@@ -1,0 +1,154 @@
+"""memfit.plan on real small models (CPU): the fastest configuration that fits, the ranking, a
+budget nothing fits, and bad input."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import memfit
+from memfit.planner import Plan, model_key, plan
+
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+
+def gpt2(width: int = 64, vocab: int = 128) -> nn.Module:
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=width, n_head=2, vocab_size=vocab, bos_token_id=0, eos_token_id=0
+    )
+    return transformers.GPT2LMHeadModel(config)
+
+
+def tokens(n: int, vocab: int = 128, seq: int = 64) -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, vocab, (n, seq))
+    return {"input_ids": ids, "labels": ids}
+
+
+def small_plan(**options: Any) -> Plan:
+    settings: dict[str, Any] = {
+        "budget": "1GiB",
+        "global_batch": 8,
+        "batch_size": 8,
+        "precisions": ("bf16-mixed", "fp32"),
+        "checkpointing": (False, True),
+        "workers": 1,
+        **options,
+    }
+    return plan(gpt2(), batch_of=tokens, **settings)
+
+
+@pytest.fixture(scope="module")
+def planned() -> Plan:
+    return small_plan()
+
+
+def test_the_chosen_plan_is_the_fastest_candidate_that_fits(planned: Plan) -> None:
+    assert planned.chosen is not None and planned.fits
+    fitting = [e for e in planned.candidates if e.fits]
+    assert planned.chosen.step_seconds == min(e.step_seconds for e in fitting)
+    assert all(e.needed <= planned.usable for e in fitting)
+    assert planned.usable == int(planned.budget * 0.95)
+    c = planned.chosen.candidate
+    assert c.micro_batch * c.accumulation == planned.global_batch == 8
+
+
+def test_candidates_are_ranked_fitting_first_and_each_says_what_changes(planned: Plan) -> None:
+    fits = [e.fits for e in planned.candidates]
+    assert fits == sorted(fits, reverse=True)
+    assert planned.baseline is not None and planned.baseline.candidate.precision == "fp32"
+    assert planned.baseline.changes == ()
+    assert any("precision bf16-mixed" in e.changes for e in planned.candidates)
+    # the search covered both precisions, both checkpointing settings, optimizer variants
+    # and both allocator settings
+    seen = {
+        (e.candidate.precision, e.candidate.checkpointing, e.candidate.optimizer)
+        for e in planned.candidates
+    }
+    assert {p for p, _, _ in seen} == {"bf16-mixed", "fp32"}
+    assert {c for _, c, _ in seen} == {False, True}
+    assert {o for _, _, o in seen} >= {"adamw-fused", "adamw-foreach", "adamw-forloop"}
+    assert {e.candidate.allocator_config for e in planned.candidates} == {
+        "",
+        "expandable_segments:True",
+    }
+
+
+def test_the_pareto_front_is_not_beaten_on_both_memory_and_time(planned: Plan) -> None:
+    front = planned.pareto()
+    assert front
+    for e in planned.candidates:
+        for f in front:
+            assert not (e.needed < f.needed and e.step_seconds < f.step_seconds)
+
+
+def test_the_plan_knows_its_model_and_says_what_it_assumed(planned: Plan) -> None:
+    assert planned.model_key == model_key(gpt2())
+    assert planned.calibration.startswith("measured")
+    assert planned.traces > 0 and planned.seconds > 0
+    assert "torch" in planned.versions
+    data = json.loads(planned.to_json())
+    assert data["chosen"] == planned.chosen.to_dict()  # type: ignore[union-attr]
+    assert len(data["candidates"]) == len(planned.candidates)
+
+
+def test_the_chosen_plan_estimates_what_the_gpu_would_take(planned: Plan) -> None:
+    assert planned.chosen is not None
+    c = planned.chosen.candidate
+    alone = memfit.estimate(
+        gpt2(), batch_of=tokens, gpu="1GiB", **c.settings()
+    )  # the same configuration estimated on its own: the plan's memory is the estimate's
+    assert alone.peak_reserved <= planned.chosen.peak_reserved
+
+
+def test_a_budget_nothing_fits_names_the_smallest_and_how_far_over() -> None:
+    big = gpt2(width=1024, vocab=50257)
+    result = plan(
+        big,
+        batch_of=lambda n: tokens(n, 50257),
+        budget="1GiB",
+        global_batch=4,
+        batch_size=4,
+        precisions=("bf16-mixed",),
+        checkpointing=(True,),
+        optimizers=("adamw-fused",),
+        workers=1,
+    )
+    assert not result.fits and result.chosen is None
+    assert result.smallest is not None and result.shortfall > 0
+    assert result.smallest.needed == min(e.needed for e in result.candidates)
+    assert result.shortfall == result.smallest.needed - result.usable
+    assert any("GPU with at least" in line for line in result.would_fit)
+    assert any("FSDP2" in line for line in result.would_fit)
+    assert "nothing fits" in str(result)
+
+
+def test_a_model_without_repeated_blocks_is_not_searched_for_checkpointing() -> None:
+    model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
+
+    def batch_of(n: int) -> torch.Tensor:
+        return torch.randn(n, 32)
+
+    result = plan(
+        model,
+        batch_of=batch_of,
+        budget="1GiB",
+        global_batch=4,
+        batch_size=4,
+        workers=1,
+        loss_fn=lambda m, b: m(b).sum(),
+    )
+    assert result.fits
+    assert {e.candidate.checkpointing for e in result.candidates} == {False}
+
+
+def test_two_workers_find_what_one_does() -> None:
+    one = small_plan(precisions=("bf16-mixed",))
+    two = small_plan(precisions=("bf16-mixed",), workers=2)
+    assert {e.candidate for e in one.candidates} == {e.candidate for e in two.candidates}
+    assert one.chosen == two.chosen

@@ -1,0 +1,93 @@
+"""The planner's step-time model: two queues (host and GPU) over a trace's ops, with rates from
+a calibration."""
+
+from __future__ import annotations
+
+import pytest
+
+from memfit._gpus import resolve_gpu
+from memfit.planner import Calibration, calibration_for, step_time
+from memfit.trace import PhaseCost, StepCosts
+
+US = 1e-6
+
+
+def calibration(**host: float) -> Calibration:
+    return Calibration(
+        gpu="test",
+        source="made up for the test",
+        curves={"mm:bf16": ((1e9, 10 * US), (1e12, 2000 * US))},
+        kernel_floor=1 * US,
+        bandwidth=1e12,  # 1 byte per picosecond: 1 MB takes 1 us
+        host={"default": 10 * US, "optimizer_param": 0.0, **host},
+        h2d=1e-9,
+    )
+
+
+def costs(**phases: list[tuple[str, int, int]]) -> StepCosts:
+    return StepCosts({f"step2.{name}": PhaseCost(list(ops)) for name, ops in phases.items()})
+
+
+def test_a_phase_of_small_ops_takes_the_hosts_time() -> None:
+    got = step_time(costs(forward=[("mem", 0, 10**6)] * 100), calibration(), style="eager")
+    # the host issues an op every 10 us; the GPU runs each in 2 us: the last ends 2 us later
+    assert got.seconds == pytest.approx(100 * 10 * US + 2 * US)
+    assert got.bound == "host"
+
+
+def test_a_phase_of_large_products_takes_the_gpus_time() -> None:
+    got = step_time(costs(forward=[("mm:bf16", int(1e12), 0)] * 3), calibration(), style="eager")
+    # issued at 10, 20, 30 us; each runs 2 ms after the one before it
+    assert got.seconds == pytest.approx(10 * US + 3 * 2000 * US)
+    assert got.bound == "gpu"
+
+
+def test_the_curve_is_read_log_log_between_points_and_at_a_constant_rate_beyond() -> None:
+    cal = calibration()
+    between = cal.gpu_seconds("mm:bf16", int(1e10), 0)
+    assert 10 * US < between < 2000 * US
+    assert cal.gpu_seconds("mm:bf16", int(2e12), 0) == pytest.approx(4000 * US)
+    # traffic is a floor: a product that moves more bytes than it computes is memory-bound
+    assert cal.gpu_seconds("mm:bf16", int(1e9), 10**8) == pytest.approx(1 * US + 100 * US)
+    assert cal.gpu_seconds("view", 0, 0) == 0
+
+
+def test_a_read_back_makes_the_host_wait_for_the_gpu() -> None:
+    ops = [("mm:bf16", int(1e12), 0), ("sync", 0, 0), ("mem", 0, 0)]
+    got = step_time(costs(forward=ops), calibration(), style="eager")
+    # the host waits 2 ms for the product, then issues the last op (10 us) which runs 1 us
+    assert got.seconds == pytest.approx(10 * US + 2000 * US + 10 * US + 1 * US)
+
+
+def test_micro_batch_phases_scale_to_the_wanted_accumulation() -> None:
+    ops = [("mem", 0, 0)] * 10
+    one = step_time(costs(forward=ops, optimizer=ops), calibration(), style="eager")
+    four = step_time(
+        costs(forward=ops, optimizer=ops), calibration(), style="eager", micro_batches=(1, 4)
+    )
+    assert four.phases["forward"] == pytest.approx(4 * one.phases["forward"])
+    assert four.phases["optimizer"] == pytest.approx(one.phases["optimizer"])
+
+
+def test_the_host_cost_follows_the_phase_and_the_style_of_step() -> None:
+    cal = calibration(forward=20 * US, **{"forward:selective": 50 * US})
+    ops = [("mem", 0, 0)] * 10
+    last = 1 * US  # the GPU's run of the last op, after the host issued it
+    got = step_time(costs(forward=ops), cal, style="eager")
+    assert got.seconds == pytest.approx(200 * US + last)
+    got = step_time(costs(forward=ops), cal, style="selective")
+    assert got.seconds == pytest.approx(500 * US + last)
+    got = step_time(costs(backward=ops), cal, style="eager")
+    assert got.seconds == pytest.approx(100 * US + last)  # no backward cost: the default
+
+
+def test_the_input_phase_copies_the_batch_on_the_host() -> None:
+    got = step_time(costs(input=[("mem", 0, 2 * 10**6)]), calibration(), style="eager")
+    assert got.seconds == pytest.approx(10 * US + 10**6 * 1e-9)
+
+
+def test_the_h200_ships_a_calibration_and_other_gpus_borrow_it_with_a_note() -> None:
+    cal, note = calibration_for(resolve_gpu("h200"))
+    assert note is None and "mm:bf16" in cal.curves and cal.kernel_floor > 0
+    _, note = calibration_for(resolve_gpu("4090"))
+    assert note is not None and "H200" in note and "RTX 4090" in note
