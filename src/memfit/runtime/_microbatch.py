@@ -154,7 +154,9 @@ class AutoMicrobatch:
     for other batch types; a batch the guard cannot split is refused before anything runs (on
     ``example_batch`` at construction, then on each new batch type). ``min_microbatch`` is the
     smallest micro-batch tried; ``grow_after`` the clean steps before trying larger micro-batches
-    again (``None``: never). ``reduction="sum"`` for a loss summed over the batch.
+    again (``None``: never). ``microbatch_size`` starts split into micro-batches of at most
+    that many samples (a planned accumulation, ``memfit.apply``) rather than with whole batches.
+    ``reduction="sum"`` for a loss summed over the batch.
     ``on_incident`` receives each :class:`MicrobatchIncident`, which is also logged to the
     ``memfit.guard`` logger and kept in :attr:`incidents`.
 
@@ -183,6 +185,7 @@ class AutoMicrobatch:
         before_step: Callable[[], object] | None = None,
         on_incident: Callable[[MicrobatchIncident], object] | None = None,
         example_batch: Any = None,
+        microbatch_size: int | None = None,
     ) -> None:
         _check_parts(model, optimizer, loss_fn, scaler)
         _check_callables(
@@ -196,6 +199,13 @@ class AutoMicrobatch:
             raise InvalidInputError(
                 f"grow_after={grow_after!r} is not accepted; give a whole number of steps >= 1, "
                 "or None to keep the smallest micro-batch size that worked."
+            )
+        if microbatch_size is not None and (
+            type(microbatch_size) is not int or microbatch_size < 1
+        ):
+            raise InvalidInputError(
+                f"microbatch_size={microbatch_size!r} is not accepted; give the samples of a "
+                "micro-batch to start with as a whole number >= 1, or None for whole batches."
             )
         if reduction not in ("mean", "sum"):
             raise InvalidInputError(
@@ -214,7 +224,7 @@ class AutoMicrobatch:
         self._reduction: Reduction = reduction
         self._before_step = before_step
         self._on_incident = on_incident
-        self._limit: int | None = None
+        self._limit: int | None = microbatch_size
         self._previous: int | None = None
         self._largest = 0
         self._clean = 0

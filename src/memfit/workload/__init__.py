@@ -3,6 +3,7 @@ settings, target GPU), checked once into a frozen :class:`Workload`, and the loo
 same on fake tensors for an estimate and on a real GPU for a measurement."""
 
 from memfit.workload._build import make_workload
+from memfit.workload._checkpoint import checkpoint_blocks, find_blocks, unwrap_blocks
 from memfit.workload._compiled import (
     COMPILED_NOTE,
     compiled_function,
@@ -49,11 +50,13 @@ __all__ = [
     "call_model",
     "cast_inputs",
     "catalog_entries",
+    "checkpoint_blocks",
     "compiled_function",
     "compiled_parts",
     "compiled_refusal",
     "default_loss",
     "eager_view",
+    "find_blocks",
     "make_optimizer",
     "make_workload",
     "not_compiled_refusal",
@@ -63,5 +66,6 @@ __all__ = [
     "prepare_model",
     "resolve_model",
     "run_steps",
+    "unwrap_blocks",
     "whole_model_compiled",
 ]

@@ -1,0 +1,278 @@
+"""``memfit.apply`` and ``memfit.unapply``: make a model, its optimizer and the allocator do
+what a plan chose, and take it back.
+
+``apply`` checks everything first and changes nothing when it refuses: the model must be the one
+the plan was made for (:func:`memfit.planner.model_key`), the plan must have found something
+that fits, the optimizer must hold the model's parameters, and each change must be possible
+(blocks to checkpoint, an allocator text torch takes). Then it makes the changes (activation
+checkpointing, pure low precision, the optimizer's implementation, the allocator settings),
+records them on the model and returns a :class:`PlannedStep`. ``unapply`` takes back each
+change in reverse order, from that record.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from memfit._errors import InvalidInputError
+from memfit._units import format_bytes
+from memfit.planner import Candidate, Plan, model_key, unwrapped_model
+from memfit.runtime._allocator_change import AllocatorChange
+from memfit.runtime._changes import (
+    RECORD,
+    Applied,
+    BlockCheckpointing,
+    Cast,
+    Change,
+    OptimizerFlags,
+    SwitchCheckpointing,
+    applied_record,
+    checkpointing_on,
+    own_switch,
+)
+from memfit.runtime._microbatch import LossFn, _check_callables, _check_parts
+from memfit.runtime._planned_step import AUTOCAST, PURE, PlannedStep
+
+__all__ = ["apply", "unapply"]
+
+_PRECISIONS = ("fp32", *AUTOCAST, *PURE)
+# the kinds of optimizer whose implementation apply sets, and the plan's names for them
+_KINDS: tuple[tuple[str, type[torch.optim.Optimizer]], ...] = (
+    ("sgd", torch.optim.SGD),
+    ("adam", torch.optim.Adam),  # AdamW too (a subclass in torch 2.x); isinstance below
+    ("adam", torch.optim.AdamW),
+)
+_FAMILIES = {"sgd": "sgd", "adam": "adam", "adamw": "adam"}
+# the implementation a name's suffix picks, as (fused, foreach); no suffix: left as it is
+_IMPLS = {"fused": (True, False), "foreach": (False, True), "forloop": (False, False)}
+
+
+def apply(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    plan: Plan,
+    *,
+    loss_fn: LossFn | None = None,
+    before_step: Callable[[], object] | None = None,
+) -> PlannedStep:
+    """Make ``model`` and ``optimizer`` train as ``plan`` chose; returns the step to call.
+
+    Refuses (:class:`memfit.InvalidInputError`, nothing changed) a model other than the plan's,
+    a plan that found nothing that fits, and an optimizer that holds other parameters than the
+    model's. ``loss_fn(model, batch) -> loss`` computes a micro-batch's loss (default: the
+    model's own); ``before_step()`` runs when the gradients are complete, before the optimizer
+    steps (gradient clipping). :func:`unapply` takes every change back.
+    """
+    _check_parts(model, optimizer, loss_fn, None)
+    _check_callables(before_step=before_step)
+    if not isinstance(plan, Plan):
+        raise InvalidInputError(
+            f"plan={type(plan).__name__} is not a memfit Plan: pass what memfit.plan(...) "
+            "returned, e.g. memfit.apply(model, optimizer, memfit.plan(model, batch, "
+            'budget="24GiB")).'
+        )
+    inner = unwrapped_model(model)
+    if applied_record(inner) is not None:
+        raise InvalidInputError(
+            f"A plan is already applied to this {type(inner).__name__}: applying another on "
+            "top would mix the two. Call memfit.unapply(model, optimizer) first."
+        )
+    candidate = _chosen(plan, inner)
+    _check_optimizer(inner, optimizer)
+    changes = _changes(inner, optimizer, candidate)
+    step = PlannedStep(model, optimizer, plan, candidate, loss_fn, before_step)
+    done: list[Change] = []
+    try:
+        for change in changes:
+            change.do()
+            done.append(change)
+    except BaseException:
+        for change in reversed(done):
+            change.undo()
+        raise
+    record = Applied(changes, weakref.ref(optimizer), plan.model_key)
+    inner.__dict__[RECORD] = record
+    step._applied = record
+    step.changes = tuple(c.text for c in changes)
+    return step
+
+
+def unapply(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Take back everything :func:`apply` changed on ``model`` and ``optimizer``:
+    checkpointing off, parameters and buffers back in their dtypes (with the low precision's
+    rounding), the optimizer's ``fused``/``foreach`` flags and the allocator settings as they
+    were (where torch can set them back at run time; a warning names the rest)."""
+    if not isinstance(model, nn.Module):
+        raise InvalidInputError(
+            f"memfit.unapply needs the torch.nn.Module a plan was applied to, not "
+            f"{type(model).__name__}: call memfit.unapply(model, optimizer)."
+        )
+    inner = unwrapped_model(model)
+    record = applied_record(inner)
+    if record is None:
+        raise InvalidInputError(
+            f"No plan is applied to this {type(inner).__name__}, so there is nothing to take "
+            "back: memfit.unapply(model, optimizer) undoes memfit.apply (or memfit.fit) on the "
+            "same model; call it once, after applying."
+        )
+    if record.optimizer() is not optimizer:
+        raise InvalidInputError(
+            f"optimizer={type(optimizer).__name__} is not the optimizer the plan was applied "
+            "with: pass the same optimizer to memfit.unapply as to memfit.apply, so that its "
+            "flags are restored on the right one."
+        )
+    for change in reversed(record.changes):
+        change.undo()
+    del inner.__dict__[RECORD]
+
+
+def _chosen(plan: Plan, model: nn.Module) -> Candidate:
+    """The plan's chosen candidate, once the model is the plan's and the plan fits."""
+    key = model_key(model)
+    if key != plan.model_key:
+        raise InvalidInputError(
+            f"This plan was made for {plan.model_key} ({plan.model}), but the model given is "
+            f"{key} (class/parameter elements/parameter tensors): its micro-batch and settings "
+            "would not hold for this model, so nothing was changed. Plan for this model: "
+            "memfit.plan(model, batch, budget=...), then apply that plan."
+        )
+    if plan.chosen is None:
+        smallest = plan.smallest.candidate.describe() if plan.smallest else "none"
+        raise InvalidInputError(
+            f"The plan found nothing that fits {format_bytes(plan.budget)} for {plan.model}: "
+            f"the smallest configuration ({smallest}) is {format_bytes(plan.shortfall)} over "
+            "(plan.smallest, plan.shortfall), so there is nothing to apply. Plan again with "
+            + ("; ".join(plan.would_fit) if plan.would_fit else "a larger budget")
+            + ", or a smaller global batch."
+        )
+    return _checked(plan.chosen.candidate)
+
+
+def _checked(c: Candidate) -> Candidate:
+    for name in ("micro_batch", "accumulation"):
+        value = getattr(c, name)
+        if type(value) is not int or value < 1:
+            raise InvalidInputError(
+                f"The plan's {name}={value!r} is not a whole number >= 1; the plan is damaged: "
+                "make it again with memfit.plan."
+            )
+    if c.precision not in _PRECISIONS:
+        raise InvalidInputError(
+            f"The plan's precision {c.precision!r} is not one of {', '.join(_PRECISIONS)}; "
+            "make the plan again with memfit.plan."
+        )
+    if c.checkpointing not in (False, True, "selective"):
+        raise InvalidInputError(
+            f"The plan's checkpointing {c.checkpointing!r} is not False, True or 'selective'; "
+            "make the plan again with memfit.plan."
+        )
+    return c
+
+
+def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    owned = {id(p) for p in model.parameters()}
+    held = [p for g in optimizer.param_groups for p in g["params"]]
+    foreign = [p for p in held if id(p) not in owned]
+    if foreign:
+        shapes = ", ".join(str(tuple(p.shape)) for p in foreign[:3])
+        raise InvalidInputError(
+            f"The optimizer holds {len(foreign)} of {len(held)} parameters that are not "
+            f"{type(model).__name__}'s (shapes {shapes}): it was built for another model or "
+            "a copy. Build it from this model (torch.optim.AdamW(model.parameters(), ...)) and "
+            "apply the plan again; nothing was changed."
+        )
+
+
+def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -> list[Change]:
+    """The changes the candidate asks of this model, each checked, none made yet."""
+    changes: list[Change] = []
+    if c.checkpointing == "selective":
+        changes.append(BlockCheckpointing(model, selective=True))
+    elif c.checkpointing:
+        changes.append(_full_checkpointing(model))
+    flags = _optimizer_flags(optimizer, c.optimizer)
+    if flags is not None:
+        changes.append(flags)
+    if c.precision in PURE:  # last: taking a cast back keeps its rounding
+        changes.append(Cast(model, optimizer, PURE[c.precision]))
+    if c.allocator_config:  # first to be made: the one torch may still refuse
+        allocator = AllocatorChange(c.allocator_config)
+        reason = _allocator_blocked(model)
+        if reason is None:
+            changes.insert(0, allocator)
+        else:
+            warnings.warn(
+                f"The plan's allocator setting {c.allocator_config} cannot take effect: "
+                f"{reason}. Start the process with PYTORCH_CUDA_ALLOC_CONF="
+                f"{c.allocator_config} to use it; the plan's memory counts on it.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+    return changes
+
+
+def _allocator_blocked(model: nn.Module) -> str | None:
+    """Why allocator settings cannot act for this model; ``None`` when they can."""
+    if not torch.cuda.is_available():
+        return "this process has no CUDA device"
+    if not any(p.device.type == "cuda" for p in model.parameters()):
+        return "the model is not on a CUDA device (move it with model.cuda() before applying)"
+    return None
+
+
+def _full_checkpointing(model: nn.Module) -> Change:
+    library = own_switch(model)
+    if library is not None:
+        if checkpointing_on(model):
+            return _Nothing("full activation checkpointing (already on, left as it was)")
+        return SwitchCheckpointing(model, library)
+    return BlockCheckpointing(model, selective=False)
+
+
+def _optimizer_flags(optimizer: torch.optim.Optimizer, name: str) -> Change | None:
+    family, _, impl = name.partition("-")
+    kind = next((k for k, cls in _KINDS if isinstance(optimizer, cls)), None)
+    if kind is None:
+        warnings.warn(
+            f"The plan was made for the optimizer {name}; {type(optimizer).__name__} is not "
+            "one memfit knows (SGD, Adam, AdamW), so its implementation is left as it is and "
+            "its state may take other memory than the plan counted.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return None
+    if _FAMILIES.get(family, kind) != kind:
+        raise InvalidInputError(
+            f"The plan was made for the optimizer {name!r}, but the optimizer given is "
+            f"{type(optimizer).__name__}, whose state takes other memory. Plan with your "
+            f"optimizer (memfit.plan(..., optimizer='{kind}')) or build the plan's; nothing "
+            "was changed."
+        )
+    if impl not in _IMPLS:
+        return None  # the default implementation: the optimizer's flags are left as they are
+    fused, foreach = _IMPLS[impl]
+    if fused and any(g.get("differentiable") for g in optimizer.param_groups):
+        raise InvalidInputError(
+            f"The plan chooses {name}, but the optimizer was built with differentiable=True, "
+            "which fused optimizers do not support: build it without differentiable=True, or "
+            "plan with optimizer=... naming the foreach variant; nothing was changed."
+        )
+    return OptimizerFlags(optimizer, fused, foreach, name)
+
+
+class _Nothing(Change):
+    """A change already in place: recorded so that ``changes`` says so, undone as nothing."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def do(self) -> None:
+        pass
+
+    def undo(self) -> None:
+        pass

@@ -1,0 +1,277 @@
+"""The reversible changes ``memfit.apply`` makes to a model, its optimizer and the allocator.
+
+Each change is checked when it is built (nothing changes then), made by ``do()`` and taken back
+by ``undo()``, which restores what ``do()`` found: ``memfit.apply`` builds every change first,
+makes them in order (taking back those made if a later one fails) and ``memfit.unapply`` takes
+them back in reverse order.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from memfit._errors import InvalidInputError
+from memfit.workload import checkpoint_blocks, find_blocks, unwrap_blocks
+
+__all__ = [
+    "RECORD",
+    "Applied",
+    "BlockCheckpointing",
+    "Cast",
+    "Change",
+    "OptimizerFlags",
+    "SwitchCheckpointing",
+    "applied_record",
+    "checkpointing_on",
+    "own_switch",
+]
+
+_MISSING = object()
+# instance attributes the models' own checkpointing switches set (transformers, timm)
+_SWITCH_ATTRS = (
+    "gradient_checkpointing",
+    "_gradient_checkpointing_func",
+    "_require_grads_hook",
+    "_require_grads_hooks",
+    "grad_checkpointing",
+)
+
+
+RECORD = "_memfit_applied"  # the model's attribute that holds its Applied record
+
+
+class Change:
+    """One reversible change; ``text`` says what it is, for ``PlannedStep.changes``."""
+
+    text = ""
+
+    def do(self) -> None:
+        raise NotImplementedError
+
+    def undo(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass(eq=False)
+class Applied:
+    """What ``memfit.apply`` changed on a model (kept on the model, for ``memfit.unapply``)."""
+
+    changes: list[Change]
+    optimizer: weakref.ReferenceType[torch.optim.Optimizer]
+    plan_model: str
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> None:
+        return None  # a copy of the model is not the model the plan was applied to
+
+
+def applied_record(model: nn.Module) -> Applied | None:
+    """The record of the plan applied to ``model`` (already unwrapped), or ``None``."""
+    record = model.__dict__.get(RECORD)
+    return record if isinstance(record, Applied) else None
+
+
+def _use_cache(model: nn.Module) -> dict[int, tuple[Any, Any]]:
+    """The ``config.use_cache`` of every module's config, by config (checkpointing turns it off)."""
+    found: dict[int, tuple[Any, Any]] = {}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "use_cache"):
+            found.setdefault(id(config), (config, config.use_cache))
+    return found
+
+
+def _restore_use_cache(saved: dict[int, tuple[Any, Any]]) -> None:
+    for config, value in saved.values():
+        config.use_cache = value
+
+
+class BlockCheckpointing(Change):
+    """memfit's checkpointing of the model's repeated blocks (``selective``: matrix products
+    kept, the rest recomputed; else full)."""
+
+    def __init__(self, model: nn.Module, *, selective: bool) -> None:
+        if checkpointing_on(model):
+            raise InvalidInputError(
+                f"The plan chooses {'selective' if selective else 'full'} checkpointing, but "
+                f"{type(model).__name__} already has its own gradient checkpointing switched on, "
+                "and its blocks would be checkpointed twice. Switch it off "
+                "(model.gradient_checkpointing_disable()) before memfit.apply."
+            )
+        self.blocks = find_blocks(model)  # refuses a model without repeated blocks, now
+        self.model = model
+        self.selective = selective
+        kind = "selective" if selective else "full"
+        self.text = f"{kind} activation checkpointing of {len(self.blocks)} blocks (memfit's)"
+        self._cache: dict[int, tuple[Any, Any]] = {}
+
+    def do(self) -> None:
+        self._cache = _use_cache(self.model)
+        checkpoint_blocks(self.model, selective=self.selective)
+
+    def undo(self) -> None:
+        unwrap_blocks(self.model)
+        _restore_use_cache(self._cache)
+
+
+def checkpointing_on(model: nn.Module) -> bool:
+    """Whether the model's own checkpointing switch is on (transformers' new name first: the
+    old one warns in transformers 5)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(model), name):
+            return bool(getattr(model, name))
+    return False
+
+
+def own_switch(model: nn.Module) -> str | None:
+    """Which checkpointing switch of its own the model has: ``"transformers"``, ``"timm"``,
+    or ``None``."""
+    if callable(getattr(model, "gradient_checkpointing_enable", None)):
+        return "transformers"
+    if callable(getattr(model, "set_grad_checkpointing", None)):
+        return "timm"
+    return None
+
+
+class SwitchCheckpointing(Change):
+    """Full checkpointing through the model's own switch (transformers, timm); ``undo`` switches
+    it off and drops what switching on left (input hooks, attributes, ``use_cache``)."""
+
+    def __init__(self, model: nn.Module, library: str) -> None:
+        self.model = model
+        self.library = library
+        self.text = f"full activation checkpointing (the model's own switch, {library})"
+        self._attrs: list[tuple[nn.Module, dict[str, Any]]] = []
+        self._cache: dict[int, tuple[Any, Any]] = {}
+
+    def do(self) -> None:
+        self._attrs = [
+            (m, {n: m.__dict__.get(n, _MISSING) for n in _SWITCH_ATTRS})
+            for m in self.model.modules()
+        ]
+        self._cache = _use_cache(self.model)
+        model: Any = self.model
+        if self.library == "timm":
+            model.set_grad_checkpointing(True)
+        elif callable(getattr(model, "activation_checkpointing_enable", None)):
+            model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs={"use_reentrant": False}
+            )
+        else:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+
+    def undo(self) -> None:
+        model: Any = self.model
+        if self.library == "timm":
+            model.set_grad_checkpointing(False)
+        else:
+            disable = getattr(model, "activation_checkpointing_disable", None)
+            (disable if callable(disable) else model.gradient_checkpointing_disable)()
+            if getattr(model, "_require_grads_hooks", None) and callable(
+                getattr(model, "disable_input_require_grads", None)
+            ):
+                model.disable_input_require_grads()  # the embedding hook switching on added
+        for module, attrs in self._attrs:
+            for name, value in attrs.items():
+                if value is _MISSING:
+                    module.__dict__.pop(name, None)
+                else:
+                    module.__dict__[name] = value
+        _restore_use_cache(self._cache)
+
+
+class Cast(Change):
+    """Pure low precision: every floating parameter and buffer cast to ``dtype`` (parameters
+    keep their identity, so the optimizer still holds them); ``undo`` casts each back to the
+    dtype it had. The values keep the low precision's rounding."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, dtype: torch.dtype):
+        self.model = model
+        self.optimizer = optimizer
+        self.dtype = dtype
+        self.text = f"parameters and buffers cast to {str(dtype).removeprefix('torch.')}"
+        self._dtypes: list[tuple[nn.Module, str, bool, torch.dtype]] = []
+
+    def do(self) -> None:
+        self._dtypes = []
+        for module in self.model.modules():
+            for kind, table in (("p", module._parameters), ("b", module._buffers)):
+                for name, t in table.items():
+                    if t is not None and t.is_floating_point() and t.dtype != self.dtype:
+                        self._dtypes.append((module, name, kind == "p", t.dtype))
+        self._cast([(m, n, p, self.dtype) for m, n, p, _ in self._dtypes])
+
+    def undo(self) -> None:
+        self._cast(self._dtypes)
+
+    def _cast(self, targets: list[tuple[nn.Module, str, bool, torch.dtype]]) -> None:
+        seen: set[int] = set()
+        for module, name, is_param, dtype in targets:
+            if is_param:
+                p = module._parameters[name]
+                if p is None or id(p) in seen:  # a tied weight is cast once
+                    continue
+                seen.add(id(p))
+                p.data = p.data.to(dtype)
+                if p.grad is not None:
+                    p.grad = p.grad.to(dtype)
+            else:
+                buf = module._buffers[name]
+                if buf is not None:
+                    module._buffers[name] = buf.to(dtype)
+        if self.optimizer.state:  # as load_state_dict does: state follows its parameter's dtype
+            self.optimizer.load_state_dict(self.optimizer.state_dict())
+
+
+class OptimizerFlags(Change):
+    """The optimizer's implementation: each param group's ``fused`` and ``foreach``, as
+    ``torch.optim`` reads them at every ``step()`` (Adam, AdamW and SGD in torch 2.x)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, fused: bool, foreach: bool, name: str):
+        self.optimizer = optimizer
+        self.flags = {"fused": fused, "foreach": foreach}
+        self.text = f"optimizer {name}: fused={fused}, foreach={foreach}"
+        self._groups: list[dict[str, Any]] = []
+        self._amp: Any = _MISSING
+
+    def do(self) -> None:
+        opt = self.optimizer
+        self._groups = [{k: g.get(k, _MISSING) for k in self.flags} for g in opt.param_groups]
+        self._amp = opt.__dict__.get("_step_supports_amp_scaling", _MISSING)
+        for group in opt.param_groups:
+            group.update(self.flags)
+        # GradScaler hands a fused optimizer its scale; the others unscale the gradients first
+        opt.__dict__["_step_supports_amp_scaling"] = self.flags["fused"]
+        self._place_steps()
+
+    def undo(self) -> None:
+        opt = self.optimizer
+        for group, saved in zip(opt.param_groups, self._groups, strict=True):
+            for key, value in saved.items():
+                if value is _MISSING:
+                    group.pop(key, None)
+                else:
+                    group[key] = value
+        if self._amp is _MISSING:
+            opt.__dict__.pop("_step_supports_amp_scaling", None)
+        else:
+            opt.__dict__["_step_supports_amp_scaling"] = self._amp
+        self._place_steps()
+
+    def _place_steps(self) -> None:
+        """Put each ``step`` count where torch keeps it for the group's flags: on the
+        parameter's device in float32 when fused or capturable, else on the CPU."""
+        for group in self.optimizer.param_groups:
+            on_device = bool(group.get("fused")) or bool(group.get("capturable"))
+            for p in group["params"]:
+                step = self.optimizer.state.get(p, {}).get("step")
+                if isinstance(step, torch.Tensor):
+                    where = p.device if on_device else torch.device("cpu")
+                    dtype = torch.float32 if on_device else step.dtype
+                    self.optimizer.state[p]["step"] = step.to(device=where, dtype=dtype)
