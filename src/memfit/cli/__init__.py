@@ -4,6 +4,7 @@ Exit codes: 0 success (also when the reader of the output goes away early, as in
 ``memfit estimate ... --json | head -1``: the output was cut on purpose, so memfit stops
 quietly), 1 an error (a memfit error such as bad input or a failed trace, or an unexpected
 one), 2 no GPU where one is needed or flags the parser refuses, 130 interrupted (Ctrl-C).
+``memfit plan`` exits 1 when nothing fits the budget, so its errors exit 2.
 Errors print as one paragraph; ``--debug``, before or after the command, shows the
 traceback.
 """
@@ -22,6 +23,9 @@ from memfit._errors import MemfitError, NoGPUError
 from memfit.cli._parser import make_parser
 
 __all__ = ["main"]
+
+# the exit code of an error, for the commands whose 1 means something else
+_ERROR_CODES = {"plan": 2}  # memfit plan: 1 is "nothing fits the budget"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,13 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except MemfitError as exc:
         _report(err, exc, args.debug, words)
-        return 1
+        return _ERROR_CODES.get(args.command, 1)
     except KeyboardInterrupt:
         err.print("Interrupted.")
         return 130
     except Exception as exc:  # a bug of memfit's or a library's: one paragraph, not a traceback
         _report(err, exc, args.debug, words, unexpected=True)
-        return 1
+        return _ERROR_CODES.get(args.command, 1)
 
 
 def _silence_stdout() -> None:

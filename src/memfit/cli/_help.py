@@ -19,6 +19,7 @@ __all__ = [
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "memfit": (
         "memfit estimate bert-base-uncased -b 8 -s 512 --gpu 24GiB",
+        "memfit plan gpt2 -b 32 -s 1024 --gpu 24GiB",
         "memfit snapshot memory.pickle --capacity h100",
         "memfit watch --interval 0.5",
     ),
@@ -27,6 +28,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "memfit estimate gpt2 -b 4 -s 1024 -p bf16-mixed --plot memory.html",
         "memfit estimate gpt2 -s 1024 --gpu a100-40g --max-batch-size --margin 1GiB",
         "memfit estimate job.py:make_model -b 32  # make_model, make_batch, step",
+    ),
+    "plan": (
+        "memfit plan gpt2 -b 32 -s 1024 --gpu 24GiB",
+        "memfit plan bert-base-uncased -b 32 -s 512 --gpu 12GiB --global-batch 256 --json",
+        "memfit plan gpt2 -b 16 -s 1024 --gpu a100-40g --precisions fp32,bf16-mixed "
+        "--plot plan.png",
     ),
     "validate": (
         "memfit validate gpt2 -b 4 -s 1024",

@@ -8,6 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 from memfit._choices import COMPILED_CHOICES, MOE_ROUTINGS, OPTIMIZERS, PRECISIONS
 from memfit.cli._export_cmd import add_export_parser
 from memfit.cli._help import HelpFormatter, epilog, positive_int
+from memfit.cli._plan_cmd import add_plan_parser
 from memfit.cli._run_cmd import add_run_parser
 from memfit.cli._snapshot_cmd import add_snapshot_parser
 from memfit.cli._watch_cmd import add_watch_parser
@@ -184,6 +185,7 @@ def make_parser() -> argparse.ArgumentParser:
         "print estimate vs measured (max_memory_allocated/reserved, NVML).",
     )
     _workload_args(val)
+    add_plan_parser(sub, _workload_args)
     add_snapshot_parser(sub)
     add_run_parser(sub)
     add_watch_parser(sub)

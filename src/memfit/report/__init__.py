@@ -13,6 +13,8 @@ The only renderer: the other packages keep data and ``to_dict()``. Names follow 
 * a batch-size search (:class:`memfit.BatchSizeResult`): ``render_batch_size``,
   ``batch_size_svg``, ``batch_size_html``, ``write_batch_size_png``, and
   ``write_batch_size_plot``, whose path's suffix picks the format (``BATCH_PLOT_SUFFIXES``);
+* a plan (:class:`memfit.planner.Plan`, ``memfit plan``): ``render_plan`` (or
+  ``plan_renderable`` to place it yourself), ``plan_markdown``, ``write_plan_png``;
 * any plot's path, checked before the work: ``check_plot_path``;
 * an estimate beside a measurement (:class:`memfit.estimator.Validation`):
   ``render_validation``;
@@ -36,6 +38,9 @@ from memfit.report._batch_svg import (
 from memfit.report._console import render_estimate
 from memfit.report._html import estimate_html, write_estimate_html
 from memfit.report._oom import oom_markdown
+from memfit.report._plan_console import plan_renderable, render_plan
+from memfit.report._plan_markdown import plan_markdown
+from memfit.report._plan_png import write_plan_png
 from memfit.report._plot_path import check_plot_path
 from memfit.report._png import write_estimate_png
 from memfit.report._snapshot_console import render_snapshot
@@ -62,8 +67,11 @@ __all__ = [
     "estimate_html",
     "log_rows",
     "oom_markdown",
+    "plan_markdown",
+    "plan_renderable",
     "render_batch_size",
     "render_estimate",
+    "render_plan",
     "render_sample",
     "render_snapshot",
     "render_validation",
@@ -75,5 +83,6 @@ __all__ = [
     "write_estimate_plot",
     "write_estimate_png",
     "write_estimate_svg",
+    "write_plan_png",
     "write_snapshot_html",
 ]
