@@ -60,3 +60,30 @@ def test_a_copied_step_counts_what_a_traced_one_does(
 def test_costs_are_not_counted_unless_asked() -> None:
     workload = make_workload(lambda: nn.Linear(8, 8), lambda: torch.randn(2, 8))
     assert trace_workload(workload, H200).costs is None
+
+
+def _optimizer_ops(optimizer: str) -> list[tuple[str, int, int]]:
+    workload = make_workload(
+        lambda: nn.Sequential(*[nn.Linear(256, 256) for _ in range(4)]),
+        lambda: torch.randn(8, 256),
+        loss_fn=lambda m, b: m(b).sum(),
+        optimizer=optimizer,
+    )
+    costs = trace_workload(workload, H200, costs=True).costs
+    assert costs is not None
+    return costs.phases["step2.optimizer"].ops
+
+
+def test_the_optimizers_traffic_is_what_its_cuda_kernels_move() -> None:
+    params = 4 * (256 * 256 + 256) * 4  # bytes of one float32 copy of the parameters
+    foreach, fused = _optimizer_ops("adamw-foreach"), _optimizer_ops("adamw-fused")
+    # each in-place foreach op is one kernel, counted once, reading its lists and writing the
+    # first; the fused kernel reads parameters, gradients and both moments and writes three
+    assert sum(k == "mem" for k, _, _ in foreach) < 15
+    assert sum(b for _, _, b in foreach) > 2 * sum(b for _, _, b in fused)
+    assert sum(b for _, _, b in fused) >= 7 * params
+
+
+def test_a_value_read_from_a_host_tensor_is_no_sync() -> None:
+    ops = _optimizer_ops("adamw-foreach")  # the step counts live on the host
+    assert not any(k == "sync" for k, _, _ in ops)

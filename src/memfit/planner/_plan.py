@@ -335,7 +335,7 @@ def _assemble(
     from memfit.planner._full import check_chosen, model_key_of, would_fit
 
     everything = list(ev.seen.values())
-    fitting = sorted((e for e in everything if e.fits), key=lambda e: e.step_seconds)
+    fitting = sorted((e for e in everything if e.fits), key=_speed)
     over = sorted((e for e in everything if not e.fits), key=lambda e: e.needed)
     notes: list[str] = []
     chosen = fitting[0] if fitting else None
@@ -343,7 +343,7 @@ def _assemble(
         chosen, note = check_chosen(ev, chosen)
         notes += [note] if note else []
         if not chosen.fits:  # its full accumulation took more: the next one that fits
-            fitting = sorted((e for e in ev.seen.values() if e.fits), key=lambda e: e.step_seconds)
+            fitting = sorted((e for e in ev.seen.values() if e.fits), key=_speed)
             chosen = fitting[0] if fitting else None
     smallest = None if chosen is not None else (over[0] if over else None)
     shortfall = smallest.needed - usable if smallest is not None else 0
@@ -371,7 +371,13 @@ def _assemble(
     )
 
 
+def _speed(e: Evaluated) -> tuple[float, int, int]:
+    """Fastest first; on a tie, the fewest changes to the user's configuration, then the least
+    memory (an allocator setting changes no step time)."""
+    return (e.step_seconds, len(e.changes), e.needed)
+
+
 def _ranked(ev: Evaluator) -> list[Evaluated]:
     everything = list(ev.seen.values())
-    fitting = sorted((e for e in everything if e.fits), key=lambda e: e.step_seconds)
+    fitting = sorted((e for e in everything if e.fits), key=_speed)
     return fitting + sorted((e for e in everything if not e.fits), key=lambda e: e.needed)

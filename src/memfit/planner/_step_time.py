@@ -175,9 +175,9 @@ def calibration_for(gpu: GPU) -> tuple[Calibration, str | None]:
             return Calibration.from_dict(data), None
     data = shipped["h200"]
     note = (
-        f"step times are the H200's ({data['source']}): no calibration of the {gpu.name} "
-        "ships with memfit yet, so the ranking holds where the two GPUs' rates are alike "
-        "and the seconds are the H200's"
+        f"step times are the H200's ({data['source']}): memfit has measured no other GPU's "
+        f"rates yet, so for {gpu.name} they rank the candidates where its rates are alike "
+        "and their seconds are the H200's"
     )
     return Calibration.from_dict(data), note
 

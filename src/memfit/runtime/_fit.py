@@ -114,7 +114,7 @@ def fit(
         options.setdefault("optimizer", name)
     if margin is not None:
         options["margin"] = margin
-    # batch_of goes through plan's workload keywords to make_workload
+    # the planner makes its micro-batches with batch_of
     options.update(batch_of=batch_of, loss_fn=loss_fn, global_batch=global_batch)
     plan = make_plan(model, budget=_target(budget, gpu), **options)
     return apply(model, optimizer, plan, loss_fn=loss_fn, before_step=before_step)

@@ -86,16 +86,26 @@ class StepCosts:
     ) -> None:
         """Keep one op of ``phase`` (called from the trace's dispatch, outputs known)."""
         ops = self.phases.setdefault(phase, PhaseCost()).ops
-        if func in _SYNCS:
-            ops.append(("sync", 0, 0))
+        if func in _SYNCS:  # a value read back: from the GPU only a GPU tensor's waits for it
+            on_host = isinstance(args[0], torch.Tensor) and args[0].device.type == "cpu"
+            ops.append(("view" if on_host else "sync", 0, 0))
             return
         if getattr(func, "is_view", False):
             ops.append(("view", 0, 0))
             return
-        nbytes = _nbytes(tree_leaves((args, kwargs))) + _nbytes(tree_leaves(out))
+        outputs = _nbytes(tree_leaves(out))
+        nbytes = _nbytes(tree_leaves((args, kwargs))) + (outputs or _written(func, args))
         formula = _formula(func)
         flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
         ops.append((op_kind(func, args) if flops else "mem", flops, nbytes))
+
+    def record_inplace_foreach(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], phase: str
+    ) -> None:
+        """Keep an in-place foreach op (``_foreach_add_``...) as the one kernel it is on CUDA:
+        it reads every tensor it is given and writes the first list."""
+        nbytes = _nbytes(tree_leaves((args, kwargs))) + _nbytes(tree_leaves(args[:1]))
+        self.phases.setdefault(phase, PhaseCost()).ops.append(("mem", 0, nbytes))
 
     def copy(self, names: Iterable[tuple[str, str]]) -> None:
         """Add the ops of each phase ``(source, target)`` again under ``target`` (a later
@@ -136,6 +146,19 @@ def _formula(func: Any) -> Any:
 
 def _nbytes(items: Iterable[Any]) -> int:
     return sum(t.numel() * t.element_size() for t in items if isinstance(t, torch.Tensor))
+
+
+def _written(func: Any, args: tuple[Any, ...]) -> int:
+    """The bytes an op that returns nothing writes into its arguments (``_fused_adamw_``)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return 0
+    written = [
+        a
+        for a, arg in zip(args, schema.arguments, strict=False)
+        if arg.alias_info is not None and arg.alias_info.is_write
+    ]
+    return _nbytes(tree_leaves(written))
 
 
 def _first_dtype(args: tuple[Any, ...]) -> torch.dtype | None:

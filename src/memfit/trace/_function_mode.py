@@ -140,7 +140,7 @@ class TraceFunctionMode(TorchFunctionMode):
         sm: int,
         on_sdpa: Callable[[str], None] | None = None,
         on_output: Callable[[Any], None] | None = None,
-        fused_inplace: Callable[[], Any] | None = None,
+        fused_inplace: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] | None = None,
         rnn: RnnHooks | None = None,
     ) -> None:
         super().__init__()
@@ -213,7 +213,7 @@ class TraceFunctionMode(TorchFunctionMode):
             return self._reenter(func, args, kwargs)
         if self.fused_inplace is not None and _is_inplace_foreach(func):
             # one fused CUDA kernel, no allocation; on meta some run as out-of-place pieces
-            with self.fused_inplace():
+            with self.fused_inplace(func, args, kwargs):
                 return func(*args, **kwargs)
         return self._stamped(func(*args, **kwargs))
 

@@ -258,7 +258,14 @@ class _Session:
         self.phases.append((name, len(rec.events)))
 
     @contextmanager
-    def fused_inplace(self) -> Iterator[None]:
+    def fused_inplace(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Iterator[None]:
+        """An in-place foreach op: one fused kernel on CUDA, so its meta pieces are neither
+        recorded as allocations nor counted as ops (the op itself is counted once)."""
+        rec = self.recorder
+        if rec.costs is not None and not rec.suspended:
+            rec.costs.record_inplace_foreach(args, kwargs, rec.phase)
         self.recorder.suspended += 1
         try:
             yield
