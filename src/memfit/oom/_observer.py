@@ -556,6 +556,8 @@ def _model_facts(torch: Any, frames: list[FrameType], device: int) -> dict[str, 
                     continue
     if not modules and not optimizers:
         return None
+    from memfit.workload import checkpointing_on  # torch is loaded by now
+
     params: dict[int, Any] = {}
     for module in modules.values():
         params.update((id(p), p) for p in module.parameters())
@@ -594,9 +596,7 @@ def _model_facts(torch: Any, frames: list[FrameType], device: int) -> dict[str, 
         "optimizer": None if opt is None else type(opt).__name__,
         "optimizer_foreach": None if opt is None else opt.defaults.get("foreach"),
         "optimizer_fused": None if opt is None else opt.defaults.get("fused"),
-        "checkpointing": any(
-            getattr(m, "is_gradient_checkpointing", False) is True for m in modules.values()
-        ),
+        "checkpointing": any(checkpointing_on(m) for m in modules.values()),
         "huggingface": any(hasattr(m, "gradient_checkpointing_enable") for m in modules.values()),
     }
 

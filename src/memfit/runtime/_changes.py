@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from memfit._errors import InvalidInputError
-from memfit.workload import checkpoint_blocks, find_blocks, unwrap_blocks
+from memfit.workload import checkpoint_blocks, checkpointing_on, find_blocks, unwrap_blocks
 
 __all__ = [
     "RECORD",
@@ -116,15 +116,6 @@ class BlockCheckpointing(Change):
     def undo(self) -> None:
         unwrap_blocks(self.model)
         _restore_use_cache(self._cache)
-
-
-def checkpointing_on(model: nn.Module) -> bool:
-    """Whether the model's own checkpointing switch is on (transformers' new name first: the
-    old one warns in transformers 5)."""
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-        if hasattr(type(model), name):
-            return bool(getattr(model, name))
-    return False
 
 
 def own_switch(model: nn.Module) -> str | None:

@@ -3,7 +3,12 @@ settings, target GPU), checked once into a frozen :class:`Workload`, and the loo
 same on fake tensors for an estimate and on a real GPU for a measurement."""
 
 from memfit.workload._build import make_workload
-from memfit.workload._checkpoint import checkpoint_blocks, find_blocks, unwrap_blocks
+from memfit.workload._checkpoint import (
+    checkpoint_blocks,
+    checkpointing_on,
+    find_blocks,
+    unwrap_blocks,
+)
 from memfit.workload._compiled import (
     COMPILED_NOTE,
     compiled_function,
@@ -51,6 +56,7 @@ __all__ = [
     "cast_inputs",
     "catalog_entries",
     "checkpoint_blocks",
+    "checkpointing_on",
     "compiled_function",
     "compiled_parts",
     "compiled_refusal",

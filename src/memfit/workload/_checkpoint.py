@@ -26,7 +26,7 @@ from torch import nn
 
 from memfit._errors import InvalidInputError
 
-__all__ = ["SAVED_OPS", "checkpoint_blocks", "find_blocks", "unwrap_blocks"]
+__all__ = ["SAVED_OPS", "checkpoint_blocks", "checkpointing_on", "find_blocks", "unwrap_blocks"]
 
 aten = torch.ops.aten
 # what the selective policy keeps: the outputs of the expensive ops (recomputing them would
@@ -95,7 +95,7 @@ def checkpoint_blocks(model: nn.Module, *, selective: bool = True) -> list[nn.Mo
     torchvision's); returns the blocks."""
     from torch.utils.checkpoint import create_selective_checkpoint_contexts, noop_context_fn
 
-    if getattr(model, "is_gradient_checkpointing", False):
+    if checkpointing_on(model):
         raise InvalidInputError(
             f"{type(model).__name__} already has gradient checkpointing switched on "
             "(gradient_checkpointing_enable()); memfit's checkpointing would checkpoint its "
@@ -117,6 +117,15 @@ def checkpoint_blocks(model: nn.Module, *, selective: bool = True) -> list[nn.Mo
             block.forward = functools.partial(_checkpointed, block.forward, context)
             block.__dict__[_MARK] = True
     return blocks
+
+
+def checkpointing_on(model: nn.Module) -> bool:
+    """Whether the model's own checkpointing switch is on (transformers' new name first: the
+    old one warns in transformers 5)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(model), name):
+            return bool(getattr(model, name))
+    return False
 
 
 def unwrap_blocks(model: nn.Module) -> None:
