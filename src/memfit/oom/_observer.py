@@ -538,6 +538,15 @@ def _walk(frame: FrameType | None) -> Iterator[FrameType]:
         n += 1
 
 
+def _checkpointing_on(module: Any) -> bool:
+    """The model's own checkpointing switch (``memfit.workload.checkpointing_on``, restated:
+    this module imports the standard library only)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(module), name):
+            return getattr(module, name) is True
+    return False
+
+
 def _model_facts(torch: Any, frames: list[FrameType], device: int) -> dict[str, Any] | None:
     """The modules and optimizers named by local variables of the stacks, and their bytes."""
     modules: dict[int, Any] = {}
@@ -556,8 +565,6 @@ def _model_facts(torch: Any, frames: list[FrameType], device: int) -> dict[str, 
                     continue
     if not modules and not optimizers:
         return None
-    from memfit.workload import checkpointing_on  # torch is loaded by now
-
     params: dict[int, Any] = {}
     for module in modules.values():
         params.update((id(p), p) for p in module.parameters())
@@ -596,7 +603,7 @@ def _model_facts(torch: Any, frames: list[FrameType], device: int) -> dict[str, 
         "optimizer": None if opt is None else type(opt).__name__,
         "optimizer_foreach": None if opt is None else opt.defaults.get("foreach"),
         "optimizer_fused": None if opt is None else opt.defaults.get("fused"),
-        "checkpointing": any(checkpointing_on(m) for m in modules.values()),
+        "checkpointing": any(_checkpointing_on(m) for m in modules.values()),
         "huggingface": any(hasattr(m, "gradient_checkpointing_enable") for m in modules.values()),
     }
 
