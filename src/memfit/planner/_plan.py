@@ -334,18 +334,15 @@ def _assemble(
 ) -> Plan:
     from memfit.planner._full import check_chosen, model_key_of, would_fit
 
-    everything = list(ev.seen.values())
-    fitting = sorted((e for e in everything if e.fits), key=_speed)
-    over = sorted((e for e in everything if not e.fits), key=lambda e: e.needed)
+    ranked = _ranked(ev)
     notes: list[str] = []
-    chosen = fitting[0] if fitting else None
-    if chosen is not None:
-        chosen, note = check_chosen(ev, chosen)
+    if ranked and ranked[0].fits:
+        checked, note = check_chosen(ev, ranked[0])
         notes += [note] if note else []
-        if not chosen.fits:  # its full accumulation took more: the next one that fits
-            fitting = sorted((e for e in ev.seen.values() if e.fits), key=_speed)
-            chosen = fitting[0] if fitting else None
-    smallest = None if chosen is not None else (over[0] if over else None)
+        if not checked.fits:  # its full accumulation took more: the next one that fits
+            ranked = _ranked(ev)
+    chosen = ranked[0] if ranked and ranked[0].fits else None
+    smallest = ranked[0] if ranked and chosen is None else None  # least memory comes first
     shortfall = smallest.needed - usable if smallest is not None else 0
     hints = would_fit(ev, smallest, usable, remake) if smallest is not None else []
     if smallest is not None:
@@ -362,7 +359,7 @@ def _assemble(
         global_batch=total,
         seq_len=base.seq_len,
         chosen=chosen,
-        candidates=_ranked(ev),
+        candidates=ranked,
         baseline=baseline,
         smallest=smallest,
         shortfall=shortfall,

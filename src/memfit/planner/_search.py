@@ -11,15 +11,14 @@ Traces are cached by the settings that change them; allocator settings are repla
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
 from memfit.estimator import estimate_workload
 from memfit.planner._plan_result import Candidate, Evaluated
-from memfit.planner._step_time import Calibration, StepTime, step_time
-from memfit.trace import StepCosts, trace_workload
+from memfit.planner._step_time import Calibration, StepTime, calibration_for, step_time
+from memfit.trace import StepCosts, Trace, trace_workload
 from memfit.workload import Workload
 
 __all__ = ["Evaluator", "candidate_costs", "step_style", "step_time_of"]
@@ -39,19 +38,27 @@ def step_style(workload: Workload) -> str:
 def candidate_costs(workload: Workload, gpu: GPU) -> tuple[StepCosts, int]:
     """The ops of ``workload``'s step as the planner traces it, and how many micro-batches the
     trace ran (for :func:`step_time_of`)."""
-    traced = min(workload.accumulation, TRACED_MICRO_BATCHES)
-    trace = trace_workload(
-        dataclasses.replace(workload, accumulation=traced, steps=2), gpu, costs=True
-    )
+    trace, traced = _short_trace(workload, gpu)
     assert trace.costs is not None
     return trace.costs, traced
 
 
 def step_time_of(workload: Workload, costs: StepCosts, traced: int, gpu: GPU) -> StepTime:
     """The predicted step of ``workload`` from :func:`candidate_costs`' output."""
-    from memfit.planner._step_time import calibration_for
+    return _predict(workload, costs, traced, calibration_for(gpu)[0])
 
-    calibration, _ = calibration_for(gpu)
+
+def _short_trace(workload: Workload, gpu: GPU) -> tuple[Trace, int]:
+    """The trace of two steps of ``workload`` with at most two of its micro-batches, costs
+    counted, and the micro-batches it ran."""
+    traced = min(workload.accumulation, TRACED_MICRO_BATCHES)
+    short = dataclasses.replace(workload, accumulation=traced, steps=2)
+    return trace_workload(short, gpu, costs=True), traced
+
+
+def _predict(
+    workload: Workload, costs: StepCosts, traced: int, calibration: Calibration
+) -> StepTime:
     return step_time(
         costs,
         calibration,
@@ -71,7 +78,6 @@ class Evaluator:
     calibration: Calibration
     baseline: Candidate
     seq_len: int | None
-    progress: Callable[[str], None] = lambda what: None
     traces: int = 0
     seen: dict[Candidate, Evaluated] = field(default_factory=dict)
 
@@ -85,7 +91,6 @@ class Evaluator:
             optimizer=c.optimizer,
             allocator=AllocatorConfig.parse(c.allocator_config),
             allocator_text=c.allocator_config,
-            enable_checkpointing=self.base.enable_checkpointing,
         )
 
     def evaluate(self, candidates: list[Candidate]) -> list[Evaluated]:
@@ -98,18 +103,10 @@ class Evaluator:
 
     def _trace_and_replay(self, candidates: list[Candidate]) -> None:
         first = self.workload(candidates[0])
-        self.progress(candidates[0].describe())
-        traced = min(first.accumulation, TRACED_MICRO_BATCHES)
-        short = dataclasses.replace(first, accumulation=traced, steps=2)
-        trace = trace_workload(short, self.gpu, costs=True)
+        trace, traced = _short_trace(first, self.gpu)
         self.traces += 1
         assert trace.costs is not None
-        timing = step_time(
-            trace.costs,
-            self.calibration,
-            style=step_style(first),
-            micro_batches=(traced, first.accumulation),
-        )
+        timing = _predict(first, trace.costs, traced, self.calibration)
         for i, c in enumerate(candidates):
             w = self.workload(c)
             estimate = estimate_workload(dataclasses.replace(w, accumulation=traced), trace=trace)
