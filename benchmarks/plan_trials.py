@@ -10,6 +10,10 @@ For each workload of ``WORKLOADS`` (a global batch), every combination of
 * micro-batch: the global batch, 1/2, 1/4, 1/8 of it, with accumulation keeping the global batch;
 * optimizer: AdamW foreach (PyTorch's default on CUDA) and fused,
 
+(with ``--partial``, instead: partial checkpointing of 1/4, 1/2 and 3/4 of the blocks at
+micro-batch 1 and 1/2 of the global batch, bf16-mixed, fused AdamW: the part of the planner's
+space between none and full, sampled)
+
 runs ``--steps`` steps of memfit's own loop (``step_times.measure``: median of the steps after
 the first two, peaks). One process per workload; each configuration's row is appended to
 ``DIR/<model>.jsonl`` as soon as it is measured, so a run cut short keeps what it measured. The
@@ -44,6 +48,24 @@ PRECISIONS = ("bf16-mixed", "fp32")
 CHECKPOINTING: tuple[bool | str, ...] = (False, "selective", True)
 SPLITS = (1, 2, 4, 8)
 OPTIMIZERS = ("adamw", "adamw-fused")
+FRACTIONS = (0.25, 0.5, 0.75)
+
+
+def partial_grid(model: str) -> list[dict[str, Any]]:
+    """The partial-checkpointing sample of ``model``'s space (see the docstring)."""
+    base = WORKLOADS[model]
+    return [
+        {
+            **base,
+            "batch_size": base["batch_size"] // split,
+            "accumulation": split,
+            "precision": "bf16-mixed",
+            "activation_checkpointing": fraction,
+            "optimizer": "adamw-fused",
+        }
+        for split in (1, 2)
+        for fraction in FRACTIONS
+    ]
 
 
 def grid(model: str) -> list[dict[str, Any]]:
@@ -65,11 +87,11 @@ def grid(model: str) -> list[dict[str, Any]]:
     return out
 
 
-def child(model: str, out: Path, steps: int) -> None:
+def child(model: str, out: Path, steps: int, partial: bool) -> None:
     done = set()
     if out.exists():
         done = {json.dumps(json.loads(ln)["settings"], sort_keys=True) for ln in out.open()}
-    for settings in grid(model):
+    for settings in partial_grid(model) if partial else grid(model):
         if json.dumps(settings, sort_keys=True) in done:
             continue
         row = {"model": model, "settings": settings, **measure(model, settings, steps)}
@@ -85,10 +107,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--partial", action="store_true", help="the partial-checkpointing grid")
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.out / f"{_file(args.child)}.jsonl", args.steps)
+        child(args.child, args.out / f"{_file(args.child)}.jsonl", args.steps, args.partial)
         return 0
     import torch
 
@@ -107,7 +130,8 @@ def main() -> int:
             continue
         started = time.time()
         cmd = [sys.executable, __file__, "--out", str(args.out), "--child", model]
-        proc = subprocess.run([*cmd, "--steps", str(args.steps)], text=True, capture_output=True)
+        cmd += ["--steps", str(args.steps)] + (["--partial"] if args.partial else [])
+        proc = subprocess.run(cmd, text=True, capture_output=True)
         sys.stdout.write(proc.stdout)
         if proc.returncode:
             print(f"{model}: exit {proc.returncode}: {proc.stderr[-800:]}", flush=True)

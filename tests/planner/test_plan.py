@@ -152,3 +152,54 @@ def test_two_workers_find_what_one_does() -> None:
     two = small_plan(precisions=("bf16-mixed",), workers=2)
     assert {e.candidate for e in one.candidates} == {e.candidate for e in two.candidates}
     assert one.chosen == two.chosen
+
+
+def test_partial_checkpointing_spends_what_the_budget_leaves() -> None:
+    def deep() -> nn.Module:
+        return gpt2_layers(4)
+
+    def batch_of(n: int) -> dict[str, torch.Tensor]:
+        return tokens(n, seq=256)
+
+    settings: dict[str, Any] = {
+        "global_batch": 8,
+        "batch_size": 8,
+        "precisions": ("fp32",),
+        "checkpointing": (False, True),
+        "optimizers": ("adamw-fused",),
+        "workers": 1,
+    }
+    roomy = plan(deep(), batch_of=batch_of, budget="8GiB", **settings)
+    needs = {
+        e.candidate.checkpointing: e.needed
+        for e in roomy.candidates
+        if e.candidate.micro_batch == 8 and not e.candidate.allocator_config
+    }
+    middle = (needs[False] + needs[True]) // 2  # half the blocks' saving: about 2 of 4
+    tight = plan(deep(), batch_of=batch_of, budget=f"{int(middle / 0.95) >> 10}KiB", **settings)
+    partial = [
+        e
+        for e in tight.candidates
+        if isinstance(e.candidate.checkpointing, float) and e.candidate.micro_batch == 8
+    ]
+    assert partial
+    fits = [e for e in partial if e.fits]
+    assert fits and all(needs[True] < e.needed < needs[False] for e in fits)
+    fewest = min(e.candidate.checkpointing for e in fits)  # type: ignore[type-var]
+    assert all(  # one block fewer does not fit: the fewest that fit was found
+        not e.fits for e in partial if e.candidate.checkpointing < fewest  # type: ignore[operator]
+    )
+    assert "of the blocks" in fits[0].candidate.describe()
+
+
+def gpt2_layers(layers: int) -> nn.Module:
+    config = transformers.GPT2Config(
+        n_layer=layers,
+        n_embd=128,
+        n_head=2,
+        vocab_size=128,
+        n_positions=256,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return transformers.GPT2LMHeadModel(config)

@@ -126,8 +126,8 @@ def test_model_key_is_class_elements_tensors_on_any_device_and_when_checkpointed
 # -- the step ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("checkpointing", [False, True, "selective"])
-def test_gpt2_step_gradients_equal_the_unsplit_step(checkpointing: bool | str):
+@pytest.mark.parametrize("checkpointing", [False, True, "selective", 0.5])
+def test_gpt2_step_gradients_equal_the_unsplit_step(checkpointing: bool | str | float):
     model = gpt2()
     batch = text_batch(8)
     expected = unsplit(model, batch, hf_loss)
@@ -234,17 +234,20 @@ def test_gpt2_own_checkpointing_switched_on_and_off_leaves_forward_and_state_dic
     torch.testing.assert_close(_forward(model, batch), out, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("build", [gpt2, resnet])
-def test_memfit_block_checkpointing_wrapped_and_unwrapped(build: Any):
+@pytest.mark.parametrize(
+    ("build", "ckpt", "count"), [(gpt2, "selective", 2), (resnet, True, 8), (resnet, 0.25, 2)]
+)
+def test_memfit_block_checkpointing_wrapped_and_unwrapped(build: Any, ckpt: Any, count: int):
     model = build()
     batch = text_batch(4) if build is gpt2 else image_batch(4)
     before, out = state(model), _forward(model, batch)
     use_cache = getattr(getattr(model, "config", None), "use_cache", None)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    ckpt = "selective" if build is gpt2 else True
-    apply(model, opt, make_plan(model, checkpointing=ckpt))
+    step = apply(model, opt, make_plan(model, checkpointing=ckpt))
     wrapped = [m for m in model.modules() if "forward" in m.__dict__]
-    assert len(wrapped) in (2, 8)
+    assert len(wrapped) == count
+    if isinstance(ckpt, float):  # resnet18's 8 blocks: 2 of them, spread (layer1.1, layer3.1)
+        assert any("2 of 8 blocks" in text for text in step.changes)
     unapply(model, opt)
     assert not [m for m in model.modules() if "forward" in m.__dict__]
     assert getattr(getattr(model, "config", None), "use_cache", None) == use_cache

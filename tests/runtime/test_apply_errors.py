@@ -209,7 +209,8 @@ def test_apply_refuses_a_second_plan_on_top_of_one():
     ("setting", "value", "match"),
     [
         ("precision", "int8", r"precision 'int8' is not one of fp32"),
-        ("checkpointing", "some", r"checkpointing 'some' is not False, True or 'selective'"),
+        ("checkpointing", "some", r"checkpointing 'some' is not False, True, 'selective' or"),
+        ("checkpointing", 1.5, r"checkpointing 1\.5 is not False, True, 'selective' or a"),
         ("micro_batch", 0, r"micro_batch=0 is not a whole number >= 1"),
         ("accumulation", 1.5, r"accumulation=1\.5 is not a whole number >= 1"),
     ],

@@ -105,3 +105,20 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not accepted; give a number >= 1, e.g. 8")
     return value
+
+
+def block_fraction(text: str) -> float:
+    """A share of the blocks strictly between 0 and 1, as for ``--partial-checkpointing``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number; give the share of the blocks to checkpoint, between 0 "
+            "and 1, e.g. 0.5 (or --checkpointing for all of them)"
+        ) from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(
+            f"{value} is not between 0 and 1; give e.g. 0.5 for half the blocks, "
+            "--checkpointing for all of them, or leave checkpointing off"
+        )
+    return value

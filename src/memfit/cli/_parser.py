@@ -7,7 +7,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from memfit._choices import COMPILED_CHOICES, MOE_ROUTINGS, OPTIMIZERS, PRECISIONS
 from memfit.cli._export_cmd import add_export_parser
-from memfit.cli._help import HelpFormatter, epilog, positive_int
+from memfit.cli._help import HelpFormatter, block_fraction, epilog, positive_int
 from memfit.cli._plan_cmd import add_plan_parser
 from memfit.cli._run_cmd import add_run_parser
 from memfit.cli._snapshot_cmd import add_snapshot_parser
@@ -90,6 +90,14 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         const="selective",
         help="checkpoint each repeated block, keeping what matrix products and attention "
         "return and recomputing the rest (train only)",
+    )
+    checkpointing.add_argument(
+        "--partial-checkpointing",
+        dest="activation_checkpointing",
+        type=block_fraction,
+        metavar="F",
+        help="checkpoint the share F (between 0 and 1) of the repeated blocks in full, spread "
+        "evenly, and keep everything of the others (train only)",
     )
     _model_kind_args(p)
     p.add_argument(

@@ -25,7 +25,8 @@ class WorkloadSummary:
     mode: str  # "train" or "infer"
     precision: str
     optimizer: str
-    activation_checkpointing: bool | str  # "selective": matrix products and attention kept
+    # "selective": matrix products and attention kept; a fraction: that share of the blocks
+    activation_checkpointing: bool | str | float
     allocator_config: str
     steps: int
     accumulation: int = 1  # micro-batches per optimizer step (batch is one micro-batch)

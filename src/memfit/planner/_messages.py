@@ -24,7 +24,7 @@ def does_not_fit_message(
     *,
     precision: str = "fp32",
     mode: str = "train",
-    activation_checkpointing: bool | str = False,
+    activation_checkpointing: bool | str | float = False,
     optimizer: str = "adamw",
 ) -> str:
     """The error for a step whose estimate at the smallest batch size is over ``budget``: the

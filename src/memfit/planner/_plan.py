@@ -13,6 +13,7 @@ micro-batches, is estimated in full before it is returned.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -141,6 +142,20 @@ def _search(
         workers,
         searched,
     )
+    blocks = space["blocks"][0]
+    if blocks > 1 and True in space["checkpointing"] and False in space["checkpointing"]:
+
+        def partial(done: int, of: int) -> None:
+            if progress is not None:
+                progress(done, of, "partial checkpointing searched")
+
+        run_jobs(
+            ev,
+            lambda e, p: _partial(e, levels, total, p, first, blocks),
+            space["precisions"],
+            workers,
+            partial,
+        )
     groups = _refinements(ev, levels, total, space["optimizers"])
 
     def refined(done: int, of: int) -> None:
@@ -238,23 +253,63 @@ def _space(
         dataclasses.replace(base, optimizer=o)
     for c in space["checkpointing"]:
         dataclasses.replace(base, activation_checkpointing=c)
-    if checkpointing is None and not _has_blocks(base):  # nothing to checkpoint: not searched
+    space["blocks"] = (_block_count(base),)
+    if checkpointing is None and not space["blocks"][0]:  # nothing to checkpoint: not searched
         space["checkpointing"] = (False,)
     return space
 
 
-def _has_blocks(base: Workload) -> bool:
-    """Whether memfit's checkpointing finds repeated blocks in the model (the models' own
-    switches checkpoint the same blocks)."""
+def _block_count(base: Workload) -> int:
+    """How many repeated blocks memfit's checkpointing finds in the model (the models' own
+    switches checkpoint the same blocks); 0 where it finds none."""
     from memfit.workload import find_blocks
 
     with torch.device("meta"):
         model = base.build_model()
     try:
-        find_blocks(model)
+        return len(find_blocks(model))
     except InvalidInputError:
-        return False
-    return True
+        return 0
+
+
+def _partial(
+    ev: Evaluator, levels: list[int], total: int, precision: str, opt: str, blocks: int
+) -> None:
+    """Partial checkpointing at the micro-batches where no checkpointing does not fit and full
+    does: the fewest blocks checkpointed that fit, at the two smallest such micro-batches (a
+    larger one needs more blocks recomputed). The count is first guessed from the two ends,
+    as memory falls about linearly with each block checkpointed, then raised until it fits."""
+    none_fit = [e.candidate.micro_batch for e in _searched(ev, precision, False, opt)]
+    full_fit = [e.candidate.micro_batch for e in _searched(ev, precision, True, opt)]
+    if not full_fit:
+        return
+    low, high = max(none_fit, default=0), max(full_fit)
+    for m in sorted(n for n in levels if low < n <= high)[:2]:
+        at = Candidate(m, total // m, precision, False, opt)
+        plain = min(e.needed for e in ev.evaluate(_with_allocators(at)))
+        full = min(
+            e.needed
+            for e in ev.evaluate(_with_allocators(dataclasses.replace(at, checkpointing=True)))
+        )
+        if full >= plain or full > ev.usable:
+            continue
+        k = max(1, min(blocks - 1, math.ceil(blocks * (plain - ev.usable) / (plain - full))))
+        while k < blocks:
+            if _fits(ev, dataclasses.replace(at, checkpointing=round(k / blocks, 4))):
+                break
+            k += 1
+
+
+def _searched(ev: Evaluator, precision: str, ckpt: bool, opt: str) -> list[Evaluated]:
+    """What the bisection of (``precision``, ``ckpt``) found to fit, by micro-batch."""
+    return [
+        e
+        for e in ev.seen.values()
+        if e.fits
+        and e.candidate.precision == precision
+        and e.candidate.checkpointing is ckpt
+        and e.candidate.optimizer == opt
+    ]
 
 
 def _evaluate_group(ev: Evaluator, group: list[Candidate]) -> None:

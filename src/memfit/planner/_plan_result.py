@@ -12,7 +12,17 @@ from typing import Any
 
 from memfit._units import format_bytes
 
-__all__ = ["Candidate", "Evaluated", "Plan"]
+__all__ = ["Candidate", "Evaluated", "Plan", "checkpointing_words"]
+
+
+def checkpointing_words(value: bool | str | float) -> str:
+    """``activation_checkpointing``'s value in words: ``full checkpointing``, ``checkpointing
+    of 42% of the blocks``..."""
+    if isinstance(value, float):
+        return f"checkpointing of {value:.0%} of the blocks"
+    if value is True or value is False:
+        return "full checkpointing" if value else "no checkpointing"
+    return f"{value} checkpointing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +31,8 @@ class Candidate:
 
     ``micro_batch * accumulation`` is the global batch. ``checkpointing`` is
     ``activation_checkpointing``'s value (``False``, ``True``: every block recomputed,
-    ``"selective"``: matrix products and attention kept). ``optimizer`` is a name of
+    ``"selective"``: matrix products and attention kept, a fraction: that share of the blocks
+    checkpointed in full, spread evenly). ``optimizer`` is a name of
     ``memfit.estimate``'s (``adamw-fused``...), ``allocator_config`` a
     ``PYTORCH_CUDA_ALLOC_CONF`` text (``""``: PyTorch's default).
     """
@@ -29,7 +40,7 @@ class Candidate:
     micro_batch: int
     accumulation: int
     precision: str
-    checkpointing: bool | str
+    checkpointing: bool | str | float
     optimizer: str
     allocator_config: str = ""
 
@@ -46,10 +57,7 @@ class Candidate:
 
     def describe(self) -> str:
         """One line: ``micro-batch 8 x 4, bf16-mixed, full checkpointing, adamw-fused``."""
-        ckpt = {False: "no checkpointing", True: "full checkpointing"}.get(
-            self.checkpointing,  # type: ignore[arg-type]
-            f"{self.checkpointing} checkpointing",
-        )
+        ckpt = checkpointing_words(self.checkpointing)
         parts = [f"micro-batch {self.micro_batch} x {self.accumulation}", self.precision, ckpt]
         parts.append(self.optimizer)
         if self.allocator_config:

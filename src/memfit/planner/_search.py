@@ -16,21 +16,22 @@ from dataclasses import dataclass, field
 from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
 from memfit.estimator import estimate_workload
-from memfit.planner._plan_result import Candidate, Evaluated
+from memfit.planner._plan_result import Candidate, Evaluated, checkpointing_words
 from memfit.planner._step_time import Calibration, StepTime, calibration_for, step_time
 from memfit.trace import StepCosts, Trace, trace_workload
-from memfit.workload import Workload
+from memfit.workload import Workload, partial_fraction
 
 __all__ = ["Evaluator", "candidate_costs", "step_style", "step_time_of"]
 
 TRACED_MICRO_BATCHES = 2  # what a candidate's trace runs of its accumulation (see above)
 
 
-def step_style(workload: Workload) -> str:
-    """Which host costs of the calibration a step of ``workload`` pays per op."""
-    if workload.activation_checkpointing == "selective":
+def step_style(workload: Workload, *, plain: bool = False) -> str:
+    """Which host costs of the calibration a step of ``workload`` pays per op (``plain``: as
+    if it checkpointed nothing)."""
+    if not plain and workload.activation_checkpointing == "selective":
         return "selective"
-    if workload.activation_checkpointing:
+    if not plain and workload.activation_checkpointing:
         return "checkpointed"
     return "fp32" if workload.precision == "fp32" else "eager"
 
@@ -59,12 +60,29 @@ def _short_trace(workload: Workload, gpu: GPU) -> tuple[Trace, int]:
 def _predict(
     workload: Workload, costs: StepCosts, traced: int, calibration: Calibration
 ) -> StepTime:
-    return step_time(
-        costs,
-        calibration,
-        style=step_style(workload),
-        micro_batches=(traced, workload.accumulation),
+    def at(style: str) -> StepTime:
+        return step_time(
+            costs, calibration, style=style, micro_batches=(traced, workload.accumulation)
+        )
+
+    fraction = partial_fraction(workload.activation_checkpointing)
+    if fraction is None:
+        return at(step_style(workload))
+    # partial checkpointing: the host pays the checkpointed style's per-op cost in that share
+    # of the blocks and the plain one elsewhere; the ops themselves are the trace's
+    plain, checkpointed = at(step_style(workload, plain=True)), at("checkpointed")
+    return StepTime(
+        seconds=_mix(plain.seconds, checkpointed.seconds, fraction),
+        gpu_busy=_mix(plain.gpu_busy, checkpointed.gpu_busy, fraction),
+        host_busy=_mix(plain.host_busy, checkpointed.host_busy, fraction),
+        phases={
+            k: _mix(v, checkpointed.phases.get(k, v), fraction) for k, v in plain.phases.items()
+        },
     )
+
+
+def _mix(a: float, b: float, share_b: float) -> float:
+    return a * (1 - share_b) + b * share_b
 
 
 @dataclass
@@ -156,9 +174,8 @@ def changes(baseline: Candidate, c: Candidate) -> tuple[str, ...]:
         out.append(f"precision {c.precision}")
     if c.checkpointing != baseline.checkpointing:
         out.append(
-            {False: "no activation checkpointing", True: "full activation checkpointing"}.get(
-                c.checkpointing,  # type: ignore[arg-type]
-                "selective activation checkpointing",
+            checkpointing_words(c.checkpointing).replace(
+                "checkpointing", "activation checkpointing", 1
             )
         )
     if c.optimizer != baseline.optimizer:

@@ -80,12 +80,15 @@ class PlanRow:
     yours: bool
 
 
-def checkpointing_text(setting: bool | str) -> str:
-    """``False`` -> ``none``, ``True`` -> ``full``, a policy's name as it is."""
+def checkpointing_text(setting: bool | str | float) -> str:
+    """``False`` -> ``none``, ``True`` -> ``full``, a fraction of the blocks as a share, a
+    policy's name as it is."""
     if setting is True:
         return "full"
     if setting is False:
         return "none"
+    if isinstance(setting, float):
+        return f"{setting:.0%} of blocks"
     return str(setting)
 
 

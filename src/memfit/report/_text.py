@@ -118,9 +118,11 @@ def workload_fields(workload: WorkloadSummary) -> list[tuple[str, str]]:
     ]
 
 
-def _checkpointing(setting: bool | str) -> str:
+def _checkpointing(setting: bool | str | float) -> str:
     if setting == "selective":
         return "selective (matrix products and attention kept)"
+    if isinstance(setting, float):
+        return f"{setting:.0%} of the blocks"
     return "on" if setting else "off"
 
 

@@ -37,6 +37,7 @@ from memfit.runtime._changes import (
 )
 from memfit.runtime._microbatch import LossFn, _check_callables, _check_parts
 from memfit.runtime._planned_step import AUTOCAST, PURE, PlannedStep
+from memfit.workload import valid_checkpointing
 
 __all__ = ["apply", "unapply"]
 
@@ -166,10 +167,10 @@ def _checked(c: Candidate) -> Candidate:
             f"The plan's precision {c.precision!r} is not one of {', '.join(_PRECISIONS)}; "
             "make the plan again with memfit.plan."
         )
-    if c.checkpointing not in (False, True, "selective"):
+    if not valid_checkpointing(c.checkpointing):
         raise InvalidInputError(
-            f"The plan's checkpointing {c.checkpointing!r} is not False, True or 'selective'; "
-            "make the plan again with memfit.plan."
+            f"The plan's checkpointing {c.checkpointing!r} is not False, True, 'selective' or "
+            "a fraction between 0 and 1; make the plan again with memfit.plan."
         )
     return c
 
@@ -193,6 +194,8 @@ def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -
     changes: list[Change] = []
     if c.checkpointing == "selective":
         changes.append(BlockCheckpointing(model, selective=True))
+    elif isinstance(c.checkpointing, float):
+        changes.append(BlockCheckpointing(model, selective=False, fraction=c.checkpointing))
     elif c.checkpointing:
         changes.append(_full_checkpointing(model))
     flags = _optimizer_flags(optimizer, c.optimizer)

@@ -16,7 +16,13 @@ import torch
 from torch import nn
 
 from memfit._errors import InvalidInputError
-from memfit.workload import checkpoint_blocks, checkpointing_on, find_blocks, unwrap_blocks
+from memfit.workload import (
+    checkpoint_blocks,
+    checkpointing_on,
+    chosen_blocks,
+    find_blocks,
+    unwrap_blocks,
+)
 
 __all__ = [
     "RECORD",
@@ -94,24 +100,30 @@ class BlockCheckpointing(Change):
     """memfit's checkpointing of the model's repeated blocks (``selective``: matrix products
     kept, the rest recomputed; else full)."""
 
-    def __init__(self, model: nn.Module, *, selective: bool) -> None:
+    def __init__(self, model: nn.Module, *, selective: bool, fraction: float = 1.0) -> None:
+        kind = "selective" if selective else "full" if fraction >= 1.0 else "partial"
         if checkpointing_on(model):
             raise InvalidInputError(
-                f"The plan chooses {'selective' if selective else 'full'} checkpointing, but "
+                f"The plan chooses {kind} checkpointing, but "
                 f"{type(model).__name__} already has its own gradient checkpointing switched on, "
                 "and its blocks would be checkpointed twice. Switch it off "
                 "(model.gradient_checkpointing_disable()) before memfit.apply."
             )
-        self.blocks = find_blocks(model)  # refuses a model without repeated blocks, now
+        blocks = find_blocks(model)  # refuses a model without repeated blocks, now
+        self.blocks = chosen_blocks(blocks, fraction)
         self.model = model
         self.selective = selective
-        kind = "selective" if selective else "full"
-        self.text = f"{kind} activation checkpointing of {len(self.blocks)} blocks (memfit's)"
+        self.fraction = fraction
+        of = f" of {len(blocks)}" if len(self.blocks) < len(blocks) else ""
+        self.text = (
+            f"{'selective' if selective else 'full'} activation checkpointing of "
+            f"{len(self.blocks)}{of} blocks (memfit's)"
+        )
         self._cache: dict[int, tuple[Any, Any]] = {}
 
     def do(self) -> None:
         self._cache = _use_cache(self.model)
-        checkpoint_blocks(self.model, selective=self.selective)
+        checkpoint_blocks(self.model, selective=self.selective, fraction=self.fraction)
 
     def undo(self) -> None:
         unwrap_blocks(self.model)

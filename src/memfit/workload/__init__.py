@@ -4,8 +4,10 @@ same on fake tensors for an estimate and on a real GPU for a measurement."""
 
 from memfit.workload._build import make_workload
 from memfit.workload._checkpoint import (
+    blocks_for,
     checkpoint_blocks,
     checkpointing_on,
+    chosen_blocks,
     find_blocks,
     unwrap_blocks,
 )
@@ -28,6 +30,8 @@ from memfit.workload._spec import (
     Precision,
     Workload,
     WorkloadOptions,
+    partial_fraction,
+    valid_checkpointing,
 )
 from memfit.workload._step import (
     StepHooks,
@@ -52,11 +56,13 @@ __all__ = [
     "StepHooks",
     "Workload",
     "WorkloadOptions",
+    "blocks_for",
     "call_model",
     "cast_inputs",
     "catalog_entries",
     "checkpoint_blocks",
     "checkpointing_on",
+    "chosen_blocks",
     "compiled_function",
     "compiled_parts",
     "compiled_refusal",
@@ -69,9 +75,11 @@ __all__ = [
     "optimized_module_type",
     "optimizer_for",
     "optimizers_of",
+    "partial_fraction",
     "prepare_model",
     "resolve_model",
     "run_steps",
     "unwrap_blocks",
+    "valid_checkpointing",
     "whole_model_compiled",
 ]

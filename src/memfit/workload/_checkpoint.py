@@ -13,6 +13,10 @@ switched off, as transformers' own checkpointing does); otherwise the module cla
 instances that contain modules of their own, the outermost on a tie (timm's ViT ``Block`` over
 its ``Attention``, torchvision's ``Bottleneck``). Blocks inside a block are not wrapped again.
 The wrapping is a ``forward`` on each block instance: :func:`unwrap_blocks` takes it off.
+
+``activation_checkpointing=0.5`` (a fraction between 0 and 1) is partial checkpointing: that
+share of the blocks, spread evenly, checkpointed in full and the others not at all, memfit's
+wrapping for every model. The planner uses it to spend exactly the memory a budget leaves.
 """
 
 from __future__ import annotations
@@ -26,7 +30,15 @@ from torch import nn
 
 from memfit._errors import InvalidInputError
 
-__all__ = ["SAVED_OPS", "checkpoint_blocks", "checkpointing_on", "find_blocks", "unwrap_blocks"]
+__all__ = [
+    "SAVED_OPS",
+    "blocks_for",
+    "checkpoint_blocks",
+    "checkpointing_on",
+    "chosen_blocks",
+    "find_blocks",
+    "unwrap_blocks",
+]
 
 aten = torch.ops.aten
 # what the selective policy keeps: the outputs of the expensive ops (recomputing them would
@@ -89,10 +101,14 @@ def _most_repeated(named: list[tuple[str, nn.Module]]) -> set[type]:
     return {best} if best is not None and counts[best] >= 2 else set()
 
 
-def checkpoint_blocks(model: nn.Module, *, selective: bool = True) -> list[nn.Module]:
+def checkpoint_blocks(
+    model: nn.Module, *, selective: bool = True, fraction: float = 1.0
+) -> list[nn.Module]:
     """Wrap each block of ``model`` in selective checkpointing (``selective=False``: full
     checkpointing, every output recomputed, for models without a switch of their own, such as
-    torchvision's); returns the blocks."""
+    torchvision's); returns the blocks wrapped. ``fraction`` < 1 wraps only that share of the
+    blocks (:func:`chosen_blocks`), the rest keep everything: the memory saved and the recompute
+    paid grow block by block between none and all."""
     from torch.utils.checkpoint import create_selective_checkpoint_contexts, noop_context_fn
 
     if checkpointing_on(model):
@@ -107,7 +123,7 @@ def checkpoint_blocks(model: nn.Module, *, selective: bool = True) -> list[nn.Mo
         if selective
         else noop_context_fn
     )
-    blocks = find_blocks(model)
+    blocks = chosen_blocks(find_blocks(model), fraction)
     for module in model.modules():  # as transformers' own checkpointing does: a KV cache
         config: Any = getattr(module, "config", None)  # filled in the forward would change
         if getattr(config, "use_cache", False):  # the recompute (T5's decoder has its own)
@@ -117,6 +133,21 @@ def checkpoint_blocks(model: nn.Module, *, selective: bool = True) -> list[nn.Mo
             block.forward = functools.partial(_checkpointed, block.forward, context)
             block.__dict__[_MARK] = True
     return blocks
+
+
+def chosen_blocks(blocks: list[nn.Module], fraction: float) -> list[nn.Module]:
+    """The ``round(fraction * len(blocks))`` blocks a partial checkpointing wraps, spread evenly
+    over the model (every other block at one half), as torchtitan's every-n-th-layer option does:
+    what a block saves is held from its forward to its backward wherever it sits, so the peak
+    depends on how many blocks are wrapped, not which."""
+    n = len(blocks)
+    k = blocks_for(fraction, n)
+    return [b for i, b in enumerate(blocks) if (i + 1) * k // n > i * k // n]
+
+
+def blocks_for(fraction: float, blocks: int) -> int:
+    """How many of ``blocks`` blocks a checkpointing of ``fraction`` of them wraps."""
+    return min(blocks, max(0, round(fraction * blocks)))
 
 
 def checkpointing_on(model: nn.Module) -> bool:

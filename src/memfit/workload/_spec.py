@@ -40,6 +40,8 @@ __all__ = [
     "check_choice",
     "check_count",
     "check_moe_routing",
+    "partial_fraction",
+    "valid_checkpointing",
 ]
 
 Batch = Any
@@ -59,7 +61,7 @@ class WorkloadOptions(TypedDict, total=False):
     optimizer: OptimizerSpec
     precision: str
     mode: str
-    activation_checkpointing: bool | str  # True, False or "selective"
+    activation_checkpointing: bool | str | float  # True, False, "selective" or a fraction
     allocator_config: str | None
     gpu: GPU | str | None  # a name or a size with a unit; a bare number is refused
     batch_size: int | None
@@ -86,7 +88,8 @@ class Workload:
     optimizer: OptimizerSpec = "adamw"
     precision: Precision = "fp32"
     mode: Mode = "train"
-    activation_checkpointing: bool | str = False  # "selective": workload._checkpoint
+    # "selective" or a fraction of the blocks (0 < f < 1): workload._checkpoint
+    activation_checkpointing: bool | str | float = False
     enable_checkpointing: Callable[[nn.Module], None] | None = None
     steps: int = 2
     accumulation: int = 1  # micro-batches (each of batch_size) per optimizer step
@@ -124,14 +127,13 @@ class Workload:
                 f"{', '.join(OPTIMIZERS)}, or a function of the parameters that returns a "
                 "torch.optim.Optimizer."
             )
-        if not (
-            isinstance(self.activation_checkpointing, bool)
-            or self.activation_checkpointing == "selective"
-        ):
+        if not valid_checkpointing(self.activation_checkpointing):
             raise InvalidInputError(
-                f"activation_checkpointing={self.activation_checkpointing!r} is not a bool or "
-                "'selective': give True (the model's own checkpointing of every block), "
-                "'selective' (matrix products and attention kept, the rest recomputed) or False."
+                f"activation_checkpointing={self.activation_checkpointing!r} is not a bool, "
+                "'selective' or a fraction: give True (the model's own checkpointing of every "
+                "block), 'selective' (matrix products and attention kept, the rest recomputed), "
+                "a fraction between 0 and 1 such as 0.5 (that share of the blocks "
+                "checkpointed in full) or False."
             )
         for what in ("loss_fn", "build_model", "make_batch"):
             if not callable(getattr(self, what)):
@@ -277,3 +279,16 @@ def check_choice(what: str, value: str, accepted: tuple[str, ...]) -> None:
         raise InvalidInputError(
             f"{what.capitalize()} {value!r} is not supported. Accepted: {', '.join(accepted)}."
         )
+
+
+def valid_checkpointing(value: object) -> bool:
+    """Whether ``value`` is an ``activation_checkpointing`` setting: a bool, ``"selective"``
+    or a fraction strictly between 0 and 1 (partial checkpointing)."""
+    if isinstance(value, bool) or value == "selective":
+        return True
+    return isinstance(value, float) and 0.0 < value < 1.0
+
+
+def partial_fraction(value: object) -> float | None:
+    """The fraction of blocks a partial ``activation_checkpointing`` wraps, else ``None``."""
+    return value if isinstance(value, float) else None

@@ -16,7 +16,7 @@ from torch import nn
 
 from memfit._errors import InvalidInputError
 from memfit.workload._checkpoint import checkpoint_blocks
-from memfit.workload._spec import Batch, OptimizerSpec, Workload
+from memfit.workload._spec import Batch, OptimizerSpec, Workload, partial_fraction
 
 __all__ = [
     "StepHooks",
@@ -189,8 +189,11 @@ def prepare_model(workload: Workload, build_device: torch.device | str) -> nn.Mo
     if workload.param_dtype != torch.float32:
         model = model.to(workload.param_dtype)
     model.train(workload.mode == "train")
+    fraction = partial_fraction(workload.activation_checkpointing)
     if workload.activation_checkpointing == "selective":
         checkpoint_blocks(model)
+    elif fraction is not None:
+        checkpoint_blocks(model, selective=False, fraction=fraction)
     elif workload.activation_checkpointing:
         if workload.enable_checkpointing is None:  # no switch of its own: its repeated blocks
             checkpoint_blocks(model, selective=False)
