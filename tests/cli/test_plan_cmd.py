@@ -77,7 +77,7 @@ def test_flags_reach_the_planner(capsys, monkeypatch):
     argv = ["plan", "gpt2", "-b", "32", "-s", "1024", "--budget", "h100", "--global-batch"]
     argv += ["256", "--margin", "0.1", "--precisions", "fp32,bf16-mixed,fp32"]
     argv += ["--selective-checkpointing", "--no-checkpointing-search", "-o", "adamw-fused"]
-    assert main([*argv, "--json"]) == 0
+    assert main([*argv, "--workers", "3", "--json"]) == 0
     (call,) = planner.calls
     assert call["model"] == "gpt2"
     assert call["budget"].name.startswith("H100")
@@ -88,6 +88,7 @@ def test_flags_reach_the_planner(capsys, monkeypatch):
     assert call["batch_size"] == 32 and call["seq_len"] == 1024
     assert call["optimizer"] == "adamw-fused"
     assert "mode" not in call and callable(call["progress"])
+    assert call["workers"] == 3
 
 
 def test_unset_search_settings_keep_the_planners_defaults(capsys, monkeypatch):
@@ -95,7 +96,7 @@ def test_unset_search_settings_keep_the_planners_defaults(capsys, monkeypatch):
     assert main(["plan", "gpt2", "--gpu", "24GiB", "--json"]) == 0
     (call,) = planner.calls
     assert call["budget"].total == 24 * GiB
-    for name in ("global_batch", "margin", "precisions", "checkpointing", "batch_size"):
+    for name in ("global_batch", "margin", "precisions", "checkpointing", "batch_size", "workers"):
         assert name not in call
 
 

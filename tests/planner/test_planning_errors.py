@@ -59,6 +59,12 @@ def test_a_margin_that_is_not_a_share_is_refused(margin: Any) -> None:
         planned(margin=margin)
 
 
+@pytest.mark.parametrize("workers", [0, -2, 1.5, "2", True])
+def test_workers_that_are_no_number_of_processes_are_refused(workers: Any) -> None:
+    with pytest.raises(InvalidInputError, match=r"workers=.*whole number >= 1"):
+        planned(workers=workers)
+
+
 def test_inference_is_not_planned() -> None:
     with pytest.raises(InvalidInputError, match=r"mode='infer'.*memfit\.estimate"):
         plan(model(), batch_of=batch_of, budget="1GiB", batch_size=4, mode="infer", workers=1)

@@ -131,7 +131,15 @@ def add_plan_parser(
     p.add_argument(
         "--no-checkpointing-search",
         action="store_true",
-        help="keep your checkpointing setting instead of searching over none, selective and full",
+        help="keep your checkpointing setting instead of searching over none, selective, "
+        "partial and full",
+    )
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="processes tracing candidates at once (default: the cores, at most 4)",
     )
     p.add_argument(
         "--plot",
@@ -180,6 +188,7 @@ def _plan_options(args: argparse.Namespace) -> dict[str, Any]:
         "global_batch": args.global_batch,
         "margin": args.margin,
         "precisions": args.precisions,
+        "workers": args.workers,
     }
     options.update({k: v for k, v in given.items() if v is not None})
     if args.no_checkpointing_search:

@@ -70,6 +70,7 @@ def plan(
     """
     started = time.perf_counter()
     gpu, usable = _budget(budget, margin)
+    _check_workers(workers)
     with quiet_libraries(), gc_paused():  # model libraries' chatter; no GC over the traces
         result, ev, note, source = _search(
             model,
@@ -126,7 +127,7 @@ def _search(
     user = _baseline(base, total)
     space = _space(base, gpu, precisions, checkpointing, optimizers)
     ev = Evaluator(base, gpu, usable, calibration, user, base.seq_len)
-    workers = default_workers() if workers is None else max(1, workers)
+    workers = default_workers() if workers is None else workers
     levels = [n for n in range(total, 0, -1) if total % n == 0]
     first = space["optimizers"][0]
     combos = [(p, c) for p in space["precisions"] for c in space["checkpointing"]]
@@ -185,6 +186,17 @@ def _budget(budget: Any, margin: float) -> tuple[GPU, int]:
         raise InvalidInputError("plan needs a budget: give budget='24GiB' or a GPU name.")
     gpu = resolve_gpu(budget)  # refuses sizes below the CUDA context, bare numbers, typos
     return gpu, int(gpu.total * (1 - margin))
+
+
+def _check_workers(workers: Any) -> None:
+    if workers is None:
+        return
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InvalidInputError(
+            f"workers={workers!r} is not a number of processes: give a whole number >= 1 "
+            f"(1 traces in this process), or leave it out for {default_workers()} "
+            "(this machine's cores, at most 4)."
+        )
 
 
 def _check_plannable(base: Workload) -> None:
