@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from memfit.trace._leaves import tensors_in
+
 __all__ = ["META_CACHE", "MetaCache", "span"]
 
 _EMPTY = torch.ops.aten.empty_strided.default
@@ -169,9 +171,7 @@ def _fresh_spec(out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if not isinstance(items, (list, tuple)):
         return _UNCACHEABLE
     taken = {
-        t.untyped_storage()._cdata
-        for t in torch.utils._pytree.tree_leaves((args, kwargs))
-        if isinstance(t, torch.Tensor) and t.device.type == "meta"
+        t.untyped_storage()._cdata for t in tensors_in((args, kwargs)) if t.device.type == "meta"
     }
     specs: list[Any] = []
     for t in items:

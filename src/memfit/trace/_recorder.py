@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._costs import StepCosts
 from memfit.trace._kernels import KernelModel, Scratch
 from memfit.trace._layouts import cuda_layout, cuda_order
+from memfit.trace._leaves import tensors_in
 from memfit.trace._meta_cache import META_CACHE
 from memfit.trace._shadow import ShadowValues
 
@@ -356,8 +356,7 @@ class Recorder(TorchDispatchMode):
         category = self.category_hint or Category.TEMPORARY
         with _NO_FUNCTION_MODE():
             for i, item in enumerate(out if between is not None else (out,)):
-                for t in tree_leaves(item):
-                    if isinstance(t, torch.Tensor):
-                        self.track(t, category, name)
+                for t in tensors_in(item):
+                    self.track(t, category, name)
                 for workspace in between.get(i, []) if between is not None else ():
                     self._scratch([workspace])  # one after the other

@@ -18,6 +18,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 
 from memfit.trace._generate import TOKEN_CHOICES, Generation
 from memfit.trace._host_data import copies_to_host, host_copy
+from memfit.trace._leaves import tensors_in
 from memfit.trace._routing import ROUTED_MAX_NUMEL, Routing, grouped_mm_output
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def _tensors(out: Any) -> list[torch.Tensor]:
         return [out]
     if isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in out):
         return list(out)
-    return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    return tensors_in(out)
 
 
 def _cpu(obj: Any) -> Any:
@@ -180,7 +181,7 @@ class ShadowValues:
         except Exception:
             self._invalidate_mutated(func, args)
             return
-        reals = [t for t in tree_flatten(real)[0] if isinstance(t, torch.Tensor)]
+        reals = tensors_in(real)
         origin = self._origins(args, kwargs)
         for fake, value in zip(outs, reals, strict=False):
             if tuple(fake.shape) == tuple(value.shape):
