@@ -79,6 +79,10 @@ def test_the_command_line_takes_a_share_and_refuses_others(
     with pytest.raises(SystemExit):
         main(["estimate", "gpt2", "--partial-checkpointing", "half"])
     assert "'half' is not a number" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["estimate", "gpt2", "--checkpointing", "--partial-checkpointing", "0.5"])
-    assert "not allowed with" in capsys.readouterr().err
+    assert main(["estimate", "gpt2", "--checkpointing", "--partial-checkpointing", "0.5"]) == 1
+    err = capsys.readouterr().err
+    assert "--partial-checkpointing 0.5 and --checkpointing both" in err
+    assert "Traceback" not in err
+    argv = ["estimate", "gpt2", "--mode", "infer", "--partial-checkpointing", "0.5"]
+    assert main(argv) == 1
+    assert "--partial-checkpointing 0.5 with --mode infer" in capsys.readouterr().err

@@ -22,6 +22,8 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
         for name in WorkloadOptions.__annotations__
         if getattr(args, name, None) is not None
     }
+    if getattr(args, "partial_checkpointing", None) is not None:
+        given["activation_checkpointing"] = args.partial_checkpointing
     return given  # type: ignore[return-value]
 
 
@@ -29,11 +31,25 @@ def check_workload_flags(args: argparse.Namespace) -> None:
     """Refuse workload flags that would be ignored together (before any work)."""
     from memfit._errors import InvalidInputError
 
-    if args.mode == "infer" and args.activation_checkpointing:
+    partial = getattr(args, "partial_checkpointing", None)
+    if partial is not None and args.activation_checkpointing:
+        other = (
+            "--selective-checkpointing"
+            if args.activation_checkpointing == "selective"
+            else "--checkpointing"
+        )
+        raise InvalidInputError(
+            f"--partial-checkpointing {partial} and {other} both say how to checkpoint: give "
+            f"one of them ({other} for every block, --partial-checkpointing {partial} for "
+            "that share of them)."
+        )
+    if args.mode == "infer" and (args.activation_checkpointing or partial is not None):
         flag = (
             "--selective-checkpointing"
             if args.activation_checkpointing == "selective"
             else "--checkpointing"
+            if args.activation_checkpointing
+            else f"--partial-checkpointing {partial}"
         )
         raise InvalidInputError(
             f"{flag} with --mode infer means nothing: checkpointing saves memory by "

@@ -91,9 +91,9 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         help="checkpoint each repeated block, keeping what matrix products and attention "
         "return and recomputing the rest (train only)",
     )
-    checkpointing.add_argument(
+    p.add_argument(  # not in the group: its usage line would pass 80 columns; checked there
         "--partial-checkpointing",
-        dest="activation_checkpointing",
+        dest="partial_checkpointing",
         type=block_fraction,
         metavar="F",
         help="checkpoint the share F (between 0 and 1) of the repeated blocks in full, spread "

@@ -24,6 +24,7 @@ from rich.console import Console
 from memfit._choices import PRECISIONS
 from memfit._errors import InvalidInputError
 from memfit.cli._help import positive_int
+from memfit.cli._options import check_workload_flags
 
 if TYPE_CHECKING:
     from memfit._gpus import GPU
@@ -175,6 +176,7 @@ def _check_flags(args: argparse.Namespace) -> None:
             "checkpointing and optimizer are what it changes). Drop --mode, or use memfit "
             "estimate --mode infer --gpu ... for inference."
         )
+    check_workload_flags(args)
 
 
 def _plan_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -192,7 +194,7 @@ def _plan_options(args: argparse.Namespace) -> dict[str, Any]:
     }
     options.update({k: v for k, v in given.items() if v is not None})
     if args.no_checkpointing_search:
-        options["checkpointing"] = (args.activation_checkpointing or False,)
+        options["checkpointing"] = (options.get("activation_checkpointing") or False,)
     return options
 
 
