@@ -1,15 +1,21 @@
 """Measure the rates a step-time model needs, once per GPU type (issue 13's calibration).
 
-    PYTHONPATH=src python benchmarks/calibrate_gpu.py --out FILE.json
+    PYTHONPATH=src python benchmarks/calibrate_gpu.py --out FILE.json [--only conv ...]
+    PYTHONPATH=src python benchmarks/calibrate_gpu.py --out FILE.json --device cpu --quick
 
-Run on the GPU. What it measures, each as a curve of (work, seconds) points, so that a model can
-read the time of an op of any size between them:
+Run on the GPU (``--only`` picks parts; ``--device cpu`` runs the convolution part on the CPU,
+eagerly, to check its logic: its seconds are not the GPU's). What it measures, each as a curve
+of (work, seconds) points, so that a model can read the time of an op of any size between them:
 
 * ``mm:<dtype>``: ``torch.mm`` of square matrices (work: FLOPs), bfloat16, float16, float32
   (PyTorch's default: no TF32) and ``mm:tf32`` with TF32 allowed;
-* ``conv:<dtype>`` / ``conv_bwd:<dtype>``: ResNet-50's convolutions (1x1, 3x3, strided, the
-  7x7 stem) at batch 16 and 64, forward and backward (work: FLOPs; the backward's are twice the
-  forward's, PyTorch's formula), float32 (cuDNN's default TF32) and bfloat16, channels first;
+* ``conv:<class>:<dtype>`` / ``conv_bwd:<class>:<dtype>``: convolutions by the shape class the
+  trace records (1x1, 3x3, 3x3 and 1x1 stride 2, the 7x7 stride-2 stem, a ViT's 16x16 patch
+  embedding), real layer shapes at batches that span 1e8 to 1e12 forward FLOPs, forward
+  (``conv2d``) and backward (``aten.convolution_backward`` with the gradients autograd asks
+  for; work: FLOPs by PyTorch's formulas, as the trace counts them), float32 (cuDNN's default
+  TF32) and bfloat16, channels first, each timed inside a CUDA graph (the curves listed in
+  ``graph_timed``): eager timings of the small ones were the host's launch;
 * ``attn:<dtype>`` / ``attn_bwd:<dtype>``: ``scaled_dot_product_attention`` forward and backward
   (causal off, head dim 64; work: FLOPs by PyTorch's formula), bfloat16 (flash) and float32
   (memory-efficient);
@@ -24,7 +30,8 @@ read the time of an op of any size between them:
   steady steps only. ``benchmarks/calibration_fit.py`` divides them by the ops a trace counts
   to get the host's cost of an op in each phase, and writes the calibration memfit ships.
 
-Timing: CUDA events around repeated launches after warm-up, the median of several repeats.
+Timing: CUDA events around repeated launches after warm-up, the median of several repeats
+(the convolutions: around replays of a CUDA graph of repeated calls).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import argparse
 import datetime as dt
 import itertools
 import json
+import math
 import statistics
 import sys
 import time
@@ -86,59 +94,213 @@ def matmul_curves() -> dict[str, list[list[float]]]:
     return curves
 
 
-# ResNet-50's convolutions (kernel, in, out, size, stride) at two batch sizes: 1x1 and 3x3,
-# strided and not, and the 7x7 stem, as the models run them (channels first)
-CONV_SHAPES = [
-    (7, 3, 64, 224, 2),
-    (1, 64, 64, 56, 1),
-    (3, 64, 64, 56, 1),
-    (1, 64, 256, 56, 1),
-    (1, 256, 64, 56, 1),
-    (3, 128, 128, 56, 2),
-    (1, 128, 512, 28, 1),
-    (1, 512, 128, 28, 1),
-    (3, 256, 256, 14, 1),
-    (1, 1024, 256, 14, 1),
-    (3, 512, 512, 7, 1),
-    (1, 2048, 512, 7, 1),
-]
+# Convolutions by the shape class memfit's trace gives them (``memfit.trace.conv_class``):
+# kernel, stride, whether autograd asks for the input's gradient (not for a stem's or a patch
+# embedding's: their input is the batch of images), bias (a ViT's patch embedding has one),
+# and layer shapes (in channels, out channels, input side) of real CNNs; the batch is picked
+# per size. Channels first (torchvision's default), cuDNN's defaults (TF32 for float32, no
+# benchmark mode), as the user's step runs them.
+CONV_CLASSES: dict[str, dict[str, Any]] = {
+    "k1": {"kernel": 1, "stride": 1},
+    "k3": {"kernel": 3, "stride": 1},
+    "k3s2": {"kernel": 3, "stride": 2},
+    "k1s2": {"kernel": 1, "stride": 2},
+    "k7s2": {"kernel": 7, "stride": 2, "input_grad": False},
+    "k16s16": {"kernel": 16, "stride": 16, "input_grad": False, "bias": True},
+}
+_SHAPES = {  # "in-out@side"
+    "k1": "32-32@28 64-64@56 64-256@56 256-64@56 512-128@28 1024-256@14 2048-512@7 "
+    "512-2048@28 1024-1024@56",
+    "k3": "32-32@28 64-64@56 128-128@28 256-256@14 512-512@7 256-256@56 512-512@28",
+    "k3s2": "32-32@56 64-64@112 128-128@56 256-256@28 512-512@14 256-256@112",
+    "k1s2": "64-128@28 256-512@56 512-1024@28 1024-2048@14 1024-2048@56",
+    "k7s2": "3-32@112 3-64@224",
+    "k16s16": "3-384@224 3-768@224 3-1024@224",
+}
+for _cls, _text in _SHAPES.items():
+    CONV_CLASSES[_cls]["shapes"] = [
+        tuple(int(n) for n in item.replace("@", "-").split("-")) for item in _text.split()
+    ]
+CONV_FLOPS = tuple(10 ** (8 + i / 2) for i in range(9))  # forward FLOPs, 1e8 to 1e12
+CONV_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+_CONV_BYTES = 24e9  # the most a point's tensors (and their gradients) may take
 
 
-def conv_curves() -> dict[str, list[list[float]]]:
-    """Forward and backward (input and weight gradients) of ResNet-50's convolutions."""
+def conv_points(
+    spec: dict[str, Any], targets: tuple[float, ...], element: int
+) -> list[tuple[tuple[int, int, int], int]]:
+    """``(shape, batch)`` per target FLOPs: a shape of the class whose batch for it is nearest
+    32 (where several are as near, one target takes one and the next another: ResNet's stages
+    do the same work at different widths); none where even one sample is 3x the target or
+    the tensors are too large."""
+    out: list[tuple[tuple[int, int, int], int]] = []
+    for i, target in enumerate(targets):
+        fits = []
+        for cin, cout, size in spec["shapes"]:
+            per_sample = conv_flops(spec, (cin, cout, size), 1)
+            side = _side(spec, size)
+            batch = max(1, round(target / per_sample))
+            tensors = 2 * element * batch * (cin * size * size + cout * side * side)
+            if per_sample <= 3 * target and batch <= 4096 and tensors <= _CONV_BYTES:
+                fits.append((abs(math.log(batch / 32)), (cin, cout, size), batch))
+        if not fits:
+            continue
+        best = min(score for score, _, _ in fits)
+        near = [(shape, batch) for score, shape, batch in fits if score <= best + 0.35]
+        pick = near[i % len(near)]
+        if pick not in out:
+            out.append(pick)
+    return out
+
+
+def conv_flops(spec: dict[str, Any], shape: tuple[int, int, int], batch: int) -> int:
+    """A forward's FLOPs by PyTorch's formula (2 per multiply-add)."""
+    cin, cout, size = shape
+    kernel: int = spec["kernel"]
+    return 2 * batch * cout * _side(spec, size) ** 2 * cin * kernel**2
+
+
+def _side(spec: dict[str, Any], size: int) -> int:
+    """The output's side: padded to keep the size over the stride, none for patches."""
+    k: int = spec["kernel"]
+    s: int = spec["stride"]
+    return (size + 2 * (0 if k == s else k // 2) - k) // s + 1
+
+
+def graph_seconds(fn: Any, reps: int, replays: int = 5) -> float:
+    """Median seconds of one ``fn()`` replayed inside a CUDA graph of ``reps`` calls: the GPU's
+    time with no host launch in the way (warm-up on a side stream before the capture, as
+    PyTorch's CUDA graph notes ask; cuDNN picks its engine there)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / reps)
+    del graph
+    return float(statistics.median(times))
+
+
+def host_seconds(fn: Any, reps: int) -> float:
+    """``--device cpu``: wall seconds of one ``fn()`` (a check of the logic, not a rate)."""
+    fn()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def conv_case(
+    spec: dict[str, Any], shape: tuple[int, int, int], batch: int, dtype: torch.dtype, device: str
+) -> tuple[Any, Any, float, float]:
+    """The forward and backward calls of one convolution, and their FLOPs by PyTorch's
+    formulas (those the trace records): the backward as autograd calls it,
+    ``convolution_backward`` with the gradients the layer needs."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    k, s = spec["kernel"], spec["stride"]
+    pad = 0 if k == s else k // 2
+    cin, cout, size = shape
+    bias = spec.get("bias", False)
+    mask = [spec.get("input_grad", True), True, bias]
+
+    def make(on: str) -> tuple[Any, Any]:
+        x = torch.randn(batch, cin, size, size, device=on, dtype=dtype)
+        w = torch.randn(cout, cin, k, k, device=on, dtype=dtype)
+        b = torch.randn(cout, device=on, dtype=dtype) if bias else None
+        y = torch.nn.functional.conv2d(x, w, b, stride=s, padding=pad)
+        gy = torch.randn_like(y)
+
+        def fwd() -> Any:
+            return torch.nn.functional.conv2d(x, w, b, stride=s, padding=pad)
+
+        def bwd() -> Any:
+            return torch.ops.aten.convolution_backward(
+                gy,
+                x,
+                w,
+                [cout] if bias else None,
+                [s, s],
+                [pad, pad],
+                [1, 1],
+                False,
+                [0, 0],
+                1,
+                mask,
+            )
+
+        return fwd, bwd
+
+    meta_fwd, meta_bwd = make("meta")
+    with FlopCounterMode(display=False) as counter:
+        meta_fwd()
+    fwd_flops = float(counter.get_total_flops())
+    with FlopCounterMode(display=False) as counter:
+        meta_bwd()
+    fwd, bwd = make(device)
+    return fwd, bwd, fwd_flops, float(counter.get_total_flops())
+
+
+def conv_curves(
+    device: str = "cuda",
+    targets: tuple[float, ...] = CONV_FLOPS,
+    dtypes: tuple[str, ...] = tuple(CONV_DTYPES),
+) -> tuple[dict[str, list[list[float]]], list[dict[str, Any]]]:
+    """Per shape class and dtype, ``conv:<class>:<dtype>`` and ``conv_bwd:<class>:<dtype>``
+    curves (work: FLOPs), each point timed inside a CUDA graph; and each point's shape."""
     curves: dict[str, list[list[float]]] = {}
-    for name, dtype in [("fp32", torch.float32), ("bf16", torch.bfloat16)]:
-        forward, backward = [], []
-        for batch in (16, 64):
-            for kernel, cin, cout, size, stride in CONV_SHAPES:
-                x = torch.randn(
-                    batch, cin, size, size, device="cuda", dtype=dtype, requires_grad=True
+    rows: list[dict[str, Any]] = []
+    timer = graph_seconds if device == "cuda" else host_seconds
+    for dt_name in dtypes:
+        dtype = CONV_DTYPES[dt_name]
+        element = torch.empty(0, dtype=dtype).element_size()
+        for cls, spec in CONV_CLASSES.items():
+            for shape, batch in conv_points(spec, targets, element):
+                row: dict[str, Any] = {
+                    "class": cls,
+                    "dtype": dt_name,
+                    "shape": shape,
+                    "batch": batch,
+                }
+                try:
+                    fwd, bwd, flops, bwd_flops = conv_case(spec, shape, batch, dtype, device)
+                    reps = min(200, max(2, round(1e11 / flops)))
+                    row.update(flops=flops, bwd_flops=bwd_flops, reps=reps)
+                    row["seconds"] = timer(fwd, reps)
+                    row["bwd_seconds"] = timer(bwd, max(2, reps // 2))
+                except Exception as exc:  # kept in the results, the rest runs
+                    row["error"] = repr(exc)[:400]
+                    print(f"conv {cls} {dt_name} {shape} x{batch}: {row['error']}", flush=True)
+                rows.append(row)
+                if "error" in row:
+                    continue
+                curves.setdefault(f"conv:{cls}:{dt_name}", []).append([flops, row["seconds"]])
+                curves.setdefault(f"conv_bwd:{cls}:{dt_name}", []).append(
+                    [bwd_flops, row["bwd_seconds"]]
                 )
-                w = torch.randn(
-                    cout, cin, kernel, kernel, device="cuda", dtype=dtype, requires_grad=True
-                )
-
-                def conv(x: Any = x, w: Any = w, s: int = stride, k: int = kernel) -> Any:
-                    return torch.nn.functional.conv2d(x, w, stride=s, padding=k // 2)
-
-                grad = torch.randn_like(conv())
-
-                def both(x: Any = x, w: Any = w, g: Any = grad, f: Any = conv) -> None:
-                    torch.autograd.grad(f(x, w), (x, w), g)
-
-                with FlopCounterMode(display=False) as counter:
-                    conv()
-                flops = float(counter.get_total_flops())
-                t_fwd, t_both = gpu_seconds(conv), gpu_seconds(both)
-                forward.append([flops, t_fwd])
-                backward.append([2 * flops, max(t_both - t_fwd, 1e-6)])
-        curves[f"conv:{name}"] = sorted(forward)
-        curves[f"conv_bwd:{name}"] = sorted(backward)
-        print(f"conv:{name}", _rates(sorted(forward)), flush=True)
-        print(f"conv_bwd:{name}", _rates(sorted(backward)), flush=True)
-    return curves
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            for key in (f"conv:{cls}:{dt_name}", f"conv_bwd:{cls}:{dt_name}"):
+                if key in curves:
+                    curves[key].sort()
+                    print(key, _rates(curves[key]), flush=True)
+    return curves, rows
 
 
 def attention_curves() -> dict[str, list[list[float]]]:
@@ -346,27 +508,69 @@ def _rates(points: list[list[float]]) -> str:
     return " ".join(f"{p[0] / p[1] / 1e12:.0f}" for p in points) + " TFLOP/s"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
+PARTS = ("mm", "conv", "attn", "mem", "host", "tiny")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.partition("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--only", nargs="+", choices=PARTS, help="measure these parts (default: all)"
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cpu: the convolution part only, eagerly, to check its logic",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="convolutions at 1e8 and 1e10 FLOPs only (on the CPU: 1e8)",
+    )
+    args = parser.parse_args(argv)
+    parts = args.only or (PARTS if args.device == "cuda" else ("conv",))
+    if args.device == "cpu" and set(parts) != {"conv"}:
+        parser.error(f"--device cpu measures the convolutions only, not {sorted(parts)}")
     started = time.time()
-    curves = {**matmul_curves(), **conv_curves(), **attention_curves(), "mem": memory_curve()}
-    result = {
+    on_gpu = args.device == "cuda"
+    result: dict[str, Any] = {
         "meta": {
             "date": dt.date.today().isoformat(),
-            "gpu": torch.cuda.get_device_name(),
+            "gpu": torch.cuda.get_device_name() if on_gpu else "cpu",
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version(),
+            "cudnn": torch.backends.cudnn.version() if on_gpu else None,
+            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
             "command": " ".join(sys.argv),
+            "parts": list(parts),
         },
-        "curves": curves,
-        "cpu_dispatch_seconds": cpu_dispatch(),
-        "kernel_floor_seconds": kernel_floor(),
-        "input_seconds_per_byte": input_rates(),
-        "tiny": tiny_rows(),
+        "curves": {},
     }
+    curves = result["curves"]
+    if "mm" in parts:
+        curves.update(matmul_curves())
+    if "conv" in parts:
+        conv_started = time.time()
+        targets = ((1e8, 1e10) if on_gpu else (1e8,)) if args.quick else CONV_FLOPS
+        conv, rows = conv_curves(args.device, targets)
+        curves.update(conv)
+        result["conv_points"] = rows
+        if on_gpu:
+            result["graph_timed"] = sorted(conv)
+        result["meta"]["conv_seconds"] = round(time.time() - conv_started, 1)
+        print(f"convolutions: {result['meta']['conv_seconds']} s", flush=True)
+    if "attn" in parts:
+        curves.update(attention_curves())
+    if "mem" in parts:
+        curves["mem"] = memory_curve()
+    if "host" in parts:
+        result["cpu_dispatch_seconds"] = cpu_dispatch()
+        result["kernel_floor_seconds"] = kernel_floor()
+        result["input_seconds_per_byte"] = input_rates()
+    if "tiny" in parts:
+        result["tiny"] = tiny_rows()
     result["meta"]["seconds"] = round(time.time() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

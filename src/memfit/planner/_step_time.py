@@ -5,10 +5,12 @@ them one after the other, each costing it the seconds the calibration measured f
 phase and kind of step (eager forward, autograd's backward, a checkpointed recompute, a selective
 policy's dispatch mode...); the GPU runs each as soon as it is issued and the previous kernel is
 done, for the seconds its own curve gives (matrix products, convolutions and attention by their
-FLOPs, with their traffic as a floor; every other kernel by its bytes). A read-back (``.item()``)
-makes the host wait for the GPU; the step ends when both are done. This is the two-queue model
-of eager PyTorch: a step of small ops is the host's time, one of large ones the GPU's, and the
-overlap in between is what it is.
+FLOPs, with their traffic as a floor; every other kernel by its bytes). A convolution reads the
+curve of its shape class (``conv:k3s2:bf16``), or the nearest class measured
+(:func:`_nearest_class`), or the general convolution curve of older calibrations. A read-back
+(``.item()``) makes the host wait for the GPU; the step ends when both are done. This is the
+two-queue model of eager PyTorch: a step of small ops is the host's time, one of large ones the
+GPU's, and the overlap in between is what it is.
 
 The rates come from :class:`Calibration`, measured once per GPU type
 (``benchmarks/calibrate_gpu.py`` on the GPU, ``benchmarks/calibration_fit.py`` on its output)
@@ -22,6 +24,7 @@ import bisect
 import functools
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -34,6 +37,7 @@ __all__ = ["Calibration", "StepTime", "calibration_for", "step_time"]
 _MICRO = ("input", "forward", "backward")  # repeated once per micro-batch
 _ORDER = ("input", "forward", "backward", "optimizer", "zero_grad")
 _FIRST_RELIABLE = 12e-6  # shorter timings measured the host's launch, not the GPU
+_CLASS = re.compile(r"k(\d+(?:x\d+)*)(?:s(\d+(?:x\d+)*))?([a-z]*)")  # trace's conv_class
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,8 @@ class Calibration:
     ``curves``: per op kind, ``(work, seconds)`` points (FLOPs for arithmetic, bytes for
     ``mem``), sorted. ``kernel_floor``: the GPU's seconds for the smallest kernel. ``host``:
     the host's seconds per op by ``phase`` or ``phase:style`` (``backward:checkpointed``...),
-    ``optimizer_param`` per parameter tensor.
+    ``optimizer_param`` per parameter tensor. ``graph_timed``: the curves timed inside CUDA
+    graphs, whose short points are the GPU's too (others' are the host's launch).
     """
 
     gpu: str
@@ -53,6 +58,8 @@ class Calibration:
     bandwidth: float  # bytes per second, the asymptote of ``mem``
     host: dict[str, float] = field(default_factory=dict)
     h2d: float = 0.0  # the host's seconds per byte copied to the GPU from pageable memory
+    graph_timed: frozenset[str] = frozenset()
+    _chosen: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Calibration:
@@ -66,6 +73,7 @@ class Calibration:
             bandwidth=float(data["bandwidth"]),
             host={k: float(v) for k, v in data["host"].items()},
             h2d=float(data.get("h2d_seconds_per_byte", 0.0)),
+            graph_timed=frozenset(data.get("graph_timed", ())),
         )
 
     def gpu_seconds(self, kind: str, flops: int, nbytes: int) -> float:
@@ -75,22 +83,44 @@ class Calibration:
         traffic = self.kernel_floor + nbytes / self.bandwidth
         if kind == "mem" or not flops:
             return traffic
-        return max(traffic, _interpolate(self._curve(kind), float(flops), self.kernel_floor))
+        key = self.curve_key(kind)
+        reliable = 0.0 if key in self.graph_timed else _FIRST_RELIABLE
+        return max(
+            traffic, _interpolate(self.curves[key], float(flops), self.kernel_floor, reliable)
+        )
 
     def host_seconds(self, phase: str, style: str) -> float:
         """The host's seconds to issue one op of ``phase`` in a step of ``style``."""
         host = self.host
         return host.get(f"{phase}:{style}", host.get(phase, host["default"]))
 
-    def _curve(self, kind: str) -> tuple[tuple[float, float], ...]:
-        family, _, dtype = kind.partition(":")
-        candidates = [
-            kind,
+    def curve_key(self, kind: str) -> str:
+        """The curve an op of ``kind`` is timed by: its own, else the nearest measured (a
+        convolution's nearest shape class, bfloat16's for float16, the general convolution
+        curve, a backward's forward), else ``mm:bf16``. Never fails."""
+        chosen = self._chosen.get(kind)
+        if chosen is None:
+            chosen = next(k for k in self._candidates(kind) if k in self.curves)
+            self._chosen[kind] = chosen
+        return chosen
+
+    def _candidates(self, kind: str) -> list[str]:
+        parts = kind.split(":")
+        family, dtype = parts[0], parts[-1]
+        forward = family.removesuffix("_bwd")
+        out = []
+        if len(parts) == 3:  # a convolution's class: the nearest measured of its own family
+            for fam in dict.fromkeys((family, forward)):
+                for dt in dict.fromkeys((dtype, "bf16" if dtype == "fp16" else dtype)):
+                    out.append(_nearest_class(parts[1], fam, dt, self.curves) or kind)
+        return [
+            *out,
+            f"{family}:{dtype}",
             f"{family}:bf16",  # fp16 where only bf16 was measured: the same tensor cores
-            f"{family.removesuffix('_bwd')}:{dtype}",  # a backward measured as its forward
+            f"{forward}:{dtype}",  # a backward measured as its forward
+            f"{family}:k3:{dtype}",  # an old-style kind against per-class curves
             "mm:bf16",
         ]
-        return next(self.curves[k] for k in candidates if k in self.curves)
 
 
 @dataclass(frozen=True)
@@ -182,10 +212,54 @@ def calibration_for(gpu: GPU) -> tuple[Calibration, str | None]:
     return Calibration.from_dict(data), note
 
 
-def _interpolate(curve: tuple[tuple[float, float], ...], work: float, floor: float) -> float:
+def _nearest_class(
+    wanted: str, family: str, dtype: str, curves: dict[str, tuple[tuple[float, float], ...]]
+) -> str | None:
+    """The curve ``family:<class>:dtype`` whose class is nearest ``wanted``: kernel and stride
+    compared on a log scale (their largest side), a transposed or grouped convolution taking
+    the nearest dense one; ``None`` when no class of ``family`` and ``dtype`` was measured."""
+    target = _class_point(wanted)
+    best: tuple[float, str] | None = None
+    for key in curves:
+        fam, _, rest = key.partition(":")
+        cls, _, dt = rest.rpartition(":")
+        if fam != family or dt != dtype or not cls:
+            continue
+        point = _class_point(cls)
+        if target is None or point is None:
+            distance = 0.0 if cls == wanted else (1.0 if cls == "k3" else 2.0)
+        else:
+            distance = (
+                abs(math.log(target[0] / point[0]))
+                + abs(math.log(target[1] / point[1]))
+                + (0.01 if target[2] != point[2] else 0.0)
+            )
+        if best is None or (distance, key) < best:
+            best = (distance, key)
+    return best[1] if best is not None else None
+
+
+def _class_point(cls: str) -> tuple[int, int, str] | None:
+    """``k3s2dw`` as (3, 2, "dw"): the largest kernel side, the largest stride, the flags."""
+    match = _CLASS.fullmatch(cls)
+    if match is None:
+        return None
+    kernel, stride, flags = match.groups()
+    sides = [int(n) for n in kernel.split("x")]
+    strides = [int(n) for n in (stride or "1").split("x")]
+    return max(max(sides), 1), max(max(strides), 1), flags
+
+
+def _interpolate(
+    curve: tuple[tuple[float, float], ...],
+    work: float,
+    floor: float,
+    reliable: float = _FIRST_RELIABLE,
+) -> float:
     """Seconds for ``work`` on a measured curve: log-log between points, a constant rate
-    beyond them; points shorter than the host's launch are left out."""
-    points = [p for p in curve if p[1] >= _FIRST_RELIABLE] or list(curve)
+    beyond them; points shorter than ``reliable`` (the host's launch, for curves timed
+    eagerly) are left out."""
+    points = [p for p in curve if p[1] >= reliable] or list(curve)
     works = [w for w, _ in points]
     i = bisect.bisect_left(works, work)
     if i == 0:

@@ -3,10 +3,12 @@ step-time model (issue 13), counted while the trace runs, when asked for.
 
 Each op the step dispatches is kept, in order, as an :data:`Op` ``(kind, flops, bytes)``:
 
-* ``kind`` names what runs it: ``mm:<dtype>`` (matrix products), ``conv:<dtype>`` /
-  ``conv_bwd:<dtype>``, ``attn:<dtype>`` / ``attn_bwd:<dtype>`` (fused attention), ``mem`` (any
-  other kernel: its time is its traffic), ``view`` (no kernel: the host's dispatch only) and
-  ``sync`` (a value read back to the host, ``.item()``: the host waits for the GPU);
+* ``kind`` names what runs it: ``mm:<dtype>`` (matrix products), ``conv:<class>:<dtype>`` /
+  ``conv_bwd:<class>:<dtype>`` (convolutions by shape class, :func:`conv_class`: cuDNN's rate
+  differs by kernel and stride far more than by size), ``attn:<dtype>`` / ``attn_bwd:<dtype>``
+  (fused attention), ``mem`` (any other kernel: its time is its traffic), ``view`` (no kernel:
+  the host's dispatch only) and ``sync`` (a value read back to the host, ``.item()``: the host
+  waits for the GPU);
 * ``flops`` from PyTorch's own formulas (``torch.utils.flop_counter``);
 * ``bytes``: the tensors it reads and writes (its inputs and outputs).
 
@@ -22,9 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves
 
-__all__ = ["Op", "PhaseCost", "StepCosts", "op_kind"]
+from memfit.trace._leaves import tensors_in
+
+__all__ = ["Op", "PhaseCost", "StepCosts", "conv_class", "op_kind"]
 
 Op = tuple[str, int, int]  # (kind, flops, bytes)
 
@@ -93,18 +96,18 @@ class StepCosts:
         if getattr(func, "is_view", False):
             ops.append(("view", 0, 0))
             return
-        outputs = _nbytes(tree_leaves(out))
-        nbytes = _nbytes(tree_leaves((args, kwargs))) + (outputs or _written(func, args))
+        outputs = _nbytes(tensors_in(out))
+        nbytes = _nbytes(tensors_in((args, kwargs))) + (outputs or _written(func, args))
         formula = _formula(func)
         flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
-        ops.append((op_kind(func, args) if flops else "mem", flops, nbytes))
+        ops.append((op_kind(func, args, kwargs) if flops else "mem", flops, nbytes))
 
     def record_inplace_foreach(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], phase: str
     ) -> None:
         """Keep an in-place foreach op (``_foreach_add_``...) as the one kernel it is on CUDA:
         it reads every tensor it is given and writes the first list."""
-        nbytes = _nbytes(tree_leaves((args, kwargs))) + _nbytes(tree_leaves(args[:1]))
+        nbytes = _nbytes(tensors_in((args, kwargs))) + _nbytes(tensors_in(args[:1]))
         self.phases.setdefault(phase, PhaseCost()).ops.append(("mem", 0, nbytes))
 
     def copy(self, names: Iterable[tuple[str, str]]) -> None:
@@ -124,17 +127,48 @@ class StepCosts:
         return out
 
 
-def op_kind(func: Any, args: tuple[Any, ...]) -> str:
+def op_kind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> str:
     """The kind of an op that does arithmetic (PyTorch has a FLOP formula for it)."""
     name = func.overloadpacket.__name__
     dtype = _DTYPES.get(_first_dtype(args), "fp32")  # type: ignore[arg-type]
     if name in _ATTENTION:
         return f"{_ATTENTION[name]}:{dtype}"
     if name in _CONVOLUTIONS:
-        return f"conv:{dtype}"
+        return f"conv:{conv_class(func, args, kwargs)}:{dtype}"
     if name == "convolution_backward":
-        return f"conv_bwd:{dtype}"
+        return f"conv_bwd:{conv_class(func, args, kwargs)}:{dtype}"
     return f"mm:{dtype}"
+
+
+def conv_class(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> str:
+    """A convolution's shape class, the key of its measured curve: ``k<kernel>`` and, where not
+    1, ``s<stride>`` (``k1``, ``k3``, ``k3s2``, ``k7s2``, ``k16s16``; ``k3x1`` for a kernel whose
+    sides differ), then ``t`` for a transposed convolution and ``dw`` (depthwise) or ``g``
+    (grouped). The step-time model reads the class's curve, or the nearest one measured.
+    ``k3`` when the arguments cannot be read (any convolution is timed, none fails)."""
+    schema = getattr(func, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    bound = {**dict(zip(names, args, strict=False)), **(kwargs or {})}
+    weight = bound.get("weight")
+    if not isinstance(weight, torch.Tensor) or weight.dim() < 3:
+        return "k3"
+    kernel = _sides(list(weight.shape[2:]))
+    stride = bound.get("stride") or [1]
+    if isinstance(stride, int):
+        stride = [stride]
+    strides = _sides([int(s) for s in stride])
+    out = f"k{kernel}" + ("" if strides == "1" else f"s{strides}")
+    if bound.get("transposed"):
+        out += "t"
+    groups = int(bound.get("groups") or 1)
+    if groups > 1:
+        out += "dw" if weight.shape[1] == 1 else "g"
+    return out
+
+
+def _sides(sizes: list[int]) -> str:
+    """``3`` for ``[3, 3]``, ``3x1`` for ``[3, 1]``."""
+    return str(sizes[0]) if len(set(sizes)) == 1 else "x".join(map(str, sizes))
 
 
 def _formula(func: Any) -> Any:
@@ -158,11 +192,9 @@ def _written(func: Any, args: tuple[Any, ...]) -> int:
         for a, arg in zip(args, schema.arguments, strict=False)
         if arg.alias_info is not None and arg.alias_info.is_write
     ]
-    return _nbytes(tree_leaves(written))
+    return _nbytes(tensors_in(written))
 
 
 def _first_dtype(args: tuple[Any, ...]) -> torch.dtype | None:
-    for a in tree_leaves(args):
-        if isinstance(a, torch.Tensor):
-            return a.dtype
-    return None
+    found = tensors_in(args)
+    return found[0].dtype if found else None
