@@ -2,8 +2,8 @@
 configuration beside the configurations the exhaustive trial found faster, and the fastest with
 full checkpointing.
 
-    PYTHONPATH=src python benchmarks/plan_versus.py PLANS.json TRIALS_DIR --out FILE.json
-        [--only MODEL ...] [--top 5] [--steps 5]
+    PYTHONPATH=src python benchmarks/plan_versus.py PLANS.json TRIALS_DIR [TRIALS_DIR ...]
+        --out FILE.json [--only MODEL ...] [--top 5] [--steps 5]
 
 ``plan_proof.py`` measured the plans on one machine and ``plan_trials.py`` the space on others;
 host-bound steps differ by up to 40% between machines, so their ratio says little. Here, for
@@ -13,7 +13,10 @@ plan's in the trial (whatever their free-running peak: under the cap the allocat
 cache and retries, so some run there after all); and the trial's fastest full-checkpointing
 configuration. Each runs twice, in order and then in reverse (the machine's drift cancels), and
 its faster median is kept; an out-of-memory error under the cap is the answer "does not fit".
-The best by trial is then the fastest of those that ran.
+The best by trial is then the fastest of those that ran. The process runs under the plan's
+``PYTORCH_CUDA_ALLOC_CONF`` (an allocator setting is the process's), so every contender gets the
+allocator the plan counted on. Several trial directories (the full grid, the partial
+checkpointing sample) are read as one trial.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,20 +34,32 @@ from plan_compare import _trials
 from plan_proof import CASES, _settings
 
 
-def contenders(row: dict[str, Any], trials: Path, top: int) -> list[dict[str, Any]]:
-    """The settings to run for one plan: the plan's, faster trial ones, full checkpointing."""
+def contenders(row: dict[str, Any], trials: list[Path], top: int) -> list[dict[str, Any]]:
+    """The settings to run for one plan: the plan's; the ``top`` fastest of the trial that were
+    faster than it there (all, where the plan's configuration was not in the trial) and the
+    fastest of those that fitted the budget running free; the fastest full checkpointing,
+    overall and of those that fitted."""
+    from memfit._gpus import resolve_gpu
+    from memfit._units import parse_size
+
     plan = _settings(row, row["plan"]["chosen"])
-    rows = sorted(_trials(trials, row["model"]), key=lambda r: r["step_seconds"])
+    room = parse_size(row["budget"]) - resolve_gpu("h200").context
+    found = [r for directory in trials for r in _trials(directory, row["model"])]
+    rows = sorted(found, key=lambda r: r["step_seconds"])
     mine = next((r for r in rows if _same(r["settings"], plan)), None)
     limit = mine["step_seconds"] if mine else float("inf")
-    faster = [r["settings"] for r in rows if r["step_seconds"] < limit][:top]
-    full = next(
-        (r["settings"] for r in rows if r["settings"]["activation_checkpointing"] is True), None
-    )
+    faster = [r for r in rows if r["step_seconds"] < limit]
+    full = [r for r in rows if r["settings"]["activation_checkpointing"] is True]
+    picks = [
+        *faster[:top],
+        *[r for r in faster if r["peak_reserved"] <= room][:1],
+        *full[:1],
+        *[r for r in full if r["peak_reserved"] <= room][:1],
+    ]
     out = [plan]
-    for s in [*faster, full]:
-        if s is not None and not any(_same(s, o) for o in out):
-            out.append(s)
+    for r in picks:
+        if not any(_same(r["settings"], o) for o in out):
+            out.append(r["settings"])
     return out
 
 
@@ -85,7 +101,7 @@ def child(row: dict[str, Any], configs: list[dict[str, Any]], steps: int) -> lis
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("plans", type=Path)
-    parser.add_argument("trials", type=Path)
+    parser.add_argument("trials", type=Path, nargs="+")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--top", type=int, default=5)
@@ -111,7 +127,7 @@ def main() -> int:
             sys.executable,
             __file__,
             str(args.plans),
-            str(args.trials),
+            *map(str, args.trials),
             "--child",
             str(i),
             "--top",
@@ -119,10 +135,16 @@ def main() -> int:
             "--steps",
             str(args.steps),
         ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        env = dict(os.environ)
+        if row["plan"]["chosen"].get("allocator_config"):
+            env["PYTORCH_CUDA_ALLOC_CONF"] = row["plan"]["chosen"]["allocator_config"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
         got = json.loads(line[7:]) if line else [{"error": proc.stderr[-1500:]}]
-        results.append({"model": row["model"], "budget": row["budget"], "runs": got})
+        allocator = env.get("PYTORCH_CUDA_ALLOC_CONF", "")
+        results.append(
+            {"model": row["model"], "budget": row["budget"], "allocator": allocator, "runs": got}
+        )
         for r in got:
             ms = f"{r['step_seconds'] * 1e3:7.1f} ms" if r.get("step_seconds") else "   OOM/err"
             print(

@@ -31,6 +31,9 @@ def test_estimate_does_not_initialise_cuda():
         ("gpt2", {"batch_size": 2, "seq_len": 512, "accumulation": 3}),
         # memfit's selective checkpointing of a Hugging Face model's blocks
         ("gpt2", {"batch_size": 4, "seq_len": 512, "activation_checkpointing": "selective"}),
+        # partial checkpointing: half the blocks checkpointed in full (memfit's wrapping)
+        ("gpt2", {"batch_size": 4, "seq_len": 512, "activation_checkpointing": 0.5}),
+        ("tv:resnet50", {"batch_size": 32, "activation_checkpointing": 0.25}),
         # blocks checkpointed selectively (matrix products saved, the rest recomputed)
         ("tests/gpu/models/selective_checkpoint.py:make_model", {"batch_size": 32}),
         (
