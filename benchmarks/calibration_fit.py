@@ -12,15 +12,26 @@ the tiny workloads: each is traced here with ``costs=True``, and each phase's me
 are divided by the ops the trace dispatched in it (views and read-backs included: the host
 issues them too).
 Per phase and style of step (``eager``: mixed precision, ``fp32``, ``checkpointed``,
-``selective``), the median over the tiny models. The optimizer's host time is fitted as seconds
-per op plus seconds per parameter tensor (its Python loops over the parameters), by least
-squares over every tiny row.
+``selective``), the median over the tiny models (ResNet-18's rows included, as before the
+extra below existed: a base from GPT-2 and BERT alone predicts full-size GPT-2's checkpointed
+and selective steps about 10% faster still, ``step_time_check.py``). A convolution call costs
+the host more (cuDNN's plan lookup per call, and in a convolutional net the batch norm that follows
+it: the trace counts batch norms as ``mem`` ops, so their extra is folded into the
+convolution's), fitted in a second step: per phase (``forward``, ``backward``), the median over
+the rows that call convolutions (ResNet-18's) of what the phase's base cost leaves of the
+measured seconds, divided by its convolution calls, per style: ``forward:conv``,
+``backward:conv`` for eager steps, ``forward:conv:selective``... (:func:`fit_host`; on
+ResNet-18 a checkpointed or selective step's extra is ten times an eager one's: its wrappers
+and dispatch mode per block).
+The optimizer's host time is fitted as seconds per op plus seconds per parameter tensor (its
+Python loops over the parameters), by least squares over every tiny row.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import statistics
 import sys
@@ -38,21 +49,79 @@ STYLES = {
 }
 
 
-def op_counts(model: str, settings: dict[str, Any]) -> tuple[dict[str, int], int]:
+@dataclasses.dataclass(frozen=True)
+class TinyRow:
+    """A measured tiny step and what its trace dispatched: per phase, the ops and the
+    convolution calls among them."""
+
+    model: str
+    style: str
+    seconds: dict[str, float]
+    ops: dict[str, int]
+    convs: dict[str, int]
+    params: int
+
+
+def is_conv(kind: str) -> bool:
+    """A convolution call, forward (``conv:k3:bf16``) or backward (``conv_bwd:k1:fp32``)."""
+    return kind.startswith(("conv:", "conv_bwd:"))
+
+
+@functools.cache
+def op_counts(model: str, settings_json: str) -> tuple[dict[str, int], dict[str, int], int]:
+    """Per phase of step 2 the ops and the convolution calls, and the parameter tensors."""
     from calibrate_gpu import tiny_workload
 
     from memfit._gpus import resolve_gpu
     from memfit.trace import trace_workload
 
-    workload = dataclasses.replace(tiny_workload(model, 3), **settings)
+    workload = dataclasses.replace(tiny_workload(model, 3), **json.loads(settings_json))
     costs = trace_workload(workload, resolve_gpu("h200"), costs=True).costs
     assert costs is not None
-    counts = {
-        name.partition(".")[2]: len(cost.ops)
-        for name, cost in costs.phases.items()
-        if name.startswith("step2.")
-    }
-    return counts, costs.parameter_tensors
+    phases = {n.partition(".")[2]: c for n, c in costs.phases.items() if n.startswith("step2.")}
+    ops = {name: len(cost.ops) for name, cost in phases.items()}
+    convs = {name: sum(is_conv(kind) for kind, _, _ in cost.ops) for name, cost in phases.items()}
+    return ops, convs, costs.parameter_tensors
+
+
+PER_CONV_STYLES = ("eager", "fp32")
+
+
+def fit_host(rows: list[TinyRow]) -> dict[str, float]:
+    """The host's seconds per op by ``phase:style`` (eager's under the bare phase), per
+    convolution call on top by ``phase:conv:style`` (eager's ``phase:conv``), and the
+    optimizer's per op and per parameter tensor. Two steps: the base per op is the median over
+    every row of seconds / ops (what it was before the extra existed, so that a model without
+    convolutions is predicted as it was); the extra per convolution is the median over the rows
+    of the style that call them of (seconds - base x ops) / calls, not below zero. No row with
+    convolutions: no ``:conv`` key (the model then charges none). Only eager and fp32 steps get
+    an extra of their own (:data:`PER_CONV_STYLES`): what checkpointed ResNet-18 steps leave is
+    10-20x eager's per convolution, the cost of checkpointing each block rather than of a cuDNN
+    call, fitted on two or three rows, and over-predicted ResNet-50's checkpointed steps by up to
+    43%; those styles pay eager's extra per convolution."""
+    per: dict[str, list[float]] = {}
+    for row in rows:
+        for phase, seconds in row.seconds.items():
+            if phase != "optimizer" and row.ops.get(phase):
+                per.setdefault(f"{phase}:{row.style}", []).append(seconds / row.ops[phase])
+    host = {k: statistics.median(v) for k, v in per.items()}
+    extra: dict[str, list[float]] = {}
+    for row in rows:
+        for phase, seconds in row.seconds.items():
+            calls = row.convs.get(phase, 0)
+            if calls and phase != "optimizer" and row.style in PER_CONV_STYLES:
+                left = seconds - host[f"{phase}:{row.style}"] * row.ops[phase]
+                extra.setdefault(f"{phase}:conv:{row.style}", []).append(left / calls)
+    host.update({k: max(0.0, statistics.median(v)) for k, v in extra.items()})
+    for key in [k for k in host if k.endswith(":eager")]:
+        host[key.removesuffix(":eager")] = host.pop(key)
+    optimizer = [r for r in rows if "optimizer" in r.seconds]
+    a = np.array([[r.params, r.ops["optimizer"]] for r in optimizer], dtype=float)
+    t = np.array([r.seconds["optimizer"] for r in optimizer])
+    per_param, per_op = np.linalg.lstsq(a, t, rcond=None)[0]
+    host["optimizer_param"], host["optimizer"] = float(per_param), float(per_op)
+    host["default"] = host["forward"]
+    return host
 
 
 def is_class_curve(key: str) -> bool:
@@ -100,27 +169,16 @@ def main() -> int:
     runs = [json.loads(path.read_text()) for path in args.calibration]
     shipped = shipped_curves(runs)
     measured = [run for run in runs if "kernel_floor_seconds" in run][-1]
-    per: dict[str, list[float]] = {}
-    optimizer_rows: list[tuple[int, int, float]] = []
+    rows = []
     for row in [row for run in runs for row in run.get("tiny", ())]:
         if "phase_seconds" not in row:
             continue
-        counts, params = op_counts(row["model"], row["settings"])
+        settings = json.dumps(row["settings"], sort_keys=True)
+        ops, convs, params = op_counts(row["model"], settings)
         style = STYLES[row["variant"]]
-        for phase, seconds in row["phase_seconds"].items():
-            if phase == "optimizer":
-                optimizer_rows.append((params, counts[phase], seconds))
-            elif counts.get(phase):
-                per.setdefault(f"{phase}:{style}", []).append(seconds / counts[phase])
-        print(f"{row['model']:14s} {row['variant']:26s} ops {counts}", flush=True)
-    host = {k: statistics.median(v) for k, v in per.items()}
-    for phase in ("input", "forward", "backward", "zero_grad"):
-        host[phase] = host.pop(f"{phase}:eager")
-    a = np.array([[p, n] for p, n, _ in optimizer_rows], dtype=float)
-    t = np.array([s for _, _, s in optimizer_rows])
-    per_param, per_op = np.linalg.lstsq(a, t, rcond=None)[0]
-    host["optimizer_param"], host["optimizer"] = float(per_param), float(per_op)
-    host["default"] = host["forward"]
+        rows.append(TinyRow(row["model"], style, row["phase_seconds"], ops, convs, params))
+        print(f"{row['model']:14s} {row['variant']:26s} ops {ops} convolutions {convs}", flush=True)
+    host = fit_host(rows)
     mem = measured["curves"]["mem"]
     floor = args.kernel_floor or measured.get("kernel_floor_seconds")
     bandwidth = mem[-1][0] / (mem[-1][1] - floor)

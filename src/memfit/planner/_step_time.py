@@ -3,14 +3,16 @@
 A step is the ops a trace kept in order (``trace.costs``: kind, FLOPs, bytes). The host issues
 them one after the other, each costing it the seconds the calibration measured for an op of its
 phase and kind of step (eager forward, autograd's backward, a checkpointed recompute, a selective
-policy's dispatch mode...); the GPU runs each as soon as it is issued and the previous kernel is
-done, for the seconds its own curve gives (matrix products, convolutions and attention by their
-FLOPs, with their traffic as a floor; every other kernel by its bytes). A convolution reads the
-curve of its shape class (``conv:k3s2:bf16``), or the nearest class measured
-(:func:`_nearest_class`), or the general convolution curve of older calibrations. A read-back
-(``.item()``) makes the host wait for the GPU; the step ends when both are done. This is the
-two-queue model of eager PyTorch: a step of small ops is the host's time, one of large ones the
-GPU's, and the overlap in between is what it is.
+policy's dispatch mode...), a convolution call the extra of its phase and style on top
+(``phase:conv:style``, eager's ``phase:conv``: cuDNN's per-call plan lookup, its batch norm's;
+none in calibrations without it); the GPU runs each as soon as it is issued and the previous
+kernel is done, for the seconds its own curve gives (matrix products, convolutions and
+attention by their FLOPs, with their traffic as a floor; every other kernel by its bytes). A
+convolution reads the curve of its shape class (``conv:k3s2:bf16``), or the nearest class
+measured (:func:`_nearest_class`), or the general convolution curve of older calibrations. A
+read-back (``.item()``) makes the host wait for the GPU; the step ends when both are done.
+This is the two-queue model of eager PyTorch: a step of small ops is the host's time, one of
+large ones the GPU's, and the overlap in between is what it is.
 
 The rates come from :class:`Calibration`, measured once per GPU type
 (``benchmarks/calibrate_gpu.py`` on the GPU, ``benchmarks/calibration_fit.py`` on its output)
@@ -37,6 +39,7 @@ __all__ = ["Calibration", "StepTime", "calibration_for", "step_time"]
 _MICRO = ("input", "forward", "backward")  # repeated once per micro-batch
 _ORDER = ("input", "forward", "backward", "optimizer", "zero_grad")
 _FIRST_RELIABLE = 12e-6  # shorter timings measured the host's launch, not the GPU
+_CONVOLUTIONS = ("conv:", "conv_bwd:")  # the kinds of a convolution call, forward and backward
 _CLASS = re.compile(r"k(\d+(?:x\d+)*)(?:s(\d+(?:x\d+)*))?([a-z]*)")  # trace's conv_class
 
 
@@ -47,8 +50,9 @@ class Calibration:
     ``curves``: per op kind, ``(work, seconds)`` points (FLOPs for arithmetic, bytes for
     ``mem``), sorted. ``kernel_floor``: the GPU's seconds for the smallest kernel. ``host``:
     the host's seconds per op by ``phase`` or ``phase:style`` (``backward:checkpointed``...),
-    ``optimizer_param`` per parameter tensor. ``graph_timed``: the curves timed inside CUDA
-    graphs, whose short points are the GPU's too (others' are the host's launch).
+    ``optimizer_param`` per parameter tensor, ``phase:conv:style`` on top per convolution call
+    (:meth:`host_per_conv`). ``graph_timed``: the curves timed inside CUDA graphs, whose short
+    points are the GPU's too (others' are the host's launch).
     """
 
     gpu: str
@@ -93,6 +97,14 @@ class Calibration:
         """The host's seconds to issue one op of ``phase`` in a step of ``style``."""
         host = self.host
         return host.get(f"{phase}:{style}", host.get(phase, host["default"]))
+
+    def host_per_conv(self, phase: str, style: str) -> float:
+        """The host's seconds on top of :meth:`host_seconds` for a convolution call (forward
+        or backward) in ``phase`` of a step of ``style``: ``phase:conv:style``, else
+        ``phase:conv`` (eager's), else none (calibrations fitted before it, phases without
+        convolutions)."""
+        host = self.host
+        return host.get(f"{phase}:conv:{style}", host.get(f"{phase}:conv", 0.0))
 
     def curve_key(self, kind: str) -> str:
         """The curve an op of ``kind`` is timed by: its own, else the nearest measured (a
@@ -163,6 +175,7 @@ def step_time(
             continue
         scale = wanted / traced if phase in _MICRO else 1.0
         per_op = calibration.host_seconds(phase, style)
+        per_conv = calibration.host_per_conv(phase, style)
         start = max(host, gpu)
         h = g = 0.0
         copies = phase == "input"  # the batch copied from the host: the host waits for it
@@ -174,6 +187,8 @@ def step_time(
             if kind == "sync":
                 h = max(h, g)
                 continue
+            if per_conv and kind.startswith(_CONVOLUTIONS):
+                h += per_conv
             run = calibration.gpu_seconds(kind, flops, nbytes)
             if run:
                 g = max(g, h) + run
