@@ -51,7 +51,12 @@ def planned() -> Plan:
 def test_the_chosen_plan_is_the_fastest_candidate_that_fits(planned: Plan) -> None:
     assert planned.chosen is not None and planned.fits
     fitting = [e for e in planned.candidates if e.fits]
-    assert planned.chosen.step_seconds == min(e.step_seconds for e in fitting)
+    fastest = min(e.step_seconds for e in fitting)
+    tied = [e for e in fitting if e.step_seconds <= fastest * 1.05]  # a tie: the model's error
+    assert planned.chosen in tied
+    assert (len(planned.chosen.changes), planned.chosen.needed) == min(
+        (len(e.changes), e.needed) for e in tied
+    )
     assert all(e.needed <= planned.usable for e in fitting)
     assert planned.usable == int(planned.budget * 0.95)
     c = planned.chosen.candidate

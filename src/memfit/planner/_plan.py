@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MARGIN", "EXPANDABLE", "plan"]
 
 DEFAULT_MARGIN = 0.05  # of the budget kept free: the allocator's drift over a long run
+SPEED_TIE = 0.05  # predicted step times closer than this are a tie (see _choice)
 EXPANDABLE = "expandable_segments:True"
 CHECKPOINTING: tuple[bool | str, ...] = (False, "selective", True)
 Progress = Callable[[int, int, str], None]
@@ -442,6 +443,21 @@ def _speed(e: Evaluated) -> tuple[float, int, int]:
 
 
 def _ranked(ev: Evaluator) -> list[Evaluated]:
+    """Those that fit, the chosen first (:func:`_choice`), then by speed; then those that do
+    not, the smallest first."""
     everything = list(ev.seen.values())
     fitting = sorted((e for e in everything if e.fits), key=_speed)
+    if fitting:
+        chosen = _choice(fitting)
+        fitting.remove(chosen)
+        fitting.insert(0, chosen)
     return fitting + sorted((e for e in everything if not e.fits), key=lambda e: e.needed)
+
+
+def _choice(fitting: list[Evaluated]) -> Evaluated:
+    """Of the candidates predicted within :data:`SPEED_TIE` of the fastest, the one with the
+    fewest changes, then the least memory: closer than that, the order of two steps is the
+    step-time model's error and the GPU's run-to-run noise, and memory left free is not."""
+    fastest = fitting[0].step_seconds
+    tied = [e for e in fitting if e.step_seconds <= fastest * (1 + SPEED_TIE)]
+    return min(tied, key=lambda e: (len(e.changes), e.needed, e.step_seconds))
