@@ -41,7 +41,7 @@ def row(fit: Any, model: str, style: str, convs: int, **seconds: float) -> Any:
     return fit.TinyRow(model, style, phases, ops, calls, params)
 
 
-def test_the_fit_keeps_the_pooled_base_and_charges_each_style_an_extra_per_call(
+def test_the_fit_keeps_the_pooled_base_and_charges_eager_steps_an_extra_per_call(
     fit: Any,
 ) -> None:
     rows = [
@@ -61,8 +61,8 @@ def test_the_fit_keeps_the_pooled_base_and_charges_each_style_an_extra_per_call(
     assert host["backward"] == pytest.approx(10 * US)
     assert host["forward:conv"] == pytest.approx(50 * US)  # eager's under the bare phase
     assert host["backward:conv"] == pytest.approx(100 * US)
-    assert host["forward:conv:selective"] == pytest.approx(300 * US)
-    assert host["backward:conv:selective"] == pytest.approx(200 * US)
+    # a checkpointing style's remainder is its blocks' checkpointing, not a call's: eager's
+    assert "forward:conv:selective" not in host and "backward:conv:selective" not in host
     assert host["default"] == host["forward"]
     assert host["optimizer"] == pytest.approx(8 * US)
     assert host["optimizer_param"] == pytest.approx(11 * US)
