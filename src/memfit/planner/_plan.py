@@ -448,16 +448,19 @@ def _ranked(ev: Evaluator) -> list[Evaluated]:
     everything = list(ev.seen.values())
     fitting = sorted((e for e in everything if e.fits), key=_speed)
     if fitting:
-        chosen = _choice(fitting)
+        chosen = _choice(fitting, ev.usable)
         fitting.remove(chosen)
         fitting.insert(0, chosen)
     return fitting + sorted((e for e in everything if not e.fits), key=lambda e: e.needed)
 
 
-def _choice(fitting: list[Evaluated]) -> Evaluated:
+def _choice(fitting: list[Evaluated], usable: int) -> Evaluated:
     """Of the candidates predicted within :data:`SPEED_TIE` of the fastest, the one with the
-    fewest changes, then the least memory: closer than that, the order of two steps is the
-    step-time model's error and the GPU's run-to-run noise, and memory left free is not."""
+    fewest changes, then the least memory (by steps of 1% of ``usable``: closer is no
+    headroom worth a slower step), then the fastest: closer than the tie, the order of two
+    steps is the step-time model's error and the GPU's run-to-run noise; memory left free is
+    not."""
     fastest = fitting[0].step_seconds
     tied = [e for e in fitting if e.step_seconds <= fastest * (1 + SPEED_TIE)]
-    return min(tied, key=lambda e: (len(e.changes), e.needed, e.step_seconds))
+    step = max(1, usable // 100)
+    return min(tied, key=lambda e: (len(e.changes), e.needed // step, e.step_seconds))
