@@ -209,3 +209,26 @@ def gpt2_layers(layers: int) -> nn.Module:
         eos_token_id=0,
     )
     return transformers.GPT2LMHeadModel(config)
+
+
+def test_a_precision_whose_floor_cannot_tie_the_fastest_is_not_searched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dataclasses
+
+    from memfit.planner import _plan
+
+    real = _plan.calibration_for
+
+    def slow_fp32(gpu: Any) -> Any:  # fp32 products a million times slower than measured
+        calibration, note = real(gpu)
+        curves = dict(calibration.curves)
+        curves["mm:fp32"] = tuple((w, t * 1e6) for w, t in curves["mm:fp32"])
+        return dataclasses.replace(calibration, curves=curves), note
+
+    monkeypatch.setattr(_plan, "calibration_for", slow_fp32)
+    result = small_plan(batch_size=8, precision="bf16-mixed")
+    assert result.chosen is not None
+    assert {e.candidate.precision for e in result.candidates} == {"bf16-mixed"}
+    monkeypatch.setattr(_plan, "calibration_for", real)  # measured rates: fp32 is searched
+    assert "fp32" in {e.candidate.precision for e in small_plan().candidates}

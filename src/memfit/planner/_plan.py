@@ -37,6 +37,7 @@ __all__ = ["DEFAULT_MARGIN", "EXPANDABLE", "plan"]
 
 DEFAULT_MARGIN = 0.05  # of the budget kept free: the allocator's drift over a long run
 SPEED_TIE = 0.05  # predicted step times closer than this are a tie (see _choice)
+RECOMPUTE_BOUND = 2.0  # full checkpointing's step over none's, at most (_worth_partial)
 EXPANDABLE = "expandable_segments:True"
 CHECKPOINTING: tuple[bool | str, ...] = (False, "selective", True)
 Progress = Callable[[int, int, str], None]
@@ -131,19 +132,7 @@ def _search(
     workers = default_workers() if workers is None else workers
     levels = [n for n in range(total, 0, -1) if total % n == 0]
     first = space["optimizers"][0]
-    combos = [(p, c) for p in space["precisions"] for c in space["checkpointing"]]
-
-    def searched(done: int, of: int) -> None:
-        if progress is not None:
-            progress(done, of, "precision and checkpointing searched")
-
-    run_jobs(
-        ev,
-        lambda e, pc: _bisect(e, levels, total, pc[0], pc[1], first),
-        combos,
-        workers,
-        searched,
-    )
+    _search_precisions(ev, space, levels, total, user, workers, progress)
     blocks = space["blocks"][0]
     if blocks > 1 and True in space["checkpointing"] and False in space["checkpointing"]:
 
@@ -154,7 +143,7 @@ def _search(
         run_jobs(
             ev,
             lambda e, p: _partial(e, levels, total, p, first, blocks),
-            space["precisions"],
+            _worth_partial(ev, space["precisions"], first),
             workers,
             partial,
         )
@@ -165,7 +154,7 @@ def _search(
             progress(done, of, "optimizer variants and smaller micro-batches")
 
     run_jobs(ev, _evaluate_group, groups, workers, refined)
-    baseline = ev.evaluate(_with_allocators(user))[0]
+    baseline = ev.evaluate(_with_allocators(user))[0]  # evaluated in the first phase
     remake: Callable[[int], Workload] | None = None
     if batch is None and base.seq_len:  # a model name: the same step on shorter sequences
 
@@ -175,6 +164,62 @@ def _search(
 
     result = _assemble(ev, base, gpu, usable, margin, total, baseline, remake)
     return result, ev, calibration_note, calibration.source
+
+
+def _search_precisions(
+    ev: Evaluator,
+    space: dict[str, tuple[Any, ...]],
+    levels: list[int],
+    total: int,
+    user: Candidate,
+    workers: int,
+    progress: Progress | None,
+) -> None:
+    """The bisections of every precision and checkpointing, and the user's configuration.
+    Precisions whose matrix products run at under half the fastest rate (fp32 beside bf16)
+    come second, and only if their floor could come within the tie of the fastest found: a
+    step's FLOPs at the precision's best rate (:func:`_step_floor`). A 7B model's fp32 steps
+    are ten times its bf16 ones on an H200; BERT's are host-bound and still searched."""
+    first = space["optimizers"][0]
+    rates = {p: _peak_rate(ev, p) for p in space["precisions"]}
+    fast = max(rates.values())
+    early = [p for p in space["precisions"] if rates[p] >= fast / 2]
+    late = [p for p in space["precisions"] if p not in early]
+    done = 0
+
+    def searched(n: int, of: int) -> None:
+        if progress is not None:
+            progress(done + n, done + of, "precision and checkpointing searched")
+
+    def job(e: Evaluator, item: tuple[str, bool | str | float] | None) -> None:
+        if item is None:
+            e.evaluate(_with_allocators(user))
+        else:
+            _bisect(e, levels, total, item[0], item[1], first)
+
+    items: list[Any] = [(p, c) for p in early for c in space["checkpointing"]]
+    run_jobs(ev, job, [*items, None], workers, searched)
+    done = len(items) + 1
+    floor = _step_floor(ev)
+    fitting = [e.step_seconds for e in ev.seen.values() if e.fits]
+    best = min(fitting, default=float("inf"))
+    late = [p for p in late if floor / rates[p] <= best * (1 + SPEED_TIE)]
+    if late:
+        run_jobs(ev, job, [(p, c) for p in late for c in space["checkpointing"]], workers, searched)
+
+
+def _peak_rate(ev: Evaluator, precision: str) -> float:
+    """The fastest FLOP/s the calibration measured for matrix products at ``precision``
+    (infinite where it has no curve: nothing is skipped on a guess)."""
+    dtype = "fp32" if precision == "fp32" else precision.removesuffix("-mixed")
+    points = ev.calibration.curves.get(f"mm:{dtype}", ())
+    return max((w / t for w, t in points if t > 0), default=float("inf"))
+
+
+def _step_floor(ev: Evaluator) -> float:
+    """The fewest FLOPs of one optimizer step among the traces so far (no checkpointing's,
+    where traced): divided by a rate, a floor under any precision's step time."""
+    return float(min((e.step_flops for e in ev.seen.values() if e.step_flops), default=0))
 
 
 def _budget(budget: Any, margin: float) -> tuple[GPU, int]:
@@ -291,26 +336,48 @@ def _partial(
     """Partial checkpointing at the micro-batches where no checkpointing does not fit and full
     does: the fewest blocks checkpointed that fit, at the two smallest such micro-batches (a
     larger one needs more blocks recomputed). The count is first guessed from the two ends,
-    as memory falls about linearly with each block checkpointed, then raised until it fits."""
+    as memory falls about linearly with each block checkpointed, then raised until it fits;
+    not at all where the step the same line predicts for that count cannot tie the fastest."""
     none_fit = [e.candidate.micro_batch for e in _searched(ev, precision, False, opt)]
     full_fit = [e.candidate.micro_batch for e in _searched(ev, precision, True, opt)]
     if not full_fit:
         return
     low, high = max(none_fit, default=0), max(full_fit)
+    best = min((e.step_seconds for e in ev.seen.values() if e.fits), default=math.inf)
     for m in sorted(n for n in levels if low < n <= high)[:2]:
         at = Candidate(m, total // m, precision, False, opt)
-        plain = min(e.needed for e in ev.evaluate(_with_allocators(at)))
-        full = min(
-            e.needed
-            for e in ev.evaluate(_with_allocators(dataclasses.replace(at, checkpointing=True)))
-        )
+        plains = ev.evaluate(_with_allocators(at))
+        fulls = ev.evaluate(_with_allocators(dataclasses.replace(at, checkpointing=True)))
+        plain, full = min(e.needed for e in plains), min(e.needed for e in fulls)
         if full >= plain or full > ev.usable:
             continue
         k = max(1, min(blocks - 1, math.ceil(blocks * (plain - ev.usable) / (plain - full))))
+        # its step, by the same line between the two ends: too slow to tie, not traced
+        t_plain, t_full = plains[0].step_seconds, fulls[0].step_seconds
+        if t_plain + (t_full - t_plain) * k / blocks > best * (1 + SPEED_TIE):
+            continue
         while k < blocks:
             if _fits(ev, dataclasses.replace(at, checkpointing=round(k / blocks, 4))):
                 break
             k += 1
+
+
+def _worth_partial(ev: Evaluator, precisions: tuple[str, ...], opt: str) -> list[str]:
+    """The precisions whose partial checkpointing could come within the tie of the fastest
+    found so far: partial checkpointing at a micro-batch recomputes part of what full does
+    there, so it is at best :data:`RECOMPUTE_BOUND` times faster than the precision's fastest
+    full checkpointing (measured on the H200 up to 1.67 times: Qwen2.5-0.5B, whose host pays
+    for the recompute too). fp32 against bf16-mixed on a GPU-bound model is skipped."""
+    fitting = [e.step_seconds for e in ev.seen.values() if e.fits]
+    if not fitting:
+        return list(precisions)
+    best = min(fitting)
+    out = []
+    for p in precisions:
+        full = [e.step_seconds for e in _searched(ev, p, True, opt)]
+        if full and min(full) / RECOMPUTE_BOUND <= best * (1 + SPEED_TIE):
+            out.append(p)
+    return out
 
 
 def _searched(ev: Evaluator, precision: str, ckpt: bool, opt: str) -> list[Evaluated]:
@@ -341,7 +408,12 @@ def _fits(ev: Evaluator, c: Candidate) -> bool:
 
 
 def _bisect(
-    ev: Evaluator, levels: list[int], total: int, precision: str, ckpt: bool | str, opt: str
+    ev: Evaluator,
+    levels: list[int],
+    total: int,
+    precision: str,
+    ckpt: bool | str | float,
+    opt: str,
 ) -> None:
     """Evaluate the largest micro-batch of ``levels`` that fits (and what bisection passed)."""
 

@@ -91,6 +91,7 @@ class Evaluated:
     fits: bool
     changes: tuple[str, ...]  # how it differs from the configuration the user gave
     traced: bool = True  # False: its memory is a replay of another candidate's trace
+    step_flops: int = 0  # the FLOPs of one optimizer step as traced (0: not counted)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -125,6 +125,8 @@ class Evaluator:
         self.traces += 1
         assert trace.costs is not None
         timing = _predict(first, trace.costs, traced, self.calibration)
+        micro_flops = sum(f for _, f, _ in trace.costs.total("step2.").ops)
+        step_flops = micro_flops * first.accumulation // max(1, traced)
         for i, c in enumerate(candidates):
             w = self.workload(c)
             estimate = estimate_workload(dataclasses.replace(w, accumulation=traced), trace=trace)
@@ -135,6 +137,7 @@ class Evaluator:
                 estimate.non_pytorch,
                 timing,
                 traced=i == 0,
+                step_flops=step_flops,
             )
 
     def _evaluated(
@@ -146,6 +149,7 @@ class Evaluator:
         timing: StepTime,
         *,
         traced: bool,
+        step_flops: int = 0,
     ) -> Evaluated:
         samples = c.micro_batch * c.accumulation
         needed = reserved + context
@@ -162,6 +166,7 @@ class Evaluator:
             fits=needed <= self.usable,
             changes=changes(self.baseline, c),
             traced=traced,
+            step_flops=step_flops,
         )
 
 
