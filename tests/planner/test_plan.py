@@ -193,7 +193,9 @@ def test_partial_checkpointing_spends_what_the_budget_leaves() -> None:
     assert fits and all(needs[True] < e.needed < needs[False] for e in fits)
     fewest = min(e.candidate.checkpointing for e in fits)  # type: ignore[type-var]
     assert all(  # one block fewer does not fit: the fewest that fit was found
-        not e.fits for e in partial if e.candidate.checkpointing < fewest  # type: ignore[operator]
+        not e.fits
+        for e in partial
+        if e.candidate.checkpointing < fewest  # type: ignore[operator]
     )
     assert "of the blocks" in fits[0].candidate.describe()
 

@@ -131,22 +131,8 @@ def _search(
     ev = Evaluator(base, gpu, usable, calibration, user, base.seq_len)
     workers = default_workers() if workers is None else workers
     levels = [n for n in range(total, 0, -1) if total % n == 0]
-    first = space["optimizers"][0]
     _search_precisions(ev, space, levels, total, user, workers, progress)
-    blocks = space["blocks"][0]
-    if blocks > 1 and True in space["checkpointing"] and False in space["checkpointing"]:
-
-        def partial(done: int, of: int) -> None:
-            if progress is not None:
-                progress(done, of, "partial checkpointing searched")
-
-        run_jobs(
-            ev,
-            lambda e, p: _partial(e, levels, total, p, first, blocks),
-            _worth_partial(ev, space["precisions"], first),
-            workers,
-            partial,
-        )
+    _search_partial(ev, space, levels, total, workers, progress)
     groups = _refinements(ev, levels, total, space["optimizers"])
 
     def refined(done: int, of: int) -> None:
@@ -206,6 +192,34 @@ def _search_precisions(
     late = [p for p in late if floor / rates[p] <= best * (1 + SPEED_TIE)]
     if late:
         run_jobs(ev, job, [(p, c) for p in late for c in space["checkpointing"]], workers, searched)
+
+
+def _search_partial(
+    ev: Evaluator,
+    space: dict[str, tuple[Any, ...]],
+    levels: list[int],
+    total: int,
+    workers: int,
+    progress: Progress | None,
+) -> None:
+    """Partial checkpointing (:func:`_partial`) for each precision worth it, where the space
+    has both ends and the model has blocks to share out."""
+    blocks = space["blocks"][0]
+    if blocks <= 1 or True not in space["checkpointing"] or False not in space["checkpointing"]:
+        return
+    first = space["optimizers"][0]
+
+    def partial(done: int, of: int) -> None:
+        if progress is not None:
+            progress(done, of, "partial checkpointing searched")
+
+    run_jobs(
+        ev,
+        lambda e, p: _partial(e, levels, total, p, first, blocks),
+        _worth_partial(ev, space["precisions"], first),
+        workers,
+        partial,
+    )
 
 
 def _peak_rate(ev: Evaluator, precision: str) -> float:
