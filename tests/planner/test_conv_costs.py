@@ -43,7 +43,7 @@ def _kinds(costs: StepCosts, phase: str) -> dict[str, list[int]]:
 
 
 def test_a_resnet18_trace_records_its_convolutions_by_shape_class() -> None:
-    import torchvision
+    torchvision = pytest.importorskip("torchvision")
 
     workload = make_workload(
         lambda: torchvision.models.resnet18(num_classes=10),
