@@ -86,3 +86,33 @@ def test_the_command_line_takes_a_share_and_refuses_others(
     argv = ["estimate", "gpt2", "--mode", "infer", "--partial-checkpointing", "0.5"]
     assert main(argv) == 1
     assert "--partial-checkpointing 0.5 with --mode infer" in capsys.readouterr().err
+
+
+def test_a_wrapped_model_is_freed_without_the_garbage_collector() -> None:
+    import gc
+    import weakref
+
+    model = _gpt2()
+    blocks = checkpoint_blocks(model, selective=False, fraction=0.5)
+    alive = weakref.ref(blocks[0])
+    del blocks
+    gc.disable()
+    try:
+        del model  # no cycle through the wrapping: its blocks go with the model, at once
+        assert alive() is None
+    finally:
+        gc.enable()
+
+
+def test_unwrapping_puts_back_a_forward_another_wrapper_set() -> None:
+    from memfit.workload import unwrap_blocks
+
+    model = _gpt2()
+    block = find_blocks(model)[0]
+    theirs = block.forward  # e.g. an accelerate hook's, set on the instance
+    block.forward = theirs
+    checkpoint_blocks(model)
+    assert block.forward is not theirs
+    model(**_batch())["loss"].backward()  # runs through their forward, checkpointed
+    unwrap_blocks(model)
+    assert block.__dict__["forward"] is theirs

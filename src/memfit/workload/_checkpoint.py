@@ -22,6 +22,7 @@ wrapping for every model. The planner uses it to spend exactly the memory a budg
 from __future__ import annotations
 
 import functools
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -130,8 +131,12 @@ def checkpoint_blocks(
             config.use_cache = False
     for block in blocks:
         if _MARK not in block.__dict__:
-            block.forward = functools.partial(_checkpointed, block.forward, context)
-            block.__dict__[_MARK] = True
+            own = block.__dict__.get("forward")  # another wrapper's: kept, and put back
+            # the class's forward held weakly: a wrapper holding its block would be a cycle,
+            # and the block's parameters (on the GPU) would outlive the model until gc runs
+            forward = own if own is not None else weakref.WeakMethod(block.forward)
+            block.forward = functools.partial(_checkpointed, forward, context)
+            block.__dict__[_MARK] = own if own is not None else True
     return blocks
 
 
@@ -160,15 +165,21 @@ def checkpointing_on(model: nn.Module) -> bool:
 
 
 def unwrap_blocks(model: nn.Module) -> None:
-    """Take :func:`checkpoint_blocks`' wrapping off again."""
+    """Take :func:`checkpoint_blocks`' wrapping off again (a forward another wrapper had set
+    on the block is put back)."""
     for module in model.modules():
-        if module.__dict__.pop(_MARK, False):
+        previous = module.__dict__.pop(_MARK, None)
+        if previous is not None:
             del module.forward
+            if previous is not True:
+                module.forward = previous
 
 
 def _checkpointed(forward: Any, context: Any, *args: Any, **kwargs: Any) -> Any:
     from torch.utils.checkpoint import checkpoint
 
+    if isinstance(forward, weakref.WeakMethod):
+        forward = forward()  # the block is calling: it is alive
     return checkpoint(forward, *args, use_reentrant=False, context_fn=context, **kwargs)
 
 
