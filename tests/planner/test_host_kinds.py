@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from step_time_data import US, calibration, costs
 
 from memfit._gpus import resolve_gpu
 from memfit.planner import Calibration, calibration_for, step_time
-from memfit.trace import PhaseCost, StepCosts
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-US = 1e-6
 
 
 @pytest.fixture(scope="module")
@@ -85,22 +84,6 @@ def test_the_extra_is_not_negative(fit: Any) -> None:
     ]
     host = fit.fit_host(rows)  # base 35 us forward: the ResNet row leaves -50 us per call
     assert host["forward:conv"] == 0.0
-
-
-def calibration(**host: float) -> Calibration:
-    return Calibration(
-        gpu="test",
-        source="made up for the test",
-        curves={"mm:bf16": ((1e9, 10 * US), (1e12, 2000 * US))},
-        kernel_floor=1 * US,
-        bandwidth=1e12,
-        host={"default": 10 * US, "optimizer_param": 0.0, **host},
-        graph_timed=frozenset({"mm:bf16"}),
-    )
-
-
-def costs(**phases: list[tuple[str, int, int]]) -> StepCosts:
-    return StepCosts({f"step2.{name}": PhaseCost(list(ops)) for name, ops in phases.items()})
 
 
 # small ops: the host's time decides the step; the GPU runs the last one 1 us after its issue

@@ -186,9 +186,7 @@ def _search_precisions(
     items: list[Any] = [(p, c) for p in early for c in space["checkpointing"]]
     run_jobs(ev, job, [*items, None], workers, searched)
     done = len(items) + 1
-    floor = _step_floor(ev)
-    fitting = [e.step_seconds for e in ev.seen.values() if e.fits]
-    best = min(fitting, default=float("inf"))
+    floor, best = _step_floor(ev), _fastest(ev)
     late = [p for p in late if floor / rates[p] <= best * (1 + SPEED_TIE)]
     if late:
         run_jobs(ev, job, [(p, c) for p in late for c in space["checkpointing"]], workers, searched)
@@ -228,6 +226,11 @@ def _peak_rate(ev: Evaluator, precision: str) -> float:
     dtype = "fp32" if precision == "fp32" else precision.removesuffix("-mixed")
     points = ev.calibration.curves.get(f"mm:{dtype}", ())
     return max((w / t for w, t in points if t > 0), default=float("inf"))
+
+
+def _fastest(ev: Evaluator) -> float:
+    """The predicted step of the fastest candidate that fits so far (infinite: none fits)."""
+    return min((e.step_seconds for e in ev.seen.values() if e.fits), default=math.inf)
 
 
 def _step_floor(ev: Evaluator) -> float:
@@ -357,7 +360,7 @@ def _partial(
     if not full_fit:
         return
     low, high = max(none_fit, default=0), max(full_fit)
-    best = min((e.step_seconds for e in ev.seen.values() if e.fits), default=math.inf)
+    best = _fastest(ev)
     for m in sorted(n for n in levels if low < n <= high)[:2]:
         at = Candidate(m, total // m, precision, False, opt)
         plains = ev.evaluate(_with_allocators(at))
@@ -382,10 +385,7 @@ def _worth_partial(ev: Evaluator, precisions: tuple[str, ...], opt: str) -> list
     there, so it is at best :data:`RECOMPUTE_BOUND` times faster than the precision's fastest
     full checkpointing (measured on the H200 up to 1.67 times: Qwen2.5-0.5B, whose host pays
     for the recompute too). fp32 against bf16-mixed on a GPU-bound model is skipped."""
-    fitting = [e.step_seconds for e in ev.seen.values() if e.fits]
-    if not fitting:
-        return list(precisions)
-    best = min(fitting)
+    best = _fastest(ev)
     out = []
     for p in precisions:
         full = [e.step_seconds for e in _searched(ev, p, True, opt)]

@@ -126,7 +126,7 @@ class Evaluator:
         assert trace.costs is not None
         timing = _predict(first, trace.costs, traced, self.calibration)
         micro_flops = sum(f for _, f, _ in trace.costs.total("step2.").ops)
-        step_flops = micro_flops * first.accumulation // max(1, traced)
+        step_flops = micro_flops * first.accumulation // traced
         for i, c in enumerate(candidates):
             w = self.workload(c)
             estimate = estimate_workload(dataclasses.replace(w, accumulation=traced), trace=trace)

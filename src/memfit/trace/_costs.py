@@ -178,8 +178,8 @@ def _formula(func: Any) -> Any:
     return flop_registry.get(packet) if packet is not None else None
 
 
-def _nbytes(items: Iterable[Any]) -> int:
-    return sum(t.numel() * t.element_size() for t in items if isinstance(t, torch.Tensor))
+def _nbytes(tensors: Iterable[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _written(func: Any, args: tuple[Any, ...]) -> int:
