@@ -69,6 +69,15 @@ def test_batch_and_sequence_must_be_positive_whole_numbers(capsys, flag, value, 
     assert message in err and flag.lstrip("-")[:1] in err
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("0", "0 is not accepted; give a number >= 1"), ("two", "'two' is not a whole number")],
+)
+def test_plan_workers_must_be_a_positive_whole_number(capsys, value, message):
+    err = _refused_by_parser(capsys, ["plan", "gpt2", "--gpu", "24GiB", "--workers", value])
+    assert message in err and "--workers" in err
+
+
 def test_unknown_mode_is_refused_with_the_choices(capsys):
     err = _refused_by_parser(capsys, ["estimate", "gpt2", "-b", "1", "--mode", "eval"])
     assert "'eval'" in err and "train" in err and "infer" in err
