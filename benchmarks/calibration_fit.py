@@ -24,7 +24,9 @@ measured seconds, divided by its convolution calls, per style: ``forward:conv``,
 ResNet-18 a checkpointed or selective step's extra is ten times an eager one's: its wrappers
 and dispatch mode per block).
 The optimizer's host time is fitted as seconds per op plus seconds per parameter tensor (its
-Python loops over the parameters), by least squares over every tiny row.
+Python loops over the parameters), by least squares over every tiny row. Stepped in backward,
+each parameter tensor is a ``step()`` call of its own: ``calibrate_gpu.py --only inbackward``
+measures it beside the fused step, and :func:`fit_in_backward` fits its cost per tensor.
 """
 
 from __future__ import annotations
@@ -124,6 +126,24 @@ def fit_host(rows: list[TinyRow]) -> dict[str, float]:
     return host
 
 
+def fit_in_backward(rows: list[TinyRow], host: dict[str, float]) -> float | None:
+    """The host's seconds per parameter tensor of an optimizer stepped in backward
+    (``optimizer_param:in-backward``), from tiny steps measured as pairs in one run: the
+    in-backward step's backward and optimizer phases less its fused twin's backward (a backward
+    without the updates) is the updates' host time; less their ops at the optimizer's cost per
+    op, over the parameter tensors. The median over the models; None without pairs."""
+    fused = {r.model: r for r in rows if r.style == "fused"}
+    per: list[float] = []
+    for r in rows:
+        twin = fused.get(r.model)
+        if r.style != "in-backward" or twin is None:
+            continue
+        spent = r.seconds["backward"] + r.seconds.get("optimizer", 0.0) - twin.seconds["backward"]
+        ops = r.ops.get("optimizer", 0)
+        per.append((spent - ops * host["optimizer"]) / r.params)
+    return max(0.0, statistics.median(per)) if per else None
+
+
 def is_class_curve(key: str) -> bool:
     """``conv:k3s2:bf16`` and ``conv_bwd:k1:fp32`` are; ``conv:bf16`` and ``mm:bf16`` not."""
     return key.startswith(("conv:", "conv_bwd:")) and key.count(":") == 2
@@ -179,6 +199,16 @@ def main() -> int:
         rows.append(TinyRow(row["model"], style, row["phase_seconds"], ops, convs, params))
         print(f"{row['model']:14s} {row['variant']:26s} ops {ops} convolutions {convs}", flush=True)
     host = fit_host(rows)
+    pairs = []
+    for row in [row for run in runs for row in run.get("in_backward", ())]:
+        if "phase_seconds" not in row:
+            continue
+        ops, convs, params = op_counts(row["model"], json.dumps(row["settings"], sort_keys=True))
+        style = "in-backward" if "in backward" in row["variant"] else "fused"
+        pairs.append(TinyRow(row["model"], style, row["phase_seconds"], ops, convs, params))
+    in_backward = fit_in_backward(pairs, host)
+    if in_backward is not None:
+        host["optimizer_param:in-backward"] = in_backward
     mem = measured["curves"]["mem"]
     floor = args.kernel_floor or measured.get("kernel_floor_seconds")
     bandwidth = mem[-1][0] / (mem[-1][1] - floor)

@@ -541,6 +541,66 @@ MOE_DEV: list[dict[str, Any]] = [
     },
 ]
 
+# Held out for issue 13 (session 11): the optimizer stepped in backward, predicted with
+# predict.py (torch 2.11, transformers 5.17, as on the GPU host) before gpu_measure.py ran them.
+HELD_OUT_13_IN_BACKWARD: list[dict[str, Any]] = [
+    {
+        "id": "tinyllama-bf16-b1-s1024-inbw",
+        "model": "tinyllama-1.1b",
+        "batch_size": 1,
+        "seq_len": 1024,
+        "precision": "bf16",
+        "optimizer": "adamw-in-backward",
+    },
+    {
+        "id": "tinyllama-bf16-b1-s1024-fused",
+        "model": "tinyllama-1.1b",
+        "batch_size": 1,
+        "seq_len": 1024,
+        "precision": "bf16",
+        "optimizer": "adamw-fused",
+    },
+    {
+        "id": "qwen-bf16mixed-b4-s512-ckpt-inbw",
+        "model": "qwen2.5-0.5b",
+        "batch_size": 4,
+        "seq_len": 512,
+        "precision": "bf16-mixed",
+        "checkpointing": True,
+        "optimizer": "adamw-in-backward",
+    },
+    {
+        "id": "gpt2-fp32-b8-s512-inbw",
+        "model": "gpt2",
+        "batch_size": 8,
+        "seq_len": 512,
+        "optimizer": "adamw-in-backward",
+    },
+    {
+        "id": "bert-base-bf16mixed-b32-s512-inbw",
+        "model": "bert-base-uncased",
+        "batch_size": 32,
+        "seq_len": 512,
+        "precision": "bf16-mixed",
+        "optimizer": "adamw-in-backward",
+    },
+    {
+        "id": "gpt2-fp32-b8-s512-sgd-fused",
+        "model": "gpt2",
+        "batch_size": 8,
+        "seq_len": 512,
+        "optimizer": "sgd-fused",
+    },
+    {
+        "id": "resnet50-bf16mixed-b64-inbw-expandable",
+        "model": "tv:resnet50",
+        "batch_size": 64,
+        "precision": "bf16-mixed",
+        "optimizer": "sgd-in-backward",
+        "allocator_config": "expandable_segments:True",
+    },
+]
+
 ALL = (
     WORKLOADS
     + HELD_OUT
@@ -551,4 +611,5 @@ ALL = (
     + HELD_OUT_12_ACCUMULATION
     + COMPILED_DEV
     + MOE_DEV
+    + HELD_OUT_13_IN_BACKWARD
 )

@@ -19,6 +19,10 @@ OPTIMIZERS = (
     "adamw-foreach",
     "adamw-fused",
     "adamw-forloop",
+    # each parameter stepped as backward finishes its gradient (memfit.workload._in_backward)
+    "sgd-in-backward",
+    "adam-in-backward",
+    "adamw-in-backward",
 )
 MODES = ("train", "infer")
 # what to do with a torch.compile'd model: "eager" estimates its uncompiled step

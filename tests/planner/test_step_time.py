@@ -73,3 +73,16 @@ def test_the_h200_ships_a_calibration_and_other_gpus_borrow_it_with_a_note() -> 
     assert note is None and "mm:bf16" in cal.curves and cal.kernel_floor > 0
     _, note = calibration_for(resolve_gpu("4090"))
     assert note is not None and "H200" in note and "RTX 4090" in note
+
+
+def test_an_optimizer_stepped_in_backward_pays_its_own_host_cost_per_parameter() -> None:
+    ops = [("mem", 0, 0)] * 10
+    stepped = costs(optimizer=ops)
+    stepped.parameter_tensors = 100
+    cal = calibration(optimizer_param=2 * US, **{"optimizer_param:in-backward": 30 * US})
+    after = step_time(stepped, cal, style="eager")
+    during = step_time(stepped, cal, style="eager", in_backward=True)
+    assert during.phases["optimizer"] - after.phases["optimizer"] == pytest.approx(100 * 28 * US)
+    # a calibration measured before the key existed: the loop's cost
+    old = step_time(stepped, calibration(optimizer_param=2 * US), style="eager", in_backward=True)
+    assert old.seconds == pytest.approx(after.seconds)

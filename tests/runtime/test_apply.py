@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from apply_models import gpt2
 from torch import nn
 
 import memfit
@@ -18,22 +19,6 @@ from memfit.runtime import AutoMicrobatch, PlannedStep, apply, fit, unapply
 transformers = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
-
-
-def gpt2() -> nn.Module:
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_layer=2,
-        n_embd=64,
-        n_head=2,
-        vocab_size=128,
-        bos_token_id=0,
-        eos_token_id=0,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
-    return transformers.GPT2LMHeadModel(config)
 
 
 def resnet() -> nn.Module:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from memfit._choices import PRECISIONS
+from memfit._choices import OPTIMIZERS, PRECISIONS
 from memfit._errors import InvalidInputError
 from memfit.cli._help import positive_int
 from memfit.cli._options import check_workload_flags
@@ -67,17 +67,27 @@ def margin(text: str) -> float:
     return value
 
 
-def precisions(text: str) -> tuple[str, ...]:
-    """``--precisions``: a comma-separated list of precision names."""
+def _names(text: str, accepted: tuple[str, ...], what: str, example: str) -> tuple[str, ...]:
+    """A comma-separated list of names, each one of ``accepted``."""
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in PRECISIONS]
+    unknown = [n for n in names if n not in accepted]
     if unknown or not names:
         given = ", ".join(repr(n) for n in unknown) if unknown else repr(text)
         raise argparse.ArgumentTypeError(
-            f"{given} is not a precision memfit plans for; give a comma-separated list of "
-            f"{', '.join(PRECISIONS)}, e.g. fp32,bf16-mixed"
+            f"{given} is not {what} memfit plans for; give a comma-separated list of "
+            f"{', '.join(accepted)}, e.g. {example}"
         )
     return names
+
+
+def precisions(text: str) -> tuple[str, ...]:
+    """``--precisions``: a comma-separated list of precision names."""
+    return _names(text, PRECISIONS, "a precision", "fp32,bf16-mixed")
+
+
+def optimizers(text: str) -> tuple[str, ...]:
+    """``--optimizers``: a comma-separated list of optimizer names."""
+    return _names(text, OPTIMIZERS, "an optimizer", "adamw-fused,adamw-in-backward")
 
 
 def add_plan_parser(
@@ -128,6 +138,15 @@ def add_plan_parser(
         metavar="LIST",
         help="precisions to try, comma-separated: " + ",".join(PRECISIONS) + " (default: "
         "bf16-mixed, fp16-mixed on GPUs before Ampere, and fp32)",
+    )
+    p.add_argument(
+        "--optimizers",
+        type=optimizers,
+        default=None,
+        metavar="LIST",
+        help="optimizer variants to try, comma-separated, e.g. adamw-fused,adamw-in-backward "
+        "(default: your optimizer's fused, foreach, for-loop and in-backward variants; the "
+        "first that steps after backward is the one the micro-batch search uses)",
     )
     p.add_argument(
         "--no-checkpointing-search",
@@ -190,6 +209,7 @@ def _plan_options(args: argparse.Namespace) -> dict[str, Any]:
         "global_batch": args.global_batch,
         "margin": args.margin,
         "precisions": args.precisions,
+        "optimizers": args.optimizers,
         "workers": args.workers,
     }
     options.update({k: v for k, v in given.items() if v is not None})

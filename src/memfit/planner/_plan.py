@@ -4,8 +4,10 @@ CPU by estimating candidates (issue 13).
 The search: for each precision and activation checkpointing, the largest micro-batch (a divisor
 of the global batch, gradients accumulated over the rest) that fits, found by bisection since
 memory grows with the micro-batch; each with the fastest optimizer variant (fused) and with and
-without expandable segments. Then the fastest few are tried with the other optimizer variants
-and the next smaller micro-batch, and the user's own configuration is evaluated as the baseline.
+without expandable segments. Then partial checkpointing where none and full bracket the budget,
+the optimizer stepped in backward where the whole global batch fits only without its gradients
+held, and the fastest few with the other optimizer variants and the next smaller micro-batch;
+the user's own configuration is evaluated as the baseline.
 The fastest candidate that fits is chosen; its accumulation, when longer than the traced two
 micro-batches, is estimated in full before it is returned.
 """
@@ -28,7 +30,8 @@ from memfit.planner._parallel import default_workers, run_jobs
 from memfit.planner._plan_result import Candidate, Evaluated, Plan
 from memfit.planner._search import Evaluator
 from memfit.planner._step_time import calibration_for
-from memfit.workload import Workload, WorkloadOptions, make_workload
+from memfit.workload import IN_BACKWARD as IN_BW
+from memfit.workload import Workload, WorkloadOptions, in_backward, make_workload
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -133,6 +136,7 @@ def _search(
     levels = [n for n in range(total, 0, -1) if total % n == 0]
     _search_precisions(ev, space, levels, total, user, workers, progress)
     _search_partial(ev, space, levels, total, workers, progress)
+    _search_in_backward(ev, space, total, workers, progress)
     groups = _refinements(ev, levels, total, space["optimizers"])
 
     def refined(done: int, of: int) -> None:
@@ -220,6 +224,41 @@ def _search_partial(
     )
 
 
+def _search_in_backward(
+    ev: Evaluator,
+    space: dict[str, tuple[Any, ...]],
+    total: int,
+    workers: int,
+    progress: Progress | None,
+) -> None:
+    """The optimizer stepped in backward, at the whole global batch (it cannot accumulate),
+    for each precision and checkpointing whose bisection found that micro-batch too large
+    with the optimizer stepping after backward, and only where it could then fit: stepping in
+    backward frees at most the gradients (the trained parameters at the precision's gradient
+    size). fp16-mixed cannot (its scaler checks every gradient first)."""
+    if not space["in_backward"]:
+        return
+    first, name = space["optimizers"][0], space["in_backward"][0]
+    trained = space["trained"][0]
+    todo = []
+    for e in list(ev.seen.values()):
+        c = e.candidate
+        if c.micro_batch != total or c.optimizer != first or c.allocator_config:
+            continue
+        if c.precision == "fp16-mixed":
+            continue
+        needed = min(x.needed for x in ev.evaluate(_with_allocators(c)))
+        grads = trained * (2 if c.precision in ("bf16", "fp16") else 4)
+        if needed > ev.usable and needed - grads <= ev.usable:
+            todo.append(_with_allocators(dataclasses.replace(c, optimizer=name)))
+
+    def stepped(done: int, of: int) -> None:
+        if progress is not None:
+            progress(done, of, "optimizer in backward searched")
+
+    run_jobs(ev, _evaluate_group, todo, workers, stepped)
+
+
 def _peak_rate(ev: Evaluator, precision: str) -> float:
     """The fastest FLOP/s the calibration measured for matrix products at ``precision``
     (infinite where it has no curve: nothing is skipped on a guess)."""
@@ -290,6 +329,12 @@ def _check_plannable(base: Workload) -> None:
 
 def _baseline(base: Workload, total: int) -> Candidate:
     micro = base.batch_size or total
+    if base.optimizer_in_backward and micro != total:
+        raise InvalidInputError(
+            f"optimizer={base.optimizer!r} steps in backward and cannot accumulate: give "
+            f"batch_size={total} (the global batch), or an optimizer that steps after backward "
+            f"(optimizer='{str(base.optimizer).partition('-')[0]}') to plan accumulation."
+        )
     if total % micro:
         raise InvalidInputError(
             f"global_batch={total} is not a multiple of batch_size={micro}: give a global "
@@ -315,36 +360,50 @@ def _space(
 ) -> dict[str, tuple[Any, ...]]:
     family = str(base.optimizer).partition("-")[0]
     half = "bf16-mixed" if gpu.sm >= 80 else "fp16-mixed"
+    names = (
+        tuple(optimizers)
+        if optimizers
+        else (f"{family}-fused", f"{family}-foreach", f"{family}-forloop", f"{family}-{IN_BW}")
+    )
+    for o in names:
+        dataclasses.replace(base, optimizer=o, accumulation=1, precision="fp32")  # checked
+    after = tuple(o for o in names if not in_backward(o))
+    if not after:
+        raise InvalidInputError(
+            f"optimizers={names!r} names only optimizers stepped in backward, which cannot "
+            "accumulate gradients over micro-batches: add one that steps after backward, "
+            f"e.g. optimizers=('{family}-fused', '{family}-{IN_BW}')."
+        )
     space = {
         "precisions": tuple(precisions) if precisions else (half, "fp32"),
         "checkpointing": tuple(checkpointing) if checkpointing is not None else CHECKPOINTING,
-        "optimizers": tuple(optimizers)
-        if optimizers
-        else (f"{family}-fused", f"{family}-foreach", f"{family}-forloop"),
+        "optimizers": after,  # bisected and refined: they step after backward
+        "in_backward": tuple(o for o in names if in_backward(o)),  # _search_in_backward
     }
     for p in space["precisions"]:
         dataclasses.replace(base, precision=p)  # checked by Workload: a clear error
-    for o in space["optimizers"]:
-        dataclasses.replace(base, optimizer=o)
     for c in space["checkpointing"]:
         dataclasses.replace(base, activation_checkpointing=c)
-    space["blocks"] = (_block_count(base),)
-    if checkpointing is None and not space["blocks"][0]:  # nothing to checkpoint: not searched
+    blocks, trained = _model_facts(base)
+    space["blocks"], space["trained"] = (blocks,), (trained,)
+    if checkpointing is None and not blocks:  # nothing to checkpoint: not searched
         space["checkpointing"] = (False,)
     return space
 
 
-def _block_count(base: Workload) -> int:
+def _model_facts(base: Workload) -> tuple[int, int]:
     """How many repeated blocks memfit's checkpointing finds in the model (the models' own
-    switches checkpoint the same blocks); 0 where it finds none."""
+    switches checkpoint the same blocks; 0 where it finds none), and its trained parameter
+    elements (what its gradients hold)."""
     from memfit.workload import find_blocks
 
     with torch.device("meta"):
         model = base.build_model()
+    trained = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     try:
-        return len(find_blocks(model))
+        return len(find_blocks(model)), trained
     except InvalidInputError:
-        return 0
+        return 0, trained
 
 
 def _partial(
@@ -467,7 +526,12 @@ def _refinements(
         if i + 1 < len(levels):
             smaller = levels[i + 1]
             variants.append(
-                dataclasses.replace(c, micro_batch=smaller, accumulation=total // smaller)
+                dataclasses.replace(
+                    c,
+                    micro_batch=smaller,
+                    accumulation=total // smaller,
+                    optimizer=optimizers[0] if in_backward(c.optimizer) else c.optimizer,
+                )
             )
         for v in variants:
             group = _with_allocators(v)

@@ -62,7 +62,11 @@ def _predict(
 ) -> StepTime:
     def at(style: str) -> StepTime:
         return step_time(
-            costs, calibration, style=style, micro_batches=(traced, workload.accumulation)
+            costs,
+            calibration,
+            style=style,
+            micro_batches=(traced, workload.accumulation),
+            in_backward=workload.optimizer_in_backward,
         )
 
     fraction = partial_fraction(workload.activation_checkpointing)

@@ -50,7 +50,8 @@ class Calibration:
     ``curves``: per op kind, ``(work, seconds)`` points (FLOPs for arithmetic, bytes for
     ``mem``), sorted. ``kernel_floor``: the GPU's seconds for the smallest kernel. ``host``:
     the host's seconds per op by ``phase`` or ``phase:style`` (``backward:checkpointed``...),
-    ``optimizer_param`` per parameter tensor, ``phase:conv:style`` on top per convolution call
+    ``optimizer_param`` per parameter tensor (``optimizer_param:in-backward`` stepped in
+    backward), ``phase:conv:style`` on top per convolution call
     (:meth:`host_per_conv`). ``graph_timed``: the curves timed inside CUDA graphs, whose short
     points are the GPU's too (others' are the host's launch).
     """
@@ -97,6 +98,16 @@ class Calibration:
         """The host's seconds to issue one op of ``phase`` in a step of ``style``."""
         host = self.host
         return host.get(f"{phase}:{style}", host.get(phase, host["default"]))
+
+    def optimizer_param(self, in_backward: bool) -> float:
+        """The host's seconds per parameter tensor of an optimizer step (on top of its ops):
+        a foreach or fused step loops over the tensors in Python; stepped in backward, each
+        tensor is a whole ``step()`` call of its own (``optimizer_param:in-backward``;
+        calibrations measured before it have none, and the loop's cost is used)."""
+        host = self.host
+        if in_backward:
+            return host.get("optimizer_param:in-backward", host["optimizer_param"])
+        return host["optimizer_param"]
 
     def host_per_conv(self, phase: str, style: str) -> float:
         """The host's seconds on top of :meth:`host_seconds` for a convolution call (forward
@@ -157,13 +168,15 @@ def step_time(
     style: str,
     step: int = 2,
     micro_batches: tuple[int, int] = (1, 1),
+    in_backward: bool = False,
 ) -> StepTime:
     """The predicted time of step ``step`` of a trace.
 
     ``style`` picks the host's per-op costs: ``eager``, ``fp32``, ``checkpointed`` or
     ``selective``. ``micro_batches = (traced, wanted)``: the trace ran ``traced`` micro-batches
     per step and the step to predict runs ``wanted`` (the planner traces at most two and scales
-    their input, forward and backward).
+    their input, forward and backward). ``in_backward``: the optimizer steps each parameter in
+    backward (its host pays :meth:`Calibration.optimizer_param` per parameter tensor for it).
     """
     traced, wanted = micro_batches
     host = gpu = 0.0
@@ -194,7 +207,7 @@ def step_time(
                 g = max(g, h) + run
                 busy_gpu += run * scale
         if phase == "optimizer":
-            h += costs.parameter_tensors * calibration.host["optimizer_param"]
+            h += costs.parameter_tensors * calibration.optimizer_param(in_backward)
         busy_host += h * scale
         took = max(h, g) * scale
         phases[phase] = took

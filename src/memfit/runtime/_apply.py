@@ -30,6 +30,7 @@ from memfit.runtime._changes import (
     Cast,
     Change,
     OptimizerFlags,
+    StepInBackward,
     SwitchCheckpointing,
     applied_record,
     checkpointing_on,
@@ -37,7 +38,7 @@ from memfit.runtime._changes import (
 )
 from memfit.runtime._microbatch import LossFn, _check_callables, _check_parts
 from memfit.runtime._planned_step import AUTOCAST, PURE, PlannedStep
-from memfit.workload import valid_checkpointing
+from memfit.workload import in_backward, valid_checkpointing
 
 __all__ = ["apply", "unapply"]
 
@@ -85,6 +86,14 @@ def apply(
         )
     candidate = _chosen(plan, inner)
     _check_optimizer(inner, optimizer)
+    if before_step is not None and in_backward(candidate.optimizer):
+        raise InvalidInputError(
+            f"The plan steps the optimizer in backward ({candidate.optimizer}): each parameter "
+            "is updated as soon as its gradient is complete, so there is no moment when the "
+            "gradients are complete together for before_step (gradient clipping by the global "
+            "norm cannot run). Plan without it (memfit.plan(..., optimizers=[...]) naming "
+            "variants that step after backward) or drop before_step; nothing was changed."
+        )
     changes = _changes(inner, optimizer, candidate)
     step = PlannedStep(model, optimizer, plan, candidate, loss_fn, before_step)
     done: list[Change] = []
@@ -203,6 +212,8 @@ def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -
         changes.append(flags)
     if c.precision in PURE:  # last: taking a cast back keeps its rounding
         changes.append(Cast(model, optimizer, PURE[c.precision]))
+    if in_backward(c.optimizer):  # after the cast: a cast's reload replaces the state
+        changes.append(StepInBackward(optimizer, c.optimizer))
     if c.allocator_config:  # first to be made: the one torch may still refuse
         allocator = AllocatorChange(c.allocator_config)
         reason = _allocator_blocked(model)
@@ -240,6 +251,12 @@ def _full_checkpointing(model: nn.Module) -> Change:
 def _optimizer_flags(optimizer: torch.optim.Optimizer, name: str) -> Change | None:
     family, _, impl = name.partition("-")
     kind = next((k for k, cls in _KINDS if isinstance(optimizer, cls)), None)
+    if kind is None and in_backward(name):
+        raise InvalidInputError(
+            f"The plan steps the optimizer in backward ({name}), which memfit does for SGD, "
+            f"Adam and AdamW only; {type(optimizer).__name__} is not one of them. Plan with "
+            "optimizers=[...] naming variants that step after backward; nothing was changed."
+        )
     if kind is None:
         warnings.warn(
             f"The plan was made for the optimizer {name}; {type(optimizer).__name__} is not "
@@ -256,6 +273,9 @@ def _optimizer_flags(optimizer: torch.optim.Optimizer, name: str) -> Change | No
             f"optimizer (memfit.plan(..., optimizer='{kind}')) or build the plan's; nothing "
             "was changed."
         )
+    if in_backward(name):
+        _check_fusable(optimizer, name)
+        return None  # each parameter's copy runs fused: StepInBackward
     if impl not in _IMPLS:
         return None  # the default implementation: the optimizer's flags are left as they are
     fused, foreach = _IMPLS[impl]
@@ -266,6 +286,15 @@ def _optimizer_flags(optimizer: torch.optim.Optimizer, name: str) -> Change | No
             "plan with optimizer=... naming the foreach variant; nothing was changed."
         )
     return OptimizerFlags(optimizer, fused, foreach, name)
+
+
+def _check_fusable(optimizer: torch.optim.Optimizer, name: str) -> None:
+    if any(g.get("differentiable") for g in optimizer.param_groups):
+        raise InvalidInputError(
+            f"The plan chooses {name}, whose per-parameter updates run fused, but the "
+            "optimizer was built with differentiable=True, which fused optimizers do not "
+            "support: build it without differentiable=True; nothing was changed."
+        )
 
 
 class _Nothing(Change):

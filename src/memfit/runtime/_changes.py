@@ -17,6 +17,7 @@ from torch import nn
 
 from memfit._errors import InvalidInputError
 from memfit.workload import (
+    OptimizerInBackward,
     checkpoint_blocks,
     checkpointing_on,
     chosen_blocks,
@@ -31,6 +32,7 @@ __all__ = [
     "Cast",
     "Change",
     "OptimizerFlags",
+    "StepInBackward",
     "SwitchCheckpointing",
     "applied_record",
     "checkpointing_on",
@@ -278,3 +280,23 @@ class OptimizerFlags(Change):
                     where = p.device if on_device else torch.device("cpu")
                     dtype = torch.float32 if on_device else step.dtype
                     self.optimizer.state[p]["step"] = step.to(device=where, dtype=dtype)
+
+
+class StepInBackward(Change):
+    """The optimizer stepped in backward: each parameter updated (fused) and its gradient freed
+    as soon as backward completes it (:class:`memfit.workload.OptimizerInBackward`); ``undo``
+    takes the hooks off. The optimizer's own state and groups are the ones used, so its
+    ``state_dict`` and an LR scheduler on it work as before."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, name: str) -> None:
+        self.optimizer = optimizer
+        self.text = f"optimizer {name}: each parameter stepped (fused) as backward completes it"
+        self.stepper: OptimizerInBackward | None = None
+
+    def do(self) -> None:
+        self.stepper = OptimizerInBackward(self.optimizer)
+
+    def undo(self) -> None:
+        if self.stepper is not None:
+            self.stepper.remove()
+            self.stepper = None

@@ -6,7 +6,8 @@ precision (with a ``GradScaler`` for fp16), its backward is scaled by its share 
 then the optimizer steps and the gradients are set to ``None``. The loop is
 :class:`~memfit.runtime.AutoMicrobatch`'s, started at the planned micro-batch size: a batch
 larger than planned runs as more micro-batches of that size, and an out-of-memory error halves
-them (the smaller size is kept from then on: the guard does not grow past what worked).
+them (the smaller size is kept from then on: the guard does not grow past what worked). A plan
+that steps the optimizer in backward runs the batch in one pass instead: it cannot be split.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from memfit._errors import InvalidInputError
 from memfit.planner import unwrapped_model
 from memfit.runtime._changes import Applied, applied_record
 from memfit.runtime._microbatch import AutoMicrobatch
-from memfit.workload import default_loss
+from memfit.runtime._split import batch_size
+from memfit.workload import default_loss, in_backward
 
 if TYPE_CHECKING:
     from memfit.planner import Candidate, Plan
@@ -132,9 +134,39 @@ class PlannedStep:
             )
         self._device = _device_of(self._inner)  # where the model is now
         try:
+            if in_backward(self.candidate.optimizer):
+                return self._step_in_backward(batch)
             return self.guard.step(batch)
         finally:
             self.optimizer.zero_grad(set_to_none=True)
+
+    def _step_in_backward(self, batch: Any) -> torch.Tensor:
+        """The batch in one pass, each parameter stepped by backward: it cannot be split
+        (each part would step the optimizer), so a larger batch is refused and an
+        out-of-memory error is not retried."""
+        n = batch_size(batch)
+        if n > self.candidate.micro_batch:
+            raise InvalidInputError(
+                f"The batch holds {n} samples; the plan steps the optimizer in backward at "
+                f"{self.candidate.micro_batch}, which cannot be split into micro-batches "
+                "(each would step the optimizer). Give batches of at most "
+                f"{self.candidate.micro_batch} samples, or plan for this global batch."
+            )
+        try:
+            loss = self._loss(self.model, batch)
+            loss.backward()
+        except torch.OutOfMemoryError as exc:
+            note = getattr(exc, "add_note", None)  # Python 3.11+
+            if note is not None:
+                note(
+                    f"memfit: the plan steps the optimizer in backward "
+                    f"({self.candidate.optimizer}): the parameters backward had reached were "
+                    "already updated, so this step "
+                    "cannot be split and retried. Plan for a smaller budget or global batch."
+                )
+            raise
+        self.optimizer.step()  # every gradient is None: nothing moves; a scheduler sees a step
+        return loss.detach()
 
     __call__ = step
 

@@ -95,6 +95,11 @@ def _half_to_float_softmax(
     return torch._softmax(x, dim, True)
 
 
+# in-place fused optimizer kernels with no meta kernel in torch 2.11-2.14 (SGD's fused step;
+# its momentum buffers are made in Python, before the call)
+_NO_META = frozenset({"_fused_sgd_"})
+
+
 def _is_inplace_foreach(func: Any) -> bool:
     name = getattr(func, "__name__", "")
     return name.startswith("_foreach_") and name.endswith("_")
@@ -215,6 +220,10 @@ class TraceFunctionMode(TorchFunctionMode):
             # one fused CUDA kernel, no allocation; on meta some run as out-of-place pieces
             with self.fused_inplace(func, args, kwargs):
                 return func(*args, **kwargs)
+        if self.fused_inplace is not None and getattr(func, "__name__", "") in _NO_META:
+            # an in-place fused kernel torch has no meta kernel for: it allocates nothing
+            with self.fused_inplace(func, args, kwargs):
+                return None
         return self._stamped(func(*args, **kwargs))
 
     def _stamped(self, out: Any) -> Any:

@@ -11,7 +11,7 @@ import dataclasses
 import importlib
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +55,10 @@ from memfit.workload import (
 
 __all__ = ["REPEAT_STEPS", "Trace", "trace_workload"]
 
+IN_BACKWARD_NOTE = (
+    "the optimizer stepped each parameter in backward, one fused update as its gradient was "
+    "complete, and freed the gradient then"
+)
 REPEAT_STEPS = True  # copy later steps from step 1 where it shows they are the same (_repeat)
 
 
@@ -281,8 +285,26 @@ class _Session:
             phase=self.set_phase,
             after_backward=self._after_backward,
             after_optimizer=lambda opt: _mark_optimizer_state(rec, opt),
+            around_param_step=self._param_step,
             repeat=lambda step, model: self.repeat.repeat(step, model, self.train),
         )
+
+    def _param_step(self, param: Any, optimizer: Any, update: Callable[[], None]) -> None:
+        """One parameter's update in backward (an optimizer stepped in backward): its gradient
+        marked as such, its ops and allocations the optimizer phase's, its state marked."""
+        rec = self.recorder
+        owner = rec.param_owner.get(id(param))
+        if param.grad is not None:
+            rec.set_category(param.grad, Category.GRADIENT, force=True, module=owner)
+        backward = rec.phase
+        rec.phase = backward.rpartition(".")[0] + ".optimizer"  # not a phase of its own
+        try:
+            update()
+        finally:
+            rec.phase = backward
+        for value in optimizer.state.get(param, {}).values():
+            if isinstance(value, torch.Tensor):
+                rec.set_category(value, Category.OPTIMIZER_STATE, force=True, module=owner)
 
     def _after_backward(self, model: nn.Module) -> None:
         _mark_grads(self.recorder, model)
@@ -383,6 +405,8 @@ def _trace(
     notes = compile_guard.finish()
     if workload.step_fn is not None:
         notes += _step_notes(workload, session.user_autocast)
+    if workload.optimizer_in_backward:
+        notes.append(IN_BACKWARD_NOTE)
     notes += [f"attention ran {n} x {b}" for b, n in sorted(session.backends.items())]
     notes += sorted(set(session.shadows.guesses))
     notes += session.shadows.routing.notes(asked=workload.moe_routing)

@@ -21,6 +21,7 @@ from memfit.workload._compiled import (
     optimized_module_type,
     whole_model_compiled,
 )
+from memfit.workload._in_backward import IN_BACKWARD, OptimizerInBackward, in_backward
 from memfit.workload._models import ModelRecipe, catalog_entries, resolve_model
 from memfit.workload._spec import (
     Batch,
@@ -47,10 +48,12 @@ from memfit.workload._step import (
 
 __all__ = [
     "COMPILED_NOTE",
+    "IN_BACKWARD",
     "Batch",
     "LossFn",
     "Mode",
     "ModelRecipe",
+    "OptimizerInBackward",
     "OptimizerSpec",
     "Precision",
     "StepHooks",
@@ -69,6 +72,7 @@ __all__ = [
     "default_loss",
     "eager_view",
     "find_blocks",
+    "in_backward",
     "make_optimizer",
     "make_workload",
     "not_compiled_refusal",

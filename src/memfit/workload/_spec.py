@@ -27,6 +27,7 @@ from memfit._errors import InvalidInputError
 from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
 from memfit.workload._compiled import check_compiled_setting
+from memfit.workload._in_backward import in_backward
 
 __all__ = [
     "Batch",
@@ -151,12 +152,19 @@ class Workload:
         check_count("steps", self.steps)
         check_count("accumulation", self.accumulation)
         check_compiled_setting(self.compiled)
+        if self.optimizer_in_backward:
+            _check_in_backward(self)
         if self.moe_routing is not None:
             check_moe_routing(self.moe_routing)
         if self.batch_size is not None:
             check_count("batch_size", self.batch_size)
         if self.seq_len is not None:
             check_count("seq_len", self.seq_len)
+
+    @property
+    def optimizer_in_backward(self) -> bool:
+        """Whether the optimizer steps each parameter in backward (``adamw-in-backward``)."""
+        return in_backward(self.optimizer)
 
     @property
     def param_dtype(self) -> torch.dtype:
@@ -184,6 +192,30 @@ class Workload:
         batch_of = self.batch_of
         return dataclasses.replace(
             self, batch_size=batch_size, make_batch=lambda: batch_of(batch_size)
+        )
+
+
+def _check_in_backward(w: Workload) -> None:
+    """What an optimizer stepped in backward cannot do, refused with the way out."""
+    name = w.optimizer
+    family = str(name).removesuffix("-in-backward")
+    if w.accumulation > 1:
+        raise InvalidInputError(
+            f"optimizer={name!r} steps each parameter as soon as backward has its gradient, "
+            f"so gradients cannot add up over accumulation={w.accumulation} micro-batches: "
+            f"give accumulation=1, or optimizer='{family}-fused' to accumulate."
+        )
+    if w.precision == "fp16-mixed":
+        raise InvalidInputError(
+            f"optimizer={name!r} cannot run with precision='fp16-mixed': the GradScaler must "
+            "unscale and check every gradient for inf before any parameter is stepped. Give "
+            f"precision='bf16-mixed' (no scaler), or optimizer='{family}-fused'."
+        )
+    if w.step_fn is not None:
+        raise InvalidInputError(
+            f"optimizer={name!r} is memfit's loop stepping in backward; a step function of "
+            "your own calls the optimizer itself. Register the hooks in your step (torch's "
+            "register_post_accumulate_grad_hook) and pass the optimizer factory you use."
         )
 
 

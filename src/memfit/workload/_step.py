@@ -16,6 +16,7 @@ from torch import nn
 
 from memfit._errors import InvalidInputError
 from memfit.workload._checkpoint import checkpoint_blocks
+from memfit.workload._in_backward import IN_BACKWARD, Around, OptimizerInBackward
 from memfit.workload._spec import Batch, OptimizerSpec, Workload, partial_fraction
 
 __all__ = [
@@ -36,7 +37,7 @@ def make_optimizer(spec: OptimizerSpec, params: Any) -> torch.optim.Optimizer:
         return spec(params)
     name, _, impl = spec.partition("-")
     flags: dict[str, Any] = {}
-    if impl == "fused":
+    if impl in ("fused", IN_BACKWARD):  # in backward: a fused update per parameter
         flags["fused"] = True
     elif impl == "foreach":
         flags["foreach"] = True
@@ -82,6 +83,8 @@ class StepHooks:
     phase: Callable[[str], None] = lambda name: None
     after_backward: Callable[[nn.Module], None] = lambda model: None
     after_optimizer: Callable[[torch.optim.Optimizer], None] = lambda opt: None
+    # wraps one parameter's update when the optimizer steps in backward (the trace's marks)
+    around_param_step: Around = lambda param, optimizer, update: update()
     # True when step N's input, forward and backward were reproduced without running them
     # (a trace copies step 1's events; memfit's own loop only)
     repeat: Callable[[int, nn.Module], bool] = lambda step, model: False
@@ -101,6 +104,27 @@ def run_steps(
         return hooks.autocast(dtype) if dtype is not None else nullcontext()
 
     whole = workload.step_fn is not None or workload.mode == "infer"  # no optimizer of ours
+    stepper = None
+    if workload.optimizer_in_backward and not whole:
+        assert optimizer is not None
+        stepper = OptimizerInBackward(optimizer, around=hooks.around_param_step)
+    try:
+        _steps(workload, model, optimizer, hooks, scaler, whole, region)
+    finally:
+        if stepper is not None:
+            stepper.remove()
+    hooks.phase("end")
+
+
+def _steps(
+    workload: Workload,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    hooks: StepHooks,
+    scaler: Any,
+    whole: bool,
+    region: Callable[[], AbstractContextManager[Any]],
+) -> None:
     for step in range(1, workload.steps + 1):
         repeated = hooks.repeat(step, model)  # input, forward and backward copied from step 1
         micro_batches = 0 if repeated else 1 if whole else workload.accumulation
@@ -135,7 +159,6 @@ def run_steps(
         hooks.after_backward(model)
         assert optimizer is not None
         _optimizer_step(optimizer, scaler, hooks, step)
-    hooks.phase("end")
 
 
 def _optimizer_step(
@@ -145,7 +168,7 @@ def _optimizer_step(
     if scaler is not None:
         scaler.step(optimizer)
         scaler.update()
-    else:
+    else:  # stepped in backward: every gradient is None and this steps nothing
         optimizer.step()
     hooks.after_optimizer(optimizer)
     hooks.phase(f"step{step}.zero_grad")
