@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from memfit.trace._leaves import tensors_in
 
@@ -98,8 +99,7 @@ class StepCosts:
             return
         outputs = _nbytes(tensors_in(out))
         nbytes = _nbytes(tensors_in((args, kwargs))) + (outputs or _written(func, args))
-        formula = _formula(func)
-        flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
+        flops = _flops(func, args, kwargs, out)
         ops.append((op_kind(func, args, kwargs) if flops else "mem", flops, nbytes))
 
     def record_inplace_foreach(
@@ -169,6 +169,34 @@ def conv_class(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None =
 def _sides(sizes: list[int]) -> str:
     """``3`` for ``[3, 3]``, ``3x1`` for ``[3, 1]``."""
     return str(sizes[0]) if len(set(sizes)) == 1 else "x".join(map(str, sizes))
+
+
+def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> int:
+    """The op's FLOPs by PyTorch's formula (0 without one). Attention with fewer key/value heads
+    than query heads (grouped-query attention passed with ``enable_gqa``, as transformers 5.17
+    does) is refused by the formula, which wants equal heads; the kernel computes every query
+    head's scores all the same, so it is counted with the key and value heads widened."""
+    formula = _formula(func)
+    if formula is None:
+        return 0
+    try:
+        return int(formula(*args, **kwargs, out_val=out))
+    except AssertionError:
+        if func.overloadpacket.__name__ not in _ATTENTION:
+            raise
+    return int(formula(*_widened_heads(args), **kwargs, out_val=out))
+
+
+def _widened_heads(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Every 4-D tensor argument with fewer heads (dim 1) than the most, given the most."""
+    heads = max(a.shape[1] for a in args if isinstance(a, torch.Tensor) and a.dim() == 4)
+    with _disable_current_modes():  # shapes for the formula, not allocations of the step
+        return tuple(
+            torch.empty((a.shape[0], heads, *a.shape[2:]), dtype=a.dtype, device="meta")
+            if isinstance(a, torch.Tensor) and a.dim() == 4 and a.shape[1] < heads
+            else a
+            for a in args
+        )
 
 
 def _formula(func: Any) -> Any:
