@@ -101,7 +101,7 @@ def measure_one(row: dict[str, Any], steps: int) -> dict[str, Any]:
 
 
 def _settings(row: dict[str, Any], chosen: dict[str, Any]) -> dict[str, Any]:
-    case = CASES[row["model"]]
+    case = _case(row)
     settings = {
         "batch_size": chosen["micro_batch"],
         "accumulation": chosen["accumulation"],
@@ -123,7 +123,7 @@ def _applied(row: dict[str, Any], steps: int) -> dict[str, Any]:
     from memfit.planner import Plan
     from memfit.workload import make_workload
 
-    case = CASES[row["model"]]
+    case = _case(row)
     result: dict[str, Any] = {}
     try:
         workload = make_workload(
@@ -195,6 +195,11 @@ def _plan_from(data: dict[str, Any], plan_type: Any) -> Any:
         candidates=[],
         baseline=evaluated(data["baseline"]),
     )
+
+
+def _case(row: dict[str, Any]) -> dict[str, Any]:
+    """The workload of a row: its own ``case`` (``in_backward_proof.py``'s), else ``CASES``'."""
+    return row.get("case") or CASES[row["model"]]
 
 
 def _to_cuda(batch: Any) -> Any:

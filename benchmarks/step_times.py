@@ -4,7 +4,8 @@ planner's step-time model is calibrated and checked against (issue 13).
     PYTHONPATH=src python benchmarks/step_times.py --out FILE.json [--only MODEL ...] [--steps 8]
 
 For each model of ``CASES`` and each configuration of ``VARIANTS`` (precision, activation
-checkpointing, a micro-batch half the size with two-way accumulation, the fused optimizer), the
+checkpointing, a micro-batch half the size with two-way accumulation, the fused optimizer, the
+optimizer stepped in backward), the
 workload runs memfit's own step loop on the GPU (``run_steps``, as ``memfit validate`` runs it)
 for ``--steps`` steps. Each step is timed from its first phase to the next step's, the GPU
 synchronized at each boundary; the median of the steps after the first two is kept, with the
@@ -44,6 +45,10 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("fp32", {"precision": "fp32"}),
     ("bf16-mixed, half micro-batch x 2", {"precision": "bf16-mixed", "half_micro": True}),
     ("bf16-mixed, fused AdamW", {"precision": "bf16-mixed", "optimizer": "adamw-fused"}),
+    (
+        "bf16-mixed, AdamW in backward",
+        {"precision": "bf16-mixed", "optimizer": "adamw-in-backward"},
+    ),
 ]
 
 

@@ -235,7 +235,9 @@ def _search_in_backward(
     for each precision and checkpointing whose bisection found that micro-batch too large
     with the optimizer stepping after backward, and only where it could then fit: stepping in
     backward frees at most the gradients (the trained parameters at the precision's gradient
-    size). fp16-mixed cannot (its scaler checks every gradient first)."""
+    size). fp16-mixed cannot (its scaler checks every gradient first). Where full
+    checkpointing fits the whole global batch, partial checkpointing is searched stepped in
+    backward too (:func:`_partial`): without the gradients, fewer blocks may be recomputed."""
     if not space["in_backward"]:
         return
     first, name = space["optimizers"][0], space["in_backward"][0]
@@ -257,6 +259,22 @@ def _search_in_backward(
             progress(done, of, "optimizer in backward searched")
 
     run_jobs(ev, _evaluate_group, todo, workers, stepped)
+    blocks = space["blocks"][0]
+    if blocks > 1 and True in space["checkpointing"] and False in space["checkpointing"]:
+        fitting = {  # full checkpointing fits the whole batch: stepped in backward, fewer blocks
+            e.candidate.precision
+            for e in ev.seen.values()
+            if e.fits
+            and e.candidate.micro_batch == total
+            and e.candidate.checkpointing is True
+            and e.candidate.precision != "fp16-mixed"
+        }
+
+        def partial(e: Evaluator, precision: str) -> None:
+            e.evaluate(_with_allocators(Candidate(total, 1, precision, True, name)))
+            _partial(e, [total], total, precision, name, blocks)
+
+        run_jobs(ev, partial, sorted(fitting), workers)
 
 
 def _peak_rate(ev: Evaluator, precision: str) -> float:
