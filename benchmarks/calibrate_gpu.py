@@ -482,18 +482,10 @@ TINY_VARIANTS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-# the optimizer stepped in backward beside its fused twin, measured in the same run: what a step
-# costs the host per parameter tensor stepped in backward (calibration_fit.fit_in_backward)
-IN_BACKWARD_VARIANTS: list[tuple[str, dict[str, Any]]] = [
-    ("bf16-mixed, fused", {"precision": "bf16-mixed", "optimizer": "adamw-fused"}),
-    ("bf16-mixed, in backward", {"precision": "bf16-mixed", "optimizer": "adamw-in-backward"}),
-]
-
-
-def tiny_rows(variants: list[tuple[str, dict[str, Any]]] = TINY_VARIANTS) -> list[dict[str, Any]]:
+def tiny_rows() -> list[dict[str, Any]]:
     rows = []
     for name in TINY:
-        for variant_name, variant in variants:
+        for variant_name, variant in TINY_VARIANTS:
             try:
                 phases = tiny_phases(name, variant)
             except Exception as exc:  # kept in the results, the rest runs
@@ -516,7 +508,7 @@ def _rates(points: list[list[float]]) -> str:
     return " ".join(f"{p[0] / p[1] / 1e12:.0f}" for p in points) + " TFLOP/s"
 
 
-PARTS = ("mm", "conv", "attn", "mem", "host", "tiny", "inbackward")
+PARTS = ("mm", "conv", "attn", "mem", "host", "tiny")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -579,8 +571,6 @@ def main(argv: list[str] | None = None) -> int:
         result["input_seconds_per_byte"] = input_rates()
     if "tiny" in parts:
         result["tiny"] = tiny_rows()
-    if "inbackward" in parts:
-        result["in_backward"] = tiny_rows(IN_BACKWARD_VARIANTS)
     result["meta"]["seconds"] = round(time.time() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

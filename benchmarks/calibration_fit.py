@@ -25,8 +25,9 @@ ResNet-18 a checkpointed or selective step's extra is ten times an eager one's: 
 and dispatch mode per block).
 The optimizer's host time is fitted as seconds per op plus seconds per parameter tensor (its
 Python loops over the parameters), by least squares over every tiny row. Stepped in backward,
-each parameter tensor is a ``step()`` call of its own: ``calibrate_gpu.py --only inbackward``
-measures it beside the fused step, and :func:`fit_in_backward` fits its cost per tensor.
+each parameter tensor is a ``step()`` call of its own: ``in_backward_host.py`` measures the
+host's time of it apart from the GPU's (``--in-backward FILE``), and :func:`fit_in_backward`
+fits its cost per tensor.
 """
 
 from __future__ import annotations
@@ -126,22 +127,37 @@ def fit_host(rows: list[TinyRow]) -> dict[str, float]:
     return host
 
 
-def fit_in_backward(rows: list[TinyRow], host: dict[str, float]) -> float | None:
+def fit_in_backward(rows: list[dict[str, Any]], host: dict[str, float]) -> float | None:
     """The host's seconds per parameter tensor of an optimizer stepped in backward
-    (``optimizer_param:in-backward``), from tiny steps measured as pairs in one run: the
-    in-backward step's backward and optimizer phases less its fused twin's backward (a backward
-    without the updates) is the updates' host time; less their ops at the optimizer's cost per
-    op, over the parameter tensors. The median over the models; None without pairs."""
-    fused = {r.model: r for r in rows if r.style == "fused"}
+    (``optimizer_param:in-backward``), from ``in_backward_host.py``'s rows: per model, the host's
+    seconds of a backward stepping in backward less one with the fused optimizer stepping after
+    it, less the ops the update adds at the optimizer's cost per op, over the tensors, plus the
+    loop's own cost per tensor (which the step after backward also paid). The median over the
+    models; None without rows."""
     per: list[float] = []
-    for r in rows:
-        twin = fused.get(r.model)
-        if r.style != "in-backward" or twin is None:
-            continue
-        spent = r.seconds["backward"] + r.seconds.get("optimizer", 0.0) - twin.seconds["backward"]
-        ops = r.ops.get("optimizer", 0)
-        per.append((spent - ops * host["optimizer"]) / r.params)
-    return max(0.0, statistics.median(per)) if per else None
+    for row in rows:
+        added = in_backward_ops(row["model"], "adamw-in-backward") - in_backward_ops(
+            row["model"], "adamw-fused"
+        )
+        spent = row["in_backward"]["host_seconds"] - row["after"]["host_seconds"]
+        tensors = row["in_backward"]["tensors"]
+        per.append((spent - added * host["optimizer"]) / tensors + host["optimizer_param"])
+    return statistics.median(per) if per else None
+
+
+@functools.cache
+def in_backward_ops(model: str, optimizer: str) -> int:
+    """The optimizer ops of step 2 of ``in_backward_host.py``'s workload, as traced."""
+    from in_backward_host import MODELS, workload
+
+    from memfit._gpus import resolve_gpu
+    from memfit.trace import trace_workload
+
+    settings = dict(MODELS)[model]
+    w = dataclasses.replace(workload(model, settings, optimizer), steps=3)
+    costs = trace_workload(w, resolve_gpu("h200"), costs=True).costs
+    assert costs is not None
+    return len(costs.phases["step2.optimizer"].ops)
 
 
 def is_class_curve(key: str) -> bool:
@@ -185,6 +201,9 @@ def main() -> int:
     parser.add_argument("--key", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--kernel-floor", type=float, help="seconds; default: the measured one")
+    parser.add_argument(
+        "--in-backward", type=Path, help="in_backward_host.py's file: the host's cost per tensor"
+    )
     args = parser.parse_args()
     runs = [json.loads(path.read_text()) for path in args.calibration]
     shipped = shipped_curves(runs)
@@ -199,16 +218,11 @@ def main() -> int:
         rows.append(TinyRow(row["model"], style, row["phase_seconds"], ops, convs, params))
         print(f"{row['model']:14s} {row['variant']:26s} ops {ops} convolutions {convs}", flush=True)
     host = fit_host(rows)
-    pairs = []
-    for row in [row for run in runs for row in run.get("in_backward", ())]:
-        if "phase_seconds" not in row:
-            continue
-        ops, convs, params = op_counts(row["model"], json.dumps(row["settings"], sort_keys=True))
-        style = "in-backward" if "in backward" in row["variant"] else "fused"
-        pairs.append(TinyRow(row["model"], style, row["phase_seconds"], ops, convs, params))
-    in_backward = fit_in_backward(pairs, host)
-    if in_backward is not None:
-        host["optimizer_param:in-backward"] = in_backward
+    if args.in_backward is not None:
+        rows = json.loads(args.in_backward.read_text())["rows"]
+        in_backward = fit_in_backward(rows, host)
+        if in_backward is not None:
+            host["optimizer_param:in-backward"] = in_backward
     mem = measured["curves"]["mem"]
     floor = args.kernel_floor or measured.get("kernel_floor_seconds")
     bandwidth = mem[-1][0] / (mem[-1][1] - floor)

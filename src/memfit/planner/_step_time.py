@@ -32,7 +32,7 @@ from importlib import resources
 from typing import Any
 
 from memfit._gpus import GPU
-from memfit.trace import StepCosts
+from memfit.trace import Op, StepCosts
 
 __all__ = ["Calibration", "StepTime", "calibration_for", "step_time"]
 
@@ -176,7 +176,8 @@ def step_time(
     ``selective``. ``micro_batches = (traced, wanted)``: the trace ran ``traced`` micro-batches
     per step and the step to predict runs ``wanted`` (the planner traces at most two and scales
     their input, forward and backward). ``in_backward``: the optimizer steps each parameter in
-    backward (its host pays :meth:`Calibration.optimizer_param` per parameter tensor for it).
+    backward, inside the backward phase (its host pays :meth:`Calibration.optimizer_param` per
+    parameter tensor for it).
     """
     traced, wanted = micro_batches
     host = gpu = 0.0
@@ -184,35 +185,56 @@ def step_time(
     busy_gpu = busy_host = 0.0
     for phase in _ORDER:
         cost = costs.phases.get(f"step{step}.{phase}")
-        if cost is None:
+        if cost is None or (in_backward and phase == "optimizer"):
             continue
         scale = wanted / traced if phase in _MICRO else 1.0
-        per_op = calibration.host_seconds(phase, style)
-        per_conv = calibration.host_per_conv(phase, style)
-        start = max(host, gpu)
-        h = g = 0.0
-        copies = phase == "input"  # the batch copied from the host: the host waits for it
-        for kind, flops, nbytes in cost.ops:
-            h += per_op
+        lane = _Lane(calibration)
+        lane.issue(cost.ops, phase, style, copies=phase == "input")
+        if phase == "backward" and in_backward:
+            # each parameter's update is issued as backward completes its gradient: on the
+            # host between backward's ops, on the GPU between its kernels (the host's cost of
+            # it hides under a GPU-bound backward). Scaled with backward: one micro-batch
+            update = costs.phases.get(f"step{step}.optimizer")
+            lane.issue(update.ops if update else [], "optimizer", style)
+            lane.host += costs.parameter_tensors * calibration.optimizer_param(True)
+        if phase == "optimizer":
+            lane.host += costs.parameter_tensors * calibration.optimizer_param(False)
+        busy_host += lane.host * scale
+        busy_gpu += lane.busy * scale
+        took = max(lane.host, lane.gpu) * scale
+        phases[phase] = took
+        host = gpu = max(host, gpu) + took
+    return StepTime(max(host, gpu), busy_gpu, busy_host, phases)
+
+
+class _Lane:
+    """One phase's timelines: the host issuing ops one after another, the GPU running each once
+    it is issued and the one before it is done."""
+
+    def __init__(self, calibration: Calibration) -> None:
+        self.calibration = calibration
+        self.host = self.gpu = self.busy = 0.0
+
+    def issue(self, ops: list[Op], phase: str, style: str, *, copies: bool = False) -> None:
+        """Issue ``ops`` of ``phase``; ``copies``: the batch copied from the host, which the
+        host waits for."""
+        cal = self.calibration
+        per_op = cal.host_seconds(phase, style)
+        per_conv = cal.host_per_conv(phase, style)
+        for kind, flops, nbytes in ops:
+            self.host += per_op
             if copies and kind == "mem":
-                h += nbytes / 2 * calibration.h2d  # read on the host, written on the GPU
+                self.host += nbytes / 2 * cal.h2d  # read on the host, written on the GPU
                 continue
             if kind == "sync":
-                h = max(h, g)
+                self.host = max(self.host, self.gpu)
                 continue
             if per_conv and kind.startswith(_CONVOLUTIONS):
-                h += per_conv
-            run = calibration.gpu_seconds(kind, flops, nbytes)
+                self.host += per_conv
+            run = cal.gpu_seconds(kind, flops, nbytes)
             if run:
-                g = max(g, h) + run
-                busy_gpu += run * scale
-        if phase == "optimizer":
-            h += costs.parameter_tensors * calibration.optimizer_param(in_backward)
-        busy_host += h * scale
-        took = max(h, g) * scale
-        phases[phase] = took
-        host = gpu = start + took
-    return StepTime(max(host, gpu), busy_gpu, busy_host, phases)
+                self.gpu = max(self.gpu, self.host) + run
+                self.busy += run
 
 
 @functools.cache
