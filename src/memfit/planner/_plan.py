@@ -15,7 +15,6 @@ micro-batches, is estimated in full before it is returned.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,17 @@ from memfit._errors import InvalidInputError, UnsupportedWorkloadError
 from memfit._gpus import GPU, resolve_gpu
 from memfit._units import format_bytes
 from memfit.estimator import gc_paused, installed_versions, quiet_libraries
+from memfit.planner._candidates import (
+    EXPANDABLE,
+    SPEED_TIE,
+    Progress,
+    evaluate_group,
+    fastest,
+    fits,
+    with_allocators,
+)
 from memfit.planner._parallel import default_workers, run_jobs
+from memfit.planner._partial_search import search_in_backward, search_partial
 from memfit.planner._plan_result import Candidate, Evaluated, Plan
 from memfit.planner._search import Evaluator
 from memfit.planner._step_time import calibration_for
@@ -39,11 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MARGIN", "EXPANDABLE", "plan"]
 
 DEFAULT_MARGIN = 0.05  # of the budget kept free: the allocator's drift over a long run
-SPEED_TIE = 0.05  # predicted step times closer than this are a tie (see _choice)
-RECOMPUTE_BOUND = 2.0  # full checkpointing's step over none's, at most (_worth_partial)
-EXPANDABLE = "expandable_segments:True"
 CHECKPOINTING: tuple[bool | str, ...] = (False, "selective", True)
-Progress = Callable[[int, int, str], None]
 
 
 def plan(
@@ -135,16 +140,16 @@ def _search(
     workers = default_workers() if workers is None else workers
     levels = [n for n in range(total, 0, -1) if total % n == 0]
     _search_precisions(ev, space, levels, total, user, workers, progress)
-    _search_partial(ev, space, levels, total, workers, progress)
-    _search_in_backward(ev, space, total, workers, progress)
+    search_partial(ev, space, levels, total, workers, progress)
+    search_in_backward(ev, space, total, workers, progress)
     groups = _refinements(ev, levels, total, space["optimizers"])
 
     def refined(done: int, of: int) -> None:
         if progress is not None:
             progress(done, of, "optimizer variants and smaller micro-batches")
 
-    run_jobs(ev, _evaluate_group, groups, workers, refined)
-    baseline = ev.evaluate(_with_allocators(user))[0]  # evaluated in the first phase
+    run_jobs(ev, evaluate_group, groups, workers, refined)
+    baseline = ev.evaluate(with_allocators(user))[0]  # evaluated in the first phase
     remake: Callable[[int], Workload] | None = None
     if batch is None and base.seq_len:  # a model name: the same step on shorter sequences
 
@@ -183,98 +188,17 @@ def _search_precisions(
 
     def job(e: Evaluator, item: tuple[str, bool | str | float] | None) -> None:
         if item is None:
-            e.evaluate(_with_allocators(user))
+            e.evaluate(with_allocators(user))
         else:
             _bisect(e, levels, total, item[0], item[1], first)
 
     items: list[Any] = [(p, c) for p in early for c in space["checkpointing"]]
     run_jobs(ev, job, [*items, None], workers, searched)
     done = len(items) + 1
-    floor, best = _step_floor(ev), _fastest(ev)
+    floor, best = _step_floor(ev), fastest(ev)
     late = [p for p in late if floor / rates[p] <= best * (1 + SPEED_TIE)]
     if late:
         run_jobs(ev, job, [(p, c) for p in late for c in space["checkpointing"]], workers, searched)
-
-
-def _search_partial(
-    ev: Evaluator,
-    space: dict[str, tuple[Any, ...]],
-    levels: list[int],
-    total: int,
-    workers: int,
-    progress: Progress | None,
-) -> None:
-    """Partial checkpointing (:func:`_partial`) for each precision worth it, where the space
-    has both ends and the model has blocks to share out."""
-    blocks = space["blocks"][0]
-    if blocks <= 1 or True not in space["checkpointing"] or False not in space["checkpointing"]:
-        return
-    first = space["optimizers"][0]
-
-    def partial(done: int, of: int) -> None:
-        if progress is not None:
-            progress(done, of, "partial checkpointing searched")
-
-    run_jobs(
-        ev,
-        lambda e, p: _partial(e, levels, total, p, first, blocks),
-        _worth_partial(ev, space["precisions"], first),
-        workers,
-        partial,
-    )
-
-
-def _search_in_backward(
-    ev: Evaluator,
-    space: dict[str, tuple[Any, ...]],
-    total: int,
-    workers: int,
-    progress: Progress | None,
-) -> None:
-    """The optimizer stepped in backward, at the whole global batch (it cannot accumulate),
-    for each precision and checkpointing whose bisection found that micro-batch too large
-    with the optimizer stepping after backward, and only where it could then fit: stepping in
-    backward frees at most the gradients (the trained parameters at the precision's gradient
-    size). fp16-mixed cannot (its scaler checks every gradient first). Where full
-    checkpointing fits the whole global batch, partial checkpointing is searched stepped in
-    backward too (:func:`_partial`): without the gradients, fewer blocks may be recomputed."""
-    if not space["in_backward"]:
-        return
-    first, name = space["optimizers"][0], space["in_backward"][0]
-    trained = space["trained"][0]
-    todo = []
-    for e in list(ev.seen.values()):
-        c = e.candidate
-        if c.micro_batch != total or c.optimizer != first or c.allocator_config:
-            continue
-        if c.precision == "fp16-mixed":
-            continue
-        needed = min(x.needed for x in ev.evaluate(_with_allocators(c)))
-        grads = trained * (2 if c.precision in ("bf16", "fp16") else 4)
-        if needed > ev.usable and needed - grads <= ev.usable:
-            todo.append(_with_allocators(dataclasses.replace(c, optimizer=name)))
-
-    def stepped(done: int, of: int) -> None:
-        if progress is not None:
-            progress(done, of, "optimizer in backward searched")
-
-    run_jobs(ev, _evaluate_group, todo, workers, stepped)
-    blocks = space["blocks"][0]
-    if blocks > 1 and True in space["checkpointing"] and False in space["checkpointing"]:
-        fitting = {  # full checkpointing fits the whole batch: stepped in backward, fewer blocks
-            e.candidate.precision
-            for e in ev.seen.values()
-            if e.fits
-            and e.candidate.micro_batch == total
-            and e.candidate.checkpointing is True
-            and e.candidate.precision != "fp16-mixed"
-        }
-
-        def partial(e: Evaluator, precision: str) -> None:
-            e.evaluate(_with_allocators(Candidate(total, 1, precision, True, name)))
-            _partial(e, [total], total, precision, name, blocks)
-
-        run_jobs(ev, partial, sorted(fitting), workers)
 
 
 def _peak_rate(ev: Evaluator, precision: str) -> float:
@@ -283,11 +207,6 @@ def _peak_rate(ev: Evaluator, precision: str) -> float:
     dtype = "fp32" if precision == "fp32" else precision.removesuffix("-mixed")
     points = ev.calibration.curves.get(f"mm:{dtype}", ())
     return max((w / t for w, t in points if t > 0), default=float("inf"))
-
-
-def _fastest(ev: Evaluator) -> float:
-    """The predicted step of the fastest candidate that fits so far (infinite: none fits)."""
-    return min((e.step_seconds for e in ev.seen.values() if e.fits), default=math.inf)
 
 
 def _step_floor(ev: Evaluator) -> float:
@@ -396,7 +315,7 @@ def _space(
         "precisions": tuple(precisions) if precisions else (half, "fp32"),
         "checkpointing": tuple(checkpointing) if checkpointing is not None else CHECKPOINTING,
         "optimizers": after,  # bisected and refined: they step after backward
-        "in_backward": tuple(o for o in names if in_backward(o)),  # _search_in_backward
+        "in_backward": tuple(o for o in names if in_backward(o)),  # search_in_backward
     }
     for p in space["precisions"]:
         dataclasses.replace(base, precision=p)  # checked by Workload: a clear error
@@ -424,80 +343,6 @@ def _model_facts(base: Workload) -> tuple[int, int]:
         return 0, trained
 
 
-def _partial(
-    ev: Evaluator, levels: list[int], total: int, precision: str, opt: str, blocks: int
-) -> None:
-    """Partial checkpointing at the micro-batches where no checkpointing does not fit and full
-    does: the fewest blocks checkpointed that fit, at the two smallest such micro-batches (a
-    larger one needs more blocks recomputed). The count is first guessed from the two ends,
-    as memory falls about linearly with each block checkpointed, then raised until it fits;
-    not at all where the step the same line predicts for that count cannot tie the fastest."""
-    none_fit = [e.candidate.micro_batch for e in _searched(ev, precision, False, opt)]
-    full_fit = [e.candidate.micro_batch for e in _searched(ev, precision, True, opt)]
-    if not full_fit:
-        return
-    low, high = max(none_fit, default=0), max(full_fit)
-    best = _fastest(ev)
-    for m in sorted(n for n in levels if low < n <= high)[:2]:
-        at = Candidate(m, total // m, precision, False, opt)
-        plains = ev.evaluate(_with_allocators(at))
-        fulls = ev.evaluate(_with_allocators(dataclasses.replace(at, checkpointing=True)))
-        plain, full = min(e.needed for e in plains), min(e.needed for e in fulls)
-        if full >= plain or full > ev.usable:
-            continue
-        k = max(1, min(blocks - 1, math.ceil(blocks * (plain - ev.usable) / (plain - full))))
-        # its step, by the same line between the two ends: too slow to tie, not traced
-        t_plain, t_full = plains[0].step_seconds, fulls[0].step_seconds
-        if t_plain + (t_full - t_plain) * k / blocks > best * (1 + SPEED_TIE):
-            continue
-        while k < blocks:
-            if _fits(ev, dataclasses.replace(at, checkpointing=round(k / blocks, 4))):
-                break
-            k += 1
-
-
-def _worth_partial(ev: Evaluator, precisions: tuple[str, ...], opt: str) -> list[str]:
-    """The precisions whose partial checkpointing could come within the tie of the fastest
-    found so far: partial checkpointing at a micro-batch recomputes part of what full does
-    there, so it is at best :data:`RECOMPUTE_BOUND` times faster than the precision's fastest
-    full checkpointing (measured on the H200 up to 1.67 times: Qwen2.5-0.5B, whose host pays
-    for the recompute too). fp32 against bf16-mixed on a GPU-bound model is skipped."""
-    best = _fastest(ev)
-    out = []
-    for p in precisions:
-        full = [e.step_seconds for e in _searched(ev, p, True, opt)]
-        if full and min(full) / RECOMPUTE_BOUND <= best * (1 + SPEED_TIE):
-            out.append(p)
-    return out
-
-
-def _searched(ev: Evaluator, precision: str, ckpt: bool, opt: str) -> list[Evaluated]:
-    """What the bisection of (``precision``, ``ckpt``) found to fit, by micro-batch."""
-    return [
-        e
-        for e in ev.seen.values()
-        if e.fits
-        and e.candidate.precision == precision
-        and e.candidate.checkpointing is ckpt
-        and e.candidate.optimizer == opt
-    ]
-
-
-def _evaluate_group(ev: Evaluator, group: list[Candidate]) -> None:
-    ev.evaluate(group)
-
-
-def _with_allocators(c: Candidate) -> list[Candidate]:
-    other = "" if c.allocator_config == EXPANDABLE else EXPANDABLE
-    if c.allocator_config not in ("", EXPANDABLE):
-        return [c, dataclasses.replace(c, allocator_config=EXPANDABLE)]
-    return [c, dataclasses.replace(c, allocator_config=other)]
-
-
-def _fits(ev: Evaluator, c: Candidate) -> bool:
-    return any(e.fits for e in ev.evaluate(_with_allocators(c)))
-
-
 def _bisect(
     ev: Evaluator,
     levels: list[int],
@@ -512,16 +357,16 @@ def _bisect(
         return Candidate(levels[i], total // levels[i], precision, ckpt, opt)
 
     lo, hi = 0, len(levels) - 1  # levels descend: find the first index that fits
-    if _fits(ev, at(lo)):
+    if fits(ev, at(lo)):
         return
     while hi - lo > 1:  # the smallest is taken to fit until bisection reaches it
         mid = (lo + hi) // 2
-        if _fits(ev, at(mid)):
+        if fits(ev, at(mid)):
             hi = mid
         else:
             lo = mid
     if hi == len(levels) - 1:
-        _fits(ev, at(hi))
+        fits(ev, at(hi))
 
 
 def _refinements(
@@ -552,7 +397,7 @@ def _refinements(
                 )
             )
         for v in variants:
-            group = _with_allocators(v)
+            group = with_allocators(v)
             if group[0] not in ev.seen and group not in groups:
                 groups.append(group)
     return groups
@@ -628,7 +473,7 @@ def _choice(fitting: list[Evaluated], usable: int) -> Evaluated:
     headroom worth a slower step), then the fastest: closer than the tie, the order of two
     steps is the step-time model's error and the GPU's run-to-run noise; memory left free is
     not."""
-    fastest = fitting[0].step_seconds
-    tied = [e for e in fitting if e.step_seconds <= fastest * (1 + SPEED_TIE)]
+    best = fitting[0].step_seconds
+    tied = [e for e in fitting if e.step_seconds <= best * (1 + SPEED_TIE)]
     step = max(1, usable // 100)
     return min(tied, key=lambda e: (len(e.changes), e.needed // step, e.step_seconds))

@@ -1,0 +1,45 @@
+"""What the planner's searches share: the candidates' allocator variants, whether one fits, the
+fastest found so far, and the tie between predicted step times."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+from memfit.planner._plan_result import Candidate
+from memfit.planner._search import Evaluator
+
+__all__ = [
+    "EXPANDABLE",
+    "SPEED_TIE",
+    "Progress",
+    "evaluate_group",
+    "fastest",
+    "fits",
+    "with_allocators",
+]
+
+SPEED_TIE = 0.05  # predicted step times closer than this are a tie (_plan's _choice)
+EXPANDABLE = "expandable_segments:True"
+Progress = Callable[[int, int, str], None]
+
+
+def evaluate_group(ev: Evaluator, group: list[Candidate]) -> None:
+    ev.evaluate(group)
+
+
+def with_allocators(c: Candidate) -> list[Candidate]:
+    other = "" if c.allocator_config == EXPANDABLE else EXPANDABLE
+    if c.allocator_config not in ("", EXPANDABLE):
+        return [c, dataclasses.replace(c, allocator_config=EXPANDABLE)]
+    return [c, dataclasses.replace(c, allocator_config=other)]
+
+
+def fits(ev: Evaluator, c: Candidate) -> bool:
+    return any(e.fits for e in ev.evaluate(with_allocators(c)))
+
+
+def fastest(ev: Evaluator) -> float:
+    """The predicted step of the fastest candidate that fits so far (infinite: none fits)."""
+    return min((e.step_seconds for e in ev.seen.values() if e.fits), default=math.inf)

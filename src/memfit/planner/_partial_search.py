@@ -1,0 +1,189 @@
+"""The planner's searches after the micro-batch bisections: partial activation checkpointing, and
+the optimizer stepped in backward (with partial checkpointing beside it), each only where it
+could fit and tie the fastest found (issue 13)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from memfit.planner._candidates import (
+    SPEED_TIE,
+    Progress,
+    evaluate_group,
+    fastest,
+    fits,
+    with_allocators,
+)
+from memfit.planner._parallel import run_jobs
+from memfit.planner._plan_result import Candidate, Evaluated
+from memfit.planner._search import Evaluator
+
+__all__ = ["RECOMPUTE_BOUND", "search_in_backward", "search_partial"]
+
+RECOMPUTE_BOUND = 2.0  # full checkpointing's step over none's, at most (_worth_partial)
+
+
+def search_partial(
+    ev: Evaluator,
+    space: dict[str, tuple[Any, ...]],
+    levels: list[int],
+    total: int,
+    workers: int,
+    progress: Progress | None,
+) -> None:
+    """Partial checkpointing (:func:`_partial`) for each precision worth it, where the space
+    has both ends and the model has blocks to share out."""
+    blocks = space["blocks"][0]
+    if blocks <= 1 or True not in space["checkpointing"] or False not in space["checkpointing"]:
+        return
+    first = space["optimizers"][0]
+
+    def partial(done: int, of: int) -> None:
+        if progress is not None:
+            progress(done, of, "partial checkpointing searched")
+
+    run_jobs(
+        ev,
+        lambda e, p: _partial(e, levels, total, p, first, blocks),
+        _worth_partial(ev, space["precisions"], first),
+        workers,
+        partial,
+    )
+
+
+def search_in_backward(
+    ev: Evaluator,
+    space: dict[str, tuple[Any, ...]],
+    total: int,
+    workers: int,
+    progress: Progress | None,
+) -> None:
+    """The optimizer stepped in backward, at the whole global batch (it cannot accumulate),
+    for each precision and checkpointing whose bisection found that micro-batch too large
+    with the optimizer stepping after backward, and only where it could then fit: stepping in
+    backward frees at most the gradients (the trained parameters at the precision's gradient
+    size). fp16-mixed cannot (its scaler checks every gradient first). Where full
+    checkpointing fits the whole global batch, partial checkpointing is searched stepped in
+    backward too (:func:`_partial`): without the gradients, fewer blocks may be recomputed."""
+    if not space["in_backward"]:
+        return
+    first, name = space["optimizers"][0], space["in_backward"][0]
+    trained = space["trained"][0]
+    todo = []
+    for e in list(ev.seen.values()):
+        c = e.candidate
+        if c.micro_batch != total or c.optimizer != first or c.allocator_config:
+            continue
+        if c.precision == "fp16-mixed":
+            continue
+        needed = min(x.needed for x in ev.evaluate(with_allocators(c)))
+        grads = trained * (2 if c.precision in ("bf16", "fp16") else 4)
+        if needed > ev.usable and needed - grads <= ev.usable:
+            todo.append(with_allocators(dataclasses.replace(c, optimizer=name)))
+
+    def stepped(done: int, of: int) -> None:
+        if progress is not None:
+            progress(done, of, "optimizer in backward searched")
+
+    run_jobs(ev, evaluate_group, todo, workers, stepped)
+    blocks = space["blocks"][0]
+    if blocks > 1 and True in space["checkpointing"] and False in space["checkpointing"]:
+        fitting = {  # full checkpointing fits the whole batch: stepped in backward, fewer blocks
+            e.candidate.precision
+            for e in ev.seen.values()
+            if e.fits
+            and e.candidate.micro_batch == total
+            and e.candidate.checkpointing is True
+            and e.candidate.precision != "fp16-mixed"
+        }
+
+        def partial(e: Evaluator, precision: str) -> None:
+            if _partial_could_tie(e, total, precision, first, blocks, trained):
+                e.evaluate(with_allocators(Candidate(total, 1, precision, True, name)))
+                _partial(e, [total], total, precision, name, blocks)
+
+        run_jobs(ev, partial, sorted(fitting), workers)
+
+
+def _partial_could_tie(
+    ev: Evaluator, total: int, precision: str, opt: str, blocks: int, trained: int
+) -> bool:
+    """Whether partial checkpointing stepped in backward could tie the fastest found: by the
+    line between no and full checkpointing stepping after backward (both evaluated at the whole
+    batch by the bisection), with the gradients taken off both ends, the fewest blocks that fit,
+    and the step the line gives them (the updates' own cost left out: the guess is generous)."""
+    ends = []
+    for ckpt in (False, True):
+        found = ev.seen.get(Candidate(total, 1, precision, ckpt, opt))
+        if found is None:
+            return False
+        ends.append(found)
+    plain, full = ends
+    grads = trained * (2 if precision in ("bf16", "fp16") else 4)
+    over = plain.needed - grads - ev.usable
+    if over <= 0 or plain.needed <= full.needed:  # fits with no checkpointing, or no line
+        return False
+    k = min(blocks, math.ceil(blocks * over / (plain.needed - full.needed)))
+    t = plain.step_seconds + (full.step_seconds - plain.step_seconds) * k / blocks
+    return t <= fastest(ev) * (1 + SPEED_TIE)
+
+
+def _partial(
+    ev: Evaluator, levels: list[int], total: int, precision: str, opt: str, blocks: int
+) -> None:
+    """Partial checkpointing at the micro-batches where no checkpointing does not fit and full
+    does: the fewest blocks checkpointed that fit, at the two smallest such micro-batches (a
+    larger one needs more blocks recomputed). The count is first guessed from the two ends,
+    as memory falls about linearly with each block checkpointed, then raised until it fits;
+    not at all where the step the same line predicts for that count cannot tie the fastest."""
+    none_fit = [e.candidate.micro_batch for e in _searched(ev, precision, False, opt)]
+    full_fit = [e.candidate.micro_batch for e in _searched(ev, precision, True, opt)]
+    if not full_fit:
+        return
+    low, high = max(none_fit, default=0), max(full_fit)
+    best = fastest(ev)
+    for m in sorted(n for n in levels if low < n <= high)[:2]:
+        at = Candidate(m, total // m, precision, False, opt)
+        plains = ev.evaluate(with_allocators(at))
+        fulls = ev.evaluate(with_allocators(dataclasses.replace(at, checkpointing=True)))
+        plain, full = min(e.needed for e in plains), min(e.needed for e in fulls)
+        if full >= plain or full > ev.usable:
+            continue
+        k = max(1, min(blocks - 1, math.ceil(blocks * (plain - ev.usable) / (plain - full))))
+        # its step, by the same line between the two ends: too slow to tie, not traced
+        t_plain, t_full = plains[0].step_seconds, fulls[0].step_seconds
+        if t_plain + (t_full - t_plain) * k / blocks > best * (1 + SPEED_TIE):
+            continue
+        while k < blocks:
+            if fits(ev, dataclasses.replace(at, checkpointing=round(k / blocks, 4))):
+                break
+            k += 1
+
+
+def _worth_partial(ev: Evaluator, precisions: tuple[str, ...], opt: str) -> list[str]:
+    """The precisions whose partial checkpointing could come within the tie of the fastest
+    found so far: partial checkpointing at a micro-batch recomputes part of what full does
+    there, so it is at best :data:`RECOMPUTE_BOUND` times faster than the precision's fastest
+    full checkpointing (measured on the H200 up to 1.67 times: Qwen2.5-0.5B, whose host pays
+    for the recompute too). fp32 against bf16-mixed on a GPU-bound model is skipped."""
+    best = fastest(ev)
+    out = []
+    for p in precisions:
+        full = [e.step_seconds for e in _searched(ev, p, True, opt)]
+        if full and min(full) / RECOMPUTE_BOUND <= best * (1 + SPEED_TIE):
+            out.append(p)
+    return out
+
+
+def _searched(ev: Evaluator, precision: str, ckpt: bool, opt: str) -> list[Evaluated]:
+    """What the bisection of (``precision``, ``ckpt``) found to fit, by micro-batch."""
+    return [
+        e
+        for e in ev.seen.values()
+        if e.fits
+        and e.candidate.precision == precision
+        and e.candidate.checkpointing is ckpt
+        and e.candidate.optimizer == opt
+    ]
