@@ -25,9 +25,9 @@ ResNet-18 a checkpointed or selective step's extra is ten times an eager one's: 
 and dispatch mode per block).
 The optimizer's host time is fitted as seconds per op plus seconds per parameter tensor (its
 Python loops over the parameters), by least squares over every tiny row. Stepped in backward,
-each parameter tensor is a ``step()`` call of its own: ``in_backward_host.py`` measures the
-host's time of it apart from the GPU's (``--in-backward FILE``), and :func:`fit_in_backward`
-fits its cost per tensor.
+each parameter tensor is a ``step()`` call of its own, and bitsandbytes' 8-bit states loop in
+Python: ``optimizer_host.py`` measures the host's time of each apart from the GPU's
+(``--optimizer-host FILE``), and :func:`fit_optimizer_host` fits its cost per tensor.
 """
 
 from __future__ import annotations
@@ -127,28 +127,31 @@ def fit_host(rows: list[TinyRow]) -> dict[str, float]:
     return host
 
 
-def fit_in_backward(rows: list[dict[str, Any]], host: dict[str, float]) -> float | None:
-    """The host's seconds per parameter tensor of an optimizer stepped in backward
-    (``optimizer_param:in-backward``), from ``in_backward_host.py``'s rows: per model, the host's
-    seconds of a backward stepping in backward less one with the fused optimizer stepping after
-    it, less the ops the update adds at the optimizer's cost per op, over the tensors, plus the
-    loop's own cost per tensor (which the step after backward also paid). The median over the
-    models; None without rows."""
-    per: list[float] = []
+def fit_optimizer_host(rows: list[dict[str, Any]], host: dict[str, float]) -> dict[str, float]:
+    """The host's seconds per parameter tensor of each optimizer variant
+    (``optimizer_param:in-backward``, ``optimizer_param:8bit``), from ``optimizer_host.py``'s
+    rows: per model, the host's seconds of backward and step with the variant less with the
+    fused AdamW, less the ops the variant adds at the optimizer's cost per op, over the tensors,
+    plus the fused loop's own cost per tensor (which the fused step also paid). The median over
+    the models."""
+    per: dict[str, list[float]] = {}
     for row in rows:
-        added = in_backward_ops(row["model"], "adamw-in-backward") - in_backward_ops(
-            row["model"], "adamw-fused"
-        )
-        spent = row["in_backward"]["host_seconds"] - row["after"]["host_seconds"]
-        tensors = row["in_backward"]["tensors"]
-        per.append((spent - added * host["optimizer"]) / tensors + host["optimizer_param"])
-    return statistics.median(per) if per else None
+        runs = row["runs"]
+        fused = runs["adamw-fused"]
+        for name, got in runs.items():
+            if name == "adamw-fused":
+                continue
+            added = optimizer_ops(row["model"], name) - optimizer_ops(row["model"], "adamw-fused")
+            spent = got["host_seconds"] - fused["host_seconds"]
+            value = (spent - added * host["optimizer"]) / row["tensors"] + host["optimizer_param"]
+            per.setdefault(name.partition("-")[2], []).append(value)
+    return {f"optimizer_param:{k}": statistics.median(v) for k, v in per.items()}
 
 
 @functools.cache
-def in_backward_ops(model: str, optimizer: str) -> int:
-    """The optimizer ops of step 2 of ``in_backward_host.py``'s workload, as traced."""
-    from in_backward_host import MODELS, workload
+def optimizer_ops(model: str, optimizer: str) -> int:
+    """The optimizer ops of step 2 of ``optimizer_host.py``'s workload, as traced."""
+    from optimizer_host import MODELS, workload
 
     from memfit._gpus import resolve_gpu
     from memfit.trace import trace_workload
@@ -202,7 +205,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--kernel-floor", type=float, help="seconds; default: the measured one")
     parser.add_argument(
-        "--in-backward", type=Path, help="in_backward_host.py's file: the host's cost per tensor"
+        "--optimizer-host",
+        type=Path,
+        help="optimizer_host.py's file: the host's cost per tensor of each optimizer variant",
     )
     args = parser.parse_args()
     runs = [json.loads(path.read_text()) for path in args.calibration]
@@ -218,11 +223,9 @@ def main() -> int:
         rows.append(TinyRow(row["model"], style, row["phase_seconds"], ops, convs, params))
         print(f"{row['model']:14s} {row['variant']:26s} ops {ops} convolutions {convs}", flush=True)
     host = fit_host(rows)
-    if args.in_backward is not None:
-        rows = json.loads(args.in_backward.read_text())["rows"]
-        in_backward = fit_in_backward(rows, host)
-        if in_backward is not None:
-            host["optimizer_param:in-backward"] = in_backward
+    if args.optimizer_host is not None:
+        rows = json.loads(args.optimizer_host.read_text())["rows"]
+        host.update(fit_optimizer_host(rows, host))
     mem = measured["curves"]["mem"]
     floor = args.kernel_floor or measured.get("kernel_floor_seconds")
     bandwidth = mem[-1][0] / (mem[-1][1] - floor)

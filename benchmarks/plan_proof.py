@@ -121,7 +121,7 @@ def _applied(row: dict[str, Any], steps: int) -> dict[str, Any]:
 
     import memfit
     from memfit.planner import Plan
-    from memfit.workload import make_workload
+    from memfit.workload import eight_bit_class, make_workload
 
     case = _case(row)
     result: dict[str, Any] = {}
@@ -134,7 +134,11 @@ def _applied(row: dict[str, Any], steps: int) -> dict[str, Any]:
         with torch.device("cuda"):
             model = workload.build_model()
         model.train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        name = row["plan"]["chosen"]["optimizer"]
+        if name.endswith("-8bit"):  # what a user of 8-bit states builds: bitsandbytes'
+            optimizer = eight_bit_class(name)(model.parameters(), lr=1e-4)
+        else:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         plan = _plan_from(row["plan"], Plan)
         step = memfit.apply(model, optimizer, plan, loss_fn=workload.loss_fn)
         times = []

@@ -601,6 +601,43 @@ HELD_OUT_13_IN_BACKWARD: list[dict[str, Any]] = [
     },
 ]
 
+# Held out for issue 13 (session 11): 8-bit optimizer states (bitsandbytes 0.50.2, carried to the
+# GPU host as a wheel), predicted with predict.py before gpu_measure.py ran them.
+HELD_OUT_13_EIGHT_BIT: list[dict[str, Any]] = [
+    {
+        "id": "gpt2-fp32-b8-s512-8bit",
+        "model": "gpt2",
+        "batch_size": 8,
+        "seq_len": 512,
+        "optimizer": "adamw-8bit",
+    },
+    {
+        "id": "tinyllama-bf16mixed-b8-s1024-ckpt-8bit",
+        "model": "tinyllama-1.1b",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "checkpointing": True,
+        "optimizer": "adamw-8bit",
+    },
+    {
+        "id": "bert-base-bf16mixed-b32-s512-8bit",
+        "model": "bert-base-uncased",
+        "batch_size": 32,
+        "seq_len": 512,
+        "precision": "bf16-mixed",
+        "optimizer": "adam-8bit",
+    },
+    {
+        "id": "llama-2-7b-bf16-b1-s512-8bit",
+        "model": "llama-2-7b-hf",
+        "batch_size": 1,
+        "seq_len": 512,
+        "precision": "bf16",
+        "optimizer": "adamw-8bit",
+    },
+]
+
 ALL = (
     WORKLOADS
     + HELD_OUT
@@ -612,4 +649,5 @@ ALL = (
     + COMPILED_DEV
     + MOE_DEV
     + HELD_OUT_13_IN_BACKWARD
+    + HELD_OUT_13_EIGHT_BIT
 )

@@ -23,6 +23,9 @@ OPTIMIZERS = (
     "sgd-in-backward",
     "adam-in-backward",
     "adamw-in-backward",
+    # 8-bit optimizer states, bitsandbytes' Adam8bit / AdamW8bit (pip install 'memfit[eightbit]')
+    "adam-8bit",
+    "adamw-8bit",
 )
 MODES = ("train", "infer")
 # what to do with a torch.compile'd model: "eager" estimates its uncompiled step

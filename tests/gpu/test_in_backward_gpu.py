@@ -75,3 +75,21 @@ def test_the_in_backward_estimate_matches_the_allocator() -> None:
     print(result)
     est, real = result.estimate.peak_allocated, result.measured.peak_allocated
     assert abs(est - real) <= 0.01 * real
+
+
+def test_the_8bit_states_estimate_matches_the_allocator() -> None:
+    pytest.importorskip("bitsandbytes")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    def build() -> torch.nn.Module:
+        config = GPT2Config(n_layer=6, n_embd=512, n_head=8, bos_token_id=0, eos_token_id=0)
+        return GPT2LMHeadModel(config)
+
+    def batch() -> dict[str, torch.Tensor]:
+        ids = torch.randint(0, 50257, (2, 256))
+        return {"input_ids": ids, "labels": ids}
+
+    result = memfit.validate(build, batch, optimizer="adamw-8bit", precision="bf16-mixed")
+    print(result)
+    est, real = result.estimate.peak_allocated, result.measured.peak_allocated
+    assert abs(est - real) <= 0.01 * real

@@ -34,13 +34,21 @@ from memfit.planner._candidates import (
     fits,
     with_allocators,
 )
+from memfit.planner._eight_bit_search import search_eight_bit
 from memfit.planner._parallel import default_workers, run_jobs
 from memfit.planner._partial_search import search_in_backward, search_partial
 from memfit.planner._plan_result import Candidate, Evaluated, Plan
 from memfit.planner._search import Evaluator
 from memfit.planner._step_time import calibration_for
+from memfit.workload import (
+    EIGHT_BIT,
+    Workload,
+    WorkloadOptions,
+    eight_bit_available,
+    in_backward,
+    make_workload,
+)
 from memfit.workload import IN_BACKWARD as IN_BW
-from memfit.workload import Workload, WorkloadOptions, in_backward, make_workload
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -142,6 +150,7 @@ def _search(
     _search_precisions(ev, space, levels, total, user, workers, progress)
     search_partial(ev, space, levels, total, workers, progress)
     search_in_backward(ev, space, total, workers, progress)
+    search_eight_bit(ev, space, workers, progress)
     groups = _refinements(ev, levels, total, space["optimizers"])
 
     def refined(done: int, of: int) -> None:
@@ -302,9 +311,12 @@ def _space(
         if optimizers
         else (f"{family}-fused", f"{family}-foreach", f"{family}-forloop", f"{family}-{IN_BW}")
     )
+    if not optimizers and family in ("adam", "adamw") and eight_bit_available():
+        names += (f"{family}-{EIGHT_BIT}",)
     for o in names:
         dataclasses.replace(base, optimizer=o, accumulation=1, precision="fp32")  # checked
-    after = tuple(o for o in names if not in_backward(o))
+    eight = tuple(o for o in names if o.endswith("-" + EIGHT_BIT))
+    after = tuple(o for o in names if not in_backward(o) and o not in eight) or eight
     if not after:
         raise InvalidInputError(
             f"optimizers={names!r} names only optimizers stepped in backward, which cannot "
@@ -316,6 +328,7 @@ def _space(
         "checkpointing": tuple(checkpointing) if checkpointing is not None else CHECKPOINTING,
         "optimizers": after,  # bisected and refined: they step after backward
         "in_backward": tuple(o for o in names if in_backward(o)),  # search_in_backward
+        "eight_bit": tuple(o for o in eight if o not in after),  # search_eight_bit
     }
     for p in space["precisions"]:
         dataclasses.replace(base, precision=p)  # checked by Workload: a clear error

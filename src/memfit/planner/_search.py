@@ -67,6 +67,7 @@ def _predict(
             style=style,
             micro_batches=(traced, workload.accumulation),
             in_backward=workload.optimizer_in_backward,
+            eight_bit=str(workload.optimizer).endswith("-8bit"),
         )
 
     fraction = partial_fraction(workload.activation_checkpointing)

@@ -99,15 +99,14 @@ class Calibration:
         host = self.host
         return host.get(f"{phase}:{style}", host.get(phase, host["default"]))
 
-    def optimizer_param(self, in_backward: bool) -> float:
+    def optimizer_param(self, variant: str = "") -> float:
         """The host's seconds per parameter tensor of an optimizer step (on top of its ops):
-        a foreach or fused step loops over the tensors in Python; stepped in backward, each
-        tensor is a whole ``step()`` call of its own (``optimizer_param:in-backward``;
-        calibrations measured before it have none, and the loop's cost is used)."""
+        a foreach or fused step loops over the tensors in Python; stepped in backward
+        (``variant="in-backward"``), each tensor is a whole ``step()`` call of its own; 8-bit
+        states (``"8bit"``, bitsandbytes) loop in Python with a kernel per tensor. A variant the
+        calibration has not measured costs what the loop does."""
         host = self.host
-        if in_backward:
-            return host.get("optimizer_param:in-backward", host["optimizer_param"])
-        return host["optimizer_param"]
+        return host.get(f"optimizer_param:{variant}", host["optimizer_param"])
 
     def host_per_conv(self, phase: str, style: str) -> float:
         """The host's seconds on top of :meth:`host_seconds` for a convolution call (forward
@@ -169,6 +168,7 @@ def step_time(
     step: int = 2,
     micro_batches: tuple[int, int] = (1, 1),
     in_backward: bool = False,
+    eight_bit: bool = False,
 ) -> StepTime:
     """The predicted time of step ``step`` of a trace.
 
@@ -177,7 +177,8 @@ def step_time(
     per step and the step to predict runs ``wanted`` (the planner traces at most two and scales
     their input, forward and backward). ``in_backward``: the optimizer steps each parameter in
     backward, inside the backward phase (its host pays :meth:`Calibration.optimizer_param` per
-    parameter tensor for it).
+    parameter tensor for it). ``eight_bit``: bitsandbytes' 8-bit states, whose host cost per
+    tensor is its own (``optimizer_param:8bit``).
     """
     traced, wanted = micro_batches
     host = gpu = 0.0
@@ -196,9 +197,10 @@ def step_time(
             # it hides under a GPU-bound backward). Scaled with backward: one micro-batch
             update = costs.phases.get(f"step{step}.optimizer")
             lane.issue(update.ops if update else [], "optimizer", style)
-            lane.host += costs.parameter_tensors * calibration.optimizer_param(True)
+            lane.host += costs.parameter_tensors * calibration.optimizer_param("in-backward")
         if phase == "optimizer":
-            lane.host += costs.parameter_tensors * calibration.optimizer_param(False)
+            variant = "8bit" if eight_bit else ""
+            lane.host += costs.parameter_tensors * calibration.optimizer_param(variant)
         busy_host += lane.host * scale
         busy_gpu += lane.busy * scale
         took = max(lane.host, lane.gpu) * scale

@@ -38,7 +38,7 @@ from memfit.runtime._changes import (
 )
 from memfit.runtime._microbatch import LossFn, _check_callables, _check_parts
 from memfit.runtime._planned_step import AUTOCAST, PURE, PlannedStep
-from memfit.workload import in_backward, valid_checkpointing
+from memfit.workload import EIGHT_BIT, eight_bit_class, in_backward, valid_checkpointing
 
 __all__ = ["apply", "unapply"]
 
@@ -250,6 +250,9 @@ def _full_checkpointing(model: nn.Module) -> Change:
 
 def _optimizer_flags(optimizer: torch.optim.Optimizer, name: str) -> Change | None:
     family, _, impl = name.partition("-")
+    if impl == EIGHT_BIT:
+        _check_eight_bit(optimizer, name)
+        return None  # the user's own bitsandbytes optimizer, as built
     kind = next((k for k, cls in _KINDS if isinstance(optimizer, cls)), None)
     if kind is None and in_backward(name):
         raise InvalidInputError(
@@ -286,6 +289,20 @@ def _optimizer_flags(optimizer: torch.optim.Optimizer, name: str) -> Change | No
             "plan with optimizer=... naming the foreach variant; nothing was changed."
         )
     return OptimizerFlags(optimizer, fused, foreach, name)
+
+
+def _check_eight_bit(optimizer: torch.optim.Optimizer, name: str) -> None:
+    """A plan with 8-bit states needs bitsandbytes' optimizer: memfit cannot turn another
+    optimizer's class into it in place."""
+    wanted = eight_bit_class(name)  # a clear error when bitsandbytes is not installed
+    if not isinstance(optimizer, wanted):
+        raise InvalidInputError(
+            f"The plan keeps the optimizer's states in 8 bits ({name}), which takes "
+            f"bitsandbytes' {wanted.__name__}; the optimizer given is "
+            f"{type(optimizer).__name__}. Build bitsandbytes.optim.{wanted.__name__}"
+            "(model.parameters(), ...) and apply the plan to it, or plan without 8-bit states "
+            "(optimizers=[...] naming others); nothing was changed."
+        )
 
 
 def _check_fusable(optimizer: torch.optim.Optimizer, name: str) -> None:

@@ -401,12 +401,15 @@ def _trace(
         parameters = sum(p.numel() for p in unique.values())
         if recorder.costs is not None:  # the optimizer's host time grows with them
             recorder.costs.parameter_tensors = sum(p.requires_grad for p in unique.values())
+        optimizer_class = type(optimizer)
         del model, optimizer
     notes = compile_guard.finish()
     if workload.step_fn is not None:
         notes += _step_notes(workload, session.user_autocast)
     if workload.optimizer_in_backward:
         notes.append(IN_BACKWARD_NOTE)
+    if str(workload.optimizer).endswith("-8bit"):
+        notes.append(_eight_bit_note(optimizer_class))
     notes += [f"attention ran {n} x {b}" for b, n in sorted(session.backends.items())]
     notes += sorted(set(session.shadows.guesses))
     notes += session.shadows.routing.notes(asked=workload.moe_routing)
@@ -459,6 +462,13 @@ def _run_with_activation_marks(
             "optimizer state and its memory is an inference step's. Call backward in the "
             "step, or estimate it with mode='infer' and step_fn(model, batch)."
         )
+
+
+def _eight_bit_note(cls: type) -> str:
+    """Which 8-bit optimizer the estimate traced, and its package's version."""
+    package = cls.__module__.partition(".")[0]
+    version = getattr(sys.modules.get(package), "__version__", "?")
+    return f"8-bit optimizer states: {package} {version}'s {cls.__name__}, as traced"
 
 
 def _step_notes(workload: Workload, autocast: set[str]) -> list[str]:

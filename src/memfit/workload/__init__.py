@@ -21,6 +21,7 @@ from memfit.workload._compiled import (
     optimized_module_type,
     whole_model_compiled,
 )
+from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_available, eight_bit_class
 from memfit.workload._in_backward import IN_BACKWARD, OptimizerInBackward, in_backward
 from memfit.workload._models import ModelRecipe, catalog_entries, resolve_model
 from memfit.workload._spec import (
@@ -48,6 +49,7 @@ from memfit.workload._step import (
 
 __all__ = [
     "COMPILED_NOTE",
+    "EIGHT_BIT",
     "IN_BACKWARD",
     "Batch",
     "LossFn",
@@ -71,6 +73,8 @@ __all__ = [
     "compiled_refusal",
     "default_loss",
     "eager_view",
+    "eight_bit_available",
+    "eight_bit_class",
     "find_blocks",
     "in_backward",
     "make_optimizer",

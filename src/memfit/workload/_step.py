@@ -16,6 +16,7 @@ from torch import nn
 
 from memfit._errors import InvalidInputError
 from memfit.workload._checkpoint import checkpoint_blocks
+from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_class
 from memfit.workload._in_backward import IN_BACKWARD, Around, OptimizerInBackward
 from memfit.workload._spec import Batch, OptimizerSpec, Workload, partial_fraction
 
@@ -36,6 +37,9 @@ def make_optimizer(spec: OptimizerSpec, params: Any) -> torch.optim.Optimizer:
     if not isinstance(spec, str):
         return spec(params)
     name, _, impl = spec.partition("-")
+    if impl == EIGHT_BIT:
+        made: torch.optim.Optimizer = eight_bit_class(spec)(params, lr=1e-4)
+        return made
     flags: dict[str, Any] = {}
     if impl in ("fused", IN_BACKWARD):  # in backward: a fused update per parameter
         flags["fused"] = True

@@ -1,15 +1,16 @@
-"""The optimizer stepped in backward, proved on the GPU (issue 13): workloads whose plan steps
-it, run under the budget's cap beside their twin stepping after backward.
+"""The optimizer variants the planner chooses, proved on the GPU (issue 13): workloads whose plan
+steps the optimizer in backward or keeps its states in 8 bits, run under the budget's cap beside
+their twin, the same configuration with the fused AdamW.
 
     # on the CPU: plan each case (committed before the GPU runs them)
-    PYTHONPATH=src python benchmarks/in_backward_proof.py plan --out PLANS.json
+    PYTHONPATH=src python benchmarks/optimizer_proof.py plan --out PLANS.json [--only MODEL ...]
     # on the GPU: each plan in a process capped at the budget less the CUDA context
-    PYTHONPATH=src python benchmarks/in_backward_proof.py measure PLANS.json --out MEASURED.json
+    PYTHONPATH=src python benchmarks/optimizer_proof.py measure PLANS.json --out MEASURED.json
 
 ``measure`` runs, per case, in one process capped as ``plan_proof.py`` caps it: memfit's loop
-with the plan's configuration, the same with the fused optimizer stepping after backward (the
-twin: what the plan would need without stepping in backward), and the plan applied with
-``memfit.apply`` to a model and AdamW built as a user would; and a case's ``contenders``
+with the plan's configuration, the same with the fused AdamW (the twin: what the plan would
+need without its optimizer variant), the plan applied with ``memfit.apply`` to a model and an
+optimizer built as a user would (bitsandbytes' for 8-bit states), and a case's ``contenders``
 (settings the planner weighed against its plan). An out-of-memory error is the result, not a
 crash.
 """
@@ -47,14 +48,32 @@ CASES: list[dict[str, Any]] = [
         # what the planner weighed against its plan: stepping in backward without checkpointing
         "contenders": [{"activation_checkpointing": False, "optimizer": "adamw-in-backward"}],
     },
+    # TinyLlama 8 x 1024 at 20 GiB: bf16-mixed fits only with 8-bit states (bitsandbytes);
+    # without them the plan was fp32, full checkpointing, stepped in backward (1.5 s a step)
+    {
+        "model": "tinyllama-1.1b",
+        "global_batch": 8,
+        "seq_len": 1024,
+        "precisions": ["bf16-mixed", "fp32"],
+        "budget": "20GiB",
+        "contenders": [
+            {
+                "precision": "fp32",
+                "activation_checkpointing": True,
+                "optimizer": "adamw-in-backward",
+            }
+        ],
+    },
 ]
 
 
-def make_plans(out: Path) -> None:
+def make_plans(out: Path, only: list[str] | None) -> None:
     import memfit
 
     rows = []
     for case in CASES:
+        if only and case["model"] not in only:
+            continue
         started = time.perf_counter()
         result = memfit.plan(
             case["model"],
@@ -136,9 +155,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--index", type=int)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--only", nargs="*", help="plan these models only")
     args = parser.parse_args()
     if args.what == "plan":
-        make_plans(args.out)
+        make_plans(args.out, args.only)
     elif args.what == "measure":
         measure_all(args.plans, args.out, args.steps)
     else:

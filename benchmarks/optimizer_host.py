@@ -1,10 +1,12 @@
-"""What stepping the optimizer in backward costs the host per parameter tensor, measured apart
-from the GPU (issue 13): the host's seconds of ``loss.backward()`` (the GPU synchronized before,
-not after, so the GPU's work is not waited for) with each parameter stepped in backward, less
-the same backward with the fused optimizer stepping after it, over the parameter tensors; and
-the whole step, synchronized. For the tiny calibration models and real ones.
+"""What an optimizer variant costs the host per parameter tensor, measured apart from the GPU
+(issue 13): the host's seconds of ``loss.backward()`` and ``optimizer.step()`` (the GPU
+synchronized before, not after, so its work is not waited for) with AdamW stepped in backward
+(``adamw-in-backward``) and with bitsandbytes' 8-bit states (``adamw-8bit``, when installed),
+less the same with the fused AdamW, over the parameter tensors; and the whole, synchronized.
+For the tiny calibration models and real ones. ``calibration_fit.py --optimizer-host FILE``
+turns it into ``optimizer_param:<variant>``.
 
-    PYTHONPATH=src python benchmarks/in_backward_host.py --out FILE.json
+    PYTHONPATH=src python benchmarks/optimizer_host.py --out FILE.json
 """
 
 from __future__ import annotations
@@ -75,25 +77,30 @@ def run(name: str, settings: dict[str, Any], optimizer: str, steps: int = 20) ->
     }
 
 
+VARIANTS = ("adamw-fused", "adamw-in-backward", "adamw-8bit")
+
+
 def main() -> int:
     import torch
+
+    from memfit.workload import eight_bit_available
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    variants = [v for v in VARIANTS if eight_bit_available() or not v.endswith("8bit")]
     rows = []
     for name, settings in MODELS:
-        after = run(name, settings, "adamw-fused")
-        during = run(name, settings, "adamw-in-backward")
-        per = (during["host_seconds"] - after["host_seconds"]) / during["tensors"]
-        rows.append({"model": name, "after": after, "in_backward": during, "per_tensor": per})
-        print(
-            f"{name:18s} {during['tensors']:4d} tensors  host {after['host_seconds'] * 1e3:6.2f}"
-            f" -> {during['host_seconds'] * 1e3:6.2f} ms ({per * 1e6:6.1f} us/tensor)  "
-            f"synchronized {after['synchronized_seconds'] * 1e3:6.2f} -> "
-            f"{during['synchronized_seconds'] * 1e3:6.2f} ms",
-            flush=True,
-        )
+        runs = {v: run(name, settings, v) for v in variants}
+        fused = runs["adamw-fused"]
+        row: dict[str, Any] = {"model": name, "tensors": fused["tensors"], "runs": runs}
+        shown = []
+        for v in variants[1:]:
+            per = (runs[v]["host_seconds"] - fused["host_seconds"]) / fused["tensors"]
+            row[f"per_tensor:{v}"] = per
+            shown.append(f"{v} {per * 1e6:6.1f} us/tensor")
+        rows.append(row)
+        print(f"{name:18s} {fused['tensors']:4d} tensors  " + "  ".join(shown), flush=True)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     return 0
