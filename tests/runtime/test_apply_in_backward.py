@@ -5,6 +5,8 @@ optimizer, an LR scheduler followed, and everything taken back."""
 from __future__ import annotations
 
 import copy
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -114,3 +116,24 @@ def test_apply_refuses_optimizers_in_backward_cannot_run(make: Any, match: str):
         apply(model, opt, plan_for(model))
     model(**batch()).loss.backward()
     assert all(p.grad is not None for p in model.parameters())
+
+
+def _applied_and_dropped(optimizer: str) -> tuple[Any, Any]:
+    model = gpt2()
+    opt = torch.optim.AdamW(model.parameters())
+    step = apply(model, opt, plan_for(model, optimizer))
+    step(batch())
+    unapply(model, opt)
+    return weakref.ref(model), weakref.ref(opt)
+
+
+@pytest.mark.parametrize("optimizer", ["adamw-fused", "adamw-in-backward"])
+def test_a_dropped_step_frees_its_model_without_the_garbage_collector(optimizer: str) -> None:
+    _applied_and_dropped(optimizer)  # first calls may cache what they meet (warnings, kernels)
+    gc.collect()
+    gc.disable()
+    try:
+        model, opt = _applied_and_dropped(optimizer)
+        assert model() is None and opt() is None  # the step held its guard, the guard the step
+    finally:
+        gc.enable()

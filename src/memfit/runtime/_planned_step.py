@@ -12,6 +12,7 @@ that steps the optimizer in backward runs the batch in one pass instead: it cann
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -97,7 +98,7 @@ class PlannedStep:
         self.guard = AutoMicrobatch(
             model,
             optimizer,
-            self._loss,
+            _held_weakly(self._loss),
             scaler=self.scaler,
             before_step=before_step,
             grow_after=None,
@@ -176,6 +177,21 @@ class PlannedStep:
             f"<PlannedStep {c.describe()}; global batch {self.plan.global_batch}; "
             f"{len(self.changes)} changes>"
         )
+
+
+def _held_weakly(method: Callable[[nn.Module, Any], torch.Tensor]) -> LossFn:
+    """``method`` for the guard, holding its step weakly: the step holds the guard, and a cycle
+    would keep a dropped step's model and optimizer (their GPU memory) until the garbage
+    collector ran."""
+    ref = weakref.WeakMethod(method)
+
+    def loss(model: nn.Module, batch: Any) -> torch.Tensor:
+        bound = ref()
+        if bound is None:
+            raise InvalidInputError("This PlannedStep was dropped; use the step apply returned.")
+        return bound(model, batch)
+
+    return loss
 
 
 def _model_loss(model: nn.Module, batch: Any) -> torch.Tensor:
