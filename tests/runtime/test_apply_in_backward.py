@@ -137,3 +137,32 @@ def test_a_dropped_step_frees_its_model_without_the_garbage_collector(optimizer:
         assert model() is None and opt() is None  # the step held its guard, the guard the step
     finally:
         gc.enable()
+
+
+def _applied_and_left(optimizer: str, checkpointing: bool | float, precision: str) -> Any:
+    model = gpt2()
+    opt = torch.optim.AdamW(model.parameters())
+    c = Candidate(4, 1, precision, checkpointing, optimizer, "")
+    e = Evaluated(c, 2**20, 2**21, 2**22, 0.1, 80.0, None, "gpu", True, ())
+    step = apply(model, opt, Plan("test", model_key(model), 2**30, 2**29, 0.05, 4, 16, e, [e], e))
+    step(batch())
+    return weakref.ref(model)  # still applied: never unapplied
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "checkpointing", "precision"),
+    [
+        ("adamw-in-backward", 0.5, "bf16"),  # memfit's blocks, a cast, hooks on the parameters
+        ("adamw-fused", True, "fp32"),  # the model's own switch (transformers)
+    ],
+)
+def test_a_model_dropped_while_applied_is_freed_without_the_garbage_collector(
+    optimizer: str, checkpointing: bool | float, precision: str
+) -> None:
+    _applied_and_left(optimizer, checkpointing, precision)
+    gc.collect()
+    gc.disable()
+    try:
+        assert _applied_and_left(optimizer, checkpointing, precision)() is None
+    finally:
+        gc.enable()

@@ -54,7 +54,11 @@ RECORD = "_memfit_applied"  # the model's attribute that holds its Applied recor
 
 
 class Change:
-    """One reversible change; ``text`` says what it is, for ``PlannedStep.changes``."""
+    """One reversible change; ``text`` says what it is, for ``PlannedStep.changes``.
+
+    The record of the changes hangs on the model, so a change holds the model (and any module
+    of it) weakly: held strongly, a model dropped while a plan is applied would live on, with
+    its GPU memory, until the garbage collector ran."""
 
     text = ""
 
@@ -75,6 +79,13 @@ class Applied:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> None:
         return None  # a copy of the model is not the model the plan was applied to
+
+
+def _alive(ref: weakref.ReferenceType[nn.Module]) -> nn.Module:
+    module = ref()
+    if module is None:  # only unapply, which is given the model, calls undo
+        raise InvalidInputError("The model this change was made to is gone.")
+    return module
 
 
 def applied_record(model: nn.Module) -> Applied | None:
@@ -112,8 +123,8 @@ class BlockCheckpointing(Change):
                 "(model.gradient_checkpointing_disable()) before memfit.apply."
             )
         blocks = find_blocks(model)  # refuses a model without repeated blocks, now
-        self.blocks = chosen_blocks(blocks, fraction)
-        self.model = model
+        self.blocks = [weakref.ref(b) for b in chosen_blocks(blocks, fraction)]
+        self._model = weakref.ref(model)
         self.selective = selective
         self.fraction = fraction
         of = f" of {len(blocks)}" if len(self.blocks) < len(blocks) else ""
@@ -124,11 +135,12 @@ class BlockCheckpointing(Change):
         self._cache: dict[int, tuple[Any, Any]] = {}
 
     def do(self) -> None:
-        self._cache = _use_cache(self.model)
-        checkpoint_blocks(self.model, selective=self.selective, fraction=self.fraction)
+        model = _alive(self._model)
+        self._cache = _use_cache(model)
+        checkpoint_blocks(model, selective=self.selective, fraction=self.fraction)
 
     def undo(self) -> None:
-        unwrap_blocks(self.model)
+        unwrap_blocks(_alive(self._model))
         _restore_use_cache(self._cache)
 
 
@@ -147,19 +159,19 @@ class SwitchCheckpointing(Change):
     it off and drops what switching on left (input hooks, attributes, ``use_cache``)."""
 
     def __init__(self, model: nn.Module, library: str) -> None:
-        self.model = model
+        self._model = weakref.ref(model)
         self.library = library
         self.text = f"full activation checkpointing (the model's own switch, {library})"
-        self._attrs: list[tuple[nn.Module, dict[str, Any]]] = []
+        self._attrs: list[tuple[weakref.ReferenceType[nn.Module], dict[str, Any]]] = []
         self._cache: dict[int, tuple[Any, Any]] = {}
 
     def do(self) -> None:
+        model: Any = _alive(self._model)
         self._attrs = [
-            (m, {n: m.__dict__.get(n, _MISSING) for n in _SWITCH_ATTRS})
-            for m in self.model.modules()
+            (weakref.ref(m), {n: m.__dict__.get(n, _MISSING) for n in _SWITCH_ATTRS})
+            for m in model.modules()
         ]
-        self._cache = _use_cache(self.model)
-        model: Any = self.model
+        self._cache = _use_cache(model)
         if self.library == "timm":
             model.set_grad_checkpointing(True)
         elif callable(getattr(model, "activation_checkpointing_enable", None)):
@@ -172,7 +184,7 @@ class SwitchCheckpointing(Change):
             )
 
     def undo(self) -> None:
-        model: Any = self.model
+        model: Any = _alive(self._model)
         if self.library == "timm":
             model.set_grad_checkpointing(False)
         else:
@@ -182,7 +194,8 @@ class SwitchCheckpointing(Change):
                 getattr(model, "disable_input_require_grads", None)
             ):
                 model.disable_input_require_grads()  # the embedding hook switching on added
-        for module, attrs in self._attrs:
+        for ref, attrs in self._attrs:
+            module = _alive(ref)
             for name, value in attrs.items():
                 if value is _MISSING:
                     module.__dict__.pop(name, None)
@@ -197,27 +210,30 @@ class Cast(Change):
     dtype it had. The values keep the low precision's rounding."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, dtype: torch.dtype):
-        self.model = model
+        self._model = weakref.ref(model)
         self.optimizer = optimizer
         self.dtype = dtype
         self.text = f"parameters and buffers cast to {str(dtype).removeprefix('torch.')}"
-        self._dtypes: list[tuple[nn.Module, str, bool, torch.dtype]] = []
+        self._dtypes: list[tuple[weakref.ReferenceType[nn.Module], str, bool, torch.dtype]] = []
 
     def do(self) -> None:
         self._dtypes = []
-        for module in self.model.modules():
+        for module in _alive(self._model).modules():
             for kind, table in (("p", module._parameters), ("b", module._buffers)):
                 for name, t in table.items():
                     if t is not None and t.is_floating_point() and t.dtype != self.dtype:
-                        self._dtypes.append((module, name, kind == "p", t.dtype))
+                        self._dtypes.append((weakref.ref(module), name, kind == "p", t.dtype))
         self._cast([(m, n, p, self.dtype) for m, n, p, _ in self._dtypes])
 
     def undo(self) -> None:
         self._cast(self._dtypes)
 
-    def _cast(self, targets: list[tuple[nn.Module, str, bool, torch.dtype]]) -> None:
+    def _cast(
+        self, targets: list[tuple[weakref.ReferenceType[nn.Module], str, bool, torch.dtype]]
+    ) -> None:
         seen: set[int] = set()
-        for module, name, is_param, dtype in targets:
+        for ref, name, is_param, dtype in targets:
+            module = _alive(ref)
             if is_param:
                 p = module._parameters[name]
                 if p is None or id(p) in seen:  # a tied weight is cast once

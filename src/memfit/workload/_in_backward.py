@@ -18,6 +18,7 @@ optimizer has a fused implementation.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -65,12 +66,21 @@ class OptimizerInBackward:
         self._around = around
         self._copies: dict[int, tuple[torch.optim.Optimizer, int, int]] = {}
         self._handles: list[Any] = []
+        # the parameters hold their hook; the hook holds this weakly (this holds the
+        # optimizer, which holds the parameters: a cycle would outlive a dropped model)
+        step = weakref.WeakMethod(self._step)
+
+        def hook(p: torch.Tensor) -> None:
+            bound = step()
+            if bound is not None:
+                bound(p)
+
         for g, group in enumerate(optimizer.param_groups):
             for i, p in enumerate(group["params"]):
                 if not p.requires_grad or id(p) in self._copies:
                     continue
                 self._copies[id(p)] = (self._copy(), g, i)
-                self._handles.append(p.register_post_accumulate_grad_hook(self._step))
+                self._handles.append(p.register_post_accumulate_grad_hook(hook))
 
     @property
     def parameters(self) -> int:
