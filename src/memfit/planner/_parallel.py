@@ -5,7 +5,9 @@ candidates at once: each job (one precision and checkpointing's bisection, or on
 evaluation) runs in a process forked from this one, which already holds the workload (its model
 factory and batch maker need not be picklable) and has torch and the model's library imported.
 A job returns the candidates it evaluated; the parent merges them. With one worker, or where
-``fork`` is not available (Windows, macOS's default), the jobs run here, one after the other.
+``fork`` is not available (Windows, macOS's default), the jobs run here, one after the other; so
+does a job PyTorch refuses in the child (where this process had started autograd's device
+threads before forking).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ __all__ = ["default_workers", "run_jobs"]
 
 T = TypeVar("T")
 _JOB: tuple[Evaluator, Callable[[Evaluator, Any], None]] | None = None  # set before forking
+_BAD_FORK = "autograd's threading in combination with fork"  # PyTorch's refusal in a child
 
 
 def default_workers() -> int:
@@ -48,16 +51,47 @@ def run_jobs(
             job(ev, item)
             done(i + 1, len(items))
         return
+    context = multiprocessing.get_context("fork")
+    if not _children_can_backward(context):  # every job would be refused: run them here
+        run_jobs(ev, job, items, 1, done)
+        return
     _JOB = (ev, job)  # type: ignore[assignment]
+    here: list[T] = []  # jobs a forked worker could not run: run in this process
     try:
-        context = multiprocessing.get_context("fork")
         with context.Pool(min(workers, len(items)), initializer=_one_thread) as pool:
-            for i, (seen, traces) in enumerate(pool.imap_unordered(_run, items)):
-                ev.seen.update(seen)
-                ev.traces += traces
-                done(i + 1, len(items))
+            for i, (index, result) in enumerate(pool.imap_unordered(_run, enumerate(items))):
+                if result is None:
+                    here.append(items[index])
+                    continue
+                ev.seen.update(result[0])
+                ev.traces += result[1]
+                done(i + 1 - len(here), len(items))
     finally:
         _JOB = None
+    for i, item in enumerate(here):
+        job(ev, item)
+        done(len(items) - len(here) + i + 1, len(items))
+
+
+def _children_can_backward(context: Any) -> bool:
+    """Whether a process forked from this one can run autograd: PyTorch refuses it in every
+    child once this process has started autograd's device threads (a backward on a GPU, as a
+    user's training has run before planning)."""
+    probe = context.Process(target=_backward_probe)
+    probe.start()
+    probe.join()
+    return bool(probe.exitcode == 0)
+
+
+def _backward_probe() -> None:
+    import torch
+
+    x = torch.ones(1, device="meta", requires_grad=True)
+    try:
+        x.sum().backward()
+    except RuntimeError:
+        os._exit(1)
+    os._exit(0)
 
 
 def _one_thread() -> None:
@@ -66,10 +100,21 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _run(item: Any) -> tuple[dict[Candidate, Evaluated], int]:
+def _run(
+    indexed: tuple[int, Any],
+) -> tuple[int, tuple[dict[Candidate, Evaluated], int] | None]:
+    """One job in a worker: what it evaluated, or None where autograd cannot run in a forked
+    process (this process had started autograd's device threads before forking: PyTorch then
+    refuses every backward in the child) and the parent must run it."""
     assert _JOB is not None
     ev, job = _JOB
+    index, item = indexed
     before = set(ev.seen)
     traces = ev.traces
-    job(ev, item)
-    return {c: e for c, e in ev.seen.items() if c not in before}, ev.traces - traces
+    try:
+        job(ev, item)
+    except Exception as exc:
+        if _BAD_FORK in str(exc):
+            return index, None
+        raise
+    return index, ({c: e for c, e in ev.seen.items() if c not in before}, ev.traces - traces)
