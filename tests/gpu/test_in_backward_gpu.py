@@ -1,5 +1,6 @@
-"""The optimizer stepped in backward on a real GPU: memfit.apply's step gives the parameters the
-fused AdamW stepping after backward gives, and the estimate of the step matches the allocator."""
+"""The optimizer variants on a real GPU: memfit.apply's step in backward gives the parameters the
+fused AdamW stepping after backward gives, and the estimates of a step in backward and of 8-bit
+states (bitsandbytes) match the allocator."""
 
 from __future__ import annotations
 
@@ -59,26 +60,10 @@ def test_in_backward_on_the_gpu_equals_the_fused_step_after_backward() -> None:
     memfit.unapply(model, opt)
 
 
-def test_the_in_backward_estimate_matches_the_allocator() -> None:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    def build() -> torch.nn.Module:
-        return GPT2LMHeadModel(
-            GPT2Config(n_layer=6, n_embd=512, n_head=8, bos_token_id=0, eos_token_id=0)
-        )
-
-    def batch() -> dict[str, torch.Tensor]:
-        ids = torch.randint(0, 50257, (2, 256))
-        return {"input_ids": ids, "labels": ids}
-
-    result = memfit.validate(build, batch, optimizer="adamw-in-backward", precision="bf16-mixed")
-    print(result)
-    est, real = result.estimate.peak_allocated, result.measured.peak_allocated
-    assert abs(est - real) <= 0.01 * real
-
-
-def test_the_8bit_states_estimate_matches_the_allocator() -> None:
-    pytest.importorskip("bitsandbytes")
+@pytest.mark.parametrize("optimizer", ["adamw-in-backward", "adamw-8bit"])
+def test_the_estimate_of_an_optimizer_variant_matches_the_allocator(optimizer: str) -> None:
+    if optimizer.endswith("8bit"):
+        pytest.importorskip("bitsandbytes")
     from transformers import GPT2Config, GPT2LMHeadModel
 
     def build() -> torch.nn.Module:
@@ -89,7 +74,7 @@ def test_the_8bit_states_estimate_matches_the_allocator() -> None:
         ids = torch.randint(0, 50257, (2, 256))
         return {"input_ids": ids, "labels": ids}
 
-    result = memfit.validate(build, batch, optimizer="adamw-8bit", precision="bf16-mixed")
+    result = memfit.validate(build, batch, optimizer=optimizer, precision="bf16-mixed")
     print(result)
     est, real = result.estimate.peak_allocated, result.measured.peak_allocated
     assert abs(est - real) <= 0.01 * real

@@ -17,6 +17,7 @@ __all__ = [
     "evaluate_group",
     "fastest",
     "fits",
+    "param_bytes",
     "with_allocators",
 ]
 
@@ -43,3 +44,9 @@ def fits(ev: Evaluator, c: Candidate) -> bool:
 def fastest(ev: Evaluator) -> float:
     """The predicted step of the fastest candidate that fits so far (infinite: none fits)."""
     return min((e.step_seconds for e in ev.seen.values() if e.fits), default=math.inf)
+
+
+def param_bytes(precision: str) -> int:
+    """Bytes per element of the parameters, their gradients and Adam's states at
+    ``precision``: two in pure bf16/fp16, four otherwise (mixed precision keeps fp32 ones)."""
+    return 2 if precision in ("bf16", "fp16") else 4

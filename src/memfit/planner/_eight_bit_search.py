@@ -12,6 +12,7 @@ from memfit.planner._candidates import (
     Progress,
     evaluate_group,
     fastest,
+    param_bytes,
     with_allocators,
 )
 from memfit.planner._parallel import run_jobs
@@ -23,8 +24,7 @@ __all__ = ["search_eight_bit", "states_saved"]
 def states_saved(trained: int, precision: str) -> int:
     """What 8-bit states save against Adam's two full states: a byte per element each (and a
     float32 scale per 256) instead of four (fp32 and mixed precision) or two (pure bf16/fp16)."""
-    full = 2 if precision in ("bf16", "fp16") else 4
-    return trained * 2 * (full - 1) - trained * 2 * 4 // 256
+    return trained * 2 * (param_bytes(precision) - 1) - trained * 2 * 4 // 256
 
 
 def search_eight_bit(

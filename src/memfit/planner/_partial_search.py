@@ -14,6 +14,7 @@ from memfit.planner._candidates import (
     evaluate_group,
     fastest,
     fits,
+    param_bytes,
     with_allocators,
 )
 from memfit.planner._parallel import run_jobs
@@ -79,7 +80,7 @@ def search_in_backward(
         if c.precision == "fp16-mixed":
             continue
         needed = min(x.needed for x in ev.evaluate(with_allocators(c)))
-        grads = trained * (2 if c.precision in ("bf16", "fp16") else 4)
+        grads = trained * param_bytes(c.precision)
         if needed > ev.usable and needed - grads <= ev.usable:
             todo.append(with_allocators(dataclasses.replace(c, optimizer=name)))
 
@@ -121,7 +122,7 @@ def _partial_could_tie(
             return False
         ends.append(found)
     plain, full = ends
-    grads = trained * (2 if precision in ("bf16", "fp16") else 4)
+    grads = trained * param_bytes(precision)
     over = plain.needed - grads - ev.usable
     if over <= 0 or plain.needed <= full.needed:  # fits with no checkpointing, or no line
         return False

@@ -282,12 +282,8 @@ def _optimizer_flags(optimizer: torch.optim.Optimizer, name: str) -> Change | No
     if impl not in _IMPLS:
         return None  # the default implementation: the optimizer's flags are left as they are
     fused, foreach = _IMPLS[impl]
-    if fused and any(g.get("differentiable") for g in optimizer.param_groups):
-        raise InvalidInputError(
-            f"The plan chooses {name}, but the optimizer was built with differentiable=True, "
-            "which fused optimizers do not support: build it without differentiable=True, or "
-            "plan with optimizer=... naming the foreach variant; nothing was changed."
-        )
+    if fused:
+        _check_fusable(optimizer, name)
     return OptimizerFlags(optimizer, fused, foreach, name)
 
 
@@ -306,11 +302,13 @@ def _check_eight_bit(optimizer: torch.optim.Optimizer, name: str) -> None:
 
 
 def _check_fusable(optimizer: torch.optim.Optimizer, name: str) -> None:
+    """The plan's optimizer runs fused (``-fused``, and each update stepped in backward)."""
     if any(g.get("differentiable") for g in optimizer.param_groups):
         raise InvalidInputError(
-            f"The plan chooses {name}, whose per-parameter updates run fused, but the "
-            "optimizer was built with differentiable=True, which fused optimizers do not "
-            "support: build it without differentiable=True; nothing was changed."
+            f"The plan chooses {name}, which runs fused, but the optimizer was built with "
+            "differentiable=True, which fused optimizers do not support: build it without "
+            "differentiable=True, or plan with optimizers=... naming a foreach variant; "
+            "nothing was changed."
         )
 
 

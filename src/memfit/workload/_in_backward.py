@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -29,11 +28,6 @@ from torch import nn
 __all__ = ["IN_BACKWARD", "OptimizerInBackward", "in_backward"]
 
 IN_BACKWARD = "in-backward"  # the optimizer names' suffix: "adamw-in-backward"
-# what a copy must not share with the optimizer it copies: hooks users put on theirs (they
-# would run once per parameter) and methods patched onto the instance (an LR scheduler wraps
-# ``step`` with one bound to the original, which would step every parameter)
-_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
-_PATCHED = ("step", "zero_grad")
 
 # called around one parameter's update: (parameter, its optimizer, the update)
 Around = Callable[[nn.Parameter, torch.optim.Optimizer, Callable[[], None]], None]
@@ -54,7 +48,7 @@ class OptimizerInBackward:
     ``around`` wraps each parameter's update (the trace marks the gradient and the state it
     makes). ``fused`` runs each update through the fused implementation. The optimizer's state
     and groups are looked up at every update, so that ``load_state_dict`` (a resumed run),
-    which replaces both, is followed. ``stepped`` counts the updates since :meth:`reset`.
+    which replaces both, is followed. ``stepped`` counts the updates.
     """
 
     def __init__(
@@ -82,19 +76,12 @@ class OptimizerInBackward:
                 self._copies[id(p)] = (self._copy(), g, i)
                 self._handles.append(p.register_post_accumulate_grad_hook(hook))
 
-    @property
-    def parameters(self) -> int:
-        """How many parameters it steps."""
-        return len(self._copies)
-
     def _copy(self) -> torch.optim.Optimizer:
-        one = copy.copy(self.optimizer)  # its class and fields (copy takes what pickling does)
-        for name in _PATCHED:
-            one.__dict__.pop(name, None)
-        for name in _HOOKS:
-            if name in one.__dict__:
-                setattr(one, name, OrderedDict())
-        return one
+        """A copy of the optimizer that shares its state. ``copy`` takes what pickling does
+        (defaults, state, groups), so the copy has none of the hooks users put on theirs (they
+        would run once per parameter) nor a ``step`` an LR scheduler patched onto the instance
+        (bound to the original, it would step every parameter)."""
+        return copy.copy(self.optimizer)
 
     def _step(self, p: torch.Tensor) -> None:
         one, g, i = self._copies[id(p)]
@@ -111,9 +98,6 @@ class OptimizerInBackward:
 
         self._around(p, one, update)  # type: ignore[arg-type]
         self.stepped += 1
-
-    def reset(self) -> None:
-        self.stepped = 0
 
     def remove(self) -> None:
         """Take the hooks off: the optimizer steps when it is called again."""
