@@ -96,3 +96,8 @@ def test_a_global_batch_the_micro_batch_does_not_divide_is_refused() -> None:
 def test_an_unknown_precision_to_search_is_refused() -> None:
     with pytest.raises(InvalidInputError, match=r"fp64"):
         planned(precisions=("fp64",))
+
+
+def test_an_unknown_optimizer_to_search_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match=r"adamw-sideways"):
+        planned(optimizers=("adamw-fused", "adamw-sideways"))
