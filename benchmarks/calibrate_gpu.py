@@ -94,6 +94,35 @@ def matmul_curves() -> dict[str, list[list[float]]]:
     return curves
 
 
+def unaligned_matmul_curves() -> dict[str, list[list[float]]]:
+    """``mm_a<N>:<dtype>``: half-precision products whose rows are N-element aligned (N = 1, 2,
+    4: a vocabulary of 50257 or 30522 columns), which cuBLAS runs with slower kernels than
+    16-byte aligned ones. A language model's head at growing token counts (k = 768, n near
+    32000): each point the median of its three products in a training step (forward, and the
+    two of backward, whose rates differ)."""
+    curves: dict[str, list[list[float]]] = {}
+    for dtype_name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        for align, n in ((1, 32001), (2, 32002), (4, 32004)):
+            points = []
+            for m in (256, 1024, 4096, 16384, 32768):
+                k = 768
+                a = torch.randn(m, k, device="cuda", dtype=dtype)
+                b = torch.randn(k, n, device="cuda", dtype=dtype)
+                g = torch.randn(m, n, device="cuda", dtype=dtype)
+                reps = 20 if m <= 4096 else 5
+                times = [
+                    gpu_seconds(lambda a=a, b=b: torch.mm(a, b), reps),
+                    gpu_seconds(lambda g=g, b=b: torch.mm(g, b.t()), reps),
+                    gpu_seconds(lambda a=a, g=g: torch.mm(a.t(), g), reps),
+                ]
+                points.append([2.0 * m * k * n, statistics.median(times)])
+                del a, b, g
+            key = f"mm_a{align}:{dtype_name}"
+            curves[key] = points
+            print(key, _rates(points), flush=True)
+    return curves
+
+
 # Convolutions by the shape class memfit's trace gives them (``memfit.trace.conv_class``):
 # kernel, stride, whether autograd asks for the input's gradient (not for a stem's or a patch
 # embedding's: their input is the batch of images), bias (a ViT's patch embedding has one),
@@ -508,7 +537,7 @@ def _rates(points: list[list[float]]) -> str:
     return " ".join(f"{p[0] / p[1] / 1e12:.0f}" for p in points) + " TFLOP/s"
 
 
-PARTS = ("mm", "conv", "attn", "mem", "host", "tiny")
+PARTS = ("mm", "mm_align", "conv", "attn", "mem", "host", "tiny")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -551,6 +580,8 @@ def main(argv: list[str] | None = None) -> int:
     curves = result["curves"]
     if "mm" in parts:
         curves.update(matmul_curves())
+    if "mm_align" in parts:
+        curves.update(unaligned_matmul_curves())
     if "conv" in parts:
         conv_started = time.time()
         targets = ((1e8, 1e10) if on_gpu else (1e8,)) if args.quick else CONV_FLOPS
@@ -566,6 +597,10 @@ def main(argv: list[str] | None = None) -> int:
     if "mem" in parts:
         curves["mem"] = memory_curve()
     if "host" in parts:
+        from memfit.planner._host_speed import probe_seconds
+
+        result["host_probe_seconds"] = probe_seconds()
+        print(f"host probe {result['host_probe_seconds'] * 1e6:.2f} us/op", flush=True)
         result["cpu_dispatch_seconds"] = cpu_dispatch()
         result["kernel_floor_seconds"] = kernel_floor()
         result["input_seconds_per_byte"] = input_rates()

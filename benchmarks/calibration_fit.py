@@ -163,6 +163,37 @@ def optimizer_ops(model: str, optimizer: str) -> int:
     return len(costs.phases["step2.optimizer"].ops)
 
 
+def fit_mem_factors(profiles: Path, calibration: dict[str, Any]) -> dict[str, float]:
+    """Per family of memory-bound op, the median over profiled configurations (``op_profile.py``'s
+    output) of its measured GPU seconds over what the bandwidth alone predicts for its traced
+    bytes (families under 0.2 ms in a configuration are not counted there); per family and
+    dtype (``bn:bf16``) from the configurations whose trace ran the family in that dtype alone
+    (the profile does not say the dtype). Elementwise kernels are the ``elementwise`` family."""
+    from op_compare import family_seconds
+
+    from memfit.planner import Calibration
+
+    base = Calibration.from_dict({**calibration, "mem_factors": {}})
+    ratios: dict[str, list[float]] = {}
+    for path in sorted(profiles.glob("*.json")):
+        if path.name == "meta.json":
+            continue
+        for row in json.loads(path.read_text()):
+            if "ops" not in row.get("profile", {}):
+                continue
+            measured, predicted, dtypes = family_seconds(row, base)
+            for kind, seconds in predicted.items():
+                if kind.startswith("mem:") and seconds >= 2e-4 and measured.get(kind):
+                    family = kind.partition(":")[2] or "elementwise"
+                    ratio = measured[kind] / seconds
+                    ratios.setdefault(family, []).append(ratio)
+                    if len(dtypes[kind]) == 1:  # the family ran in one dtype: its own factor
+                        ratios.setdefault(f"{family}:{min(dtypes[kind])}", []).append(ratio)
+    for family, values in sorted(ratios.items()):
+        print(f"mem {family:12s} x{statistics.median(values):5.2f} over {len(values)} steps", flush=True)
+    return {f: round(statistics.median(v), 3) for f, v in sorted(ratios.items())}
+
+
 def is_class_curve(key: str) -> bool:
     """``conv:k3s2:bf16`` and ``conv_bwd:k1:fp32`` are; ``conv:bf16`` and ``mm:bf16`` not."""
     return key.startswith(("conv:", "conv_bwd:")) and key.count(":") == 2
@@ -177,9 +208,14 @@ def shipped_curves(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if not complete:
         raise SystemExit("no complete calibration among the files (run calibrate_gpu.py whole)")
     curves = {
-        k: v for k, v in complete[-1]["curves"].items() if k != "mem" and not is_class_curve(k)
+        k: v
+        for k, v in complete[-1]["curves"].items()
+        if k != "mem" and not is_class_curve(k) and not k.startswith("mm_a")
     }
     out: dict[str, Any] = {"curves": curves}
+    unaligned = [run for run in runs if any(k.startswith("mm_a") for k in run["curves"])]
+    if unaligned:
+        curves.update({k: v for k, v in unaligned[-1]["curves"].items() if k.startswith("mm_a")})
     per_class = [run for run in runs if any(map(is_class_curve, run["curves"]))]
     if per_class:
         run = per_class[-1]
@@ -208,6 +244,11 @@ def main() -> int:
         "--optimizer-host",
         type=Path,
         help="optimizer_host.py's file: the host's cost per tensor of each optimizer variant",
+    )
+    parser.add_argument(
+        "--op-profile",
+        type=Path,
+        help="op_profile.py's directory: each memory-bound family's share of the bandwidth",
     )
     args = parser.parse_args()
     runs = [json.loads(path.read_text()) for path in args.calibration]
@@ -242,6 +283,8 @@ def main() -> int:
         "h2d_seconds_per_byte": measured["input_seconds_per_byte"]["h2d"],
         "host": {k: round(v, 9) for k, v in sorted(host.items())},
     }
+    if args.op_profile is not None:
+        out["mem_factors"] = fit_mem_factors(args.op_profile, out)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     for k, v in sorted(host.items()):

@@ -64,6 +64,7 @@ class Calibration:
     host: dict[str, float] = field(default_factory=dict)
     h2d: float = 0.0  # the host's seconds per byte copied to the GPU from pageable memory
     graph_timed: frozenset[str] = frozenset()
+    mem_factors: dict[str, float] = field(default_factory=dict)
     _chosen: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
@@ -79,20 +80,32 @@ class Calibration:
             host={k: float(v) for k, v in data["host"].items()},
             h2d=float(data.get("h2d_seconds_per_byte", 0.0)),
             graph_timed=frozenset(data.get("graph_timed", ())),
+            mem_factors={k: float(v) for k, v in data.get("mem_factors", {}).items()},
         )
 
     def gpu_seconds(self, kind: str, flops: int, nbytes: int) -> float:
         """The GPU's seconds for one op."""
         if kind in ("view", "sync"):
             return 0.0
+        if kind.startswith("mem"):
+            return self.kernel_floor + self.mem_factor(kind) * nbytes / self.bandwidth
         traffic = self.kernel_floor + nbytes / self.bandwidth
-        if kind == "mem" or not flops:
+        if not flops:
             return traffic
         key = self.curve_key(kind)
         reliable = 0.0 if key in self.graph_timed else _FIRST_RELIABLE
         return max(
             traffic, _interpolate(self.curves[key], float(flops), self.kernel_floor, reliable)
         )
+
+    def mem_factor(self, kind: str) -> float:
+        """How many times an elementwise kernel's seconds a memory-bound op of ``kind`` takes
+        for its bytes: its family and dtype's factor (``mem:bn:bf16``), else its family's, else
+        the elementwise kernels' (``mem``), else 1."""
+        factors = self.mem_factors
+        family_dtype = kind.partition(":")[2]
+        family = family_dtype.partition(":")[0] or "elementwise"
+        return factors.get(family_dtype, factors.get(family, factors.get("elementwise", 1.0)))
 
     def host_seconds(self, phase: str, style: str) -> float:
         """The host's seconds to issue one op of ``phase`` in a step of ``style``."""
@@ -141,6 +154,7 @@ class Calibration:
             f"{family}:bf16",  # fp16 where only bf16 was measured: the same tensor cores
             f"{forward}:{dtype}",  # a backward measured as its forward
             f"{family}:k3:{dtype}",  # an old-style kind against per-class curves
+            f"mm:{dtype}",  # an unaligned product where only aligned ones were measured
             "mm:bf16",
         ]
 
@@ -225,7 +239,7 @@ class _Lane:
         per_conv = cal.host_per_conv(phase, style)
         for kind, flops, nbytes in ops:
             self.host += per_op
-            if copies and kind == "mem":
+            if copies and kind.startswith("mem"):
                 self.host += nbytes / 2 * cal.h2d  # read on the host, written on the GPU
                 continue
             if kind == "sync":

@@ -3,13 +3,19 @@ step-time model (issue 13), counted while the trace runs, when asked for.
 
 Each op the step dispatches is kept, in order, as an :data:`Op` ``(kind, flops, bytes)``:
 
-* ``kind`` names what runs it: ``mm:<dtype>`` (matrix products), ``conv:<class>:<dtype>`` /
+* ``kind`` names what runs it: ``mm:<dtype>`` (matrix products; ``mm_a1``, ``mm_a2``,
+  ``mm_a4`` for half-precision ones whose rows are not 16-byte aligned, which cuBLAS runs
+  with kernels several times slower: a vocabulary of 50257), ``conv:<class>:<dtype>`` /
   ``conv_bwd:<class>:<dtype>`` (convolutions by shape class, :func:`conv_class`: cuDNN's rate
   differs by kernel and stride far more than by size), ``attn:<dtype>`` / ``attn_bwd:<dtype>``
-  (fused attention), ``mem`` (any other kernel: its time is its traffic), ``view`` (no kernel:
-  the host's dispatch only) and ``sync`` (a value read back to the host, ``.item()``: the host
+  (fused attention), ``mem`` (any other kernel: its time is its traffic) or ``mem:<family>``
+  (``mem:<family>:<dtype>``) for the memory-bound kernels that reach less of the bandwidth
+  than an elementwise one (:data:`MEM_FAMILIES`: normalizations, softmax, reductions...),
+  ``view`` (no kernel: the
+  host's dispatch only) and ``sync`` (a value read back to the host, ``.item()``: the host
   waits for the GPU);
-* ``flops`` from PyTorch's own formulas (``torch.utils.flop_counter``);
+* ``flops`` from PyTorch's own formulas (``torch.utils.flop_counter``), halved for causal
+  attention (the formula counts the masked half, which the fused kernels skip);
 * ``bytes``: the tensors it reads and writes (its inputs and outputs).
 
 The model that turns these into seconds, with rates measured on the GPU, is the planner's
@@ -28,7 +34,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from memfit.trace._leaves import tensors_in
 
-__all__ = ["Op", "PhaseCost", "StepCosts", "conv_class", "op_kind"]
+__all__ = ["MEM_FAMILIES", "Op", "PhaseCost", "StepCosts", "conv_class", "mem_kind", "op_kind"]
 
 Op = tuple[str, int, int]  # (kind, flops, bytes)
 
@@ -46,6 +52,72 @@ _ATTENTION = {
     "_flash_attention_backward": "attn_bwd",
     "_efficient_attention_backward": "attn_bwd",
 }
+# memory-bound ops whose kernels are not elementwise, by family: each family's share of the
+# bandwidth is the calibration's (``mem_factors``), fitted on profiled training steps
+MEM_FAMILIES: dict[str, tuple[str, ...]] = {
+    "norm": (
+        "native_layer_norm",
+        "native_layer_norm_backward",
+        "native_group_norm",
+        "native_group_norm_backward",
+        "_fused_rms_norm",
+        "_fused_rms_norm_backward",
+    ),
+    "bn": (
+        "native_batch_norm",
+        "native_batch_norm_backward",
+        "cudnn_batch_norm",
+        "cudnn_batch_norm_backward",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_functional",
+        "_native_batch_norm_legit_no_training",
+        "batch_norm_backward",
+    ),
+    "softmax": ("_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data"),
+    "reduce": (
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "var",
+        "var_mean",
+        "std",
+        "linalg_vector_norm",
+        "norm",
+        "prod",
+        "argmax",
+        "argmin",
+    ),
+    "cat": ("cat", "stack"),
+    "index": (
+        "embedding",
+        "embedding_dense_backward",
+        "index_select",
+        "index",
+        "index_put",
+        "index_put_",
+        "index_add",
+        "index_add_",
+        "gather",
+        "scatter",
+        "scatter_add",
+        "scatter_add_",
+    ),
+    "loss": ("nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward"),
+    "pool": (
+        "max_pool2d_with_indices",
+        "max_pool2d_with_indices_backward",
+        "avg_pool2d",
+        "avg_pool2d_backward",
+        "_adaptive_avg_pool2d",
+        "_adaptive_avg_pool2d_backward",
+    ),
+    "copy": ("_to_copy", "copy_", "clone"),
+}
+_FAMILY_OF = {name: family for family, names in MEM_FAMILIES.items() for name in names}
+_ALIGNED = 8  # elements: cuBLAS's fast half-precision kernels want rows of 16 bytes
 _SYNCS = {aten._local_scalar_dense.default, aten.is_nonzero.default}
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -100,7 +172,7 @@ class StepCosts:
         outputs = _nbytes(tensors_in(out))
         nbytes = _nbytes(tensors_in((args, kwargs))) + (outputs or _written(func, args))
         flops = _flops(func, args, kwargs, out)
-        ops.append((op_kind(func, args, kwargs) if flops else "mem", flops, nbytes))
+        ops.append((op_kind(func, args, kwargs) if flops else mem_kind(func, args), flops, nbytes))
 
     def record_inplace_foreach(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], phase: str
@@ -137,7 +209,39 @@ def op_kind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = No
         return f"conv:{conv_class(func, args, kwargs)}:{dtype}"
     if name == "convolution_backward":
         return f"conv_bwd:{conv_class(func, args, kwargs)}:{dtype}"
+    if dtype in ("bf16", "fp16"):
+        align = _alignment(args)
+        if align < _ALIGNED:
+            return f"mm_a{align}:{dtype}"
     return f"mm:{dtype}"
+
+
+def mem_kind(func: Any, args: tuple[Any, ...]) -> str:
+    """The kind of an op without arithmetic: ``mem:<family>:<dtype>`` (:data:`MEM_FAMILIES`;
+    cuDNN's batch norm takes three times longer in bfloat16 than in float32), else ``mem``."""
+    family = _FAMILY_OF.get(func.overloadpacket.__name__)
+    if family is None:
+        return "mem"
+    return f"mem:{family}:{_DTYPES.get(_first_dtype(args), 'fp32')}"  # type: ignore[arg-type]
+
+
+def _alignment(args: tuple[Any, ...]) -> int:
+    """The largest power of two, at most 8, dividing the row stride of every matrix a matrix
+    product reads (its last two dimensions; a transposed operand's rows are its columns) and
+    the row of its result (the last size of its last operand)."""
+    align = _ALIGNED
+    matrices = [a for a in tensors_in(args) if a.dim() >= 2]
+    for t in matrices:
+        rows, cols = t.stride()[-2], t.stride()[-1]
+        align = min(align, _power_of_two(rows if cols == 1 else cols))
+    if matrices:
+        align = min(align, _power_of_two(matrices[-1].shape[-1]))
+    return align
+
+
+def _power_of_two(n: int) -> int:
+    n = int(n)
+    return _ALIGNED if n <= 0 else min(_ALIGNED, n & -n)
 
 
 def conv_class(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> str:
@@ -146,9 +250,7 @@ def conv_class(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None =
     sides differ), then ``t`` for a transposed convolution and ``dw`` (depthwise) or ``g``
     (grouped). The step-time model reads the class's curve, or the nearest one measured.
     ``k3`` when the arguments cannot be read (any convolution is timed, none fails)."""
-    schema = getattr(func, "_schema", None)
-    names = [a.name for a in schema.arguments] if schema is not None else []
-    bound = {**dict(zip(names, args, strict=False)), **(kwargs or {})}
+    bound = _bound(func, args, kwargs)
     weight = bound.get("weight")
     if not isinstance(weight, torch.Tensor) or weight.dim() < 3:
         return "k3"
@@ -180,11 +282,21 @@ def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -
     if formula is None:
         return 0
     try:
-        return int(formula(*args, **kwargs, out_val=out))
+        flops = int(formula(*args, **kwargs, out_val=out))
     except AssertionError:
         if func.overloadpacket.__name__ not in _ATTENTION:
             raise
-    return int(formula(*_widened_heads(args), **kwargs, out_val=out))
+        flops = int(formula(*_widened_heads(args), **kwargs, out_val=out))
+    if func.overloadpacket.__name__ in _ATTENTION and _bound(func, args, kwargs).get("is_causal"):
+        return flops // 2  # the fused kernels skip the masked half; the formula counts it
+    return flops
+
+
+def _bound(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """An op's arguments by their schema's names."""
+    schema = getattr(func, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    return {**dict(zip(names, args, strict=False)), **(kwargs or {})}
 
 
 def _widened_heads(args: tuple[Any, ...]) -> tuple[Any, ...]:
