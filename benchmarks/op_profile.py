@@ -110,7 +110,7 @@ def run_model(
     steps: int,
     out: Path,
     profile: bool = True,
-    loop: bool = True,
+    with_loop: bool = True,
 ) -> None:
     from step_times import measure
 
@@ -126,7 +126,7 @@ def run_model(
             "host_probe_seconds": probe_seconds(),
             "cuda_dispatch_seconds": cpu_dispatch(),
         }
-        row["loop"] = measure(model, config["settings"], steps) if loop else {}
+        row["loop"] = measure(model, config["settings"], steps) if with_loop else {}
         row["on_gpu"] = _on_gpu_loop(model, config["settings"], steps, profile=False)
         row["profile"] = _on_gpu_loop(model, config["settings"], 4, profile=True) if profile else {}
         rows.append(row)
