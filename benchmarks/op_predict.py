@@ -86,6 +86,7 @@ def main() -> int:
     parser.add_argument("--plans", type=Path)
     parser.add_argument("--extra", action="store_true")
     parser.add_argument("--held-out", action="store_true")
+    parser.add_argument("--held-out-2", action="store_true")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--against", type=Path, nargs="*")
     parser.add_argument("--predictions", type=Path)
@@ -93,7 +94,7 @@ def main() -> int:
     if args.predictions:
         predictions = json.loads(args.predictions.read_text())["rows"]
     else:
-        configs = configurations(args.plans, args.extra, args.held_out)
+        configs = configurations(args.plans, args.extra, args.held_out, args.held_out_2)
         predictions = []
         for model, items in configs.items():
             for item in items:
