@@ -597,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     if "mem" in parts:
         curves["mem"] = memory_curve()
     if "host" in parts:
-        from memfit.planner._host_speed import probe_seconds
+        from host_probe import probe_seconds
 
         result["host_probe_seconds"] = probe_seconds()
         print(f"host probe {result['host_probe_seconds'] * 1e6:.2f} us/op", flush=True)

@@ -190,7 +190,10 @@ def fit_mem_factors(profiles: Path, calibration: dict[str, Any]) -> dict[str, fl
                     if len(dtypes[kind]) == 1:  # the family ran in one dtype: its own factor
                         ratios.setdefault(f"{family}:{min(dtypes[kind])}", []).append(ratio)
     for family, values in sorted(ratios.items()):
-        print(f"mem {family:12s} x{statistics.median(values):5.2f} over {len(values)} steps", flush=True)
+        print(
+            f"mem {family:12s} x{statistics.median(values):5.2f} over {len(values)} steps",
+            flush=True,
+        )
     return {f: round(statistics.median(v), 3) for f, v in sorted(ratios.items())}
 
 

@@ -122,7 +122,7 @@ def main() -> int:
         if path.name == "meta.json":
             continue
         for row in json.loads(path.read_text()):
-            if args.only and row["model"] not in args.only or "ops" not in row["profile"]:
+            if (args.only and row["model"] not in args.only) or "ops" not in row["profile"]:
                 continue
             meas, pred = measured(row), predicted(row)
             what = ", ".join(f"{k}={v}" for k, v in row["settings"].items() if k != "seq_len")

@@ -19,8 +19,9 @@ own step loop on the GPU, three ways:
   calls, the kernels' GPU seconds, the kernel names), the GPU's busy seconds and the step's wall
   seconds under the profiler (not with ``--no-profile``; ``loop`` not with ``--no-loop``).
 
-Each configuration also records the host's speed: ``memfit.planner``'s probe (small ops on
-the CPU) and ``calibrate_gpu.py``'s dispatch of small CUDA ops. Each configuration's row is written to ``DIR/<model>.json`` as soon as it is measured.
+Each configuration also records the host's speed: ``host_probe.py``'s probe (small ops on the
+CPU) and ``calibrate_gpu.py``'s dispatch of small CUDA ops. Each configuration's row is written
+to ``DIR/<model>.json`` as soon as it is measured.
 """
 
 from __future__ import annotations
@@ -128,9 +129,8 @@ def run_model(
     profile: bool = True,
     with_loop: bool = True,
 ) -> None:
+    from host_probe import probe_seconds
     from step_times import measure
-
-    from memfit.planner._host_speed import probe_seconds
 
     rows = []
     for config in configs:
@@ -150,8 +150,9 @@ def run_model(
         print(
             f"{model:26s} {config['source']:10s} loop {loop.get('step_seconds', 0) * 1e3:7.1f} "
             f"on_gpu {on_gpu.get('step_seconds', 0) * 1e3:7.1f} profiled "
-            f"{prof.get('wall_seconds', 0) * 1e3:7.1f} busy {prof.get('busy_seconds', 0) * 1e3:7.1f}"
-            f" ms probe {row['host_probe_seconds'] * 1e6:.2f} us {loop.get('error', '')[:60]}"
+            f"{prof.get('wall_seconds', 0) * 1e3:7.1f} "
+            f"busy {prof.get('busy_seconds', 0) * 1e3:7.1f} ms "
+            f"probe {row['host_probe_seconds'] * 1e6:.2f} us {loop.get('error', '')[:60]}"
             f"{prof.get('error', '')[:60]}",
             flush=True,
         )
@@ -250,9 +251,7 @@ def _summarize(prof: Any, step: str) -> dict[str, Any]:
         entry["gpu_seconds"] += seconds
         for k in ev.kernels:
             entry["kernels"][k.name[:120]] = entry["kernels"].get(k.name[:120], 0) + 1
-    rows = [
-        {"phase": p, "name": n, "shapes": json.loads(s), **v} for (p, n, s), v in ops.items()
-    ]
+    rows = [{"phase": p, "name": n, "shapes": json.loads(s), **v} for (p, n, s), v in ops.items()]
     return {"ops": rows, "busy_seconds": busy}
 
 
@@ -280,7 +279,12 @@ def main() -> int:
     if args.child:
         path = args.out / _file(args.child)
         run_model(
-            args.child, by_model[args.child], args.steps, path, not args.no_profile, not args.no_loop
+            args.child,
+            by_model[args.child],
+            args.steps,
+            path,
+            not args.no_profile,
+            not args.no_loop,
         )
         return 0
     import torch

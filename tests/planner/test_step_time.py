@@ -3,6 +3,8 @@ a calibration."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from step_time_data import US, calibration, costs
 
@@ -98,3 +100,30 @@ def test_the_updates_host_cost_hides_under_a_gpu_bound_backward() -> None:
     # 4 ms of products on the GPU; the host's 3 ms of update calls run beside them
     assert during.seconds == pytest.approx(2 * 2000 * US + 10 * 2 * US, rel=0.01)
     assert during.bound == "gpu"
+
+
+def test_memory_bound_families_take_their_factor_of_the_bandwidths_time() -> None:
+    cal = dataclasses.replace(
+        calibration(), mem_factors={"norm": 3.0, "bn:bf16": 9.0, "bn": 4.0, "elementwise": 1.5}
+    )
+    mb = 10**6  # 1 us at the made-up bandwidth, on top of the 1 us floor
+    assert cal.gpu_seconds("mem:norm:fp32", 0, mb) == pytest.approx(4 * US)  # the family's
+    assert cal.gpu_seconds("mem:bn:bf16", 0, mb) == pytest.approx(10 * US)  # its dtype's
+    assert cal.gpu_seconds("mem:bn:fp32", 0, mb) == pytest.approx(5 * US)  # else the family's
+    assert cal.gpu_seconds("mem", 0, mb) == pytest.approx(2.5 * US)  # elementwise
+    assert calibration().gpu_seconds("mem:softmax:bf16", 0, mb) == pytest.approx(2 * US)
+
+
+def test_an_unaligned_product_reads_its_own_curve_or_the_aligned_one() -> None:
+    slow = ((1e9, 80 * US), (1e12, 16000 * US))
+    cal = dataclasses.replace(calibration(), curves={**calibration().curves, "mm_a1:bf16": slow})
+    assert cal.gpu_seconds("mm_a1:bf16", int(1e12), 0) == pytest.approx(16000 * US)
+    # a calibration that measured only aligned products times it as one
+    assert calibration().gpu_seconds("mm_a1:bf16", int(1e12), 0) == pytest.approx(2000 * US)
+
+
+def test_the_shipped_h200_calibration_times_unaligned_heads_and_batch_norm_slower() -> None:
+    cal, _ = calibration_for(resolve_gpu("h200"))
+    work = int(1e12)
+    assert cal.gpu_seconds("mm_a1:bf16", work, 0) > 3 * cal.gpu_seconds("mm:bf16", work, 0)
+    assert cal.mem_factor("mem:bn:bf16") > cal.mem_factor("mem:bn:fp32") > 1

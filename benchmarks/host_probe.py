@@ -1,10 +1,10 @@
-"""How fast this machine's CPU issues PyTorch ops, against the one the calibration was measured
-with (issue 13).
+"""How fast this machine's CPU issues PyTorch ops (issue 13's step-time benchmarks).
 
 A step of many small ops waits on the host, and hosts differ: the same BERT step on the same
-GPU model took 70 ms on one H200 machine and 90 ms on another. The calibration keeps what
-:func:`probe_seconds` measured on its machine (``host_probe``); planning on a machine with the
-calibrated GPU measures it again and scales the host's costs by the ratio.
+GPU model took 62 ms in one call to the GPU host and 93 ms in another. ``op_profile.py`` and
+``calibrate_gpu.py`` record :func:`probe_seconds` beside their timings, to tell whether a
+probe this cheap predicts the host's speed. In session 12 it did not: it varied 2x between
+processes of the same call, and not with their steps' times.
 """
 
 from __future__ import annotations

@@ -1,0 +1,93 @@
+"""The kinds the step costs give ops, which pick the step-time model's rates (issue 13): half-
+precision products with unaligned rows, memory-bound ops by family and dtype; and the FLOPs of
+causal attention and of grouped convolutions' backward, where PyTorch's formulas count work the
+kernels do not do."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memfit.trace import StepCosts
+
+aten = torch.ops.aten
+
+
+def _meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _kind(func: object, args: tuple[object, ...], out: object) -> tuple[str, int, int]:
+    costs = StepCosts()
+    costs.record(func, args, {}, out, "step2.forward")
+    return costs.phases["step2.forward"].ops[0]
+
+
+@pytest.mark.parametrize(
+    ("vocabulary", "kind"),
+    [(50304, "mm:bf16"), (50260, "mm_a4:bf16"), (30522, "mm_a2:bf16"), (50257, "mm_a1:bf16")],
+)
+def test_a_language_models_head_is_timed_by_its_rows_alignment(vocabulary: int, kind: str) -> None:
+    hidden, weight = _meta(4096, 768), _meta(768, vocabulary)
+    assert _kind(aten.mm.default, (hidden, weight), _meta(4096, vocabulary))[0] == kind
+
+
+def test_a_transposed_unaligned_operand_is_unaligned_too() -> None:
+    grad = _meta(4096, 50257)  # the head's backward: its gradient's rows are the vocabulary
+    weight = _meta(50257, 768)
+    assert _kind(aten.mm.default, (grad, weight), _meta(4096, 768))[0] == "mm_a1:bf16"
+    logits_t = _meta(4096, 50257).t()  # the weight's gradient reads it transposed
+    assert _kind(aten.mm.default, (logits_t, _meta(4096, 768)), _meta(50257, 768))[0] == (
+        "mm_a1:bf16"
+    )
+
+
+def test_float32_products_keep_one_kind_whatever_their_alignment() -> None:
+    a, b = _meta(64, 768, dtype=torch.float32), _meta(768, 50257, dtype=torch.float32)
+    assert _kind(aten.mm.default, (a, b), _meta(64, 50257, dtype=torch.float32))[0] == "mm:fp32"
+
+
+def test_memory_bound_ops_are_kept_by_family_and_dtype() -> None:
+    x = _meta(8, 512, 768, dtype=torch.float32)
+    w, b = _meta(768, dtype=torch.float32), _meta(768, dtype=torch.float32)
+    norm = aten.native_layer_norm.default
+    out = (x, _meta(8, 512, 1, dtype=torch.float32), _meta(8, 512, 1, dtype=torch.float32))
+    assert _kind(norm, (x, [768], w, b, 1e-5), out)[0] == "mem:norm:fp32"
+    y = _meta(8, 512, 768)
+    assert _kind(aten.mul.Tensor, (y, y), y)[0] == "mem"  # elementwise: the plain kind
+    assert _kind(aten._to_copy.default, (y,), x)[0] == "mem:copy:bf16"
+
+
+def test_causal_attention_counts_half_the_formulas_flops() -> None:
+    q = _meta(2, 12, 1024, 64)
+    op = aten._scaled_dot_product_flash_attention.default
+    out = (_meta(2, 12, 1024, 64),)
+    full = _kind(op, (q, q, q, 0.0, False), out)[1]
+    causal = _kind(op, (q, q, q, 0.0, True), out)[1]
+    assert full == 4 * 2 * 12 * 1024 * 1024 * 64
+    assert causal == full // 2
+
+
+@pytest.mark.parametrize("groups", [1, 4, 96])
+def test_a_grouped_convolutions_backward_counts_its_forward_once_per_gradient(
+    groups: int,
+) -> None:
+    x, grad = _meta(16, 96, 28, 28), _meta(16, 96, 28, 28)
+    weight = _meta(96, 96 // groups, 7, 7)
+    op = aten.convolution_backward.default
+    args = (
+        grad,
+        x,
+        weight,
+        None,
+        [1, 1],
+        [3, 3],
+        [1, 1],
+        False,
+        [0, 0],
+        groups,
+        [True, True, False],
+    )
+    out = (_meta(16, 96, 28, 28), _meta(96, 96 // groups, 7, 7), None)
+    forward = 2 * 16 * weight.numel() * 28 * 28
+    assert _kind(op, args, out)[1] == 2 * forward  # PyTorch's formula: 96x for depthwise
