@@ -18,6 +18,7 @@ from memfit._errors import MissingExtraError
 from memfit._events import Category
 from memfit.planner import Candidate, Evaluated, Plan, model_key, plan
 from memfit.runtime import apply, unapply
+from memfit.workload import eight_bit_available
 
 bnb = pytest.importorskip("bitsandbytes")
 transformers = pytest.importorskip("transformers")
@@ -100,3 +101,13 @@ def test_apply_takes_bitsandbytes_optimizer_and_refuses_another() -> None:
     step({"input_ids": ids, "labels": ids})
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
     unapply(model, opt)
+
+
+def test_the_planner_finds_bitsandbytes_without_importing_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delitem(sys.modules, "bitsandbytes", raising=False)
+    assert eight_bit_available()
+    assert "bitsandbytes" not in sys.modules  # its import loads torch's compiler: seconds
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)
+    assert not eight_bit_available()

@@ -91,3 +91,23 @@ def test_a_grouped_convolutions_backward_counts_its_forward_once_per_gradient(
     out = (_meta(16, 96, 28, 28), _meta(96, 96 // groups, 7, 7), None)
     forward = 2 * 16 * weight.numel() * 28 * 28
     assert _kind(op, args, out)[1] == 2 * forward  # PyTorch's formula: 96x for depthwise
+
+
+@pytest.mark.parametrize(
+    ("op", "shapes"),
+    [
+        (aten.mm.default, [(7, 5), (5, 3)]),
+        (aten.addmm.default, [(3,), (7, 5), (5, 3)]),
+        (aten.bmm.default, [(2, 7, 5), (2, 5, 3)]),
+        (aten.baddbmm.default, [(2, 7, 3), (2, 7, 5), (2, 5, 3)]),
+    ],
+)
+def test_matrix_products_are_counted_as_pytorchs_formulas_count_them(
+    op: object, shapes: list[tuple[int, ...]]
+) -> None:
+    from torch.utils.flop_counter import flop_registry
+
+    args = tuple(_meta(*s, dtype=torch.float32) for s in shapes)
+    out = op(*args)  # type: ignore[operator]
+    formula = flop_registry[op.overloadpacket]  # type: ignore[attr-defined]
+    assert _kind(op, args, out)[1] == formula(*args, out_val=out)

@@ -139,3 +139,65 @@ def test_a_users_step_function_is_traced_at_every_step() -> None:
 
     _, copied = _both(lambda: nn.Linear(64, 64), lambda: torch.randn(8, 64), step_fn=step)
     assert copied.copied_steps == 0
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+def test_micro_batches_after_the_second_are_copied_from_it(precision: str) -> None:
+    every, copied = _both(_gpt2, _gpt2_batch, precision=precision, accumulation=4, steps=2)
+    assert (every.copied_micro_batches, copied.copied_micro_batches) == (0, 2)
+    assert copied.copied_steps == 1
+    assert _normalized(copied) == _normalized(every)
+
+
+def test_copied_micro_batches_count_the_ops_of_traced_ones() -> None:
+    workload = make_workload(_gpt2, _gpt2_batch, gpu="h200", accumulation=3, steps=2)
+    traces = []
+    for repeat in (False, True):
+        _tracer.REPEAT_STEPS = repeat
+        try:
+            traces.append(_tracer.trace_workload(workload, H200, costs=True))
+        finally:
+            _tracer.REPEAT_STEPS = True
+    every, copied = traces
+    assert copied.copied_micro_batches == 1
+    assert every.costs is not None and copied.costs is not None
+    assert copied.costs.phases == every.costs.phases
+
+
+def test_a_micro_batch_whose_batch_values_differ_is_traced() -> None:
+    flags = itertools.cycle([torch.zeros(4), torch.ones(4)])  # each micro-batch flips the flag
+
+    def batch() -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(8, 64), next(flags)
+
+    every, copied = _both(_Gated, batch, accumulation=4, steps=1)
+    assert copied.copied_micro_batches == 0
+    assert _normalized(copied) == _normalized(every)
+
+
+class _Doubling(nn.Module):
+    """Makes a large temporary when the batch's flag says so: the same parameters either way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor, flag: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        if bool(flag.any()):
+            y = y + torch.ones(8, 64, 512, device=x.device).sum(-1)
+        return y.sum()
+
+
+def test_micro_batches_are_copied_from_the_second_alone() -> None:
+    """The third is traced (its flag differs from the second's); the fourth and fifth are not
+    copied from the second and third together."""
+    zero, one = torch.zeros(4), torch.ones(4)
+    flags = itertools.cycle([zero, zero, one, one, one])  # five batches a trace, both ways
+
+    def batch() -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(8, 64), next(flags)
+
+    every, copied = _both(_Doubling, batch, accumulation=5, steps=1)
+    assert copied.copied_micro_batches == 0
+    assert _normalized(copied) == _normalized(every)

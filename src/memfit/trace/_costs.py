@@ -282,6 +282,9 @@ def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -
     formula = _formula(func)
     if formula is None:
         return 0
+    products = _PRODUCTS.get(func.overloadpacket.__name__)
+    if products is not None and not kwargs:  # the formula's own sum, without its shape walk
+        return products(*args)
     try:
         flops = int(formula(*args, **kwargs, out_val=out))
     except AssertionError:
@@ -329,10 +332,40 @@ def _widened_heads(args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _formula(func: Any) -> Any:
-    from torch.utils.flop_counter import flop_registry
+    """PyTorch's FLOP formula of ``func``'s op (None without one), looked up once per op."""
+    try:
+        return _FORMULAS[func]
+    except KeyError:
+        from torch.utils.flop_counter import flop_registry
 
-    packet = getattr(func, "overloadpacket", None)
-    return flop_registry.get(packet) if packet is not None else None
+        packet = getattr(func, "overloadpacket", None)
+        found = flop_registry.get(packet) if packet is not None else None
+        _FORMULAS[func] = found
+        return found
+
+
+_FORMULAS: dict[Any, Any] = {}
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor, *_: Any) -> int:
+    return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+
+
+def _addmm(bias: Any, a: torch.Tensor, b: torch.Tensor, *_: Any) -> int:
+    return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+
+
+def _bmm(a: torch.Tensor, b: torch.Tensor, *_: Any) -> int:
+    return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+
+
+def _baddbmm(bias: Any, a: torch.Tensor, b: torch.Tensor, *_: Any) -> int:
+    return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+
+
+# matrix products counted as PyTorch's formulas count them (2 x m x n x k; a bias is not
+# counted), from their shapes directly: the formulas' argument walk was a tenth of the costs
+_PRODUCTS = {"mm": _mm, "addmm": _addmm, "bmm": _bmm, "baddbmm": _baddbmm}
 
 
 def _nbytes(tensors: Iterable[torch.Tensor]) -> int:

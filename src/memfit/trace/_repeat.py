@@ -16,6 +16,11 @@ step differ:
 
 Otherwise the step is traced again, as is every step of a user's step function or of a
 compiled model.
+
+Within step 1, micro-batches after the second are copied from the second the same way (the
+first differs: it makes the gradients, the second adds to them), when the second kept nothing,
+freed nothing from before it and read no batch values that differ: a step of 8 micro-batches
+costs the trace about what one of 2 does (the planner's check of the plan it chose).
 """
 
 from __future__ import annotations
@@ -47,6 +52,16 @@ class _Grad:
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class _MicroStart:
+    """Where a micro-batch of step 1 began: its first event, the ops each phase had counted,
+    the tallies."""
+
+    event: int
+    ops: dict[str, int]
+    tallies: dict[str, int]
 
 
 @dataclass
@@ -88,6 +103,8 @@ class StepRepeat:
         self._values: dict[int, torch.Tensor] = {}
         self._counts: dict[str, int] = {}
         self._grads: list[_Grad] | None = None
+        self._micro: list[_MicroStart] = []  # step 1's micro-batches, as each began
+        self.copied_micro_batches = 0
 
     def batches(self, make: Callable[[], Any], leaves: Callable[[Any], list[Any]]) -> Any:
         """The batch factory the steps should call: ``make``, but a batch made to compare
@@ -107,6 +124,13 @@ class StepRepeat:
             self._start = len(self._rec.events)
             self._shadows.depends = set()
             self._counts = self._tallies.read()
+        if name == _FIRST + "input" and self._end is None and len(self._micro) < 2:
+            self._micro.append(self._micro_start())
+
+    def _micro_start(self) -> _MicroStart:
+        costs = self._rec.costs
+        ops = {} if costs is None else {k: len(v.ops) for k, v in costs.phases.items()}
+        return _MicroStart(len(self._rec.events), ops, self._tallies.read())
 
     def after_backward(self, model: nn.Module) -> None:
         """Step 1's passes end here in training: its gradients are what they leave."""
@@ -142,6 +166,49 @@ class StepRepeat:
                 grads.append(_Grad(p, block, tuple(g.shape), g.stride(), g.dtype))
         return grads
 
+    # -- step 1's micro-batches after the second, copied ------------------------------------
+    def repeat_micro_batches(self, step: int, count: int) -> bool:
+        """Copy step 1's second micro-batch ``count`` times as its next ones; False when it does
+        not show they would be the same (they are traced)."""
+        if not self.enabled or step != 1 or len(self._micro) != 2 or self._end is not None:
+            return False
+        self._micro.append(self._micro[1])  # asked once: a refused third is traced, and after
+        start, end = self._micro[1].event, len(self._rec.events)
+        values = {i: self._shadows.batch_values[i] for i in self._shadows.depends}
+        if values and not self._same_values(values):
+            return False
+        events = self._rec.events[start:end]
+        allocated = {e.block for e in events if e.kind == "alloc"}
+        freed = {e.block for e in events if e.kind == "free"}
+        persistent = self._rec.persistent
+        if not freed <= allocated or allocated - freed - persistent:
+            return False  # it freed memory from before it, or kept some
+        self._pending.clear()  # the batch compared is the copied micro-batch's
+        added = self._counts_since(self._micro[1])
+        ops = self._ops_since(self._micro[1])
+        for _ in range(count):
+            self._copy_events(start, end, lambda name: name)
+            self._tallies.add(added)
+            if self._rec.costs is not None:
+                for name, more in ops.items():
+                    self._rec.costs.phases[name].ops.extend(more)
+        self.copied_micro_batches += count
+        return True
+
+    def _counts_since(self, mark: _MicroStart) -> dict[str, int]:
+        now = self._tallies.read()
+        return {k: v - mark.tallies.get(k, 0) for k, v in now.items()}
+
+    def _ops_since(self, mark: _MicroStart) -> dict[str, list[Any]]:
+        costs = self._rec.costs
+        if costs is None:
+            return {}
+        return {
+            name: list(cost.ops[mark.ops.get(name, 0) :])
+            for name, cost in costs.phases.items()
+            if name.startswith(_FIRST) and len(cost.ops) > mark.ops.get(name, 0)
+        }
+
     # -- later steps, copied -----------------------------------------------------------------
     def repeat(self, step: int, model: nn.Module, train: bool) -> bool:
         """Copy step 1's passes as step ``step``'s; False (and :attr:`refused` says why) when
@@ -162,7 +229,7 @@ class StepRepeat:
 
     def _why_not(self, train: bool) -> str | None:
         assert self._start is not None and self._end is not None
-        if self._values and not self._same_values():
+        if self._values and not self._same_values(self._values):
             return "the batch differs from step 1's where values were read"
         if self._grads is None:
             return "a gradient shares its storage"
@@ -180,8 +247,8 @@ class StepRepeat:
             return "gradients were not set to None"
         return None
 
-    def _same_values(self) -> bool:
-        """Whether the next batch holds step 1's values where step 1 read them."""
+    def _same_values(self, values: dict[int, torch.Tensor]) -> bool:
+        """Whether the next batch holds ``values`` (step 1's, where it read them)."""
         if self._make is None:
             return False
         self._rec.suspended += 1  # made with no events: the step's own input phase has them
@@ -195,7 +262,7 @@ class StepRepeat:
             return False
         self._pending.append(made)
         with _disable_current_modes(), torch._C.DisableTorchFunction():  # not the trace's ops
-            for i, value in self._values.items():
+            for i, value in values.items():
                 new = leaves[i] if i < len(leaves) else None
                 if not (
                     isinstance(new, torch.Tensor)
@@ -210,10 +277,22 @@ class StepRepeat:
     def _copy(self, step: int) -> None:
         """Step 1's events again, from new blocks, under step ``step``'s phase names."""
         assert self._start is not None and self._end is not None and self._grads is not None
-        rec, start, end = self._rec, self._start, self._end
         prefix = f"step{step}."
+        blocks, marks = self._copy_events(
+            self._start, self._end, lambda name: prefix + name[len(_FIRST) :]
+        )
+        if self._rec.costs is not None:
+            self._rec.costs.copy((_FIRST + name[len(prefix) :], name) for name in marks)
+        self._give_gradients(blocks)
+
+    def _copy_events(
+        self, start: int, end: int, rename: Callable[[str], str]
+    ) -> tuple[dict[int, int], list[str]]:
+        """Events ``start:end`` again, each allocation a new block, under the phase names
+        ``rename`` gives step 1's: the new blocks by the old, and the phases set."""
+        rec = self._rec
         marks = [
-            (i, prefix + name[len(_FIRST) :])
+            (i, rename(name))
             for name, i in self._phases
             if name.startswith(_FIRST) and start <= i < end
         ]
@@ -229,13 +308,11 @@ class StepRepeat:
             elif event.block not in rec.persistent:
                 assert event.info is not None
                 info = rec.infos[event.info]
-                phase = prefix + info.phase[len(_FIRST) :]
+                phase = rename(info.phase)
                 blocks[event.block] = rec.copy_alloc(event, dataclasses.replace(info, phase=phase))
         for _, name in marks[at:]:
             self._set_phase(name)
-        if rec.costs is not None:
-            rec.costs.copy((_FIRST + name[len(prefix) :], name) for _, name in marks)
-        self._give_gradients(blocks)
+        return blocks, [name for _, name in marks]
 
     def _give_gradients(self, blocks: dict[int, int]) -> None:
         """Gradients for the optimizer, standing for the copied backward's (no new events)."""

@@ -74,6 +74,7 @@ class Trace:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     copied_steps: int = 0  # later steps copied from step 1's events (_repeat)
+    copied_micro_batches: int = 0  # step 1's micro-batches copied from its second (_repeat)
     costs: StepCosts | None = None  # arithmetic and traffic by phase, when asked (_costs)
     traced_again: str | None = None  # why later steps were traced instead, if they were
 
@@ -287,6 +288,7 @@ class _Session:
             after_optimizer=lambda opt: _mark_optimizer_state(rec, opt),
             around_param_step=self._param_step,
             repeat=lambda step, model: self.repeat.repeat(step, model, self.train),
+            repeat_micro_batches=self.repeat.repeat_micro_batches,
         )
 
     def _param_step(self, param: Any, optimizer: Any, update: Callable[[], None]) -> None:
@@ -427,6 +429,7 @@ def _trace(
         notes,
         time.perf_counter() - start,
         copied_steps=session.repeat.copied,
+        copied_micro_batches=session.repeat.copied_micro_batches,
         traced_again=session.repeat.refused,
         costs=session.recorder.costs,
     )

@@ -92,6 +92,8 @@ class StepHooks:
     # True when step N's input, forward and backward were reproduced without running them
     # (a trace copies step 1's events; memfit's own loop only)
     repeat: Callable[[int, nn.Module], bool] = lambda step, model: False
+    # True when step N's next ``count`` micro-batches were reproduced from its second (a trace)
+    repeat_micro_batches: Callable[[int, int], bool] = lambda step, count: False
 
 
 def run_steps(
@@ -132,7 +134,9 @@ def _steps(
     for step in range(1, workload.steps + 1):
         repeated = hooks.repeat(step, model)  # input, forward and backward copied from step 1
         micro_batches = 0 if repeated else 1 if whole else workload.accumulation
-        for _ in range(micro_batches):
+        for index in range(micro_batches):
+            if index >= 2 and hooks.repeat_micro_batches(step, micro_batches - index):
+                break  # the rest copied from the second
             hooks.phase(f"step{step}.input")
             made = workload.make_batch()
             if made is None:
