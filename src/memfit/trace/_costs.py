@@ -26,7 +26,7 @@ for it at a sync.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -284,7 +284,7 @@ def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -
         return 0
     products = _PRODUCTS.get(func.overloadpacket.__name__)
     if products is not None and not kwargs:  # the formula's own sum, without its shape walk
-        return products(*args)
+        return int(products(*args))
     try:
         flops = int(formula(*args, **kwargs, out_val=out))
     except AssertionError:
@@ -365,7 +365,12 @@ def _baddbmm(bias: Any, a: torch.Tensor, b: torch.Tensor, *_: Any) -> int:
 
 # matrix products counted as PyTorch's formulas count them (2 x m x n x k; a bias is not
 # counted), from their shapes directly: the formulas' argument walk was a tenth of the costs
-_PRODUCTS = {"mm": _mm, "addmm": _addmm, "bmm": _bmm, "baddbmm": _baddbmm}
+_PRODUCTS: dict[str, Callable[..., int]] = {
+    "mm": _mm,
+    "addmm": _addmm,
+    "bmm": _bmm,
+    "baddbmm": _baddbmm,
+}
 
 
 def _nbytes(tensors: Iterable[torch.Tensor]) -> int:
