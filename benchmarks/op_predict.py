@@ -96,8 +96,12 @@ def main() -> int:
     else:
         configs = configurations(args.plans, args.extra, args.held_out, args.held_out_2)
         predictions = []
+        seen: set[str] = set()
         for model, items in configs.items():
             for item in items:
+                if key(model, item["settings"]) in seen:  # in both held-out sets
+                    continue
+                seen.add(key(model, item["settings"]))
                 predictions.append(predict(model, item["settings"]))
                 p = predictions[-1]
                 print(f"{model:26s} {p['seconds'] * 1e3:8.1f} ms  {p['bound']}", flush=True)
