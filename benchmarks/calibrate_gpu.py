@@ -11,7 +11,8 @@ of (work, seconds) points, so that a model can read the time of an op of any siz
   (PyTorch's default: no TF32) and ``mm:tf32`` with TF32 allowed;
 * ``conv:<class>:<dtype>`` / ``conv_bwd:<class>:<dtype>``: convolutions by the shape class the
   trace records (1x1, 3x3, 3x3 and 1x1 stride 2, the 7x7 stride-2 stem, a ViT's 16x16 patch
-  embedding), real layer shapes at batches that span 1e8 to 1e12 forward FLOPs, forward
+  embedding; depthwise 3x3, 3x3 stride 2, 5x5 and 7x7, and RegNet's grouped 3x3), real layer
+  shapes at batches that span 1e8 to 1e12 forward FLOPs, forward
   (``conv2d``) and backward (``aten.convolution_backward`` with the gradients autograd asks
   for; work: FLOPs by PyTorch's formulas, as the trace counts them), float32 (cuDNN's default
   TF32) and bfloat16, channels first, each timed inside a CUDA graph (the curves listed in
@@ -136,6 +137,13 @@ CONV_CLASSES: dict[str, dict[str, Any]] = {
     "k1s2": {"kernel": 1, "stride": 2},
     "k7s2": {"kernel": 7, "stride": 2, "input_grad": False},
     "k16s16": {"kernel": 16, "stride": 16, "input_grad": False, "bias": True},
+    # depthwise (a group per channel: MobileNet, EfficientNet, ConvNeXt) and grouped (RegNet's
+    # groups of 24 channels), whose backward cuDNN runs far below the dense rates
+    "k3dw": {"kernel": 3, "stride": 1, "groups": "dw"},
+    "k3s2dw": {"kernel": 3, "stride": 2, "groups": "dw"},
+    "k5dw": {"kernel": 5, "stride": 1, "groups": "dw"},
+    "k7dw": {"kernel": 7, "stride": 1, "groups": "dw"},
+    "k3g": {"kernel": 3, "stride": 1, "groups": 24},
 }
 _SHAPES = {  # "in-out@side"
     "k1": "32-32@28 64-64@56 64-256@56 256-64@56 512-128@28 1024-256@14 2048-512@7 "
@@ -145,6 +153,11 @@ _SHAPES = {  # "in-out@side"
     "k1s2": "64-128@28 256-512@56 512-1024@28 1024-2048@14 1024-2048@56",
     "k7s2": "3-32@112 3-64@224",
     "k16s16": "3-384@224 3-768@224 3-1024@224",
+    "k3dw": "32-32@112 96-96@56 144-144@56 240-240@28 480-480@14 672-672@14 1152-1152@7",
+    "k3s2dw": "96-96@112 144-144@56 240-240@28 672-672@28",
+    "k5dw": "240-240@28 480-480@14 672-672@14 1152-1152@7",
+    "k7dw": "96-96@56 192-192@28 384-384@14 768-768@7",
+    "k3g": "48-48@56 120-120@28 336-336@14 888-888@7",
 }
 for _cls, _text in _SHAPES.items():
     CONV_CLASSES[_cls]["shapes"] = [
@@ -186,7 +199,13 @@ def conv_flops(spec: dict[str, Any], shape: tuple[int, int, int], batch: int) ->
     """A forward's FLOPs by PyTorch's formula (2 per multiply-add)."""
     cin, cout, size = shape
     kernel: int = spec["kernel"]
-    return 2 * batch * cout * _side(spec, size) ** 2 * cin * kernel**2
+    return 2 * batch * cout * _side(spec, size) ** 2 * cin // _groups(spec, cin) * kernel**2
+
+
+def _groups(spec: dict[str, Any], channels: int) -> int:
+    """The class's groups at ``channels`` input channels: one per channel for ``dw``."""
+    groups = spec.get("groups", 1)
+    return channels if groups == "dw" else int(groups)
 
 
 def _side(spec: dict[str, Any], size: int) -> int:
@@ -238,52 +257,48 @@ def host_seconds(fn: Any, reps: int) -> float:
 def conv_case(
     spec: dict[str, Any], shape: tuple[int, int, int], batch: int, dtype: torch.dtype, device: str
 ) -> tuple[Any, Any, float, float]:
-    """The forward and backward calls of one convolution, and their FLOPs by PyTorch's
-    formulas (those the trace records): the backward as autograd calls it,
-    ``convolution_backward`` with the gradients the layer needs."""
+    """The forward and backward calls of one convolution, and their FLOPs as the trace records
+    them (PyTorch's formulas; a grouped backward as memfit counts it): the backward as autograd
+    calls it, ``convolution_backward`` with the gradients the layer needs."""
     from torch.utils.flop_counter import FlopCounterMode
+
+    from memfit.trace import StepCosts
 
     k, s = spec["kernel"], spec["stride"]
     pad = 0 if k == s else k // 2
     cin, cout, size = shape
+    groups = _groups(spec, cin)
     bias = spec.get("bias", False)
     mask = [spec.get("input_grad", True), True, bias]
 
     def make(on: str) -> tuple[Any, Any]:
         x = torch.randn(batch, cin, size, size, device=on, dtype=dtype)
-        w = torch.randn(cout, cin, k, k, device=on, dtype=dtype)
+        w = torch.randn(cout, cin // groups, k, k, device=on, dtype=dtype)
         b = torch.randn(cout, device=on, dtype=dtype) if bias else None
-        y = torch.nn.functional.conv2d(x, w, b, stride=s, padding=pad)
+        y = torch.nn.functional.conv2d(x, w, b, stride=s, padding=pad, groups=groups)
         gy = torch.randn_like(y)
 
         def fwd() -> Any:
-            return torch.nn.functional.conv2d(x, w, b, stride=s, padding=pad)
+            return torch.nn.functional.conv2d(x, w, b, stride=s, padding=pad, groups=groups)
+
+        def bwd_args() -> tuple[Any, ...]:
+            return (gy, x, w, [cout] if bias else None, [s, s], [pad, pad], [1, 1], False)
 
         def bwd() -> Any:
-            return torch.ops.aten.convolution_backward(
-                gy,
-                x,
-                w,
-                [cout] if bias else None,
-                [s, s],
-                [pad, pad],
-                [1, 1],
-                False,
-                [0, 0],
-                1,
-                mask,
-            )
+            return torch.ops.aten.convolution_backward(*bwd_args(), [0, 0], groups, mask)
 
-        return fwd, bwd
+        return fwd, (bwd, bwd_args)
 
-    meta_fwd, meta_bwd = make("meta")
+    meta_fwd, (_, meta_args) = make("meta")
     with FlopCounterMode(display=False) as counter:
         meta_fwd()
     fwd_flops = float(counter.get_total_flops())
-    with FlopCounterMode(display=False) as counter:
-        meta_bwd()
-    fwd, bwd = make(device)
-    return fwd, bwd, fwd_flops, float(counter.get_total_flops())
+    op = torch.ops.aten.convolution_backward.default
+    args = (*meta_args(), [0, 0], groups, mask)
+    costs = StepCosts()
+    costs.record(op, args, {}, op(*args), "bwd")
+    fwd, (bwd, _) = make(device)
+    return fwd, bwd, fwd_flops, float(costs.phases["bwd"].ops[0][1])
 
 
 def conv_curves(

@@ -135,7 +135,7 @@ PER_CLASS = {
         ("conv:k5:bf16", "conv:k3:bf16"),  # the nearest kernel
         ("conv:k1s2:bf16", "conv:k1:bf16"),  # kernel 1, stride 2: nearer 1x1 than 3x3 stride 2
         ("conv:k14s14:bf16", "conv:k16s16:bf16"),  # a ViT-L/14 patch embedding
-        ("conv:k3s2dw:bf16", "conv:k3s2:bf16"),  # depthwise: the dense class
+        ("conv:k3s2dw:bf16", "conv:k3s2:bf16"),  # depthwise, none measured: the dense class
         ("conv:k3x1:bf16", "conv:k3:bf16"),
         ("conv:odd:bf16", "conv:k3:bf16"),  # a class it cannot read: 3x3
         ("conv_bwd:k3:bf16", "conv_bwd:k3:bf16"),
@@ -146,6 +146,13 @@ PER_CLASS = {
 )
 def test_a_convolution_reads_its_class_or_the_nearest_measured(kind: str, curve: str) -> None:
     assert _calibration(PER_CLASS).curve_key(kind) == curve
+
+
+def test_a_depthwise_convolution_reads_a_depthwise_class_before_any_dense_one() -> None:
+    cal = _calibration({**PER_CLASS, "conv:k3dw:bf16": _curve(80 * US)})
+    assert cal.curve_key("conv:k7dw:bf16") == "conv:k3dw:bf16"  # not the 7x7 stem's
+    assert cal.curve_key("conv:k3s2dw:bf16") == "conv:k3dw:bf16"
+    assert cal.curve_key("conv:k3s2:bf16") == "conv:k3s2:bf16"  # a dense one keeps its own
 
 
 def test_without_per_class_curves_convolutions_read_the_general_curves_as_before() -> None:
@@ -254,6 +261,9 @@ def test_the_calibration_script_picks_sizes_across_the_range(scripts: Any) -> No
     for name, spec in calibrate.CONV_CLASSES.items():
         points = calibrate.conv_points(spec, calibrate.CONV_FLOPS, 2)
         flops = [calibrate.conv_flops(spec, shape, batch) for shape, batch in points]
+        if "groups" in spec:  # a depthwise layer's work is small: a step's reach 1e10
+            assert len(flops) >= 5 and min(flops) < 2e8 and max(flops) > 9e9, name
+            continue
         assert len(flops) >= 8, name
         assert min(flops) < 2e8 and max(flops) > 2e11, name
 
@@ -262,9 +272,22 @@ def test_the_calibration_scripts_convolution_part_runs_on_the_cpu(scripts: Any) 
     calibrate, _ = scripts
     curves, rows = calibrate.conv_curves("cpu", (1e7,), ("fp32",))
     assert not [r for r in rows if "error" in r]
-    assert {k.split(":")[1] for k in curves} == {"k1", "k3", "k3s2", "k1s2", "k7s2"}
+    assert {k.split(":")[1] for k in curves} == {
+        "k1",
+        "k3",
+        "k3s2",
+        "k1s2",
+        "k7s2",
+        "k3dw",
+        "k3s2dw",
+        "k5dw",
+        "k7dw",
+        "k3g",
+    }
     by_class = {r["class"]: r for r in rows}
     assert by_class["k1"]["bwd_flops"] == 2 * by_class["k1"]["flops"]  # input and weight
+    # a grouped one's as memfit's trace counts it (PyTorch's formula: groups times as many)
+    assert by_class["k3dw"]["bwd_flops"] == 2 * by_class["k3dw"]["flops"]
     assert by_class["k7s2"]["bwd_flops"] == by_class["k7s2"]["flops"]  # the weight's only
     assert all(s > 0 for curve in curves.values() for _, s in curve)
 

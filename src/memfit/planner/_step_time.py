@@ -40,6 +40,8 @@ _MICRO = ("input", "forward", "backward")  # repeated once per micro-batch
 _ORDER = ("input", "forward", "backward", "optimizer", "zero_grad")
 _FIRST_RELIABLE = 12e-6  # shorter timings measured the host's launch, not the GPU
 _CONVOLUTIONS = ("conv:", "conv_bwd:")  # the kinds of a convolution call, forward and backward
+_OTHER_FLAGS = 10.0  # a depthwise/grouped/transposed class's distance to one without: farther
+# than any kernel or stride (cuDNN's depthwise backward runs 8-10x below the dense rates)
 _CLASS = re.compile(r"k(\d+(?:x\d+)*)(?:s(\d+(?:x\d+)*))?([a-z]*)")  # trace's conv_class
 
 
@@ -298,7 +300,7 @@ def _nearest_class(
             distance = (
                 abs(math.log(target[0] / point[0]))
                 + abs(math.log(target[1] / point[1]))
-                + (0.01 if target[2] != point[2] else 0.0)
+                + (_OTHER_FLAGS if target[2] != point[2] else 0.0)
             )
         if best is None or (distance, key) < best:
             best = (distance, key)
