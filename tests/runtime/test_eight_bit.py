@@ -111,3 +111,34 @@ def test_the_planner_finds_bitsandbytes_without_importing_it(
     assert "bitsandbytes" not in sys.modules  # its import loads torch's compiler: seconds
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)
     assert not eight_bit_available()
+
+
+def _long_tokens(n: int) -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, VOCAB, (n, 256))
+    return {"input_ids": ids, "labels": ids}
+
+
+def test_the_planner_checkpoints_fewer_blocks_with_8_bit_states_where_they_fit() -> None:
+    """Where 8-bit states fit with every block checkpointed, fewer checkpointed blocks are
+    searched with them too: at this budget fused AdamW fits no micro-batch of 4 (with full
+    checkpointing it needs 1198 MiB), 8-bit states fit with full checkpointing (1124 MiB) and
+    with three blocks of four (1164)."""
+    p = plan(
+        gpt2(),
+        batch_of=_long_tokens,
+        budget="1195MiB",
+        margin=0.0,
+        global_batch=4,
+        batch_size=4,
+        precisions=("fp32",),
+        checkpointing=(False, True),
+        workers=1,
+    )
+    partial = [
+        e
+        for e in p.candidates
+        if e.candidate.optimizer == "adamw-8bit"
+        and isinstance(e.candidate.checkpointing, float)
+        and e.candidate.micro_batch == 4
+    ]
+    assert any(e.fits for e in partial), [e.candidate for e in p.candidates]

@@ -1,6 +1,7 @@
 """The planner's search of 8-bit optimizer states (bitsandbytes' Adam8bit / AdamW8bit, when
 installed): for each precision and checkpointing, the largest micro-batch that did not fit only
-by what 8-bit states save, where it could tie the fastest found (issue 13)."""
+by what 8-bit states save, where it could tie the fastest found; then, where 8-bit states fit
+with full checkpointing, partial checkpointing with them (issue 13)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from memfit.planner._candidates import (
     with_allocators,
 )
 from memfit.planner._parallel import run_jobs
+from memfit.planner._partial_search import partial_checkpointing
 from memfit.planner._search import Evaluator
 
 __all__ = ["search_eight_bit", "states_saved"]
@@ -30,13 +32,16 @@ def states_saved(trained: int, precision: str) -> int:
 def search_eight_bit(
     ev: Evaluator,
     space: dict[str, tuple[Any, ...]],
+    levels: list[int],
+    total: int,
     workers: int,
     progress: Progress | None,
 ) -> None:
     """For each precision and checkpointing the bisection searched, the 8-bit states at the
     largest micro-batch it found too large that needs no more than the states save over the
     usable memory, where its step could tie the fastest found (8-bit states never make a step
-    faster)."""
+    faster). Where they fit with full checkpointing, fewer blocks checkpointed with them at
+    that micro-batch (:func:`partial_checkpointing`, which traces only what could tie)."""
     if not space["eight_bit"]:
         return
     first, name = space["optimizers"][0], space["eight_bit"][0]
@@ -56,6 +61,20 @@ def search_eight_bit(
             progress(done, of, "8-bit optimizer states searched")
 
     run_jobs(ev, evaluate_group, todo, workers, searched)
+    blocks = space["blocks"][0]
+    if blocks <= 1 or True not in space["checkpointing"] or False not in space["checkpointing"]:
+        return
+    largest: dict[str, int] = {}  # per precision, the largest micro-batch 8-bit states fit
+    for e in ev.seen.values():  # with full checkpointing
+        c = e.candidate
+        if e.fits and c.optimizer == name and c.checkpointing is True:
+            largest[c.precision] = max(largest.get(c.precision, 0), c.micro_batch)
+    run_jobs(
+        ev,
+        lambda e, p: partial_checkpointing(e, [largest[p]], total, p, name, blocks),
+        sorted(largest),
+        workers,
+    )
 
 
 def _largest_within(ev: Evaluator, precision: str, ckpt: Any, opt: str, saved: int) -> Any:

@@ -21,7 +21,7 @@ from memfit.planner._parallel import run_jobs
 from memfit.planner._plan_result import Candidate, Evaluated
 from memfit.planner._search import Evaluator
 
-__all__ = ["RECOMPUTE_BOUND", "search_in_backward", "search_partial"]
+__all__ = ["RECOMPUTE_BOUND", "partial_checkpointing", "search_in_backward", "search_partial"]
 
 RECOMPUTE_BOUND = 2.0  # full checkpointing's step over none's, at most (_worth_partial)
 
@@ -34,8 +34,8 @@ def search_partial(
     workers: int,
     progress: Progress | None,
 ) -> None:
-    """Partial checkpointing (:func:`_partial`) for each precision worth it, where the space
-    has both ends and the model has blocks to share out."""
+    """Partial checkpointing (:func:`partial_checkpointing`) for each precision worth it, where
+    the space has both ends and the model has blocks to share out."""
     blocks = space["blocks"][0]
     if blocks <= 1 or True not in space["checkpointing"] or False not in space["checkpointing"]:
         return
@@ -47,7 +47,7 @@ def search_partial(
 
     run_jobs(
         ev,
-        lambda e, p: _partial(e, levels, total, p, first, blocks),
+        lambda e, p: partial_checkpointing(e, levels, total, p, first, blocks),
         _worth_partial(ev, space["precisions"], first),
         workers,
         partial,
@@ -67,7 +67,8 @@ def search_in_backward(
     backward frees at most the gradients (the trained parameters at the precision's gradient
     size). fp16-mixed cannot (its scaler checks every gradient first). Where full
     checkpointing fits the whole global batch, partial checkpointing is searched stepped in
-    backward too (:func:`_partial`): without the gradients, fewer blocks may be recomputed."""
+    backward too (:func:`partial_checkpointing`): without the gradients, fewer blocks may be
+    recomputed."""
     if not space["in_backward"]:
         return
     first, name = space["optimizers"][0], space["in_backward"][0]
@@ -103,7 +104,7 @@ def search_in_backward(
         def partial(e: Evaluator, precision: str) -> None:
             if _partial_could_tie(e, total, precision, first, blocks, trained):
                 e.evaluate(with_allocators(Candidate(total, 1, precision, True, name)))
-                _partial(e, [total], total, precision, name, blocks)
+                partial_checkpointing(e, [total], total, precision, name, blocks)
 
         run_jobs(ev, partial, sorted(fitting), workers)
 
@@ -131,7 +132,7 @@ def _partial_could_tie(
     return t <= fastest(ev) * (1 + SPEED_TIE)
 
 
-def _partial(
+def partial_checkpointing(
     ev: Evaluator, levels: list[int], total: int, precision: str, opt: str, blocks: int
 ) -> None:
     """Partial checkpointing at the micro-batches where no checkpointing does not fit and full
