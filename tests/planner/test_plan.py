@@ -93,6 +93,27 @@ def test_the_pareto_front_is_not_beaten_on_both_memory_and_time(planned: Plan) -
             assert not (e.needed < f.needed and e.step_seconds < f.step_seconds)
 
 
+def test_a_host_bound_choice_says_its_seconds_depend_on_the_cpu(planned: Plan) -> None:
+    assert planned.chosen is not None and planned.chosen.bound == "host"  # a tiny GPT-2
+    assert any(n.startswith("the chosen step waits on the host") for n in planned.notes)
+
+
+def test_a_gpu_bound_choice_has_no_such_note() -> None:
+    model = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 4096))
+    result = plan(
+        model,
+        batch_of=lambda n: torch.randn(n, 4096),
+        budget="80GiB",
+        global_batch=16384,
+        batch_size=16384,
+        precisions=("bf16-mixed",),
+        workers=1,
+        loss_fn=lambda m, b: m(b).sum(),
+    )
+    assert result.chosen is not None and result.chosen.bound == "gpu"
+    assert not any("waits on the host" in n for n in result.notes)
+
+
 def test_the_plan_knows_its_model_and_says_what_it_assumed(planned: Plan) -> None:
     assert planned.model_key == model_key(gpt2())
     assert planned.calibration.startswith("measured")

@@ -127,3 +127,11 @@ def test_the_shipped_h200_calibration_times_unaligned_heads_and_batch_norm_slowe
     work = int(1e12)
     assert cal.gpu_seconds("mm_a1:bf16", work, 0) > 3 * cal.gpu_seconds("mm:bf16", work, 0)
     assert cal.mem_factor("mem:bn:bf16") > cal.mem_factor("mem:bn:fp32") > 1
+
+
+def test_a_step_given_its_batch_on_the_gpu_leaves_the_input_phase_out() -> None:
+    ops = costs(input=[("mem", 0, 2 * 10**8)], forward=[("mem", 0, 10**6)] * 10)
+    made_here = step_time(ops, calibration(), style="eager")
+    given = step_time(ops, calibration(), style="eager", batch_on_gpu=True)
+    assert "input" in made_here.phases and "input" not in given.phases
+    assert given.seconds == pytest.approx(made_here.seconds - made_here.phases["input"])

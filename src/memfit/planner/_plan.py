@@ -39,7 +39,7 @@ from memfit.planner._parallel import default_workers, run_jobs
 from memfit.planner._partial_search import search_in_backward, search_partial
 from memfit.planner._plan_result import Candidate, Evaluated, Plan
 from memfit.planner._search import Evaluator
-from memfit.planner._step_time import calibration_for
+from memfit.planner._step_time import HOST_BOUND_NOTE, calibration_for
 from memfit.workload import (
     EIGHT_BIT,
     Workload,
@@ -436,6 +436,8 @@ def _assemble(
         if not checked.fits:  # its full accumulation took more: the next one that fits
             ranked = _ranked(ev)
     chosen = ranked[0] if ranked and ranked[0].fits else None
+    if chosen is not None and chosen.bound == "host":
+        notes.append(HOST_BOUND_NOTE)
     smallest = ranked[0] if ranked and chosen is None else None  # least memory comes first
     shortfall = smallest.needed - usable if smallest is not None else 0
     hints = would_fit(ev, smallest, usable, remake) if smallest is not None else []

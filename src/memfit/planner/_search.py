@@ -68,6 +68,7 @@ def _predict(
             micro_batches=(traced, workload.accumulation),
             in_backward=workload.optimizer_in_backward,
             eight_bit=str(workload.optimizer).endswith("-8bit"),
+            batch_on_gpu=True,  # what a step applied to the user's batches takes
         )
 
     fraction = partial_fraction(workload.activation_checkpointing)

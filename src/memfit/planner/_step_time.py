@@ -34,7 +34,14 @@ from typing import Any
 from memfit._gpus import GPU
 from memfit.trace import Op, StepCosts
 
-__all__ = ["Calibration", "StepTime", "calibration_for", "step_time"]
+__all__ = ["HOST_BOUND_NOTE", "Calibration", "StepTime", "calibration_for", "step_time"]
+
+HOST_BOUND_NOTE = (
+    "the chosen step waits on the host (Python issuing its many small kernels), not on the "
+    "GPU: its seconds depend on the CPU that runs it (the same host-bound steps took up to "
+    "1.7x longer on one H200 machine than on another); the ranking holds better than the "
+    "seconds"
+)
 
 _MICRO = ("input", "forward", "backward")  # repeated once per micro-batch
 _ORDER = ("input", "forward", "backward", "optimizer", "zero_grad")
@@ -185,6 +192,7 @@ def step_time(
     micro_batches: tuple[int, int] = (1, 1),
     in_backward: bool = False,
     eight_bit: bool = False,
+    batch_on_gpu: bool = False,
 ) -> StepTime:
     """The predicted time of step ``step`` of a trace.
 
@@ -194,7 +202,9 @@ def step_time(
     their input, forward and backward). ``in_backward``: the optimizer steps each parameter in
     backward, inside the backward phase (its host pays :meth:`Calibration.optimizer_param` per
     parameter tensor for it). ``eight_bit``: bitsandbytes' 8-bit states, whose host cost per
-    tensor is its own (``optimizer_param:8bit``).
+    tensor is its own (``optimizer_param:8bit``). ``batch_on_gpu``: the step is given its
+    batch on the GPU (the input phase, memfit's loop making the batch on the host and copying
+    it, is left out: a user's data loader does that, beside the step).
     """
     traced, wanted = micro_batches
     host = gpu = 0.0
@@ -203,6 +213,8 @@ def step_time(
     for phase in _ORDER:
         cost = costs.phases.get(f"step{step}.{phase}")
         if cost is None or (in_backward and phase == "optimizer"):
+            continue
+        if batch_on_gpu and phase == "input":
             continue
         scale = wanted / traced if phase in _MICRO else 1.0
         lane = _Lane(calibration)
