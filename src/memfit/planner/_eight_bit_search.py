@@ -17,7 +17,7 @@ from memfit.planner._candidates import (
     with_allocators,
 )
 from memfit.planner._parallel import run_jobs
-from memfit.planner._partial_search import partial_checkpointing
+from memfit.planner._partial_search import partial_blocks, partial_checkpointing
 from memfit.planner._search import Evaluator
 
 __all__ = ["search_eight_bit", "states_saved"]
@@ -32,7 +32,6 @@ def states_saved(trained: int, precision: str) -> int:
 def search_eight_bit(
     ev: Evaluator,
     space: dict[str, tuple[Any, ...]],
-    levels: list[int],
     total: int,
     workers: int,
     progress: Progress | None,
@@ -61,8 +60,8 @@ def search_eight_bit(
             progress(done, of, "8-bit optimizer states searched")
 
     run_jobs(ev, evaluate_group, todo, workers, searched)
-    blocks = space["blocks"][0]
-    if blocks <= 1 or True not in space["checkpointing"] or False not in space["checkpointing"]:
+    blocks = partial_blocks(space)
+    if not blocks:
         return
     largest: dict[str, int] = {}  # per precision, the largest micro-batch 8-bit states fit
     for e in ev.seen.values():  # with full checkpointing

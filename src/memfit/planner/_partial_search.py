@@ -21,9 +21,23 @@ from memfit.planner._parallel import run_jobs
 from memfit.planner._plan_result import Candidate, Evaluated
 from memfit.planner._search import Evaluator
 
-__all__ = ["RECOMPUTE_BOUND", "partial_checkpointing", "search_in_backward", "search_partial"]
+__all__ = [
+    "RECOMPUTE_BOUND",
+    "partial_blocks",
+    "partial_checkpointing",
+    "search_in_backward",
+    "search_partial",
+]
 
 RECOMPUTE_BOUND = 2.0  # full checkpointing's step over none's, at most (_worth_partial)
+
+
+def partial_blocks(space: dict[str, tuple[Any, ...]]) -> int:
+    """The model's blocks to share out where partial checkpointing can be searched (the space
+    has no and full checkpointing, the model more than one block), else 0."""
+    blocks: int = space["blocks"][0]
+    ends = True in space["checkpointing"] and False in space["checkpointing"]
+    return blocks if blocks > 1 and ends else 0
 
 
 def search_partial(
@@ -36,8 +50,8 @@ def search_partial(
 ) -> None:
     """Partial checkpointing (:func:`partial_checkpointing`) for each precision worth it, where
     the space has both ends and the model has blocks to share out."""
-    blocks = space["blocks"][0]
-    if blocks <= 1 or True not in space["checkpointing"] or False not in space["checkpointing"]:
+    blocks = partial_blocks(space)
+    if not blocks:
         return
     first = space["optimizers"][0]
 
@@ -90,8 +104,8 @@ def search_in_backward(
             progress(done, of, "optimizer in backward searched")
 
     run_jobs(ev, evaluate_group, todo, workers, stepped)
-    blocks = space["blocks"][0]
-    if blocks > 1 and True in space["checkpointing"] and False in space["checkpointing"]:
+    blocks = partial_blocks(space)
+    if blocks:
         fitting = {  # full checkpointing fits the whole batch: stepped in backward, fewer blocks
             e.candidate.precision
             for e in ev.seen.values()

@@ -150,7 +150,7 @@ def _search(
     _search_precisions(ev, space, levels, total, user, workers, progress)
     search_partial(ev, space, levels, total, workers, progress)
     search_in_backward(ev, space, total, workers, progress)
-    search_eight_bit(ev, space, levels, total, workers, progress)
+    search_eight_bit(ev, space, total, workers, progress)
     groups = _refinements(ev, levels, total, space["optimizers"])
 
     def refined(done: int, of: int) -> None:

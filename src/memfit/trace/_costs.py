@@ -11,9 +11,8 @@ Each op the step dispatches is kept, in order, as an :data:`Op` ``(kind, flops, 
   (fused attention), ``mem`` (any other kernel: its time is its traffic) or ``mem:<family>``
   (``mem:<family>:<dtype>``) for the memory-bound kernels that reach less of the bandwidth
   than an elementwise one (:data:`MEM_FAMILIES`: normalizations, softmax, reductions...),
-  ``view`` (no kernel: the
-  host's dispatch only) and ``sync`` (a value read back to the host, ``.item()``: the host
-  waits for the GPU);
+  ``view`` (no kernel: the host's dispatch only) and ``sync`` (a value read back to the host,
+  ``.item()``: the host waits for the GPU);
 * ``flops`` from PyTorch's own formulas (``torch.utils.flop_counter``), halved for causal
   attention (the formula counts the masked half, which the fused kernels skip);
 * ``bytes``: the tensors it reads and writes (its inputs and outputs).
@@ -282,31 +281,34 @@ def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -
     formula = _formula(func)
     if formula is None:
         return 0
-    products = _PRODUCTS.get(func.overloadpacket.__name__)
-    if products is not None and not kwargs:  # the formula's own sum, without its shape walk
-        return int(products(*args))
+    name = func.overloadpacket.__name__
+    product = _PRODUCTS.get(name)
+    if product is not None and not kwargs:  # the formula's own sum, without its shape walk
+        first, count = product
+        return count(args[first], args[first + 1])
     try:
         flops = int(formula(*args, **kwargs, out_val=out))
     except AssertionError:
-        if func.overloadpacket.__name__ not in _ATTENTION:
+        if name not in _ATTENTION:
             raise
         flops = int(formula(*_widened_heads(args), **kwargs, out_val=out))
-    if func.overloadpacket.__name__ == "convolution_backward":
-        flops = min(flops, _grouped_backward_flops(func, args, kwargs))
-    if func.overloadpacket.__name__ in _ATTENTION and _bound(func, args, kwargs).get("is_causal"):
+    if name == "convolution_backward":
+        grouped = _grouped_backward_flops(func, args, kwargs)
+        return flops if grouped is None else min(flops, grouped)
+    if name in _ATTENTION and _bound(func, args, kwargs).get("is_causal"):
         return flops // 2  # the fused kernels skip the masked half; the formula counts it
     return flops
 
 
-def _grouped_backward_flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
-    """A convolution's backward as the forward's FLOPs once per gradient asked for. PyTorch's
-    formula counts the weight's gradient of a grouped convolution as if it were dense: a
-    depthwise 7x7 layer of 768 channels 768 times over (ConvNeXt's backward came out 25 times
-    its measured time)."""
+def _grouped_backward_flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """A convolution's backward as the forward's FLOPs once per gradient asked for (None where
+    its arguments cannot be read). PyTorch's formula counts the weight's gradient of a grouped
+    convolution as if it were dense: a depthwise 7x7 layer of 768 channels 768 times over
+    (ConvNeXt's backward came out 25 times its measured time)."""
     bound = _bound(func, args, kwargs)
     grad, weight, mask = bound.get("grad_output"), bound.get("weight"), bound.get("output_mask")
     if not isinstance(grad, torch.Tensor) or not isinstance(weight, torch.Tensor) or not mask:
-        return 2**62
+        return None
     image = bound["input"] if bound.get("transposed") else grad
     forward = 2 * grad.shape[0] * weight.numel() * math.prod(image.shape[2:])
     return forward * (int(bool(mask[0])) + int(bool(mask[1])))
@@ -347,29 +349,23 @@ def _formula(func: Any) -> Any:
 _FORMULAS: dict[Any, Any] = {}
 
 
-def _mm(a: torch.Tensor, b: torch.Tensor, *_: Any) -> int:
+def _mm(a: torch.Tensor, b: torch.Tensor) -> int:
     return 2 * a.shape[0] * a.shape[1] * b.shape[1]
 
 
-def _addmm(bias: Any, a: torch.Tensor, b: torch.Tensor, *_: Any) -> int:
-    return 2 * a.shape[0] * a.shape[1] * b.shape[1]
-
-
-def _bmm(a: torch.Tensor, b: torch.Tensor, *_: Any) -> int:
-    return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
-
-
-def _baddbmm(bias: Any, a: torch.Tensor, b: torch.Tensor, *_: Any) -> int:
+def _bmm(a: torch.Tensor, b: torch.Tensor) -> int:
     return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
 
 
 # matrix products counted as PyTorch's formulas count them (2 x m x n x k; a bias is not
-# counted), from their shapes directly: the formulas' argument walk was a tenth of the costs
-_PRODUCTS: dict[str, Callable[..., int]] = {
-    "mm": _mm,
-    "addmm": _addmm,
-    "bmm": _bmm,
-    "baddbmm": _baddbmm,
+# counted), from their shapes directly: the formulas' argument walk was about a third of the
+# time spent recording costs. By op: where its two matrices start among the arguments, and
+# the count.
+_PRODUCTS: dict[str, tuple[int, Callable[[torch.Tensor, torch.Tensor], int]]] = {
+    "mm": (0, _mm),
+    "addmm": (1, _mm),
+    "bmm": (0, _bmm),
+    "baddbmm": (1, _bmm),
 }
 
 

@@ -103,7 +103,8 @@ class StepRepeat:
         self._values: dict[int, torch.Tensor] = {}
         self._counts: dict[str, int] = {}
         self._grads: list[_Grad] | None = None
-        self._micro: list[_MicroStart] = []  # step 1's micro-batches, as each began
+        self._micro: list[_MicroStart] = []  # step 1's first two micro-batches, as each began
+        self._micro_asked = False  # once: a refused third is traced, and those after it
         self.copied_micro_batches = 0
 
     def batches(self, make: Callable[[], Any], leaves: Callable[[Any], list[Any]]) -> Any:
@@ -170,18 +171,15 @@ class StepRepeat:
     def repeat_micro_batches(self, step: int, count: int) -> bool:
         """Copy step 1's second micro-batch ``count`` times as its next ones; False when it does
         not show they would be the same (they are traced)."""
-        if not self.enabled or step != 1 or len(self._micro) != 2 or self._end is not None:
+        if self._micro_asked or not self.enabled or step != 1 or len(self._micro) != 2:
             return False
-        self._micro.append(self._micro[1])  # asked once: a refused third is traced, and after
+        self._micro_asked = True
         start, end = self._micro[1].event, len(self._rec.events)
         values = {i: self._shadows.batch_values[i] for i in self._shadows.depends}
         if values and not self._same_values(values):
             return False
-        events = self._rec.events[start:end]
-        allocated = {e.block for e in events if e.kind == "alloc"}
-        freed = {e.block for e in events if e.kind == "free"}
-        persistent = self._rec.persistent
-        if not freed <= allocated or allocated - freed - persistent:
+        allocated, freed = self._blocks(start, end)
+        if not freed <= allocated or allocated - freed - self._rec.persistent:
             return False  # it freed memory from before it, or kept some
         self._pending.clear()  # the batch compared is the copied micro-batch's
         added = self._counts_since(self._micro[1])
@@ -233,9 +231,7 @@ class StepRepeat:
             return "the batch differs from step 1's where values were read"
         if self._grads is None:
             return "a gradient shares its storage"
-        events = self._rec.events[self._start : self._end]
-        allocated = {e.block for e in events if e.kind == "alloc"}
-        freed = {e.block for e in events if e.kind == "free"}
+        allocated, freed = self._blocks(self._start, self._end)
         if not freed <= allocated:
             return "step 1 frees memory allocated before it"
         grads = {g.block for g in self._grads}
@@ -246,6 +242,12 @@ class StepRepeat:
         if train and any(g.param.grad is not None for g in self._grads):
             return "gradients were not set to None"
         return None
+
+    def _blocks(self, start: int, end: int) -> tuple[set[int], set[int]]:
+        """The blocks events ``start:end`` allocate, and those they free."""
+        events = self._rec.events[start:end]
+        allocated = {e.block for e in events if e.kind == "alloc"}
+        return allocated, {e.block for e in events if e.kind == "free"}
 
     def _same_values(self, values: dict[int, torch.Tensor]) -> bool:
         """Whether the next batch holds ``values`` (step 1's, where it read them)."""
