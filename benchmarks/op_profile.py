@@ -90,11 +90,45 @@ HELD_OUT_2: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+# compiled steps under torch.compile's activation memory budget (session 13): what recomputing
+# costs a compiled step, kernel by kernel (inductor's triton kernels and the extern ones)
+COMPILED_BUDGET: list[tuple[str, dict[str, Any]]] = [
+    *(
+        (
+            "benchmarks/models/compiled_gpt2.py:make_model",
+            {
+                "batch_size": 8,
+                "seq_len": 1024,
+                "precision": "bf16-mixed",
+                "activation_memory_budget": budget,
+            },
+        )
+        for budget in (1.0, 0.5, 0.2, 0.0)
+    ),
+    *(
+        (
+            "benchmarks/models/compiled_llama.py:make_model",
+            {
+                "batch_size": 4,
+                "seq_len": 1024,
+                "precision": "bf16-mixed",
+                "activation_memory_budget": budget,
+            },
+        )
+        for budget in (1.0, 0.5)
+    ),
+]
+
+
 def configurations(
-    plans: Path | None, extra: bool, held_out: bool = False, held_out_2: bool = False
+    plans: Path | None,
+    extra: bool,
+    held_out: bool = False,
+    held_out_2: bool = False,
+    compiled_budget: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
     """Settings to run, by model: the plans' chosen configurations, ``EXTRA``'s, ``HELD_OUT``'s,
-    ``HELD_OUT_2``'s."""
+    ``HELD_OUT_2``'s, ``COMPILED_BUDGET``'s."""
     from plan_proof import _settings
 
     by_model: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -118,6 +152,9 @@ def configurations(
     if held_out_2:
         for model, settings in HELD_OUT_2:
             by_model[model].append({"source": "held-out-2", "settings": settings})
+    if compiled_budget:
+        for model, settings in COMPILED_BUDGET:
+            by_model[model].append({"source": "compiled-budget", "settings": settings})
     return by_model
 
 
@@ -161,12 +198,23 @@ def run_model(
 
 def _on_gpu_loop(model: str, settings: dict[str, Any], steps: int, profile: bool) -> dict[str, Any]:
     import torch
+    import torch._dynamo
 
-    from memfit.workload import StepHooks, make_workload, optimizer_for, prepare_model, run_steps
+    from memfit.workload import (
+        StepHooks,
+        compiled_with_budget,
+        make_workload,
+        optimizer_for,
+        prepare_model,
+        run_steps,
+    )
 
     row: dict[str, Any] = {}
+    torch._dynamo.reset()  # a compiled model compiles afresh, with this row's budget
     try:
         workload = make_workload(model, steps=steps, gpu="h200", **settings)
+        budget = compiled_with_budget(workload.activation_memory_budget)
+        budget.__enter__()
         torch.cuda.empty_cache()
         batch = _to_cuda(workload.make_batch())
         workload = dataclasses.replace(workload, make_batch=lambda: batch)
@@ -216,6 +264,9 @@ def _on_gpu_loop(model: str, settings: dict[str, Any], steps: int, profile: bool
     except Exception as exc:  # kept; the next configuration runs
         row["error"] = f"{type(exc).__name__}: {exc}"[:600]
         row["traceback"] = traceback.format_exc()[-2000:]
+    finally:
+        if "budget" in locals():
+            budget.__exit__(None, None, None)
     torch.cuda.empty_cache()
     return row
 
@@ -245,7 +296,9 @@ def _summarize(prof: Any, step: str) -> dict[str, Any]:
             continue
         seconds = sum(k.duration for k in ev.kernels) * 1e-6
         busy += seconds
-        key = (where, ev.name, json.dumps(ev.input_shapes))
+        # a compiled step launches triton kernels through the driver: named by kernel
+        name = ev.kernels[0].name[:120] if ev.name.startswith("cuLaunchKernel") else ev.name
+        key = (where, name, json.dumps(ev.input_shapes))
         entry = ops.setdefault(key, {"calls": 0, "gpu_seconds": 0.0, "kernels": {}})
         entry["calls"] += 1
         entry["gpu_seconds"] += seconds
@@ -269,12 +322,15 @@ def main() -> int:
     parser.add_argument("--extra", action="store_true")
     parser.add_argument("--held-out", action="store_true")
     parser.add_argument("--held-out-2", action="store_true")
+    parser.add_argument("--compiled-budget", action="store_true")
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--no-loop", action="store_true")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    by_model = configurations(args.plans, args.extra, args.held_out, args.held_out_2)
+    by_model = configurations(
+        args.plans, args.extra, args.held_out, args.held_out_2, args.compiled_budget
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child:
         path = args.out / _file(args.child)
@@ -299,7 +355,7 @@ def main() -> int:
     for model in by_model:
         cmd = [sys.executable, __file__, "--out", str(args.out), "--child", model]
         cmd += ["--steps", str(args.steps)] + (["--plans", str(args.plans)] if args.plans else [])
-        for flag in ("extra", "held_out", "held_out_2", "no_profile", "no_loop"):
+        for flag in ("extra", "held_out", "held_out_2", "compiled_budget", "no_profile", "no_loop"):
             if getattr(args, flag):
                 cmd.append("--" + flag.replace("_", "-"))
         subprocess.run(cmd, check=False)

@@ -310,6 +310,8 @@ def estimate_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
         kwargs["optimizer"] = entry.get("optimizer", "adamw")
         kwargs["activation_checkpointing"] = entry.get("checkpointing", False)
         kwargs["accumulation"] = entry.get("accumulation", 1)
+    if "activation_memory_budget" in entry:  # a compiled model's (HELD_OUT_13_BUDGET)
+        kwargs["activation_memory_budget"] = entry["activation_memory_budget"]
     return kwargs
 
 
@@ -638,6 +640,38 @@ HELD_OUT_13_EIGHT_BIT: list[dict[str, Any]] = [
     },
 ]
 
+# Held out for issue 13 (session 13): compiled steps under torch.compile's activation memory
+# budget (the partitioner recomputes to save at most that share), predicted with predict.py
+# before gpu_measure.py ran them; at budget 1.0 they are COMPILED_DEV's and HELD_OUT_12's rows
+HELD_OUT_13_BUDGET: list[dict[str, Any]] = [
+    *(
+        {
+            "id": f"gpt2-compiled-bf16mixed-b8-s1024-budget{budget:g}",
+            "model": "benchmarks/models/compiled_gpt2.py:make_model",
+            "batch_size": 8,
+            "seq_len": 1024,
+            "precision": "bf16-mixed",
+            "activation_memory_budget": budget,
+        }
+        for budget in (0.5, 0.2, 0.0)
+    ),
+    {
+        "id": "llama-0.6b-compiled-bf16mixed-b4-s1024-budget0.5",
+        "model": "benchmarks/models/compiled_llama.py:make_model",
+        "batch_size": 4,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "activation_memory_budget": 0.5,
+    },
+    {
+        "id": "vit-s16-compiled-bf16mixed-b64-budget0.3",
+        "model": "benchmarks/models/compiled_vit.py:make_model",
+        "batch_size": 64,
+        "precision": "bf16-mixed",
+        "activation_memory_budget": 0.3,
+    },
+]
+
 ALL = (
     WORKLOADS
     + HELD_OUT
@@ -650,4 +684,5 @@ ALL = (
     + MOE_DEV
     + HELD_OUT_13_IN_BACKWARD
     + HELD_OUT_13_EIGHT_BIT
+    + HELD_OUT_13_BUDGET
 )

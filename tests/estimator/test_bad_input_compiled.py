@@ -320,3 +320,45 @@ def test_cli_an_unknown_compiled_value_is_refused_by_the_parser(capsys, tiny):
 
 def test_the_refusal_is_a_memfit_error():
     assert issubclass(memfit.UnsupportedWorkloadError, memfit.MemfitError)
+
+
+# -- torch.compile's activation memory budget -------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [True, -0.1, 1.5, "0.5", float("nan")])
+def test_an_activation_memory_budget_that_is_not_a_share_is_refused(value: object):
+    with pytest.raises(InvalidInputError, match=r"not a share between 0 and 1.*e\.g\. 0\.5"):
+        make_workload(torch.compile(Net()), _x, activation_memory_budget=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("settings", "why"),
+    [
+        ({"compiled": "eager"}, "compiled='eager' estimates the uncompiled step"),
+        ({"mode": "infer"}, "inference saves no activations"),
+        ({"activation_checkpointing": True}, "memfit's checkpointing of eager blocks"),
+    ],
+)
+def test_an_activation_memory_budget_that_would_be_ignored_is_refused(
+    settings: dict[str, Any], why: str
+):
+    with pytest.raises(
+        InvalidInputError, match=rf"activation_memory_budget=0.5 would be ignored.*{why}"
+    ):
+        make_workload(torch.compile(Net()), _x, activation_memory_budget=0.5, **settings)
+
+
+def test_an_activation_memory_budget_for_a_model_that_compiles_nothing_is_refused():
+    with pytest.raises(
+        InvalidInputError, match=r"Net's step compiles nothing.*activation_checkpointing"
+    ):
+        estimate(Net(), _x, activation_memory_budget=0.5)
+
+
+def test_the_command_line_refuses_a_budget_outside_zero_to_one(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["estimate", "gpt2", "-b", "1", "--activation-memory-budget", "1.5"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--activation-memory-budget: 1.5 is not between 0 and 1" in err
+    assert "Traceback" not in err

@@ -25,7 +25,7 @@ from memfit import Category, Estimate, UnsupportedWorkloadError, estimate
 from memfit._gpus import resolve_gpu
 from memfit.trace import trace_workload
 from memfit.trace._compiled_replay import wrapper_call
-from memfit.workload import make_workload
+from memfit.workload import make_workload, memory_budget_words
 
 pytest.importorskip("triton", reason="inductor's lowering for CUDA needs triton")
 transformers = pytest.importorskip("transformers")
@@ -402,3 +402,37 @@ def test_an_estimate_covers_the_first_run_that_reserves_the_most():
     flush = events(("alloc", 9, 60 * mib), ("free", 9, 60 * mib))
     one = Run(flush + warm.events, steps_start=2)  # one buffer: 30 MiB either way
     assert first_run_reserving_most(warm, one, config) == (warm, False)
+
+
+# -- torch.compile's activation memory budget --------------------------------------------------
+
+TRAIN: dict[str, Any] = dict(gpu="h200", precision="bf16-mixed", optimizer="adamw")
+
+
+@pytest.fixture(scope="module")
+def at_zero() -> Estimate:
+    """The compiled step with an activation memory budget of 0: recompute all it can."""
+    return estimate(_gpt2, _batch, activation_memory_budget=0.0, **TRAIN)
+
+
+def test_an_activation_memory_budget_reaches_inductors_partitioner(
+    train: tuple[Estimate, Estimate], at_zero: Estimate
+):
+    at_one = train[0]
+    assert _held_for_backward(at_zero) < _held_for_backward(at_one) / 2
+    assert memory_budget_words(0.0, True) in at_zero.notes
+    assert not any("activation memory budget" in note for note in at_one.notes)
+    import torch._functorch.config as functorch_config
+
+    assert functorch_config.activation_memory_budget == 1.0  # the process's, restored
+
+
+def test_without_a_budget_the_processs_setting_is_used_and_named(at_zero: Estimate):
+    import torch._functorch.config as functorch_config
+
+    with functorch_config.patch(activation_memory_budget=0.0):
+        est = estimate(_gpt2, _batch, **TRAIN)
+    assert est.peak_allocated == at_zero.peak_allocated
+    assert _held_for_backward(est) == _held_for_backward(at_zero)
+    assert memory_budget_words(0.0, False) in est.notes
+    assert "as set in this process" in memory_budget_words(0.0, False)

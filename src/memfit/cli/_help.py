@@ -11,8 +11,10 @@ import argparse
 __all__ = [
     "EXAMPLES",
     "HelpFormatter",
+    "a_number",
     "epilog",
     "positive_int",
+    "share",
 ]
 
 # Two or three real command lines per command, shown at the end of its --help.
@@ -107,15 +109,29 @@ def positive_int(text: str) -> int:
     return value
 
 
+def a_number(text: str, hint: str) -> float:
+    """``text`` as a number; otherwise the parser's error, with ``hint`` (what to give)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; {hint}") from None
+
+
+def share(text: str) -> float:
+    """A share from 0 to 1, as for ``--activation-memory-budget``."""
+    value = a_number(text, "give a share between 0 and 1, e.g. 0.5")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is not between 0 and 1; give e.g. 0.5")
+    return value
+
+
 def block_fraction(text: str) -> float:
     """A share of the blocks strictly between 0 and 1, as for ``--partial-checkpointing``."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a number; give the share of the blocks to checkpoint, between 0 "
-            "and 1, e.g. 0.5 (or --checkpointing for all of them)"
-        ) from None
+    value = a_number(
+        text,
+        "give the share of the blocks to checkpoint, between 0 and 1, e.g. 0.5 (or "
+        "--checkpointing for all of them)",
+    )
     if not 0.0 < value < 1.0:
         raise argparse.ArgumentTypeError(
             f"{value} is not between 0 and 1; give e.g. 0.5 for half the blocks, "

@@ -7,7 +7,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from memfit._choices import COMPILED_CHOICES, MOE_ROUTINGS, OPTIMIZERS, PRECISIONS
 from memfit.cli._export_cmd import add_export_parser
-from memfit.cli._help import HelpFormatter, block_fraction, epilog, positive_int
+from memfit.cli._help import HelpFormatter, block_fraction, epilog, positive_int, share
 from memfit.cli._plan_cmd import add_plan_parser
 from memfit.cli._run_cmd import add_run_parser
 from memfit.cli._snapshot_cmd import add_snapshot_parser
@@ -126,6 +126,14 @@ def _model_kind_args(p: argparse.ArgumentParser) -> None:
         metavar="HOW",
         help="a model compiled with torch.compile: 'eager' estimates its uncompiled step, an "
         "usually more (compiled steps usually save fewer activations); without it, refused",
+    )
+    p.add_argument(
+        "--activation-memory-budget",
+        type=share,
+        default=None,  # None: the process's torch._functorch.config setting (1.0)
+        metavar="F",
+        help="a torch.compile'd model's activation memory budget: the share F (0 to 1) of its "
+        "activations the compiled forward may save, the rest recomputed (train only)",
     )
 
 

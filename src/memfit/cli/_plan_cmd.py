@@ -23,7 +23,7 @@ from rich.console import Console
 
 from memfit._choices import OPTIMIZERS, PRECISIONS
 from memfit._errors import InvalidInputError
-from memfit.cli._help import positive_int
+from memfit.cli._help import a_number, positive_int
 from memfit.cli._options import check_workload_flags
 
 if TYPE_CHECKING:
@@ -52,13 +52,10 @@ def budget(text: str) -> GPU:
 
 def margin(text: str) -> float:
     """``--margin``: the share of the budget kept free, a fraction in [0, 1)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a number; give the share of the budget to keep free as a "
-            "fraction between 0 and 1, e.g. 0.05 for 5%"
-        ) from None
+    value = a_number(
+        text,
+        "give the share of the budget to keep free as a fraction between 0 and 1, e.g. 0.05 for 5%",
+    )
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(
             f"{text} is not a fraction between 0 and 1 (it is the share of the budget kept "

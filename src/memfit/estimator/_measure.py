@@ -18,7 +18,14 @@ from torch.utils._pytree import tree_map
 from memfit._errors import NoGPUError
 from memfit.estimator._versions import Versions, installed_versions
 from memfit.trace import CompileGuard
-from memfit.workload import StepHooks, Workload, optimizer_for, prepare_model, run_steps
+from memfit.workload import (
+    StepHooks,
+    Workload,
+    compiled_with_budget,
+    optimizer_for,
+    prepare_model,
+    run_steps,
+)
 
 __all__ = ["Measurement", "measure"]
 
@@ -72,7 +79,9 @@ def measure(workload: Workload, *, record_history: bool = False) -> tuple[Measur
         )
     # compiled="eager": the GPU runs the uncompiled step too, so that like is compared with like
     guard = CompileGuard(workload, lambda: "setup") if workload.compiled == "eager" else None
-    with guard.active() if guard is not None else nullcontext():
+    # a compiled model compiles at its first call: with the workload's activation memory budget
+    active = guard.active() if guard is not None else nullcontext()
+    with active, compiled_with_budget(workload.activation_memory_budget):
         return _run(workload, record_history, guard)
 
 

@@ -42,7 +42,14 @@ from memfit.trace._inductor import (
 )
 from memfit.trace._library_autocast import maybe_autocast_traceable
 from memfit.trace._sdpa import choose_backend
-from memfit.workload import Workload, call_model, cast_inputs, eager_view, prepare_model
+from memfit.workload import (
+    Workload,
+    call_model,
+    cast_inputs,
+    compiled_with_budget,
+    eager_view,
+    prepare_model,
+)
 
 __all__ = ["CompiledPlan", "capture_compiled"]
 
@@ -65,6 +72,7 @@ class CompiledPlan:
     # "backward") and name; replayed only with ``tune_kernels`` (a cold inductor cache)
     tuning: dict[str, dict[str, KernelTuning]] = field(default_factory=dict)
     tune_kernels: bool = False
+    memory_budget: float = 1.0  # torch's activation memory budget the partitioner had
 
 
 class _Capture:
@@ -133,7 +141,8 @@ def capture_compiled(workload: Workload, gpu: GPU) -> CompiledPlan:
         benchmarks: list[PadBenchmark] = []
         timing, switches = recording_pad_benchmarks(benchmarks), maybe_autocast_traceable()
         kernels = _cuda_attention(gpu.sm, attention, workload.autocast_dtype)
-        with fake, answering_as(gpu), kernels, timing, switches:
+        budget = compiled_with_budget(workload.activation_memory_budget)
+        with budget as memory_budget, fake, answering_as(gpu), kernels, timing, switches:
             _run_step(workload, shim, batch)
         plan = _plan(capture, names, shim)
         with answering_as(gpu):
@@ -149,6 +158,7 @@ def capture_compiled(workload: Workload, gpu: GPU) -> CompiledPlan:
             attention=attention,
             pad_benchmarks=benchmarks,
             tuning=tuning,
+            memory_budget=memory_budget,
         )
     except MemfitError:
         raise

@@ -26,13 +26,15 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from memfit._errors import UnsupportedWorkloadError
 from memfit._events import MemoryEvent
 from memfit.allocator import AllocatorConfig, AllocatorReplay, Recording, ReplayOps
 from memfit.trace._compiled_capture import CompiledPlan
-from memfit.trace._inductor import L2_FLUSH_BYTES, KernelTuning, PadBenchmark
+from memfit.trace._inductor import L2_FLUSH_BYTES, KernelTuning, PadBenchmark, kernel_traffic
+from memfit.workload import memory_budget_words
 
 __all__ = [
     "COLD_CACHE_NOTE",
@@ -45,13 +47,32 @@ _CALL = re.compile(r"^( *)def call\((?:self, )?args\):\n", re.M)
 
 
 class _Kernel:
-    """A triton kernel of the wrapper: it writes into buffers, it allocates nothing."""
+    """A triton kernel of the wrapper: it writes into buffers, it allocates nothing. Its
+    traffic (each argument's bytes times ``weights``: :func:`kernel_traffic`) is counted as
+    one ``mem:fused`` op where the trace counts costs."""
+
+    def __init__(self, weights: tuple[int, ...] = ()) -> None:
+        self.weights = weights
 
     def run(self, *args: Any, **kwargs: Any) -> None:
-        return None
+        _count_kernel(self.weights, args)
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        return None
+        return self.run(*args, **kwargs)
+
+
+def _count_kernel(weights: tuple[int, ...], args: tuple[Any, ...]) -> None:
+    """Count one triton kernel's traffic with the trace's recorder, if it counts costs."""
+    for mode in reversed(_get_current_dispatch_mode_stack()):
+        record = getattr(mode, "record_kernel", None)
+        if record is not None:
+            moved = [
+                (a, weights[i] if i < len(weights) else 1)
+                for i, a in enumerate(args)
+                if isinstance(a, torch.Tensor)
+            ]
+            record("fused", moved)
+            return
 
 
 class _TunedKernel(_Kernel):
@@ -60,11 +81,13 @@ class _TunedKernel(_Kernel):
     arguments it writes, then the L2 flush buffer and the timed runs, each on fresh clones
     (one is shown: the next takes the block the last one freed), the flush freed."""
 
-    def __init__(self, tuning: KernelTuning) -> None:
+    def __init__(self, tuning: KernelTuning, weights: tuple[int, ...] = ()) -> None:
+        super().__init__(weights)
         self.tuning = tuning
         self.timed = False
 
     def run(self, *args: Any, **kwargs: Any) -> None:
+        _count_kernel(self.weights, args)
         if self.timed:
             return None
         self.timed = True
@@ -78,9 +101,6 @@ class _TunedKernel(_Kernel):
             del clones, flush
         return None
 
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        return self.run(*args, **kwargs)
-
 
 def _clone(t: torch.Tensor) -> torch.Tensor:
     """What the autotuner's clone of a written argument allocates: its whole span, strides kept
@@ -90,13 +110,17 @@ def _clone(t: torch.Tensor) -> torch.Tensor:
 
 class _Namespace(dict[str, Any]):
     """The wrapper's globals: checks (``assert_*``) and kernels (``triton_*``) the wrapper's
-    module would define do nothing here."""
+    module would define do nothing here (but count their traffic, ``traffic``)."""
+
+    def __init__(self, names: dict[str, Any], traffic: dict[str, tuple[int, ...]]) -> None:
+        super().__init__(names)
+        self.traffic = traffic
 
     def __missing__(self, name: str) -> Any:
         if name.startswith("assert_"):
             return lambda *args, **kwargs: None
         if name.startswith("triton_"):
-            return _Kernel()
+            return _Kernel(self.traffic.get(name, ()))
         raise KeyError(name)
 
 
@@ -122,6 +146,7 @@ def wrapper_call(
     body = body.replace("torch.cuda._DeviceGuard(0)", "_nullcontext()")
     body = re.sub(r"^(\s*)torch\.cuda\.set_device\(\d+\)$", r"\1pass", body, flags=re.M)
     code = "def call(args):\n" + textwrap.indent(body, "    ")
+    traffic = kernel_traffic(source)
     from torch._inductor.select_algorithm import extern_kernels
 
     namespace: dict[str, Any] = _Namespace(
@@ -142,9 +167,12 @@ def wrapper_call(
             "reinterpret_tensor": _reinterpret,
             "get_raw_stream": lambda index: 0,
             "copy_if_misaligned": lambda t: t,
-        }
+        },
+        traffic,
     )
-    namespace.update({name: _TunedKernel(t) for name, t in (tuning or {}).items()})
+    namespace.update(
+        {name: _TunedKernel(t, traffic.get(name, ())) for name, t in (tuning or {}).items()}
+    )
     exec(compile(code, "<inductor wrapper>", "exec"), namespace)
     call: Callable[[list[Any]], list[Any]] = namespace["call"]
     return call
@@ -281,14 +309,17 @@ def _realized(meta: tuple[tuple[int, ...], tuple[int, ...], torch.dtype]) -> tor
     return torch.empty((span,), dtype=dtype, device="meta")
 
 
-def compiled_notes(plan: CompiledPlan, version: str) -> list[str]:
-    """What the estimate of a compiled model assumed, in words."""
+def compiled_notes(plan: CompiledPlan, version: str, budget_given: bool) -> list[str]:
+    """What the estimate of a compiled model assumed, in words (``budget_given``: the
+    workload named the activation memory budget, else the process's setting was used)."""
     attention = ", ".join(f"{n} x {b}" for b, n in sorted(plan.attention.items()))
+    budget = plan.memory_budget
     return [
         "the model is compiled with torch.compile: this is the compiled step as inductor "
         f"(torch {version}) lowers it for this GPU, its buffers, their reuse and what its "
         "forward saves; a GPU host with another torch version compiles another step",
         *([f"compiled attention ran {attention}"] if attention else []),
+        *([memory_budget_words(budget, budget_given)] if budget < 1 or budget_given else []),
     ]
 
 

@@ -115,10 +115,21 @@ MEM_FAMILIES: dict[str, tuple[str, ...]] = {
         "_adaptive_avg_pool2d_backward",
     ),
     "copy": ("_to_copy", "copy_", "clone"),
+    # a compiled step's triton kernels (no aten op: ``StepCosts.record_kernel``), whose fused
+    # pointwise and reduction work reaches its own share of the bandwidth
+    "fused": (),
 }
 _FAMILY_OF = {name: family for family, names in MEM_FAMILIES.items() for name in names}
 _ALIGNED = 8  # elements: cuBLAS's fast half-precision kernels want rows of 16 bytes
 _SYNCS = {aten._local_scalar_dense.default, aten.is_nonzero.default}
+# ops that only allocate (a compiled wrapper's buffers): the caching allocator, no kernel
+_ALLOCATES_ONLY = {
+    aten.empty.memory_format,
+    aten.empty_strided.default,
+    aten.empty_like.default,
+    aten.new_empty.default,
+    aten.new_empty_strided.default,
+}
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
@@ -166,8 +177,8 @@ class StepCosts:
             on_host = isinstance(args[0], torch.Tensor) and args[0].device.type == "cpu"
             ops.append(("view" if on_host else "sync", 0, 0))
             return
-        if getattr(func, "is_view", False):
-            ops.append(("view", 0, 0))
+        if getattr(func, "is_view", False) or func in _ALLOCATES_ONLY:
+            ops.append(("view", 0, 0))  # no kernel: the host's dispatch only
             return
         outputs = _nbytes(tensors_in(out))
         nbytes = _nbytes(tensors_in((args, kwargs))) + (outputs or _written(func, args))
@@ -181,6 +192,15 @@ class StepCosts:
         it reads every tensor it is given and writes the first list."""
         nbytes = _nbytes(tensors_in((args, kwargs))) + _nbytes(tensors_in(args[:1]))
         self.phases.setdefault(phase, PhaseCost()).ops.append(("mem", 0, nbytes))
+
+    def record_kernel(self, family: str, moved: list[tuple[torch.Tensor, int]], phase: str) -> None:
+        """Keep a kernel no op dispatched (a compiled wrapper's triton kernel) as one
+        ``mem:<family>:<dtype>`` op: its traffic is each tensor's bytes times how often it
+        moves; its dtype the largest tensor's."""
+        nbytes = sum(t.numel() * t.element_size() * n for t, n in moved)
+        largest = max(moved, key=lambda m: m[0].numel() * m[0].element_size(), default=None)
+        dtype = _DTYPES.get(largest[0].dtype, "fp32") if largest is not None else "fp32"
+        self.phases.setdefault(phase, PhaseCost()).ops.append((f"mem:{family}:{dtype}", 0, nbytes))
 
     def copy(self, names: Iterable[tuple[str, str]]) -> None:
         """Add the ops of each phase ``(source, target)`` again under ``target`` (a later

@@ -31,6 +31,7 @@ __all__ = [
     "PadBenchmark",
     "answering_as",
     "first_call_tuning",
+    "kernel_traffic",
     "lower_for_cuda",
     "pads_faster",
     "recording_pad_benchmarks",
@@ -317,6 +318,26 @@ class KernelTuning:
 _KERNEL = re.compile(
     r"^(\w+) = async_compile\.triton\('\w+', '''\n(.*?)''', device_str='cuda'\)", re.M | re.S
 )
+
+
+_SIGNATURE = re.compile(r"^def \w+\(([^)]*)\)", re.M)
+
+
+def kernel_traffic(source: str) -> dict[str, tuple[int, ...]]:
+    """How often each Triton kernel of a wrapper's ``source`` moves each of its arguments over
+    memory, by kernel name: an ``in_out_ptr`` is read and written (2), an ``in_ptr`` read and
+    an ``out_ptr`` written (1), sizes and scalars not at all (0). The kernel's traffic is then
+    its tensors' bytes so weighted (the step-time model's ``mem:fused`` ops)."""
+    found: dict[str, tuple[int, ...]] = {}
+    for name, module in _KERNEL.findall(source):
+        signature = _SIGNATURE.search(module)
+        if signature is None:
+            continue
+        names = [a.strip().partition(":")[0] for a in signature.group(1).split(",") if a.strip()]
+        found[name] = tuple(
+            2 if a.startswith("in_out_ptr") else 1 if "ptr" in a else 0 for a in names
+        )
+    return found
 
 
 def first_call_tuning(source: str) -> dict[str, KernelTuning]:

@@ -201,6 +201,13 @@ class Recorder(TorchDispatchMode):
             if module is not None:
                 info.module = module
 
+    def record_kernel(self, family: str, moved: list[tuple[torch.Tensor, int]]) -> None:
+        """Count a kernel that no op dispatches (a compiled wrapper's triton kernel) as one
+        ``mem:<family>`` op of the current phase: ``moved`` is each tensor it reads or writes
+        with how often."""
+        if self.costs is not None and not self.suspended:
+            self.costs.record_kernel(family, moved, self.phase)
+
     # -- the dispatch hook ------------------------------------------------------------------
     @classmethod
     def _should_skip_dynamo(cls) -> bool:

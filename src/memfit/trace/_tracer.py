@@ -338,9 +338,19 @@ def trace_workload(workload: Workload, gpu: GPU, *, costs: bool = False) -> Trac
     ``costs``, each phase's arithmetic and memory traffic are counted too (``Trace.costs``)."""
     start = time.perf_counter()
     try:
-        return _trace(workload, gpu, None, start, costs)
+        trace = _trace(workload, gpu, None, start, costs)
     except CaptureNeeded:
         plan = capture_compiled(workload, gpu)
+    else:
+        if workload.activation_memory_budget is not None:  # nothing was compiled
+            raise InvalidInputError(
+                f"activation_memory_budget={workload.activation_memory_budget!r} would be "
+                f"ignored: {workload.name}'s step compiles nothing, and the budget is "
+                "torch.compile's (what a compiled model's forward saves). Drop it; for an "
+                "eager model, activation_checkpointing=True, 'selective' or a share of the "
+                "blocks saves memory the same way."
+            )
+        return trace
     # the first run with a warm inductor cache and with a cold one (where each triton kernel
     # times its candidate configurations at its first call): either may reserve more, and a job
     # meets both, so the estimate is the one that reserves more
@@ -351,7 +361,7 @@ def trace_workload(workload: Workload, gpu: GPU, *, costs: bool = False) -> Trac
         cold = _trace(workload, gpu, dataclasses.replace(plan, tune_kernels=True), start, costs)
         trace, colder = first_run_reserving_most(warm, cold, workload.allocator)
     trace.notes[:0] = [
-        *compiled_notes(plan, torch.__version__),
+        *compiled_notes(plan, torch.__version__, workload.activation_memory_budget is not None),
         *([COLD_CACHE_NOTE] if colder else []),
     ]
     return trace

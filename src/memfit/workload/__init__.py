@@ -23,6 +23,11 @@ from memfit.workload._compiled import (
 )
 from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_available, eight_bit_class
 from memfit.workload._in_backward import IN_BACKWARD, OptimizerInBackward, in_backward
+from memfit.workload._memory_budget import (
+    budget_in_effect,
+    compiled_with_budget,
+    memory_budget_words,
+)
 from memfit.workload._models import ModelRecipe, catalog_entries, resolve_model
 from memfit.workload._spec import (
     Batch,
@@ -62,6 +67,7 @@ __all__ = [
     "Workload",
     "WorkloadOptions",
     "blocks_for",
+    "budget_in_effect",
     "call_model",
     "cast_inputs",
     "catalog_entries",
@@ -71,6 +77,7 @@ __all__ = [
     "compiled_function",
     "compiled_parts",
     "compiled_refusal",
+    "compiled_with_budget",
     "default_loss",
     "eager_view",
     "eight_bit_available",
@@ -79,6 +86,7 @@ __all__ = [
     "in_backward",
     "make_optimizer",
     "make_workload",
+    "memory_budget_words",
     "not_compiled_refusal",
     "optimized_module_type",
     "optimizer_for",

@@ -28,6 +28,7 @@ from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
 from memfit.workload._compiled import check_compiled_setting
 from memfit.workload._in_backward import in_backward
+from memfit.workload._memory_budget import check_memory_budget
 
 __all__ = [
     "Batch",
@@ -72,6 +73,8 @@ class WorkloadOptions(TypedDict, total=False):
     accumulation: int | None
     compiled: str | None  # "eager": a torch.compile'd model estimated uncompiled
     moe_routing: str | None  # "balanced" (default) or "skewed": see memfit.trace._routing
+    # torch.compile's activation memory budget (a share 0..1) for a compiled model's step
+    activation_memory_budget: float | None
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,8 @@ class Workload:
     # mixture-of-experts routing: "balanced" (each expert gets tokens*top_k/experts) or "skewed"
     # (every token to the same top_k experts, the worst case); None: balanced, not asked for
     moe_routing: str | None = None
+    # a compiled model's activation memory budget (workload._memory_budget); None: the process's
+    activation_memory_budget: float | None = None
 
     notes: tuple[str, ...] = ()  # what was assumed or warned while checking, for the estimate
 
@@ -152,6 +157,9 @@ class Workload:
         check_count("steps", self.steps)
         check_count("accumulation", self.accumulation)
         check_compiled_setting(self.compiled)
+        check_memory_budget(self.activation_memory_budget)
+        if self.activation_memory_budget is not None:
+            _check_budget_use(self)
         if self.optimizer_in_backward:
             _check_in_backward(self)
         if self.moe_routing is not None:
@@ -192,6 +200,27 @@ class Workload:
         batch_of = self.batch_of
         return dataclasses.replace(
             self, batch_size=batch_size, make_batch=lambda: batch_of(batch_size)
+        )
+
+
+def _check_budget_use(w: Workload) -> None:
+    """Where a compiled model's activation memory budget would be ignored, refused."""
+    budget = w.activation_memory_budget
+    why = (
+        "inference saves no activations for a backward"
+        if w.mode == "infer"
+        else "compiled='eager' estimates the uncompiled step, which no partitioner plans"
+        if w.compiled == "eager"
+        else "memfit's checkpointing of eager blocks and the compiled partitioner's budget "
+        "cannot both be estimated"
+        if w.activation_checkpointing
+        else ""
+    )
+    if why:
+        raise InvalidInputError(
+            f"activation_memory_budget={budget!r} would be ignored here: {why}. It sets what a "
+            "torch.compile'd training step's forward saves; drop it, or estimate a compiled "
+            "model's training step with it."
         )
 
 
