@@ -144,6 +144,10 @@ CONV_CLASSES: dict[str, dict[str, Any]] = {
     "k5dw": {"kernel": 5, "stride": 1, "groups": "dw"},
     "k7dw": {"kernel": 7, "stride": 1, "groups": "dw"},
     "k3g": {"kernel": 3, "stride": 1, "groups": 24},
+    # depthwise in channels-last memory (ConvNeXt's: its blocks hand the convolution a permuted
+    # tensor), which cuDNN runs with NHWC kernels about 4x the channels-first rate
+    "k7dwcl": {"kernel": 7, "stride": 1, "groups": "dw", "channels_last": True},
+    "k3dwcl": {"kernel": 3, "stride": 1, "groups": "dw", "channels_last": True},
 }
 _SHAPES = {  # "in-out@side"
     "k1": "32-32@28 64-64@56 64-256@56 256-64@56 512-128@28 1024-256@14 2048-512@7 "
@@ -158,6 +162,8 @@ _SHAPES = {  # "in-out@side"
     "k5dw": "240-240@28 480-480@14 672-672@14 1152-1152@7",
     "k7dw": "96-96@56 192-192@28 384-384@14 768-768@7",
     "k3g": "48-48@56 120-120@28 336-336@14 888-888@7",
+    "k7dwcl": "96-96@56 192-192@28 384-384@14 768-768@7",
+    "k3dwcl": "32-32@112 96-96@56 144-144@56 240-240@28 480-480@14 672-672@14 1152-1152@7",
 }
 for _cls, _text in _SHAPES.items():
     CONV_CLASSES[_cls]["shapes"] = [
@@ -271,12 +277,15 @@ def conv_case(
     bias = spec.get("bias", False)
     mask = [spec.get("input_grad", True), True, bias]
 
+    layout = torch.channels_last if spec.get("channels_last") else torch.contiguous_format
+
     def make(on: str) -> tuple[Any, Any]:
         x = torch.randn(batch, cin, size, size, device=on, dtype=dtype)
         w = torch.randn(cout, cin // groups, k, k, device=on, dtype=dtype)
+        x, w = x.to(memory_format=layout), w.to(memory_format=layout)
         b = torch.randn(cout, device=on, dtype=dtype) if bias else None
         y = torch.nn.functional.conv2d(x, w, b, stride=s, padding=pad, groups=groups)
-        gy = torch.randn_like(y)
+        gy = torch.randn_like(y)  # laid out as the output
 
         def fwd() -> Any:
             return torch.nn.functional.conv2d(x, w, b, stride=s, padding=pad, groups=groups)

@@ -72,9 +72,17 @@ def compare(predictions: list[dict[str, Any]], rows: dict[str, list[dict[str, An
             total += 1
             within += abs(err) <= 0.15
             what = ", ".join(f"{k}={v}" for k, v in p["settings"].items() if k != "seq_len")
+            busy = row.get("profile", {}).get("busy_seconds")
+            gpu = (
+                f"  GPU busy {busy * 1e3:7.1f} {p['gpu_busy'] * 1e3:7.1f} ms "
+                f"{100 * (p['gpu_busy'] / busy - 1):+5.0f}%"
+                if busy
+                else ""
+            )
             print(
-                f"{p['model'][:22]:22s} {what[:70]:70s} {row['dir'][:10]:10s} "
+                f"{p['model'][-22:]:22s} {what[:70]:70s} {row['dir'][:10]:10s} "
                 f"{m * 1e3:7.1f} {p['seconds'] * 1e3:7.1f} ms {100 * err:+5.0f}%  {p['bound']}"
+                + gpu
             )
     print(f"within 15%: {within} of {total}")
 
@@ -87,6 +95,7 @@ def main() -> int:
     parser.add_argument("--extra", action="store_true")
     parser.add_argument("--held-out", action="store_true")
     parser.add_argument("--held-out-2", action="store_true")
+    parser.add_argument("--compiled-budget", action="store_true")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--against", type=Path, nargs="*")
     parser.add_argument("--predictions", type=Path)
@@ -94,7 +103,9 @@ def main() -> int:
     if args.predictions:
         predictions = json.loads(args.predictions.read_text())["rows"]
     else:
-        configs = configurations(args.plans, args.extra, args.held_out, args.held_out_2)
+        configs = configurations(
+            args.plans, args.extra, args.held_out, args.held_out_2, args.compiled_budget
+        )
         predictions = []
         seen: set[str] = set()
         for model, items in configs.items():

@@ -74,6 +74,11 @@ def test_a_resnet18_trace_records_its_convolutions_by_shape_class() -> None:
         (nn.Conv2d(3, 8, 16, stride=16), (1, 3, 32, 32), "conv:k16s16:fp32"),
         (nn.Conv2d(8, 8, 3, padding=1, groups=8), (1, 8, 8, 8), "conv:k3dw:fp32"),
         (nn.Conv2d(8, 8, 3, padding=1, groups=2), (1, 8, 8, 8), "conv:k3g:fp32"),
+        (  # ConvNeXt's: a permuted (channels-last) input, which cuDNN runs with NHWC kernels
+            nn.Conv2d(8, 8, 7, padding=3, groups=8),
+            (1, 8, 8, 8, "channels_last"),
+            "conv:k7dwcl:fp32",
+        ),
         (nn.Conv2d(8, 8, (3, 1)), (1, 8, 8, 8), "conv:k3x1:fp32"),
         (nn.ConvTranspose2d(8, 4, 2, stride=2), (1, 8, 8, 8), "conv:k2s2t:fp32"),
         (nn.Conv1d(8, 8, 5, stride=2), (1, 8, 32), "conv:k5s2:fp32"),
@@ -94,8 +99,11 @@ def test_other_convolutions_get_a_class_too(
                 seen.append(op_kind(func, args, kwargs))
             return func(*args, **(kwargs or {}))
 
+    x = torch.randn(shape[:4] if shape[-1] == "channels_last" else shape, device="meta")  # type: ignore[arg-type]
+    if shape[-1] == "channels_last":
+        x = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
     with Kinds():
-        layer.to("meta")(torch.randn(shape, device="meta"))
+        layer.to("meta")(x)
     assert seen == [kind]
 
 
@@ -153,6 +161,13 @@ def test_a_depthwise_convolution_reads_a_depthwise_class_before_any_dense_one() 
     assert cal.curve_key("conv:k7dw:bf16") == "conv:k3dw:bf16"  # not the 7x7 stem's
     assert cal.curve_key("conv:k3s2dw:bf16") == "conv:k3dw:bf16"
     assert cal.curve_key("conv:k3s2:bf16") == "conv:k3s2:bf16"  # a dense one keeps its own
+    # channels-last depthwise: its own class where measured, else the channels-first one
+    assert cal.curve_key("conv:k7dwcl:bf16") == "conv:k3dw:bf16"
+    measured = _calibration(
+        {**PER_CLASS, "conv:k3dw:bf16": _curve(80 * US), "conv:k7dwcl:bf16": _curve(20 * US)}
+    )
+    assert measured.curve_key("conv:k3dwcl:bf16") == "conv:k7dwcl:bf16"
+    assert measured.curve_key("conv:k3dw:bf16") == "conv:k3dw:bf16"
 
 
 def test_without_per_class_curves_convolutions_read_the_general_curves_as_before() -> None:
@@ -283,6 +298,8 @@ def test_the_calibration_scripts_convolution_part_runs_on_the_cpu(scripts: Any) 
         "k5dw",
         "k7dw",
         "k3g",
+        "k7dwcl",
+        "k3dwcl",
     }
     by_class = {r["class"]: r for r in rows}
     assert by_class["k1"]["bwd_flops"] == 2 * by_class["k1"]["flops"]  # input and weight

@@ -44,6 +44,8 @@ from memfit.workload import (
     EIGHT_BIT,
     Workload,
     WorkloadOptions,
+    budget_in_effect,
+    check_memory_budget,
     eight_bit_available,
     in_backward,
     make_workload,
@@ -55,6 +57,9 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MARGIN", "EXPANDABLE", "plan"]
 
+# torch.compile's activation memory budgets a compiled model's plan tries by default: what the
+# forward saves is not monotonic in it (GPT-2, H200: 0.5 took less than 0.2 and than 0.0)
+COMPILED_BUDGETS = (1.0, 0.5, 0.25)
 DEFAULT_MARGIN = 0.05  # of the budget kept free: the allocator's drift over a long run
 CHECKPOINTING: tuple[bool | str, ...] = (False, "selective", True)
 
@@ -69,6 +74,7 @@ def plan(
     precisions: tuple[str, ...] | list[str] | None = None,
     checkpointing: tuple[bool | str, ...] | list[bool | str] | None = None,
     optimizers: tuple[str, ...] | list[str] | None = None,
+    memory_budgets: tuple[float, ...] | list[float] | None = None,
     progress: Progress | None = None,
     workers: int | None = None,
     batch_of: Callable[[int], Any] | None = None,
@@ -81,7 +87,10 @@ def plan(
     name); ``global_batch`` the samples per optimizer step (default: the batch size given),
     kept by gradient accumulation. ``precisions``, ``checkpointing`` and ``optimizers`` narrow
     the search (defaults: bf16-mixed and fp32; none, selective and full; the optimizer's fused,
-    foreach and for-loop variants). ``margin`` is the share of the budget kept free.
+    foreach and for-loop variants). A model compiled as a whole with ``torch.compile`` is
+    searched over torch.compile's activation memory budget instead of checkpointing
+    (``memory_budgets``, default :data:`COMPILED_BUDGETS`), at its own precision unless
+    ``precisions`` says otherwise. ``margin`` is the share of the budget kept free.
     ``batch_of(n)`` makes a batch of ``n`` samples (for a model object: the planner tries
     several micro-batch sizes). ``workers``: processes tracing at once (default: the cores, at
     most 4). ``progress`` is called as ``progress(done, total, what)`` as the search goes.
@@ -100,6 +109,7 @@ def plan(
             precisions,
             checkpointing,
             optimizers,
+            memory_budgets,
             progress,
             workers,
             batch_of,
@@ -125,6 +135,7 @@ def _search(
     precisions: Any,
     checkpointing: Any,
     optimizers: Any,
+    memory_budgets: Any,
     progress: Progress | None,
     workers: int | None,
     batch_of: Callable[[int], Any] | None,
@@ -143,7 +154,9 @@ def _search(
         )
     calibration, calibration_note = calibration_for(gpu)
     user = _baseline(base, total)
-    space = _space(base, gpu, precisions, checkpointing, optimizers)
+    space = _space(base, gpu, precisions, checkpointing, optimizers, memory_budgets)
+    if space["compiled"][0] and user.memory_budget is None:  # the budget its compile would use
+        user = dataclasses.replace(user, memory_budget=budget_in_effect())
     ev = Evaluator(base, gpu, usable, calibration, user, base.seq_len)
     workers = default_workers() if workers is None else workers
     levels = [n for n in range(total, 0, -1) if total % n == 0]
@@ -167,6 +180,8 @@ def _search(
             return make_workload(model, None, **shorter)
 
     result = _assemble(ev, base, gpu, usable, margin, total, baseline, remake)
+    if space["compiled"][0]:
+        result.notes.append(compiled_plan_note(space))
     return result, ev, calibration_note, calibration.source
 
 
@@ -195,19 +210,24 @@ def _search_precisions(
         if progress is not None:
             progress(done + n, done + of, "precision and checkpointing searched")
 
-    def job(e: Evaluator, item: tuple[str, bool | str | float] | None) -> None:
+    def job(e: Evaluator, item: tuple[str, bool | str | float, float | None] | None) -> None:
         if item is None:
             e.evaluate(with_allocators(user))
         else:
-            _bisect(e, levels, total, item[0], item[1], first)
+            _bisect(e, levels, total, item[0], item[1], first, item[2])
 
-    items: list[Any] = [(p, c) for p in early for c in space["checkpointing"]]
+    def items_of(precisions: list[str]) -> list[Any]:
+        return [
+            (p, c, b) for p in precisions for c in space["checkpointing"] for b in space["budgets"]
+        ]
+
+    items = items_of(early)
     run_jobs(ev, job, [*items, None], workers, searched)
     done = len(items) + 1
     floor, best = _step_floor(ev), fastest(ev)
     late = [p for p in late if floor / rates[p] <= best * (1 + SPEED_TIE)]
     if late:
-        run_jobs(ev, job, [(p, c) for p in late for c in space["checkpointing"]], workers, searched)
+        run_jobs(ev, job, items_of(late), workers, searched)
 
 
 def _peak_rate(ev: Evaluator, precision: str) -> float:
@@ -294,6 +314,7 @@ def _baseline(base: Workload, total: int) -> Candidate:
         base.activation_checkpointing,
         str(base.optimizer),
         base.allocator_text,
+        base.activation_memory_budget,
     )
 
 
@@ -303,6 +324,7 @@ def _space(
     precisions: Any,
     checkpointing: Any,
     optimizers: Any,
+    memory_budgets: Any = None,
 ) -> dict[str, tuple[Any, ...]]:
     family = str(base.optimizer).partition("-")[0]
     half = "bf16-mixed" if gpu.sm >= 80 else "fp16-mixed"
@@ -334,26 +356,77 @@ def _space(
         dataclasses.replace(base, precision=p)  # checked by Workload: a clear error
     for c in space["checkpointing"]:
         dataclasses.replace(base, activation_checkpointing=c)
-    blocks, trained = _model_facts(base)
+    blocks, trained, compiled = _model_facts(base)
     space["blocks"], space["trained"] = (blocks,), (trained,)
+    space["budgets"] = (base.activation_memory_budget,)
+    space["compiled"] = (compiled,)
     if checkpointing is None and not blocks:  # nothing to checkpoint: not searched
         space["checkpointing"] = (False,)
+    if compiled:
+        _compiled_space(space, base, precisions, checkpointing, memory_budgets)
+    elif memory_budgets:
+        raise InvalidInputError(
+            f"memory_budgets={tuple(memory_budgets)!r} would be ignored: they are "
+            "torch.compile's activation memory budgets, and this model is not compiled as a "
+            "whole. Drop them (checkpointing= chooses what an eager model recomputes), or plan "
+            "torch.compile(model)."
+        )
     return space
 
 
-def _model_facts(base: Workload) -> tuple[int, int]:
+def _compiled_space(
+    space: dict[str, tuple[Any, ...]],
+    base: Workload,
+    precisions: Any,
+    checkpointing: Any,
+    memory_budgets: Any,
+) -> None:
+    """A model compiled as a whole is planned over torch.compile's activation memory budget
+    in place of memfit's checkpointing (inductor's partitioner decides what to recompute), at
+    the user's precision unless others are asked for: each candidate is a capture of the
+    compiled step, about a minute of CPU for a GPT-2. Neither the optimizer stepped in
+    backward nor 8-bit states are searched for it."""
+    if checkpointing and tuple(checkpointing) != (False,):
+        raise InvalidInputError(
+            f"checkpointing={tuple(checkpointing)!r} for a model compiled with torch.compile: "
+            "memfit plans a compiled model's recomputation by torch.compile's activation "
+            "memory budget; give memory_budgets=(1.0, 0.5, ...) instead, or plan the "
+            "uncompiled model."
+        )
+    space["checkpointing"] = (False,)
+    space["budgets"] = tuple(memory_budgets) if memory_budgets else COMPILED_BUDGETS
+    for b in space["budgets"]:
+        check_memory_budget(b)
+    if not precisions:
+        space["precisions"] = (base.precision,)
+    space["in_backward"] = space["eight_bit"] = ()
+
+
+def compiled_plan_note(space: dict[str, tuple[Any, ...]]) -> str:
+    """What a compiled model's plan searched, in words."""
+    budgets = ", ".join(f"{b:g}" for b in space["budgets"])
+    return (
+        "the model is compiled with torch.compile: the plan searched torch.compile's "
+        f"activation memory budget ({budgets}) in place of checkpointing, at "
+        f"{' and '.join(space['precisions'])}, each candidate captured as inductor compiles "
+        "it; neither 8-bit optimizer states nor the optimizer stepped in backward were tried"
+    )
+
+
+def _model_facts(base: Workload) -> tuple[int, int, bool]:
     """How many repeated blocks memfit's checkpointing finds in the model (the models' own
-    switches checkpoint the same blocks; 0 where it finds none), and its trained parameter
-    elements (what its gradients hold)."""
-    from memfit.workload import find_blocks
+    switches checkpoint the same blocks; 0 where it finds none), its trained parameter
+    elements (what its gradients hold), and whether it is compiled as a whole."""
+    from memfit.workload import compiled_parts, find_blocks, whole_model_compiled
 
     with torch.device("meta"):
         model = base.build_model()
     trained = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    compiled = base.compiled is None and whole_model_compiled(model, compiled_parts(model))
     try:
-        return len(find_blocks(model)), trained
+        return len(find_blocks(model)), trained, compiled
     except InvalidInputError:
-        return 0, trained
+        return 0, trained, compiled
 
 
 def _bisect(
@@ -363,11 +436,13 @@ def _bisect(
     precision: str,
     ckpt: bool | str | float,
     opt: str,
+    budget: float | None = None,
 ) -> None:
-    """Evaluate the largest micro-batch of ``levels`` that fits (and what bisection passed)."""
+    """Evaluate the largest micro-batch of ``levels`` that fits (and what bisection passed);
+    ``budget``: a compiled model's activation memory budget."""
 
     def at(i: int) -> Candidate:
-        return Candidate(levels[i], total // levels[i], precision, ckpt, opt)
+        return Candidate(levels[i], total // levels[i], precision, ckpt, opt, "", budget)
 
     lo, hi = 0, len(levels) - 1  # levels descend: find the first index that fits
     if fits(ev, at(lo)):

@@ -12,7 +12,7 @@ from typing import Any
 
 from memfit._units import format_bytes
 
-__all__ = ["Candidate", "Evaluated", "Plan", "checkpointing_words"]
+__all__ = ["Candidate", "Evaluated", "Plan", "budget_words", "checkpointing_words"]
 
 
 def checkpointing_words(value: bool | str | float) -> str:
@@ -25,6 +25,11 @@ def checkpointing_words(value: bool | str | float) -> str:
     return f"{value} checkpointing"
 
 
+def budget_words(budget: float) -> str:
+    """A compiled model's activation memory budget in words."""
+    return f"compiled activation memory budget {budget:g}"
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """One configuration of a training step: the settings the planner may change.
@@ -34,7 +39,8 @@ class Candidate:
     ``"selective"``: matrix products and attention kept, a fraction: that share of the blocks
     checkpointed in full, spread evenly). ``optimizer`` is a name of
     ``memfit.estimate``'s (``adamw-fused``...), ``allocator_config`` a
-    ``PYTORCH_CUDA_ALLOC_CONF`` text (``""``: PyTorch's default).
+    ``PYTORCH_CUDA_ALLOC_CONF`` text (``""``: PyTorch's default). ``memory_budget`` is a
+    torch.compile'd model's activation memory budget (``None``: the process's setting, 1.0).
     """
 
     micro_batch: int
@@ -43,10 +49,11 @@ class Candidate:
     checkpointing: bool | str | float
     optimizer: str
     allocator_config: str = ""
+    memory_budget: float | None = None
 
     def settings(self) -> dict[str, Any]:
         """The keywords of ``memfit.estimate`` that make this configuration."""
-        return {
+        out: dict[str, Any] = {
             "batch_size": self.micro_batch,
             "accumulation": self.accumulation,
             "precision": self.precision,
@@ -54,11 +61,16 @@ class Candidate:
             "optimizer": self.optimizer,
             "allocator_config": self.allocator_config or None,
         }
+        if self.memory_budget is not None:
+            out["activation_memory_budget"] = self.memory_budget
+        return out
 
     def describe(self) -> str:
         """One line: ``micro-batch 8 x 4, bf16-mixed, full checkpointing, adamw-fused``."""
         ckpt = checkpointing_words(self.checkpointing)
         parts = [f"micro-batch {self.micro_batch} x {self.accumulation}", self.precision, ckpt]
+        if self.memory_budget is not None:
+            parts[-1] = budget_words(self.memory_budget)  # what replaces checkpointing there
         parts.append(self.optimizer)
         if self.allocator_config:
             parts.append(self.allocator_config)
@@ -72,6 +84,7 @@ class Candidate:
             "activation_checkpointing": self.checkpointing,
             "optimizer": self.optimizer,
             "allocator_config": self.allocator_config,
+            "activation_memory_budget": self.memory_budget,
         }
 
 

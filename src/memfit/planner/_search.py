@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
 from memfit.estimator import estimate_workload
-from memfit.planner._plan_result import Candidate, Evaluated, checkpointing_words
+from memfit.planner._plan_result import Candidate, Evaluated, budget_words, checkpointing_words
 from memfit.planner._step_time import Calibration, StepTime, calibration_for, step_time
 from memfit.trace import StepCosts, Trace, trace_workload
 from memfit.workload import Workload, partial_fraction
@@ -26,9 +26,12 @@ __all__ = ["Evaluator", "candidate_costs", "step_style", "step_time_of"]
 TRACED_MICRO_BATCHES = 2  # what a candidate's trace runs of its accumulation (see above)
 
 
-def step_style(workload: Workload, *, plain: bool = False) -> str:
+def step_style(workload: Workload, *, plain: bool = False, compiled: bool = False) -> str:
     """Which host costs of the calibration a step of ``workload`` pays per op (``plain``: as
-    if it checkpointed nothing)."""
+    if it checkpointed nothing; ``compiled``: its model runs inductor's wrappers, whose ops
+    are kernel launches and buffer views from generated code)."""
+    if compiled:
+        return "compiled"
     if not plain and workload.activation_checkpointing == "selective":
         return "selective"
     if not plain and workload.activation_checkpointing:
@@ -73,7 +76,7 @@ def _predict(
 
     fraction = partial_fraction(workload.activation_checkpointing)
     if fraction is None:
-        return at(step_style(workload))
+        return at(step_style(workload, compiled=costs.compiled))
     # partial checkpointing: the host pays the checkpointed style's per-op cost in that share
     # of the blocks and the plain one elsewhere; the ops themselves are the trace's
     plain, checkpointed = at(step_style(workload, plain=True)), at("checkpointed")
@@ -115,6 +118,7 @@ class Evaluator:
             optimizer=c.optimizer,
             allocator=AllocatorConfig.parse(c.allocator_config),
             allocator_text=c.allocator_config,
+            activation_memory_budget=c.memory_budget,
         )
 
     def evaluate(self, candidates: list[Candidate]) -> list[Evaluated]:
@@ -189,6 +193,8 @@ def changes(baseline: Candidate, c: Candidate) -> tuple[str, ...]:
                 "checkpointing", "activation checkpointing", 1
             )
         )
+    if c.memory_budget != baseline.memory_budget and c.memory_budget is not None:
+        out.append(budget_words(c.memory_budget).replace("compiled", "torch.compile", 1))
     if c.optimizer != baseline.optimizer:
         out.append(f"optimizer {c.optimizer}")
     if c.allocator_config != baseline.allocator_config:

@@ -312,11 +312,21 @@ def _nearest_class(
             distance = (
                 abs(math.log(target[0] / point[0]))
                 + abs(math.log(target[1] / point[1]))
-                + (_OTHER_FLAGS if target[2] != point[2] else 0.0)
+                + _flag_distance(target[2], point[2])
             )
         if best is None or (distance, key) < best:
             best = (distance, key)
     return best[1] if best is not None else None
+
+
+def _flag_distance(wanted: str, measured: str) -> float:
+    """How far two classes' flags are: none where equal, half where one adds to the other
+    (``dwcl``, a channels-last depthwise convolution, is nearer ``dw`` than any dense one)."""
+    if wanted == measured:
+        return 0.0
+    if wanted and measured and (wanted.startswith(measured) or measured.startswith(wanted)):
+        return _OTHER_FLAGS / 2
+    return _OTHER_FLAGS
 
 
 def _class_point(cls: str) -> tuple[int, int, str] | None:

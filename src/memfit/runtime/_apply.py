@@ -29,6 +29,7 @@ from memfit.runtime._changes import (
     BlockCheckpointing,
     Cast,
     Change,
+    CompileBudget,
     OptimizerFlags,
     StepInBackward,
     SwitchCheckpointing,
@@ -38,7 +39,13 @@ from memfit.runtime._changes import (
 )
 from memfit.runtime._microbatch import LossFn, _check_callables, _check_parts
 from memfit.runtime._planned_step import AUTOCAST, PURE, PlannedStep
-from memfit.workload import EIGHT_BIT, eight_bit_class, in_backward, valid_checkpointing
+from memfit.workload import (
+    EIGHT_BIT,
+    check_memory_budget,
+    eight_bit_class,
+    in_backward,
+    valid_checkpointing,
+)
 
 __all__ = ["apply", "unapply"]
 
@@ -95,6 +102,8 @@ def apply(
             "variants that step after backward) or drop before_step; nothing was changed."
         )
     changes = _changes(inner, optimizer, candidate)
+    if candidate.memory_budget is not None:  # the compiled wrapper, not the module inside
+        changes.insert(0, _compile_budget(model, candidate.memory_budget))
     step = PlannedStep(model, optimizer, plan, candidate, loss_fn, before_step)
     done: list[Change] = []
     try:
@@ -181,6 +190,7 @@ def _checked(c: Candidate) -> Candidate:
             f"The plan's checkpointing {c.checkpointing!r} is not False, True, 'selective' or "
             "a fraction between 0 and 1; make the plan again with memfit.plan."
         )
+    check_memory_budget(c.memory_budget)
     return c
 
 
@@ -228,6 +238,21 @@ def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -
                 stacklevel=4,
             )
     return changes
+
+
+def _compile_budget(model: nn.Module, budget: float) -> Change:
+    """The compiled model's activation memory budget; refused for a model that is not
+    compiled, where it would be ignored."""
+    from memfit.workload import compiled_parts, whole_model_compiled
+
+    if not whole_model_compiled(model, compiled_parts(model)):
+        raise InvalidInputError(
+            f"The plan sets torch.compile's activation memory budget to {budget:g}, but "
+            f"{type(model).__name__} is not compiled as a whole with torch.compile, so the "
+            "budget would be ignored; nothing was changed. Apply the plan to "
+            "torch.compile(model), as it was planned."
+        )
+    return CompileBudget(budget)
 
 
 def _allocator_blocked(model: nn.Module) -> str | None:

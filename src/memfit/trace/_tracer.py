@@ -376,7 +376,7 @@ def _trace(
     session = _Session(gpu)
     session.train = workload.mode == "train"
     if costs:
-        session.recorder.costs = StepCosts()
+        session.recorder.costs = StepCosts(compiled=plan is not None)
     # later steps are copies of step 1 in memfit's own loop (a user's step or a compiled model's
     # may differ from one step to the next)
     session.repeat.enabled = REPEAT_STEPS and workload.step_fn is None and plan is None

@@ -25,6 +25,7 @@ from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_available, eight_bit
 from memfit.workload._in_backward import IN_BACKWARD, OptimizerInBackward, in_backward
 from memfit.workload._memory_budget import (
     budget_in_effect,
+    check_memory_budget,
     compiled_with_budget,
     memory_budget_words,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "call_model",
     "cast_inputs",
     "catalog_entries",
+    "check_memory_budget",
     "checkpoint_blocks",
     "checkpointing_on",
     "chosen_blocks",
