@@ -44,15 +44,25 @@ CASES: dict[str, dict[str, Any]] = {
     "tv:resnet50": {"global_batch": 128, "budgets": ["6GiB", "4GiB", "2560MiB"]},
     "qwen2.5-0.5b": {"global_batch": 8, "seq_len": 512, "budgets": ["24GiB", "16GiB", "12GiB"]},
 }
+# a model compiled as a whole (session 13): planned over torch.compile's activation memory
+# budget; ``options`` are the plan's further keywords (the user's precision, the variants)
+COMPILED_CASES: dict[str, dict[str, Any]] = {
+    "benchmarks/models/compiled_gpt2.py:make_model": {
+        "global_batch": 8,
+        "seq_len": 1024,
+        "budgets": ["8GiB"],
+        "options": {"precision": "bf16-mixed", "optimizers": ("adamw-fused",)},
+    },
+}
 
 
-def make_plans(out: Path, only: list[str] | None) -> None:
+def make_plans(out: Path, only: list[str] | None, compiled: bool = False) -> None:
     import memfit
     from memfit.planner import plan
 
     rows = json.loads(out.read_text())["rows"] if out.exists() else []
     done = {(r["model"], r["budget"]) for r in rows}
-    for model, case in CASES.items():
+    for model, case in (COMPILED_CASES if compiled else CASES).items():
         if only and model not in only:
             continue
         for budget in case["budgets"]:
@@ -65,10 +75,17 @@ def make_plans(out: Path, only: list[str] | None) -> None:
                 global_batch=case["global_batch"],
                 batch_size=case["global_batch"],
                 seq_len=case.get("seq_len"),
+                **case.get("options", {}),
             )
             seconds = time.perf_counter() - started
             rows.append(
-                {"model": model, "budget": budget, "seconds": seconds, "plan": result.to_dict()}
+                {
+                    "model": model,
+                    "budget": budget,
+                    "seconds": seconds,
+                    "plan": result.to_dict(),
+                    "case": case,
+                }
             )
             print(f"{model:26s} {budget:8s} {seconds:5.1f} s  {result}", flush=True)
             meta = {
@@ -96,7 +113,8 @@ def measure_one(row: dict[str, Any], steps: int) -> dict[str, Any]:
     )
     settings = _settings(row, chosen)
     out: dict[str, Any] = {"cap": cap, "loop": measure(row["model"], settings, steps)}
-    out["applied"] = _applied(row, steps)
+    if not row.get("loop_only"):  # a contender run beside the plan: memfit's loop only
+        out["applied"] = _applied(row, steps)
     return out
 
 
@@ -111,6 +129,8 @@ def _settings(row: dict[str, Any], chosen: dict[str, Any]) -> dict[str, Any]:
     }
     if case.get("seq_len"):
         settings["seq_len"] = case["seq_len"]
+    if chosen.get("activation_memory_budget") is not None:  # a compiled model's
+        settings["activation_memory_budget"] = chosen["activation_memory_budget"]
     return settings
 
 
@@ -173,6 +193,7 @@ def _plan_from(data: dict[str, Any], plan_type: Any) -> Any:
             d["activation_checkpointing"],
             d["optimizer"],
             d["allocator_config"],
+            d.get("activation_memory_budget"),
         )
         return Evaluated(
             c,
@@ -268,9 +289,10 @@ def main() -> int:
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--index", type=int)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--compiled", action="store_true", help="plan COMPILED_CASES")
     args = parser.parse_args()
     if args.what == "plan":
-        make_plans(args.out, args.only)
+        make_plans(args.out, args.only, args.compiled)
     elif args.what == "measure":
         measure_all(args.paths[0], args.out, args.steps)
     elif args.what == "child":
