@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from memfit import Category, Estimate, UnsupportedWorkloadError, estimate
 from memfit._gpus import resolve_gpu
 from memfit.trace import trace_workload
-from memfit.trace._compiled_replay import wrapper_call
+from memfit.trace._compiled_replay import BUDGET_RESERVED_NOTE, wrapper_call
 from memfit.workload import make_workload, memory_budget_words
 
 pytest.importorskip("triton", reason="inductor's lowering for CUDA needs triton")
@@ -421,6 +421,7 @@ def test_an_activation_memory_budget_reaches_inductors_partitioner(
     at_one = train[0]
     assert _held_for_backward(at_zero) < _held_for_backward(at_one) / 2
     assert memory_budget_words(0.0, True) in at_zero.notes
+    assert BUDGET_RESERVED_NOTE in at_zero.notes and BUDGET_RESERVED_NOTE not in at_one.notes
     assert not any("activation memory budget" in note for note in at_one.notes)
     import torch._functorch.config as functorch_config
 

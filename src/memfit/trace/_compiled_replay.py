@@ -37,6 +37,7 @@ from memfit.trace._inductor import L2_FLUSH_BYTES, KernelTuning, PadBenchmark, k
 from memfit.workload import memory_budget_words
 
 __all__ = [
+    "BUDGET_RESERVED_NOTE",
     "COLD_CACHE_NOTE",
     "CompiledReplay",
     "compiled_notes",
@@ -320,7 +321,16 @@ def compiled_notes(plan: CompiledPlan, version: str, budget_given: bool) -> list
         "forward saves; a GPU host with another torch version compiles another step",
         *([f"compiled attention ran {attention}"] if attention else []),
         *([memory_budget_words(budget, budget_given)] if budget < 1 or budget_given else []),
+        *([BUDGET_RESERVED_NOTE] if budget < 1 else []),
     ]
+
+
+BUDGET_RESERVED_NOTE = (
+    "below an activation memory budget of 1 the reserved memory is less certain than the "
+    "allocated: on an H200 (torch 2.11) a compiled GPT-2 reserved 10-13% more than estimated at "
+    "a budget of 0.5, and a 4-layer one 30% more at 0.0, their allocated peaks within 1.2%; "
+    "leave that headroom"
+)
 
 
 class _Traced(Protocol):
