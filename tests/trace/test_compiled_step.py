@@ -93,6 +93,17 @@ def test_every_parameter_gets_its_gradient_from_the_compiled_backward():
     assert made[Category.GRADIENT, "step2.backward"] == parameters
     state = made[Category.OPTIMIZER_STATE, "step1.optimizer"]
     assert state == 2 * parameters  # AdamW's two moments, made by the first step
+    # the wrapper calls cuDNN's attention backward by name: its dQ accumulator and softmax sums,
+    # once per layer, as the H200 allocates them (b2 h2 s32 d32: 2x32x2x32x4 + 2x2x32x4 + 256)
+    workspaces = [
+        e.size
+        for e in trace.events
+        if e.kind == "alloc"
+        and e.info is not None
+        and trace.infos[e.info].phase == "step2.backward"
+        and trace.infos[e.info].op.startswith("fused attention backward workspace")
+    ]
+    assert workspaces == [17152, 17152]
 
 
 def test_a_compiled_inference_step_runs_the_inference_graph():

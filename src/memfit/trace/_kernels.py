@@ -269,6 +269,19 @@ class KernelModel:
                 size += 2 * b * s * h * d * args[2].element_size()
                 label += ", expanded dK and dV"
             return [(size, label)]
+        if func is aten._scaled_dot_product_cudnn_attention_backward.default:
+            # called by name in a compiled model's wrapper (eager traces run cuDNN's attention
+            # through flash attention's kernel, above): the same workspace, the sequence not
+            # padded; H200 traces, torch 2.11, compiled GPT-2 b8 s1024: 25,559,296 = 8 x 12 x
+            # 1024 x 64 x 4 + 8 x 12 x 1024 x 4 + 256 per layer, at every budget
+            q = args[1]
+            b, h, s, d = (int(x) for x in q.shape)
+            size = b * s * h * d * 4 + b * h * s * 4 + 256
+            label = "fused attention backward workspace (dQ accumulator, softmax sums)"
+            if int(args[2].shape[1]) != h:
+                size += 2 * b * s * h * d * args[2].element_size()
+                label += ", expanded dK and dV"
+            return [(size, label)]
         if func is aten.embedding_dense_backward.default:
             return _embedding_backward_scratch(args)
         if func is aten.multinomial.default:
