@@ -148,6 +148,24 @@ def _sort_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Sc
     return [pairs, [(n // 4, "cub row id sort storage")]]
 
 
+def _fused_backward_workspace(
+    q: torch.Tensor, k: torch.Tensor, s_round: int, d_round: int
+) -> tuple[int, str]:
+    """Fused attention's backward workspace, cuDNN's (what an H200 runs for half precision) and
+    flash attention's alike: one buffer for the fp32 dq accumulator and the softmax sums, 256
+    bytes beyond both, and with grouped-query attention the per-query-head dK and dV (summed
+    into the key/value heads after). H200 traces, torch 2.11: 51,118,336 = 50,331,648 + 786,432
+    + 256 for GPT-2 b16 s1024; 135,266,560 = 68,157,696 + 2 x 33,554,432 for TinyLlama b4
+    s2048 (32 query heads, 4 key/value heads)."""
+    b, h, s, d = (int(x) for x in q.shape)
+    size = b * s_round * h * d_round * 4 + b * h * s_round * 4 + 256
+    label = "fused attention backward workspace (dQ accumulator, softmax sums)"
+    if int(k.shape[1]) != h:
+        size += 2 * b * s * h * d * k.element_size()
+        label += ", expanded dK and dV"
+    return size, label
+
+
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
@@ -248,7 +266,7 @@ class KernelModel:
     ) -> Iterable[tuple[int, str]]:
         if func is aten._scaled_dot_product_flash_attention_backward.default:
             q = args[1]
-            b, h, s, d = (int(x) for x in q.shape)
+            s, d = int(q.shape[2]), int(q.shape[3])
             s_round = _round_up(s, 128)
             d_round = _round_up(d, 32) if d <= 128 else _round_up(d, 64)
             if backward_ran_cudnn(q, args[2], float(args[10]), self.sm):
@@ -257,31 +275,14 @@ class KernelModel:
                 # for its 77-token text tower, 19,968,256 for the 50-patch vision tower); head
                 # dims other than 64 were not seen, so their rounding is kept
                 s_round = s
-            # cuDNN's attention (what an H200 runs for half precision) and flash attention
-            # alike: one buffer for the fp32 dq accumulator and the softmax sums, 256 bytes beyond
-            # both, and with grouped-query attention the per-query-head dK and dV (summed into
-            # the key/value heads after): H200 traces, torch 2.11: 51,118,336 = 50,331,648 +
-            # 786,432 + 256 for GPT-2 b16 s1024; 135,266,560 = 68,157,696 + 2 x 33,554,432 for
-            # TinyLlama b4 s2048 (32 query heads, 4 key/value heads)
-            size = b * s_round * h * d_round * 4 + b * h * s_round * 4 + 256
-            label = "fused attention backward workspace (dQ accumulator, softmax sums)"
-            if int(args[2].shape[1]) != h:
-                size += 2 * b * s * h * d * args[2].element_size()
-                label += ", expanded dK and dV"
-            return [(size, label)]
+            return [_fused_backward_workspace(q, args[2], s_round, d_round)]
         if func is aten._scaled_dot_product_cudnn_attention_backward.default:
             # called by name in a compiled model's wrapper (eager traces run cuDNN's attention
             # through flash attention's kernel, above): the same workspace, the sequence not
             # padded; H200 traces, torch 2.11, compiled GPT-2 b8 s1024: 25,559,296 = 8 x 12 x
             # 1024 x 64 x 4 + 8 x 12 x 1024 x 4 + 256 per layer, at every budget
             q = args[1]
-            b, h, s, d = (int(x) for x in q.shape)
-            size = b * s * h * d * 4 + b * h * s * 4 + 256
-            label = "fused attention backward workspace (dQ accumulator, softmax sums)"
-            if int(args[2].shape[1]) != h:
-                size += 2 * b * s * h * d * args[2].element_size()
-                label += ", expanded dK and dV"
-            return [(size, label)]
+            return [_fused_backward_workspace(q, args[2], int(q.shape[2]), int(q.shape[3]))]
         if func is aten.embedding_dense_backward.default:
             return _embedding_backward_scratch(args)
         if func is aten.multinomial.default:
