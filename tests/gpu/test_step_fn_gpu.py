@@ -140,11 +140,9 @@ def test_a_compiled_step_under_an_activation_memory_budget_matches_the_gpu(
     assert abs(est_alloc - real_alloc) <= 0.01 * real_alloc
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="session 13 (H200, torch 2.11): the GPU reserved 3.90 GB where the estimate says "
-    "3.00 GB; the traced allocations differ from the GPU's under a budget below 1",
-)
+# session 13 (H200, torch 2.11): the GPU reserved 3.90 GB where the estimate said 3.00 GB; since
+# the estimate covers a first run that tunes Triton kernels without timing padded matmuls (and
+# cuDNN attention's backward workspace), 3.89 GB; not run on the GPU again
 def test_a_compiled_step_under_an_activation_memory_budget_reserves_as_estimated(
     budget_zero: tuple[list[int], list[int]],
 ):

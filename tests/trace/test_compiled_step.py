@@ -407,12 +407,12 @@ def test_an_estimate_covers_the_first_run_that_reserves_the_most():
         + events(("alloc", 2, 30 * mib), ("free", 1, 30 * mib), ("free", 2, 30 * mib))
     )
     config = AllocatorConfig()
-    assert first_run_reserving_most(warm, cold, config) == (cold, True)  # 60 MiB against 30
+    assert first_run_reserving_most(warm, [cold], config) == (cold, True)  # 60 MiB against 30
     cold.steps_start = 2  # the flush before the steps: emptied from the cache, as a job starts
-    assert first_run_reserving_most(warm, cold, config) == (cold, True)  # 2 x 30 MiB still
+    assert first_run_reserving_most(warm, [cold], config) == (cold, True)  # 2 x 30 MiB still
     flush = events(("alloc", 9, 60 * mib), ("free", 9, 60 * mib))
     one = Run(flush + warm.events, steps_start=2)  # one buffer: 30 MiB either way
-    assert first_run_reserving_most(warm, one, config) == (warm, False)
+    assert first_run_reserving_most(warm, [one], config) == (warm, False)
 
 
 # -- torch.compile's activation memory budget --------------------------------------------------
