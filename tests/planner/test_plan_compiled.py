@@ -137,3 +137,20 @@ def test_a_compiled_models_plan_refuses_settings_it_cannot_search(
 ):
     with pytest.raises(InvalidInputError, match=message):
         memfit.plan(_compiled, budget="2GiB", global_batch=2, batch_of=_batch_of, **settings, **KW)
+
+
+def test_the_command_line_takes_memory_budgets_and_refuses_them_for_an_eager_model(
+    capsys: pytest.CaptureFixture[str],
+):
+    from memfit.cli import main
+
+    code = main(
+        ["plan", "gpt2", "-b", "2", "-s", "64", "--gpu", "24GiB", "--memory-budgets", "1,0.5"]
+    )
+    err = capsys.readouterr().err
+    assert code != 0 and "memory_budgets=(1.0, 0.5) would be ignored" in err
+    assert "Traceback" not in err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "gpt2", "-b", "2", "--gpu", "24GiB", "--memory-budgets", "1,1.5"])
+    assert exit_info.value.code == 2
+    assert "--memory-budgets: 1.5 is not between 0 and 1" in capsys.readouterr().err

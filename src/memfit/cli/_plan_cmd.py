@@ -23,7 +23,7 @@ from rich.console import Console
 
 from memfit._choices import OPTIMIZERS, PRECISIONS
 from memfit._errors import InvalidInputError
-from memfit.cli._help import a_number, positive_int
+from memfit.cli._help import a_number, positive_int, share
 from memfit.cli._options import check_workload_flags
 
 if TYPE_CHECKING:
@@ -87,6 +87,11 @@ def optimizers(text: str) -> tuple[str, ...]:
     return _names(text, OPTIMIZERS, "an optimizer", "adamw-fused,adamw-in-backward")
 
 
+def memory_budgets(text: str) -> tuple[float, ...]:
+    """``--memory-budgets``: a comma-separated list of shares between 0 and 1."""
+    return tuple(share(part.strip()) for part in text.split(",") if part.strip()) or (share(text),)
+
+
 def add_plan_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
     workload_args: Callable[[argparse.ArgumentParser], None],
@@ -144,6 +149,14 @@ def add_plan_parser(
         help="optimizer variants to try, comma-separated, e.g. adamw-fused,adamw-in-backward "
         "(default: your optimizer's fused, foreach, for-loop and in-backward variants; the "
         "first that steps after backward is the one the micro-batch search uses)",
+    )
+    p.add_argument(
+        "--memory-budgets",
+        type=memory_budgets,
+        default=None,
+        metavar="LIST",
+        help="for a model compiled with torch.compile: the activation memory budgets to try in "
+        "place of checkpointing, comma-separated shares, e.g. 1,0.5,0.25 (the default)",
     )
     p.add_argument(
         "--no-checkpointing-search",
@@ -207,6 +220,7 @@ def _plan_options(args: argparse.Namespace) -> dict[str, Any]:
         "margin": args.margin,
         "precisions": args.precisions,
         "optimizers": args.optimizers,
+        "memory_budgets": args.memory_budgets,
         "workers": args.workers,
     }
     options.update({k: v for k, v in given.items() if v is not None})
