@@ -413,6 +413,9 @@ def test_an_estimate_covers_the_first_run_that_reserves_the_most():
     flush = events(("alloc", 9, 60 * mib), ("free", 9, 60 * mib))
     one = Run(flush + warm.events, steps_start=2)  # one buffer: 30 MiB either way
     assert first_run_reserving_most(warm, [one], config) == (warm, False)
+    # of several cold runs (tuned, and tuned with the padding decided), the one reserving most
+    assert first_run_reserving_most(warm, [one, cold], config) == (cold, True)
+    assert first_run_reserving_most(warm, [], config) == (warm, False)
 
 
 # -- torch.compile's activation memory budget --------------------------------------------------
