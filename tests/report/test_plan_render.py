@@ -171,3 +171,21 @@ def test_json_round_trip_keeps_every_key():
     assert nothing["fits"] is False and nothing["chosen"] is None
     assert nothing["shortfall"] > 0 and nothing["smallest"]["needed"] == 12 * 2**30
     assert nothing["would_fit"]
+
+
+def test_a_compiled_models_rows_show_its_activation_memory_budget():
+    import dataclasses
+
+    from memfit.report._plan_text import PlanRow, candidate_cells
+
+    e = fitting_plan().candidates[0]
+    compiled = dataclasses.replace(
+        e, candidate=dataclasses.replace(e.candidate, checkpointing=False, memory_budget=0.5)
+    )
+    cells = candidate_cells(PlanRow(compiled, 1, True, False))
+    assert cells["checkpointing"] == "compile budget 0.5"
+    assert "compile budget 0.5" in cells["settings"] and "checkpointing" not in cells["settings"]
+    eager = candidate_cells(
+        PlanRow(dataclasses.replace(compiled, candidate=e.candidate), 1, True, False)
+    )
+    assert "compile budget" not in eager["settings"]

@@ -181,7 +181,10 @@ def candidate_cells(row: PlanRow) -> dict[str, str]:
         rank = ("▶ " if row.chosen else "") + str(row.rank) + (" yours" if row.yours else "")
     allocator = allocator_text(c.allocator_config)
     ckpt = checkpointing_text(c.checkpointing)
-    settings = [c.precision, f"{'no' if ckpt == 'none' else ckpt} checkpointing", c.optimizer]
+    recompute = f"{'no' if ckpt == 'none' else ckpt} checkpointing"
+    if c.memory_budget is not None:  # a compiled model: torch.compile's budget in its place
+        ckpt = recompute = f"compile budget {c.memory_budget:g}"
+    settings = [c.precision, recompute, c.optimizer]
     if c.allocator_config:
         settings.append(allocator)
     return {
