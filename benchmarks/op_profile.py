@@ -27,6 +27,7 @@ to ``DIR/<model>.json`` as soon as it is measured.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import itertools
@@ -215,11 +216,12 @@ def _on_gpu_loop(model: str, settings: dict[str, Any], steps: int, profile: bool
     )
 
     row: dict[str, Any] = {}
+    stack = contextlib.ExitStack()
     torch._dynamo.reset()  # a compiled model compiles afresh, with this row's budget
     try:
         workload = make_workload(model, steps=steps, gpu="h200", **settings)
-        budget = compiled_with_budget(workload.activation_memory_budget)
-        budget.__enter__()
+        # a compiled model compiles with it at its first call
+        stack.enter_context(compiled_with_budget(workload.activation_memory_budget))
         torch.cuda.empty_cache()
         batch = _to_cuda(workload.make_batch())
         workload = dataclasses.replace(workload, make_batch=lambda: batch)
@@ -270,8 +272,7 @@ def _on_gpu_loop(model: str, settings: dict[str, Any], steps: int, profile: bool
         row["error"] = f"{type(exc).__name__}: {exc}"[:600]
         row["traceback"] = traceback.format_exc()[-2000:]
     finally:
-        if "budget" in locals():
-            budget.__exit__(None, None, None)
+        stack.close()
     torch.cuda.empty_cache()
     return row
 

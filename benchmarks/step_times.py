@@ -17,6 +17,7 @@ memfit cannot set up (checkpointing on a torchvision model) is kept with its err
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import itertools
 import json
@@ -86,10 +87,11 @@ def measure(model: str, settings: dict[str, Any], steps: int) -> dict[str, Any]:
     )
 
     row: dict[str, Any] = {}
+    stack = contextlib.ExitStack()
     try:
         workload = make_workload(model, steps=steps, gpu="h200", **settings)
-        budget = compiled_with_budget(workload.activation_memory_budget)
-        budget.__enter__()  # a compiled model compiles with it at its first call
+        # a compiled model compiles with it at its first call
+        stack.enter_context(compiled_with_budget(workload.activation_memory_budget))
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         net = prepare_model(workload, "cuda")
@@ -123,8 +125,7 @@ def measure(model: str, settings: dict[str, Any], steps: int) -> dict[str, Any]:
         row["error"] = f"{type(exc).__name__}: {exc}"[:600]
         row["traceback"] = traceback.format_exc()[-2000:]
     finally:
-        if "budget" in locals():
-            budget.__exit__(None, None, None)
+        stack.close()
     torch.cuda.empty_cache()
     return row
 

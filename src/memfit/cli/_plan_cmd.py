@@ -89,7 +89,8 @@ def optimizers(text: str) -> tuple[str, ...]:
 
 def memory_budgets(text: str) -> tuple[float, ...]:
     """``--memory-budgets``: a comma-separated list of shares between 0 and 1."""
-    return tuple(share(part.strip()) for part in text.split(",") if part.strip()) or (share(text),)
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    return tuple(share(part) for part in parts) if parts else (share(text),)  # "": refused
 
 
 def add_plan_parser(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
 from memfit.estimator import estimate_workload
-from memfit.planner._plan_result import Candidate, Evaluated, budget_words, checkpointing_words
+from memfit.planner._plan_result import Candidate, Evaluated, checkpointing_words
 from memfit.planner._step_time import Calibration, StepTime, calibration_for, step_time
 from memfit.trace import StepCosts, Trace, trace_workload
 from memfit.workload import Workload, partial_fraction
@@ -194,7 +194,7 @@ def changes(baseline: Candidate, c: Candidate) -> tuple[str, ...]:
             )
         )
     if c.memory_budget != baseline.memory_budget and c.memory_budget is not None:
-        out.append(budget_words(c.memory_budget).replace("compiled", "torch.compile", 1))
+        out.append(f"torch.compile activation memory budget {c.memory_budget:g}")
     if c.optimizer != baseline.optimizer:
         out.append(f"optimizer {c.optimizer}")
     if c.allocator_config != baseline.allocator_config:

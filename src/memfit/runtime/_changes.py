@@ -18,6 +18,7 @@ from torch import nn
 from memfit._errors import InvalidInputError
 from memfit.workload import (
     OptimizerInBackward,
+    budget_in_effect,
     checkpoint_blocks,
     checkpointing_on,
     chosen_blocks,
@@ -336,7 +337,7 @@ class CompileBudget(Change):
         import torch._dynamo
         import torch._functorch.config as functorch_config
 
-        self.before = float(functorch_config.activation_memory_budget)
+        self.before = budget_in_effect()
         functorch_config.activation_memory_budget = self.budget
         torch._dynamo.reset()
 

@@ -357,12 +357,13 @@ def trace_workload(workload: Workload, gpu: GPU, *, costs: bool = False) -> Trac
     # one that finds the padding decided (the H200 ran that mix: GPT-2 at a budget of 0.5): any
     # may reserve more, and a job meets them, so the estimate is the one that reserves most
     warm = _trace(workload, gpu, dataclasses.replace(plan, pad_benchmarks=[]), start, costs)
+    tuned, padded = any(plan.tuning.values()), bool(plan.pad_benchmarks)
     colds = []
-    if any(plan.tuning.values()) or plan.pad_benchmarks:
+    if tuned or padded:
         colds.append(
             _trace(workload, gpu, dataclasses.replace(plan, tune_kernels=True), start, costs)
         )
-    if any(plan.tuning.values()) and plan.pad_benchmarks:
+    if tuned and padded:
         tuned_only = dataclasses.replace(plan, tune_kernels=True, pad_benchmarks=[])
         colds.append(_trace(workload, gpu, tuned_only, start, costs))
     trace, colder = first_run_reserving_most(warm, colds, workload.allocator)
