@@ -129,6 +129,7 @@ def test_memory_budgets_for_an_eager_model_are_refused_before_any_trace():
     ("settings", "message"),
     [
         ({"memory_budgets": (1.5,)}, "not a share between 0 and 1"),
+        ({"memory_budgets": 0.5}, r"memory_budgets=0\.5 is not a list"),
         ({"checkpointing": (True,)}, "plans a compiled model's recomputation"),
     ],
 )

@@ -356,6 +356,11 @@ def _space(
         dataclasses.replace(base, precision=p)  # checked by Workload: a clear error
     for c in space["checkpointing"]:
         dataclasses.replace(base, activation_checkpointing=c)
+    if memory_budgets is not None and not isinstance(memory_budgets, (tuple, list)):
+        raise InvalidInputError(
+            f"memory_budgets={memory_budgets!r} is not a list: give the activation memory "
+            "budgets to try as a tuple of shares between 0 and 1, e.g. memory_budgets=(1.0, 0.5)."
+        )
     blocks, trained, compiled = _model_facts(base)
     space["blocks"], space["trained"] = (blocks,), (trained,)
     space["budgets"] = (base.activation_memory_budget,)
