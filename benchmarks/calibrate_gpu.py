@@ -557,11 +557,66 @@ def tiny_rows() -> list[dict[str, Any]]:
     return rows
 
 
+def pinned_rates() -> dict[str, Any]:
+    """Activation offload's copies: seconds per byte between pinned host memory and the GPU,
+    each way, on a side stream, alone and beside a matrix product on the compute stream (the
+    copies run under compute; whether either slows the other is what the step-time model
+    needs to know). The rate is the slope between the largest sizes (a fixed cost apart)."""
+    side = torch.cuda.Stream()
+    sizes = [2**20, 2**24, 2**27, 2**29]
+    out: dict[str, Any] = {"points": {}}
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for direction in ("d2h", "h2d"):
+        points = []
+        for n in sizes:
+            host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+            gpu = torch.empty(n, dtype=torch.uint8, device="cuda")
+            src, dst = (gpu, host) if direction == "d2h" else (host, gpu)
+
+            def copy(src: Any = src, dst: Any = dst) -> None:
+                with torch.cuda.stream(side):
+                    dst.copy_(src, non_blocking=True)
+                torch.cuda.current_stream().wait_stream(side)
+
+            points.append([n, gpu_seconds(copy, reps=5)])
+        out["points"][direction] = points
+        (n0, t0), (n1, t1) = points[-2], points[-1]
+        out[direction] = (t1 - t0) / (n1 - n0)
+        print(f"pinned {direction}: {1 / out[direction] / 1e9:.1f} GB/s", flush=True)
+    # beside compute: 512 MiB each way under 8192^3 bf16 products
+    n = 2**29
+    host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    gpu = torch.empty(n, dtype=torch.uint8, device="cuda")
+    mm_alone = gpu_seconds(lambda: a @ a, reps=20)
+    for direction in ("d2h", "h2d"):
+        src, dst = (gpu, host) if direction == "d2h" else (host, gpu)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.cuda.stream(side):
+            dst.copy_(src, non_blocking=True)
+        for _ in range(40):
+            a @ a
+        torch.cuda.synchronize()
+        both = time.perf_counter() - start
+        copy_alone = n * out[direction]
+        out[f"{direction}_beside_mm"] = {
+            "seconds": both,
+            "mm_seconds": 40 * mm_alone,
+            "copy_seconds": copy_alone,
+        }
+        print(
+            f"{direction} beside 40 products: {both * 1e3:.1f} ms (products alone "
+            f"{40 * mm_alone * 1e3:.1f}, copy alone {copy_alone * 1e3:.1f})",
+            flush=True,
+        )
+    return out
+
+
 def _rates(points: list[list[float]]) -> str:
     return " ".join(f"{p[0] / p[1] / 1e12:.0f}" for p in points) + " TFLOP/s"
 
 
-PARTS = ("mm", "mm_align", "conv", "attn", "mem", "host", "tiny")
+PARTS = ("mm", "mm_align", "conv", "attn", "mem", "host", "tiny", "pinned")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -630,6 +685,8 @@ def main(argv: list[str] | None = None) -> int:
         result["input_seconds_per_byte"] = input_rates()
     if "tiny" in parts:
         result["tiny"] = tiny_rows()
+    if "pinned" in parts:
+        result["pinned"] = pinned_rates()
     result["meta"]["seconds"] = round(time.time() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

@@ -286,6 +286,9 @@ def main() -> int:
         "h2d_seconds_per_byte": measured["input_seconds_per_byte"]["h2d"],
         "host": {k: round(v, 9) for k, v in sorted(host.items())},
     }
+    pinned = [run["pinned"] for run in runs if "pinned" in run]
+    if pinned:  # activation offload's copies, the last measured
+        out["pinned_seconds_per_byte"] = {k: pinned[-1][k] for k in ("d2h", "h2d")}
     if args.op_profile is not None:
         out["mem_factors"] = fit_mem_factors(args.op_profile, out)
     args.out.parent.mkdir(parents=True, exist_ok=True)

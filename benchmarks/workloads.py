@@ -312,6 +312,8 @@ def estimate_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
         kwargs["accumulation"] = entry.get("accumulation", 1)
     if "activation_memory_budget" in entry:  # a compiled model's (HELD_OUT_13_BUDGET)
         kwargs["activation_memory_budget"] = entry["activation_memory_budget"]
+    if "offload" in entry:  # activation offload's share of the blocks (HELD_OUT_13_OFFLOAD)
+        kwargs["offload"] = entry["offload"]
     return kwargs
 
 
@@ -672,6 +674,60 @@ HELD_OUT_13_BUDGET: list[dict[str, Any]] = [
     },
 ]
 
+# Held out for activation offload (session 14): each predicted before the GPU ran it
+HELD_OUT_13_OFFLOAD: list[dict[str, Any]] = [
+    *(
+        {
+            "id": f"bert-base-fp32-b32-s512-offload{share:g}",
+            "model": "bert-base-uncased",
+            "batch_size": 32,
+            "seq_len": 512,
+            "offload": share,
+        }
+        for share in (1.0, 0.5)
+    ),
+    {
+        "id": "bert-base-fp32-b32-s512-ckpt0.5-offload1",
+        "model": "bert-base-uncased",
+        "batch_size": 32,
+        "seq_len": 512,
+        "checkpointing": 0.5,
+        "offload": 1.0,
+    },
+    *(
+        {
+            "id": f"gpt2-bf16mixed-b8-s1024-offload{share:g}",
+            "model": "gpt2",
+            "batch_size": 8,
+            "seq_len": 1024,
+            "precision": "bf16-mixed",
+            "offload": share,
+        }
+        for share in (1.0, 0.5)
+    ),
+    {
+        "id": "tinyllama-bf16mixed-b4-s2048-offload1",
+        "model": "tinyllama-1.1b",
+        "batch_size": 4,
+        "seq_len": 2048,
+        "precision": "bf16-mixed",
+        "offload": 1.0,
+    },
+    {
+        "id": "resnet50-fp32-b64-offload1",
+        "model": "tv:resnet50",
+        "batch_size": 64,
+        "offload": 1.0,
+    },
+    {
+        "id": "vit-b16-bf16mixed-b64-offload0.5",
+        "model": "timm:vit_base_patch16_224",
+        "batch_size": 64,
+        "precision": "bf16-mixed",
+        "offload": 0.5,
+    },
+]
+
 ALL = (
     WORKLOADS
     + HELD_OUT
@@ -685,4 +741,5 @@ ALL = (
     + HELD_OUT_13_IN_BACKWARD
     + HELD_OUT_13_EIGHT_BIT
     + HELD_OUT_13_BUDGET
+    + HELD_OUT_13_OFFLOAD
 )

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from memfit._errors import InvalidInputError
 from memfit._gpus import GPU
-from memfit.trace import Op, StepCosts
+from memfit.trace import Op, StepCosts, is_copy
 
 __all__ = ["HOST_BOUND_NOTE", "Calibration", "StepTime", "calibration_for", "step_time"]
 
@@ -74,6 +75,9 @@ class Calibration:
     h2d: float = 0.0  # the host's seconds per byte copied to the GPU from pageable memory
     graph_timed: frozenset[str] = frozenset()
     mem_factors: dict[str, float] = field(default_factory=dict)
+    # seconds per byte of a copy between pinned host memory and the GPU, by direction
+    # (``d2h``, ``h2d``): activation offload's side stream; empty in older calibrations
+    pinned: dict[str, float] = field(default_factory=dict)
     _chosen: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
@@ -90,7 +94,21 @@ class Calibration:
             h2d=float(data.get("h2d_seconds_per_byte", 0.0)),
             graph_timed=frozenset(data.get("graph_timed", ())),
             mem_factors={k: float(v) for k, v in data.get("mem_factors", {}).items()},
+            pinned={k: float(v) for k, v in data.get("pinned_seconds_per_byte", {}).items()},
         )
+
+    def copy_seconds(self, direction: str, nbytes: int) -> float:
+        """The side stream's seconds to copy ``nbytes`` between pinned host memory and the GPU
+        (``direction`` ``d2h`` or ``h2d``)."""
+        rate = self.pinned.get(direction)
+        if rate is None:
+            raise InvalidInputError(
+                f"The step-time calibration of {self.gpu} ({self.source}) has no measured "
+                "rate of copies between pinned host memory and the GPU, so offloaded steps "
+                "cannot be timed. Measure it on the GPU (benchmarks/calibrate_gpu.py --only "
+                "pinned) or plan without offload."
+            )
+        return self.kernel_floor + nbytes * rate
 
     def gpu_seconds(self, kind: str, flops: int, nbytes: int) -> float:
         """The GPU's seconds for one op."""
@@ -231,7 +249,7 @@ def step_time(
             lane.host += costs.parameter_tensors * calibration.optimizer_param(variant)
         busy_host += lane.host * scale
         busy_gpu += lane.busy * scale
-        took = max(lane.host, lane.gpu) * scale
+        took = lane.end * scale
         phases[phase] = took
         host = gpu = max(host, gpu) + took
     return StepTime(max(host, gpu), busy_gpu, busy_host, phases)
@@ -244,6 +262,27 @@ class _Lane:
     def __init__(self, calibration: Calibration) -> None:
         self.calibration = calibration
         self.host = self.gpu = self.busy = 0.0
+        self.copy = 0.0  # activation offload's side stream: when its last copy is done
+        self._events: dict[str, float] = {}
+
+    def _side_stream(self, kind: str, nbytes: int, per_op: float) -> None:
+        """One of activation offload's ops: a copy starts once the side stream is free and the
+        compute stream has run what the host issued before it; a mark notes when the copies
+        so far are done; a wait holds the compute stream's next kernel until then."""
+        name, _, event = kind.partition(":")
+        if name == "copy_mark":
+            self._events[event] = self.copy
+        elif name == "copy_wait":
+            self.gpu = max(self.gpu, self._events.get(event, 0.0))
+        else:
+            self.host += per_op
+            start = max(self.copy, self.gpu, self.host)
+            self.copy = start + self.calibration.copy_seconds(name, nbytes)
+
+    @property
+    def end(self) -> float:
+        """When the phase is done: the host, the GPU and the side stream's copies."""
+        return max(self.host, self.gpu, self.copy)
 
     def issue(self, ops: list[Op], phase: str, style: str, *, copies: bool = False) -> None:
         """Issue ``ops`` of ``phase``; ``copies``: the batch copied from the host, which the
@@ -252,6 +291,9 @@ class _Lane:
         per_op = cal.host_seconds(phase, style)
         per_conv = cal.host_per_conv(phase, style)
         for kind, flops, nbytes in ops:
+            if is_copy(kind):
+                self._side_stream(kind, nbytes, per_op)
+                continue
             self.host += per_op
             if copies and kind.startswith("mem"):
                 self.host += nbytes / 2 * cal.h2d  # read on the host, written on the GPU

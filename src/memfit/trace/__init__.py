@@ -1,15 +1,17 @@
 """Trace a workload on meta tensors into allocation events (see ``_tracer``)."""
 
 from memfit.trace._compiled import CompileGuard
-from memfit.trace._costs import MEM_FAMILIES, Op, PhaseCost, StepCosts
+from memfit.trace._costs import COPY_KINDS, MEM_FAMILIES, Op, PhaseCost, StepCosts, is_copy
 from memfit.trace._tracer import Trace, trace_workload
 
 __all__ = [
+    "COPY_KINDS",
     "MEM_FAMILIES",
     "CompileGuard",
     "Op",
     "PhaseCost",
     "StepCosts",
     "Trace",
+    "is_copy",
     "trace_workload",
 ]

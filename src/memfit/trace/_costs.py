@@ -34,9 +34,28 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from memfit.trace._leaves import tensors_in
 
-__all__ = ["MEM_FAMILIES", "Op", "PhaseCost", "StepCosts", "conv_class", "mem_kind", "op_kind"]
+__all__ = [
+    "COPY_KINDS",
+    "MEM_FAMILIES",
+    "Op",
+    "PhaseCost",
+    "StepCosts",
+    "conv_class",
+    "is_copy",
+    "mem_kind",
+    "op_kind",
+]
 
 Op = tuple[str, int, int]  # (kind, flops, bytes)
+# activation offload's ops on its side stream (``StepCosts.record_copy``): host-device copies,
+# and the side stream's events (``copy_mark:3``) and the compute stream's waits for them
+COPY_KINDS = ("d2h", "h2d", "copy_mark", "copy_wait")
+
+
+def is_copy(kind: str) -> bool:
+    """Whether an op's ``kind`` is one of activation offload's (:data:`COPY_KINDS`)."""
+    return kind.partition(":")[0] in COPY_KINDS
+
 
 aten = torch.ops.aten
 _CONVOLUTIONS = {"convolution", "_convolution", "cudnn_convolution"}
@@ -155,7 +174,7 @@ class PhaseCost:
 
     @property
     def kernels(self) -> int:
-        return sum(1 for k, _, _ in self.ops if k not in ("view", "sync"))
+        return sum(1 for k, _, _ in self.ops if k not in ("view", "sync") and not is_copy(k))
 
     def add(self, other: PhaseCost) -> None:
         self.ops.extend(other.ops)
@@ -202,6 +221,13 @@ class StepCosts:
         largest = max(moved, key=lambda m: m[0].numel() * m[0].element_size(), default=None)
         dtype = _DTYPES.get(largest[0].dtype, "fp32") if largest is not None else "fp32"
         self.phases.setdefault(phase, PhaseCost()).ops.append((f"mem:{family}:{dtype}", 0, nbytes))
+
+    def record_copy(self, kind: str, number: int, nbytes: int, phase: str) -> None:
+        """Keep one of activation offload's side-stream ops (:data:`COPY_KINDS`): a copy of
+        ``nbytes`` (``d2h``, ``h2d``), or event ``number`` marked on the side stream
+        (``copy_mark:<number>``) or waited for by the compute stream (``copy_wait:<number>``)."""
+        name = f"{kind}:{number}" if kind in ("copy_mark", "copy_wait") else kind
+        self.phases.setdefault(phase, PhaseCost()).ops.append((name, 0, nbytes))
 
     def copy(self, names: Iterable[tuple[str, str]]) -> None:
         """Add the ops of each phase ``(source, target)`` again under ``target`` (a later

@@ -39,6 +39,7 @@ from memfit.trace._generate import generation_observed
 from memfit.trace._kernels import KernelModel
 from memfit.trace._library_autocast import meta_autocast_as_cuda
 from memfit.trace._modules import ModuleTracker
+from memfit.trace._offload_observer import OffloadTrace
 from memfit.trace._recorder import Recorder
 from memfit.trace._repeat import StepRepeat, Tallies
 from memfit.trace._rnn import RnnHooks, flatten_like_cuda
@@ -48,6 +49,7 @@ from memfit.workload import (
     StepHooks,
     Workload,
     cast_inputs,
+    offloader_of,
     optimizer_for,
     prepare_model,
     run_steps,
@@ -58,6 +60,12 @@ __all__ = ["REPEAT_STEPS", "Trace", "trace_workload"]
 IN_BACKWARD_NOTE = (
     "the optimizer stepped each parameter in backward, one fused update as its gradient was "
     "complete, and freed the gradient then"
+)
+_COMPILED_OFFLOAD = (
+    "offload={offload!r} cannot be estimated for a torch.compile'd model: what its forward "
+    "saves is inductor's plan, which saved-tensor hooks do not see as eager blocks do. Drop "
+    "offload (activation_memory_budget= trades memory for recompute in a compiled model), or "
+    "estimate the model uncompiled (compiled='eager')."
 )
 REPEAT_STEPS = True  # copy later steps from step 1 where it shows they are the same (_repeat)
 
@@ -340,6 +348,8 @@ def trace_workload(workload: Workload, gpu: GPU, *, costs: bool = False) -> Trac
     try:
         trace = _trace(workload, gpu, None, start, costs)
     except CaptureNeeded:
+        if workload.offload:
+            raise InvalidInputError(_COMPILED_OFFLOAD.format(offload=workload.offload)) from None
         plan = capture_compiled(workload, gpu)
     else:
         if workload.activation_memory_budget is not None:  # nothing was compiled
@@ -400,6 +410,9 @@ def _trace(
     with session.active(), compile_guard.active():
         try:
             model = compile_guard.checked_model(prepare_model(workload, "meta"))
+            offload = offloader_of(model)
+            if offload is not None:
+                offload.observer = OffloadTrace(recorder)
             _mark_model(recorder, model)
             session.modules.name_modules(model)
             optimizer = optimizer_for(workload, model)

@@ -30,6 +30,14 @@ from memfit.workload._memory_budget import (
     memory_budget_words,
 )
 from memfit.workload._models import ModelRecipe, catalog_entries, resolve_model
+from memfit.workload._offload import (
+    MIN_OFFLOAD_BYTES,
+    ActivationOffload,
+    OffloadObserver,
+    check_offload,
+    offload_blocks,
+    offloader_of,
+)
 from memfit.workload._spec import (
     Batch,
     LossFn,
@@ -57,10 +65,13 @@ __all__ = [
     "COMPILED_NOTE",
     "EIGHT_BIT",
     "IN_BACKWARD",
+    "MIN_OFFLOAD_BYTES",
+    "ActivationOffload",
     "Batch",
     "LossFn",
     "Mode",
     "ModelRecipe",
+    "OffloadObserver",
     "OptimizerInBackward",
     "OptimizerSpec",
     "Precision",
@@ -73,6 +84,7 @@ __all__ = [
     "cast_inputs",
     "catalog_entries",
     "check_memory_budget",
+    "check_offload",
     "checkpoint_blocks",
     "checkpointing_on",
     "chosen_blocks",
@@ -90,6 +102,8 @@ __all__ = [
     "make_workload",
     "memory_budget_words",
     "not_compiled_refusal",
+    "offload_blocks",
+    "offloader_of",
     "optimized_module_type",
     "optimizer_for",
     "optimizers_of",

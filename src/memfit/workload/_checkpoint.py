@@ -35,6 +35,7 @@ __all__ = [
     "SAVED_OPS",
     "blocks_for",
     "checkpoint_blocks",
+    "checkpointed_blocks",
     "checkpointing_on",
     "chosen_blocks",
     "find_blocks",
@@ -187,3 +188,8 @@ def _policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
     from torch.utils.checkpoint import CheckpointPolicy
 
     return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def checkpointed_blocks(model: nn.Module) -> list[nn.Module]:
+    """The modules of ``model`` that :func:`checkpoint_blocks` wrapped."""
+    return [m for m in model.modules() if _MARK in m.__dict__]

@@ -29,6 +29,7 @@ from memfit.allocator import AllocatorConfig
 from memfit.workload._compiled import check_compiled_setting
 from memfit.workload._in_backward import in_backward
 from memfit.workload._memory_budget import check_memory_budget
+from memfit.workload._offload import check_offload
 
 __all__ = [
     "Batch",
@@ -75,6 +76,8 @@ class WorkloadOptions(TypedDict, total=False):
     moe_routing: str | None  # "balanced" (default) or "skewed": see memfit.trace._routing
     # torch.compile's activation memory budget (a share 0..1) for a compiled model's step
     activation_memory_budget: float | None
+    # the share of the blocks whose saved activations go to pinned host memory (True: all)
+    offload: bool | float | None
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,9 @@ class Workload:
     moe_routing: str | None = None
     # a compiled model's activation memory budget (workload._memory_budget); None: the process's
     activation_memory_budget: float | None = None
+    # the share of the blocks (not checkpointed) whose saved tensors wait in pinned host memory
+    # between forward and backward (workload._offload); True is read as 1.0, False as 0.0
+    offload: float = 0.0
 
     notes: tuple[str, ...] = ()  # what was assumed or warned while checking, for the estimate
 
@@ -158,6 +164,9 @@ class Workload:
         check_count("accumulation", self.accumulation)
         check_compiled_setting(self.compiled)
         check_memory_budget(self.activation_memory_budget)
+        object.__setattr__(self, "offload", check_offload(self.offload))
+        if self.offload:
+            _check_offload_use(self)
         if self.activation_memory_budget is not None:
             _check_budget_use(self)
         if self.optimizer_in_backward:
@@ -221,6 +230,26 @@ def _check_budget_use(w: Workload) -> None:
             f"activation_memory_budget={budget!r} would be ignored here: {why}. It sets what a "
             "torch.compile'd training step's forward saves; drop it, or estimate a compiled "
             "model's training step with it."
+        )
+
+
+def _check_offload_use(w: Workload) -> None:
+    """Where activation offload would be ignored or cannot run, refused."""
+    why = (
+        "inference saves no activations for a backward"
+        if w.mode == "infer"
+        else "every block is checkpointed (it saves only its inputs): give a share of the "
+        "blocks to checkpoint, e.g. activation_checkpointing=0.5, and the others are offloaded"
+        if w.activation_checkpointing is True or w.activation_checkpointing == "selective"
+        else "a compiled model's saved tensors are inductor's, not autograd's hooks'"
+        if w.activation_memory_budget is not None
+        else ""
+    )
+    if why:
+        raise InvalidInputError(
+            f"offload={w.offload!r} would be ignored here: {why}. Offload copies what a "
+            "training step's blocks save for the backward to pinned host memory; drop it, or "
+            "estimate an eager model's training step with it."
         )
 
 

@@ -18,6 +18,7 @@ from memfit._errors import InvalidInputError
 from memfit.workload._checkpoint import checkpoint_blocks
 from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_class
 from memfit.workload._in_backward import IN_BACKWARD, Around, OptimizerInBackward
+from memfit.workload._offload import offload_blocks
 from memfit.workload._spec import Batch, OptimizerSpec, Workload, partial_fraction
 
 __all__ = [
@@ -230,6 +231,8 @@ def prepare_model(workload: Workload, build_device: torch.device | str) -> nn.Mo
             checkpoint_blocks(model, selective=False)
         else:
             workload.enable_checkpointing(model)
+    if workload.offload:  # the blocks memfit does not checkpoint: after the wrapping above
+        offload_blocks(model, workload.offload)
     for p in model.parameters():
         if workload.mode == "infer":
             p.requires_grad_(False)
