@@ -86,13 +86,53 @@ def run_model(model: str, steps: int) -> list[dict[str, Any]]:
     return rows
 
 
+def predict(out: Path, only: list[str] | None, against: Path | None) -> int:
+    """On the CPU: the step-time model's prediction of each of memfit's configurations (the
+    batch on the GPU, as ``op_predict.py``), beside the measured loop's step where given."""
+    from op_predict import predict as predicted
+
+    measured = {}
+    if against is not None:
+        for row in json.loads(against.read_text())["rows"]:
+            if "step_seconds" in row:
+                measured[(row["model"], row["variant"])] = row["step_seconds"]
+    rows = []
+    for model, variants in CASES.items():
+        if only and model not in only:
+            continue
+        for name, settings in variants:
+            if "save_on_cpu" in settings:
+                continue
+            row = {**predicted(model, settings), "variant": name}
+            real = measured.get((model, name))
+            if real is not None:
+                row["measured_seconds"] = real
+                row["error"] = row["seconds"] / real - 1
+            rows.append(row)
+            print(
+                f"{model:28s} {name:32s} predicted {row['seconds'] * 1e3:7.1f} ms"
+                + (f"  measured {real * 1e3:7.1f}  {row['error']:+.0%}" if real else ""),
+                flush=True,
+            )
+    meta = {"date": dt.date.today().isoformat(), "command": " ".join(sys.argv)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--predict", action="store_true", help="on the CPU: the model's predicted step times"
+    )
+    parser.add_argument("--against", type=Path, help="with --predict: measured times to compare")
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.predict:
+        return predict(args.out, args.only, args.against)
     if args.child:
         print("RESULT " + json.dumps(run_model(args.child, args.steps)), flush=True)
         return 0

@@ -288,7 +288,7 @@ class ActivationOffload:
                 self._fetch(group)
 
     def _fetch(self, group: _Group) -> None:
-        saved = [s for s in (r() for r in group.saved) if s is not None and s.host is not None]
+        saved = [s for s in (r() for r in group.saved) if s is not None and s.gpu is None]
         group.fetched = True
         if not saved:
             return
