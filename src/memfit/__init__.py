@@ -52,9 +52,10 @@ if _typing.TYPE_CHECKING:
         auto_microbatch,
         find_batch_size,
         fit,
+        offload_activations,
         unapply,
     )
-    from memfit.workload import Workload, make_workload
+    from memfit.workload import ActivationOffload, Workload, make_workload
 
 __version__ = "0.1.0"
 
@@ -83,6 +84,8 @@ _LAZY = {
     "apply": "memfit.runtime",
     "fit": "memfit.runtime",
     "unapply": "memfit.runtime",
+    "offload_activations": "memfit.runtime",
+    "ActivationOffload": "memfit.workload",
 }
 
 
@@ -129,6 +132,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "GPU",
+    "ActivationOffload",
     "AutoMicrobatch",
     "BatchSizeResult",
     "Category",
@@ -161,6 +165,7 @@ __all__ = [
     "fit",
     "format_bytes",
     "make_workload",
+    "offload_activations",
     "oom_report",
     "parse_size",
     "plan",

@@ -410,3 +410,36 @@ def test_no_warning_from_a_plain_apply():
         warnings.simplefilter("error", RuntimeWarning)
         apply(model, opt, make_plan(model, optimizer="adamw-fused", checkpointing=True))
     unapply(model, opt)
+
+
+@pytest.mark.parametrize(("checkpointing", "offload"), [(False, 1.0), (0.5, 1.0), (False, 0.5)])
+def test_an_offloading_plan_steps_as_the_unsplit_step_and_unapply_takes_it_off(
+    checkpointing: bool | float, offload: float
+):
+    from memfit.workload import offloader_of
+
+    model = gpt2()
+    batch = text_batch(8)
+    expected = unsplit(model, batch, hf_loss)
+    seen: dict[str, torch.Tensor] = {}
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    plan = make_plan(model, checkpointing=checkpointing, offload=offload)
+    step = apply(model, opt, plan, before_step=lambda: seen.update(grads(model)))
+    offloading = offloader_of(model)
+    assert offloading is not None and offloading.offloaded
+    assert any("activation offload" in text for text in step.changes)
+    step(batch)
+    assert_close(seen, expected)
+    unapply(model, opt)
+    assert offloader_of(model) is None
+    assert not any("forward" in m.__dict__ for m in model.modules())
+
+
+def test_a_plan_offloading_a_model_already_offloaded_is_refused_before_any_change():
+    model = gpt2()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    handle = memfit.offload_activations(model)
+    with pytest.raises(memfit.InvalidInputError, match="already has memfit's activation offload"):
+        apply(model, opt, make_plan(model, checkpointing=0.5, offload=1.0))
+    assert not any("_memfit_checkpointed" in m.__dict__ for m in model.modules())
+    handle.remove()

@@ -128,6 +128,17 @@ def _model_kind_args(p: argparse.ArgumentParser) -> None:
         "usually more (compiled steps usually save fewer activations); without it, refused",
     )
     p.add_argument(
+        "--offload",
+        type=share,
+        nargs="?",
+        const=1.0,
+        default=None,  # None: no activation offload
+        metavar="F",
+        help="offload what the blocks save for the backward to pinned host memory, copied on a "
+        "side stream and back one block ahead: every block not checkpointed, or the share F "
+        "of them (train only; see memfit.offload_activations)",
+    )
+    p.add_argument(
         "--activation-memory-budget",
         type=share,
         default=None,  # None: the process's torch._functorch.config setting (1.0)

@@ -160,6 +160,14 @@ def add_plan_parser(
         "place of checkpointing, comma-separated shares, e.g. 1,0.5,0.25 (the default)",
     )
     p.add_argument(
+        "--offloads",
+        type=memory_budgets,
+        default=None,
+        metavar="LIST",
+        help="activation offload shares to try beside fewer checkpointed blocks, "
+        "comma-separated (default 1: every block not checkpointed; 0: no offload searched)",
+    )
+    p.add_argument(
         "--no-checkpointing-search",
         action="store_true",
         help="keep your checkpointing setting instead of searching over none, selective, "
@@ -222,6 +230,7 @@ def _plan_options(args: argparse.Namespace) -> dict[str, Any]:
         "precisions": args.precisions,
         "optimizers": args.optimizers,
         "memory_budgets": args.memory_budgets,
+        "offloads": args.offloads,
         "workers": args.workers,
     }
     options.update({k: v for k, v in given.items() if v is not None})

@@ -35,6 +35,7 @@ from memfit.planner._candidates import (
     with_allocators,
 )
 from memfit.planner._eight_bit_search import search_eight_bit
+from memfit.planner._offload_search import offload_space, search_offload
 from memfit.planner._parallel import default_workers, run_jobs
 from memfit.planner._partial_search import search_in_backward, search_partial
 from memfit.planner._plan_result import Candidate, Evaluated, Plan
@@ -75,6 +76,7 @@ def plan(
     checkpointing: tuple[bool | str, ...] | list[bool | str] | None = None,
     optimizers: tuple[str, ...] | list[str] | None = None,
     memory_budgets: tuple[float, ...] | list[float] | None = None,
+    offloads: tuple[float, ...] | list[float] | None = None,
     progress: Progress | None = None,
     workers: int | None = None,
     batch_of: Callable[[int], Any] | None = None,
@@ -90,7 +92,10 @@ def plan(
     foreach and for-loop variants). A model compiled as a whole with ``torch.compile`` is
     searched over torch.compile's activation memory budget instead of checkpointing
     (``memory_budgets``, default :data:`COMPILED_BUDGETS`), at its own precision unless
-    ``precisions`` says otherwise. ``margin`` is the share of the budget kept free.
+    ``precisions`` says otherwise. ``offloads``: the shares of the blocks not checkpointed
+    whose saved tensors are offloaded to pinned host memory, tried with fewer blocks
+    checkpointed than the fastest plan without (default ``(1.0,)``; ``()``: no offload).
+    ``margin`` is the share of the budget kept free.
     ``batch_of(n)`` makes a batch of ``n`` samples (for a model object: the planner tries
     several micro-batch sizes). ``workers``: processes tracing at once (default: the cores, at
     most 4). ``progress`` is called as ``progress(done, total, what)`` as the search goes.
@@ -110,6 +115,7 @@ def plan(
             checkpointing,
             optimizers,
             memory_budgets,
+            offloads,
             progress,
             workers,
             batch_of,
@@ -136,6 +142,7 @@ def _search(
     checkpointing: Any,
     optimizers: Any,
     memory_budgets: Any,
+    offloads: Any,
     progress: Progress | None,
     workers: int | None,
     batch_of: Callable[[int], Any] | None,
@@ -155,6 +162,7 @@ def _search(
     calibration, calibration_note = calibration_for(gpu)
     user = _baseline(base, total)
     space = _space(base, gpu, precisions, checkpointing, optimizers, memory_budgets)
+    space["offload"] = offload_space(offloads, space, base)
     if space["compiled"][0] and user.memory_budget is None:  # the budget its compile would use
         user = dataclasses.replace(user, memory_budget=budget_in_effect())
     ev = Evaluator(base, gpu, usable, calibration, user, base.seq_len)
@@ -164,6 +172,7 @@ def _search(
     search_partial(ev, space, levels, total, workers, progress)
     search_in_backward(ev, space, total, workers, progress)
     search_eight_bit(ev, space, total, workers, progress)
+    search_offload(ev, space, progress)
     groups = _refinements(ev, levels, total, space["optimizers"])
 
     def refined(done: int, of: int) -> None:
@@ -315,6 +324,7 @@ def _baseline(base: Workload, total: int) -> Candidate:
         str(base.optimizer),
         base.allocator_text,
         base.activation_memory_budget,
+        base.offload,
     )
 
 

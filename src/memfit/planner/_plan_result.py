@@ -12,7 +12,14 @@ from typing import Any
 
 from memfit._units import format_bytes
 
-__all__ = ["Candidate", "Evaluated", "Plan", "budget_words", "checkpointing_words"]
+__all__ = [
+    "Candidate",
+    "Evaluated",
+    "Plan",
+    "budget_words",
+    "checkpointing_words",
+    "offload_words",
+]
 
 
 def checkpointing_words(value: bool | str | float) -> str:
@@ -23,6 +30,16 @@ def checkpointing_words(value: bool | str | float) -> str:
     if value is True or value is False:
         return "full checkpointing" if value else "no checkpointing"
     return f"{value} checkpointing"
+
+
+def offload_words(share: float) -> str:
+    """Activation offload's share in words."""
+    rest = "the blocks not checkpointed"
+    return (
+        f"activation offload of {rest}"
+        if share >= 1
+        else f"activation offload of {share:.0%} of {rest}"
+    )
 
 
 def budget_words(budget: float) -> str:
@@ -41,6 +58,8 @@ class Candidate:
     ``memfit.estimate``'s (``adamw-fused``...), ``allocator_config`` a
     ``PYTORCH_CUDA_ALLOC_CONF`` text (``""``: PyTorch's default). ``memory_budget`` is a
     torch.compile'd model's activation memory budget (``None``: the process's setting, 1.0).
+    ``offload`` is the share of the blocks not checkpointed whose saved tensors wait in pinned
+    host memory (``memfit.offload_activations``; 0: none).
     """
 
     micro_batch: int
@@ -50,6 +69,7 @@ class Candidate:
     optimizer: str
     allocator_config: str = ""
     memory_budget: float | None = None
+    offload: float = 0.0
 
     def settings(self) -> dict[str, Any]:
         """The keywords of ``memfit.estimate`` that make this configuration."""
@@ -63,6 +83,8 @@ class Candidate:
         }
         if self.memory_budget is not None:
             out["activation_memory_budget"] = self.memory_budget
+        if self.offload:
+            out["offload"] = self.offload
         return out
 
     def describe(self) -> str:
@@ -71,6 +93,8 @@ class Candidate:
         parts = [f"micro-batch {self.micro_batch} x {self.accumulation}", self.precision, ckpt]
         if self.memory_budget is not None:
             parts[-1] = budget_words(self.memory_budget)  # what replaces checkpointing there
+        if self.offload:
+            parts.append(offload_words(self.offload))
         parts.append(self.optimizer)
         if self.allocator_config:
             parts.append(self.allocator_config)
@@ -85,6 +109,7 @@ class Candidate:
             "optimizer": self.optimizer,
             "allocator_config": self.allocator_config,
             "activation_memory_budget": self.memory_budget,
+            "offload": self.offload,
         }
 
 

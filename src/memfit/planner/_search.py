@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
 from memfit.estimator import estimate_workload
-from memfit.planner._plan_result import Candidate, Evaluated, checkpointing_words
+from memfit.planner._plan_result import (
+    Candidate,
+    Evaluated,
+    checkpointing_words,
+    offload_words,
+)
 from memfit.planner._step_time import Calibration, StepTime, calibration_for, step_time
 from memfit.trace import StepCosts, Trace, trace_workload
 from memfit.workload import Workload, partial_fraction
@@ -119,6 +124,7 @@ class Evaluator:
             allocator=AllocatorConfig.parse(c.allocator_config),
             allocator_text=c.allocator_config,
             activation_memory_budget=c.memory_budget,
+            offload=c.offload,
         )
 
     def evaluate(self, candidates: list[Candidate]) -> list[Evaluated]:
@@ -195,6 +201,8 @@ def changes(baseline: Candidate, c: Candidate) -> tuple[str, ...]:
         )
     if c.memory_budget != baseline.memory_budget and c.memory_budget is not None:
         out.append(f"torch.compile activation memory budget {c.memory_budget:g}")
+    if c.offload != baseline.offload:
+        out.append(offload_words(c.offload) if c.offload else "no activation offload")
     if c.optimizer != baseline.optimizer:
         out.append(f"optimizer {c.optimizer}")
     if c.allocator_config != baseline.allocator_config:

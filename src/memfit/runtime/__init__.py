@@ -13,6 +13,7 @@ from memfit.runtime._fit import fit
 from memfit.runtime._incident import MicrobatchIncident
 from memfit.runtime._leak import LeakDetector, LeakReport
 from memfit.runtime._microbatch import AutoMicrobatch, LossFn, auto_microbatch
+from memfit.runtime._offload import offload_activations
 from memfit.runtime._planned_step import PlannedStep
 from memfit.runtime._simulate import InjectOOM
 from memfit.runtime._split import batch_size, split_batch
@@ -31,6 +32,7 @@ __all__ = [
     "batch_size",
     "find_batch_size",
     "fit",
+    "offload_activations",
     "split_batch",
     "unapply",
 ]

@@ -30,6 +30,7 @@ from memfit.runtime._changes import (
     Cast,
     Change,
     CompileBudget,
+    Offload,
     OptimizerFlags,
     StepInBackward,
     SwitchCheckpointing,
@@ -217,6 +218,8 @@ def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -
         changes.append(BlockCheckpointing(model, selective=False, fraction=c.checkpointing))
     elif c.checkpointing:
         changes.append(_full_checkpointing(model))
+    if c.offload:  # after the checkpointing: the blocks it leaves
+        changes.append(Offload(model, c.offload))
     flags = _optimizer_flags(optimizer, c.optimizer)
     if flags is not None:
         changes.append(flags)

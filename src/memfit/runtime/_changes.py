@@ -23,6 +23,8 @@ from memfit.workload import (
     checkpointing_on,
     chosen_blocks,
     find_blocks,
+    offload_blocks,
+    offloader_of,
     unwrap_blocks,
 )
 
@@ -32,6 +34,7 @@ __all__ = [
     "BlockCheckpointing",
     "Cast",
     "Change",
+    "Offload",
     "OptimizerFlags",
     "StepInBackward",
     "SwitchCheckpointing",
@@ -317,6 +320,36 @@ class StepInBackward(Change):
         if self.stepper is not None:
             self.stepper.remove()
             self.stepper = None
+
+
+class Offload(Change):
+    """Activation offload of ``share`` of the blocks memfit does not checkpoint (made after
+    the checkpointing, which picks its blocks first); ``undo`` takes it off."""
+
+    def __init__(self, model: nn.Module, share: float) -> None:
+        if offloader_of(model) is not None:
+            raise InvalidInputError(
+                f"The plan offloads activations, but {type(model).__name__} already has "
+                "memfit's activation offload on; remove it (.remove() on the handle "
+                "offload_activations returned) before memfit.apply. Nothing was changed."
+            )
+        find_blocks(model)  # refuses a model without repeated blocks, now
+        self._model = weakref.ref(model)
+        self.share = share
+        self.text = (
+            "activation offload to pinned host memory of "
+            + ("every block not checkpointed" if share >= 1 else f"{share:.0%} of the blocks")
+            + " (memfit's)"
+        )
+        self._offload: Any = None
+
+    def do(self) -> None:
+        self._offload = offload_blocks(_alive(self._model), self.share)
+
+    def undo(self) -> None:
+        if self._offload is not None:
+            self._offload.remove()
+            self._offload = None
 
 
 class CompileBudget(Change):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from memfit._events import Category
+from memfit._units import format_bytes
 from memfit.trace._recorder import Recorder
 
 __all__ = ["OffloadTrace"]
@@ -18,6 +19,17 @@ class OffloadTrace:
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
+        self.host: dict[str, int] = {}  # pinned host bytes each phase copied out, as allocated
+
+    def note(self, offloaded: int, blocks: int) -> str:
+        """What the offload asks of the host, for the estimate's notes."""
+        host = max(self.host.values(), default=0)
+        return (
+            f"activation offload: what {offloaded} of {blocks} blocks save waits in pinned "
+            f"host memory between forward and backward, {format_bytes(host)} of it at once "
+            "(PyTorch's pinned allocator rounds each tensor up to a power of two); the copies "
+            "run on a side stream"
+        )
 
     def _op(self, kind: str, number: int, nbytes: int) -> None:
         rec = self.recorder
@@ -26,6 +38,9 @@ class OffloadTrace:
 
     def copied(self, direction: str, nbytes: int) -> None:
         self._op(direction, 0, nbytes)
+        if direction == "d2h":
+            phase = self.recorder.phase
+            self.host[phase] = self.host.get(phase, 0) + (1 << max(0, nbytes - 1).bit_length())
 
     def marked(self, event: int) -> None:
         self._op("copy_mark", event, 0)

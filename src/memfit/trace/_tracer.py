@@ -406,13 +406,17 @@ def _trace(
     session.shadows.routing.policy = workload.moe_routing or "balanced"
     recorder = session.recorder
     model: nn.Module | None = None
+    observer: OffloadTrace | None = None
+    offload_note = (0, 0)
     compile_guard = CompileGuard(workload, lambda: recorder.phase, plan)
     with session.active(), compile_guard.active():
         try:
             model = compile_guard.checked_model(prepare_model(workload, "meta"))
             offload = offloader_of(model)
+            observer = OffloadTrace(recorder) if offload is not None else None
             if offload is not None:
-                offload.observer = OffloadTrace(recorder)
+                offload.observer = observer
+                offload_note = (len(offload.offloaded), len(offload.blocks))
             _mark_model(recorder, model)
             session.modules.name_modules(model)
             optimizer = optimizer_for(workload, model)
@@ -436,6 +440,8 @@ def _trace(
         optimizer_class = type(optimizer)
         del model, optimizer
     notes = compile_guard.finish()
+    if observer is not None:
+        notes.append(observer.note(*offload_note))
     if workload.step_fn is not None:
         notes += _step_notes(workload, session.user_autocast)
     if workload.optimizer_in_backward:

@@ -1,0 +1,109 @@
+"""The planner's activation offload search: fewer blocks recomputed, the rest offloaded.
+
+Offloading a block's saved tensors costs their copies to pinned host memory and back (about
+55 GB/s each way on an H200), where the copies outlast the compute they run under; recomputing
+it costs a second forward of the block. Offload alone is slower than checkpointing wherever the
+GPU computes a block faster than its activations cross PCIe (GPT-2 in bf16: 263 ms a step
+offloaded against 76 checkpointed), but beside checkpointed blocks, whose recompute it runs
+under, it is nearly free: BERT-base in fp32 checkpointing half its blocks and offloading the
+other half stepped in 342 ms, against 351 checkpointing all of them (H200). So the search
+starts from the fastest plan found without offload and, at its micro-batch, checkpoints fewer
+of its blocks (half, then a quarter of them while that is faster) with the rest offloaded.
+Each candidate is a trace; the step-time model's copy lane decides (``_step_time``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from memfit._errors import InvalidInputError
+from memfit.planner._candidates import SPEED_TIE, Progress, fits, with_allocators
+from memfit.planner._plan_result import Candidate, Evaluated
+from memfit.planner._search import Evaluator
+from memfit.workload import Workload
+
+__all__ = ["DEFAULT_OFFLOADS", "offload_space", "search_offload"]
+
+DEFAULT_OFFLOADS = (1.0,)  # the blocks not checkpointed: all of them offloaded
+
+
+def offload_space(
+    offloads: Any, space: dict[str, tuple[Any, ...]], base: Workload
+) -> tuple[float, ...]:
+    """The offload shares to try: ``offloads`` checked, or the default; none for a compiled
+    model (inductor plans what its graph saves) or one without repeated blocks."""
+    if offloads is not None and not isinstance(offloads, (tuple, list)):
+        raise InvalidInputError(
+            f"offloads={offloads!r} is not a list: give the shares of the blocks to offload as "
+            "a tuple of numbers between 0 and 1, e.g. offloads=(1.0,), or offloads=() for none."
+        )
+    shares = tuple(offloads) if offloads is not None else DEFAULT_OFFLOADS
+    for share in shares:
+        dataclasses.replace(base, offload=share, activation_checkpointing=False)  # checked
+    if space["compiled"][0] or space["blocks"][0] < 2:
+        if offloads:
+            raise InvalidInputError(
+                f"offloads={tuple(offloads)!r} would be ignored: "
+                + (
+                    "the model is compiled with torch.compile, whose graph decides what it saves"
+                    if space["compiled"][0]
+                    else "the model has no repeated blocks to offload"
+                )
+                + ". Drop offloads."
+            )
+        return ()
+    return tuple(s for s in shares if s > 0)
+
+
+def search_offload(
+    ev: Evaluator, space: dict[str, tuple[Any, ...]], progress: Progress | None
+) -> None:
+    """From the fastest candidate that fits, at its micro-batch: half its checkpointed blocks,
+    then a quarter while that is faster, the rest offloaded (each share of ``space``). Not
+    searched where nothing fits (offload holds more than full checkpointing), nor without a
+    calibration of the copies."""
+    shares = space.get("offload", ())
+    if not shares or not ev.calibration.pinned:
+        return
+    blocks: int = space["blocks"][0]
+    fitting = [e for e in ev.seen.values() if e.fits and e.candidate.memory_budget is None]
+    if not fitting:  # offload keeps two blocks' tensors in flight: never less than checkpointing
+        return
+    start = min(fitting, key=lambda e: e.step_seconds).candidate
+    count = _checkpointed(start.checkpointing, blocks)
+    if count < 1:
+        return
+    if progress is not None:
+        progress(0, 1, "activation offload searched")
+    for share in shares:
+        kept = count
+        while kept > 0:
+            kept //= 2
+            c = dataclasses.replace(
+                start,
+                checkpointing=round(kept / blocks, 4) if kept else False,
+                offload=share,
+            )
+            if not _faster(ev, c):
+                break
+    if progress is not None:
+        progress(1, 1, "activation offload searched")
+
+
+def _faster(ev: Evaluator, c: Candidate) -> bool:
+    """Whether ``c`` fits and is faster than the fastest found before it."""
+    before = min((e.step_seconds for e in ev.seen.values() if e.fits), default=float("inf"))
+    if not fits(ev, c):
+        return False
+    found: list[Evaluated] = ev.evaluate(with_allocators(c))
+    return min(e.step_seconds for e in found) < before * (1 - SPEED_TIE / 5)
+
+
+def _checkpointed(value: bool | str | float, blocks: int) -> int:
+    """How many blocks ``activation_checkpointing=value`` recomputes (selective: none whole)."""
+    if value is True:
+        return blocks
+    if isinstance(value, float):
+        return round(value * blocks)
+    return 0

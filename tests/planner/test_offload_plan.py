@@ -1,0 +1,73 @@
+"""The planner's activation offload search: from the fastest plan found with checkpointing, fewer
+blocks checkpointed and the rest offloaded, each a trace, kept only where faster; ``offloads=()``
+searches none; bad values refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import memfit
+from memfit import InvalidInputError
+
+
+def _gpt2() -> nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(
+        GPT2Config(n_layer=12, n_embd=128, n_head=4, vocab_size=1000, n_positions=256)
+    )
+
+
+def _batch_of(n: int) -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, 1000, (n, 256))
+    return {"input_ids": ids, "labels": ids}
+
+
+def _plan(**kwargs: object) -> memfit.Plan:
+    # 1.2 GiB: no checkpointing at micro-batch 8 needs 1.23 GiB, full 0.90 (see the estimates)
+    return memfit.plan(  # type: ignore[misc]
+        _gpt2,
+        batch_of=_batch_of,
+        batch_size=8,
+        budget="1.2GiB",
+        margin=0.0,
+        precisions=("fp32",),
+        optimizers=("adamw-fused",),
+        workers=1,
+        **kwargs,
+    )
+
+
+def test_fewer_checkpointed_blocks_with_the_rest_offloaded_are_weighed() -> None:
+    plan = _plan()
+    chosen = plan.chosen
+    assert chosen is not None and chosen.candidate.checkpointing not in (False, True)
+    offloaded = [e for e in plan.candidates if e.candidate.offload]
+    assert offloaded, [e.candidate.describe() for e in plan.candidates]
+    best = offloaded[0]
+    assert best.candidate.micro_batch == chosen.candidate.micro_batch
+    assert best.candidate.offload == 1.0
+    # fewer blocks recomputed than the plan it started from, and the memory estimated as such
+    assert best.candidate.checkpointing is False or (
+        best.candidate.checkpointing < chosen.candidate.checkpointing  # type: ignore[operator]
+    )
+    assert "activation offload of the blocks not checkpointed" in best.candidate.describe()
+    settings = best.candidate.settings()
+    assert settings["offload"] == 1.0
+    again = memfit.estimate(_gpt2, batch_of=_batch_of, gpu="1.2GiB", **settings)
+    assert again.peak_reserved == best.peak_reserved
+    # the plan keeps what is fastest: offload's copies made this one slower here
+    assert chosen.step_seconds <= best.step_seconds or chosen.candidate.offload
+
+
+def test_offloads_empty_searches_none() -> None:
+    plan = _plan(offloads=())
+    assert not [e for e in plan.candidates if e.candidate.offload]
+
+
+@pytest.mark.parametrize("value", ["1", 2.0, [-0.5]])
+def test_offloads_that_are_no_list_of_shares_are_refused(value: object) -> None:
+    with pytest.raises(InvalidInputError, match=r"offload"):
+        _plan(offloads=value)
