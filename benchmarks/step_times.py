@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import itertools
 import json
@@ -71,9 +72,13 @@ def run_case(
     return rows
 
 
-def measure(model: str, settings: dict[str, Any], steps: int) -> dict[str, Any]:
+def measure(
+    model: str, settings: dict[str, Any], steps: int, *, batch_on_gpu: bool = False
+) -> dict[str, Any]:
     """Run ``steps`` steps of one configuration on the GPU: the median step time of the steps
-    after the first two and the peaks; an error (an OOM) is returned as ``error``."""
+    after the first two and the peaks; an error (an OOM) is returned as ``error``.
+    ``batch_on_gpu``: one batch made and moved to the GPU before the steps, each step given
+    it (the host's making and copying a batch left out, as a data loader does it beside)."""
     import torch
     from torch.utils._pytree import tree_map
 
@@ -90,6 +95,9 @@ def measure(model: str, settings: dict[str, Any], steps: int) -> dict[str, Any]:
     stack = contextlib.ExitStack()
     try:
         workload = make_workload(model, steps=steps, gpu="h200", **settings)
+        if batch_on_gpu:
+            ready = tree_map(_on_gpu, workload.make_batch())
+            workload = dataclasses.replace(workload, make_batch=lambda: ready)
         # a compiled model compiles with it at its first call
         stack.enter_context(compiled_with_budget(workload.activation_memory_budget))
         torch.cuda.empty_cache()

@@ -728,6 +728,42 @@ HELD_OUT_13_OFFLOAD: list[dict[str, Any]] = [
     },
 ]
 
+# the second set, predicted after the fix of the trace's prefetch (session 14, call 2)
+HELD_OUT_13_OFFLOAD_2: list[dict[str, Any]] = [
+    {
+        "id": "bert-large-fp32-b16-s512-offload0.5",
+        "model": "bert-large-uncased",
+        "batch_size": 16,
+        "seq_len": 512,
+        "offload": 0.5,
+    },
+    {
+        "id": "gpt2-medium-bf16mixed-b8-s1024-ckpt0.5-offload1",
+        "model": "gpt2-medium",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "checkpointing": 0.5,
+        "offload": 1.0,
+    },
+    {
+        "id": "qwen2.5-0.5b-bf16mixed-b4-s2048-offload0.5-accum2",
+        "model": "qwen2.5-0.5b",
+        "batch_size": 4,
+        "seq_len": 2048,
+        "precision": "bf16-mixed",
+        "accumulation": 2,
+        "offload": 0.5,
+    },
+    {
+        "id": "convnext-tiny-bf16mixed-b64-offload1",
+        "model": "timm:convnext_tiny",
+        "batch_size": 64,
+        "precision": "bf16-mixed",
+        "offload": 1.0,
+    },
+]
+
 ALL = (
     WORKLOADS
     + HELD_OUT
@@ -742,4 +778,5 @@ ALL = (
     + HELD_OUT_13_EIGHT_BIT
     + HELD_OUT_13_BUDGET
     + HELD_OUT_13_OFFLOAD
+    + HELD_OUT_13_OFFLOAD_2
 )

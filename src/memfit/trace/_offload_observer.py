@@ -19,11 +19,11 @@ class OffloadTrace:
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
-        self.host: dict[str, int] = {}  # pinned host bytes each phase copied out, as allocated
+        self.live = self.most = 0  # pinned host bytes held, as allocated: now and at most
 
     def note(self, offloaded: int, blocks: int) -> str:
         """What the offload asks of the host, for the estimate's notes."""
-        host = max(self.host.values(), default=0)
+        host = self.most
         return (
             f"activation offload: what {offloaded} of {blocks} blocks save waits in pinned "
             f"host memory between forward and backward, {format_bytes(host)} of it at once "
@@ -38,9 +38,11 @@ class OffloadTrace:
 
     def copied(self, direction: str, nbytes: int) -> None:
         self._op(direction, 0, nbytes)
-        if direction == "d2h":
-            phase = self.recorder.phase
-            self.host[phase] = self.host.get(phase, 0) + (1 << max(0, nbytes - 1).bit_length())
+        # a host copy is held from its forward's copy to its backward's (about: until autograd
+        # has used it), rounded up as the pinned allocator rounds it
+        rounded = 1 << max(0, nbytes - 1).bit_length()
+        self.live += rounded if direction == "d2h" else -rounded
+        self.most = max(self.most, self.live)
 
     def marked(self, event: int) -> None:
         self._op("copy_mark", event, 0)
