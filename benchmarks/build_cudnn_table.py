@@ -68,7 +68,8 @@ def workspaces(p: dict[str, Any]) -> dict[str, list[int]]:
 
 def key(p: dict[str, Any]) -> str:
     fields = [p["c"], p["h"], p["w"], p["k"], *p["kernel"], *p["stride"], *p["padding"]]
-    return ",".join(str(x) for x in [*fields, p["groups"]]) + f"|{p['dtype']}"
+    layout = "|nhwc" if p.get("nhwc") else ""  # memfit.trace._cudnn's key
+    return ",".join(str(x) for x in [*fields, p["groups"]]) + f"|{p['dtype']}{layout}"
 
 
 def build(probe: dict[str, Any]) -> dict[str, Any]:

@@ -64,7 +64,10 @@ def conv_configs(names: list[str]) -> list[dict]:
 
         def hook(mod: nn.Module, args: tuple, out: torch.Tensor, shapes=shapes) -> None:
             x = args[0]
-            shapes.append((mod, tuple(x.shape[1:])))
+            # a permuted input (timm's ConvNeXt hands its depthwise convolutions its MLP's
+            # NHWC output): cuDNN runs channels-last engines, with workspaces of their own
+            nhwc = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+            shapes.append((mod, (*x.shape[1:], nhwc)))
 
         handles = [
             m.register_forward_hook(hook) for m in model.modules() if isinstance(m, nn.Conv2d)
@@ -73,11 +76,12 @@ def conv_configs(names: list[str]) -> list[dict]:
             model(torch.randn(1, 3, 224, 224))
         for h in handles:
             h.remove()
-        for mod, (c, h, w) in shapes:
+        for mod, (c, h, w, nhwc) in shapes:
             key = (
                 c,
                 h,
                 w,
+                nhwc,
                 mod.out_channels,
                 mod.kernel_size,
                 mod.stride,
@@ -98,6 +102,7 @@ def conv_configs(names: list[str]) -> list[dict]:
                     "padding": list(mod.padding),
                     "groups": mod.groups,
                     "bias": mod.bias is not None,
+                    **({"nhwc": True} if nhwc else {}),
                 },
             )
     return list(seen.values())
@@ -131,9 +136,10 @@ def probe_conv(cfg: dict, batch: int, dtype: str, train: bool) -> dict:
         .cuda()
         .to(DTYPES[dtype])
     )
-    x = torch.randn(
-        batch, cfg["c"], cfg["h"], cfg["w"], device="cuda", dtype=DTYPES[dtype], requires_grad=train
-    )
+    x = torch.randn(batch, cfg["c"], cfg["h"], cfg["w"], device="cuda", dtype=DTYPES[dtype])
+    if cfg.get("nhwc"):
+        x = x.contiguous(memory_format=torch.channels_last)
+    x.requires_grad_(train)
 
     def run() -> None:
         if train:

@@ -131,6 +131,8 @@ def _settings(row: dict[str, Any], chosen: dict[str, Any]) -> dict[str, Any]:
         settings["seq_len"] = case["seq_len"]
     if chosen.get("activation_memory_budget") is not None:  # a compiled model's
         settings["activation_memory_budget"] = chosen["activation_memory_budget"]
+    if chosen.get("offload"):  # activation offload's share
+        settings["offload"] = chosen["offload"]
     return settings
 
 
@@ -194,6 +196,7 @@ def _plan_from(data: dict[str, Any], plan_type: Any) -> Any:
             d["optimizer"],
             d["allocator_config"],
             d.get("activation_memory_budget"),
+            d.get("offload", 0.0),
         )
         return Evaluated(
             c,
