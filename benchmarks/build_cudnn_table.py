@@ -14,7 +14,9 @@ The table in the package is built from every H200 probe so far, in this order (t
 ``command`` lists them): ``results/h200-2026-11-30/cudnn_probe.json.gz``,
 ``results/h200-2026-11-30-session3/cudnn_probe_conv.json.gz`` and ``cudnn_probe_lstm.json.gz``,
 ``results/h200-2026-12-01-session7/cudnn/cudnn_probe_issue12.json.gz`` and
-``cudnn_probe_regnet.json.gz``.
+``cudnn_probe_regnet.json.gz``, ``results/h200-2026-12-02-session14/cudnn_probe_convnext_nhwc.json.gz``
+(ConvNeXt-T's channels-last convolutions). Per configuration and phase: the forward's
+workspaces, the input gradient's, the weight gradient's, and the bias gradient's reduction's.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ def _sizes(p: dict[str, Any]) -> list[int]:
 def workspaces(p: dict[str, Any]) -> dict[str, list[int]]:
     """Split one probe's trace into the transient allocations of each phase of the call."""
     expected = _sizes(p) if p["train"] else _sizes(p)[:1]
-    found: dict[str, list[int]] = {"fwd": [], "dgrad": [], "wgrad": []}
+    # "bias": what the bias gradient's reduction takes after the bias gradient is made (a
+    # channels-last gradient's sum: 4x the output's bf16 bytes for ConvNeXt's depthwise layers)
+    found: dict[str, list[int]] = {"fwd": [], "dgrad": [], "wgrad": [], "bias": []}
     matched = 0
     for action, size in p["trace"]:
         if action != "alloc":
@@ -62,7 +66,7 @@ def workspaces(p: dict[str, Any]) -> dict[str, list[int]]:
         allocs = Counter(size for action, size in p["trace"] if action == "alloc")
         if Counter(expected) - allocs:
             raise ValueError(f"probe trace does not match the convolution's own tensors: {p}")
-        return {"fwd": [], "dgrad": [], "wgrad": []}
+        return {"fwd": [], "dgrad": [], "wgrad": [], "bias": []}
     return found
 
 
@@ -75,10 +79,10 @@ def key(p: dict[str, Any]) -> str:
 def build(probe: dict[str, Any]) -> dict[str, Any]:
     table: dict[str, dict[str, dict[str, list[int]]]] = {}
     for p in probe["conv"]:
-        entry = table.setdefault(key(p), {"fwd": {}, "dgrad": {}, "wgrad": {}})
+        entry = table.setdefault(key(p), {"fwd": {}, "dgrad": {}, "wgrad": {}, "bias": {}})
         found = workspaces(p)
         batch = str(p["batch"])
-        phases = ("fwd", "dgrad", "wgrad") if p["train"] else ("fwd",)
+        phases = ("fwd", "dgrad", "wgrad", "bias") if p["train"] else ("fwd",)
         for phase in phases:
             previous = entry[phase].get(batch)
             if previous is not None and previous != found[phase]:

@@ -50,6 +50,8 @@ PROBES = [
     "benchmarks/results/h200-2026-12-01-session7/cudnn/cudnn_probe_issue12.json.gz",
     # RegNet-Y-8GF's grouped convolutions (issue 12, session 7)
     "benchmarks/results/h200-2026-12-01-session7/cudnn/cudnn_probe_regnet.json.gz",
+    # ConvNeXt-T's convolutions that see its permuted (channels-last) tensors (session 14)
+    "benchmarks/results/h200-2026-12-02-session14/cudnn_probe_convnext_nhwc.json.gz",
 ]
 
 
@@ -135,17 +137,33 @@ def test_unknown_shapes_take_no_workspace_and_say_so() -> None:
     assert ws.notes() == ["1 convolution shapes have no measured cuDNN workspace (counted as none)"]
 
 
-def test_a_channels_last_convolution_is_not_read_off_the_nchw_probe() -> None:
-    # cuDNN picks other engines in NHWC (ConvNeXt after its stem's LayerNorm2d): the probe ran
-    # NCHW, so the table says nothing about it and the workspace counts as none, with a note
+def test_a_channels_last_convolution_has_its_own_measured_workspaces() -> None:
+    # cuDNN picks other engines in NHWC (ConvNeXt after its stem's LayerNorm2d): the NCHW probe
+    # says nothing about them, so the table keys them apart (|nhwc, probed since session 14);
+    # a channels-last shape the probes never ran counts as none, with a note
     from memfit.trace._cudnn import ConvWorkspaces
 
     w = torch.empty(192, 96, 2, 2, device="meta")
     x = torch.empty(64, 96, 56, 56, device="meta")
     args = (x, w, None, [2, 2], [0, 0], [1, 1], False, [0, 0], 1)
-    nchw = ConvWorkspaces()
-    assert nchw.forward(args) != [] and not nchw.unknown  # ConvNeXt-T's first downsample
-    nhwc = ConvWorkspaces()
+    nchw, nhwc = ConvWorkspaces(), ConvWorkspaces()
     cl = (x.to(memory_format=torch.channels_last), *args[1:])
-    assert nhwc.forward(cl) == [] and nhwc.unknown
-    assert any("no measured cuDNN workspace" in n for n in nhwc.notes())
+    assert nchw.forward(args) == [77365264] and not nchw.unknown  # ConvNeXt-T's first (fp32)
+    assert nhwc.forward(cl) == [294912, 131] and not nhwc.unknown  # downsample, either way
+    other = ConvWorkspaces()
+    x2 = torch.empty(64, 96, 50, 50, device="meta").to(memory_format=torch.channels_last)
+    assert other.forward((x2, *args[1:])) == [] and other.unknown
+    assert any("no measured cuDNN workspace" in n for n in other.notes())
+
+
+def test_a_channels_last_bias_gradient_takes_its_reductions_scratch() -> None:
+    # measured on the H200: the bias gradient of ConvNeXt's depthwise 7x7 (768 channels, b64,
+    # NHWC) sums through 19.27 MB of scratch, after the weight gradient's 77 MB workspace
+    from memfit.trace._cudnn import ConvWorkspaces
+
+    x = torch.empty(64, 768, 7, 7, device="meta").to(memory_format=torch.channels_last)
+    w = torch.empty(768, 1, 7, 7, device="meta", dtype=torch.bfloat16)
+    x = x.to(torch.bfloat16)
+    grad = torch.empty_like(x)
+    args = (grad, x, w, [768], [1, 1], [3, 3], [1, 1], False, [0, 0], 768, [True, True, True])
+    assert ConvWorkspaces().backward(args) == {0: [], 1: [77070336], 2: [19267584, 24]}

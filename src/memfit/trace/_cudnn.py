@@ -5,7 +5,9 @@ the caching allocator for the duration of the call: nothing else in the step is 
 short-lived (257 MB for ResNet-50's 7x7 stem at batch 128 in fp16, next to a 205 MB output).
 The size depends on the engine, which cannot be derived from the shapes, so memfit looks it up in
 a table measured on an H200 (``benchmarks/cudnn_probe.py`` -> ``benchmarks/build_cudnn_table.py``)
-for the convolutions of the catalog's CNNs, per dtype, at batch 32 and 128. Other batch sizes are
+for the convolutions of the catalog's CNNs, per dtype and layout (channels-last where the model
+hands cuDNN a permuted tensor), at batch 32 and 128 and others; and after a bias gradient, the
+scratch its reduction takes (a channels-last one: 4x the output's bf16 bytes). Other batch sizes are
 interpolated (most workspaces grow linearly with the batch); convolutions not in the table take
 no workspace. Both cases are named in the estimate's notes.
 """
@@ -57,8 +59,8 @@ def _key(
     _, c, h, w = (int(s) for s in x.shape)
     k, _, kh, kw = (int(s) for s in weight.shape)
     fields = [c, h, w, k, kh, kw, *(int(s) for s in stride), *(int(p) for p in padding), groups]
-    # cuDNN runs a channels-last convolution with other engines: the probe (NCHW) does not
-    # tell its workspaces
+    # cuDNN runs a channels-last convolution with other engines, measured apart (|nhwc: the
+    # probe runs a convolution channels-last where the model hands it a permuted tensor)
     layout = "|nhwc" if channels_last(x) else ""
     return ",".join(str(f) for f in fields) + f"|{dtype}{layout}"
 
@@ -94,11 +96,12 @@ class ConvWorkspaces:
         return self._lookup(x, weight, stride, padding, dilation, transposed, groups, ["fwd"])
 
     def backward(self, args: tuple[Any, ...]) -> dict[int, list[int]]:
-        """Workspaces by the output they follow: 0 the input gradient, 1 the weight gradient."""
+        """Workspaces by the output they follow: 0 the input gradient, 1 the weight gradient,
+        2 the bias gradient (its reduction's scratch: tables measured since session 14)."""
         _, x, weight, _, stride, padding, dilation, transposed, _, groups, mask = args[:11]
         return {
             i: self._lookup(x, weight, stride, padding, dilation, transposed, groups, [phase])
-            for i, phase in enumerate(("dgrad", "wgrad"))
+            for i, phase in enumerate(("dgrad", "wgrad", "bias"))
             if mask[i]
         }
 
@@ -124,6 +127,8 @@ class ConvWorkspaces:
             return []
         out: list[int] = []
         for phase in phases:
+            if not entry.get(phase):  # a phase the table's probes did not split out
+                continue
             sizes, exact = _at_batch(entry[phase], int(x.shape[0]))
             self.interpolated += not exact
             out += sizes

@@ -250,14 +250,13 @@ class KernelModel:
     ) -> dict[int, list[tuple[int, str]]] | None:
         """Scratch a kernel takes between making one output and the next, by the index of the
         output it follows (cuDNN's backward: input gradient, its workspace, weight gradient,
-        its workspace); None for kernels that allocate all outputs first."""
+        its workspace, bias gradient, its reduction's scratch); None for kernels that allocate
+        all outputs first."""
         if func is not aten.convolution_backward.default:
             return None
+        what = ("input gradient workspace", "weight gradient workspace", "bias gradient sum")
         return {
-            i: [
-                (n, f"cuDNN convolution {'input' if i == 0 else 'weight'} gradient workspace")
-                for n in sizes
-            ]
+            i: [(n, f"cuDNN convolution {what[i]}") for n in sizes]
             for i, sizes in self.convolutions.backward(args).items()
         }
 
