@@ -14,9 +14,10 @@ The table in the package is built from every H200 probe so far, in this order (t
 ``command`` lists them): ``results/h200-2026-11-30/cudnn_probe.json.gz``,
 ``results/h200-2026-11-30-session3/cudnn_probe_conv.json.gz`` and ``cudnn_probe_lstm.json.gz``,
 ``results/h200-2026-12-01-session7/cudnn/cudnn_probe_issue12.json.gz`` and
-``cudnn_probe_regnet.json.gz``, ``results/h200-2026-12-02-session14/cudnn_probe_convnext_nhwc.json.gz``
-(ConvNeXt-T's channels-last convolutions). Per configuration and phase: the forward's
-workspaces, the input gradient's, the weight gradient's, and the bias gradient's reduction's.
+``cudnn_probe_regnet.json.gz``, and
+``results/h200-2026-12-02-session14/cudnn_probe_convnext_nhwc.json.gz`` (ConvNeXt-T's
+channels-last convolutions). Per configuration and phase: the forward's workspaces, the input
+gradient's, the weight gradient's, and the bias gradient's reduction's.
 """
 
 from __future__ import annotations
