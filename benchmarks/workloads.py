@@ -314,6 +314,9 @@ def estimate_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
         kwargs["activation_memory_budget"] = entry["activation_memory_budget"]
     if "offload" in entry:  # activation offload's share of the blocks (HELD_OUT_13_OFFLOAD)
         kwargs["offload"] = entry["offload"]
+    if "strategy" in entry:  # a data-parallel rank's (HELD_OUT_14_DDP)
+        kwargs["strategy"] = entry["strategy"]
+        kwargs["world_size"] = entry.get("world_size", 1)
     return kwargs
 
 
@@ -764,6 +767,35 @@ HELD_OUT_13_OFFLOAD_2: list[dict[str, Any]] = [
     },
 ]
 
+# Held out for issue 14 (session 14): one DDP rank on one GPU (NCCL, a world of one), its
+# gradient buckets and their rebuild after the first backward
+HELD_OUT_14_DDP: list[dict[str, Any]] = [
+    {
+        "id": "ddp1-gpt2-bf16mixed-b8-s1024",
+        "model": "gpt2",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "strategy": "ddp",
+    },
+    {
+        "id": "ddp1-bert-base-fp32-b32-s512",
+        "model": "bert-base-uncased",
+        "batch_size": 32,
+        "seq_len": 512,
+        "strategy": "ddp",
+    },
+    {
+        "id": "ddp1-tinyllama-bf16mixed-b4-s1024-ckpt",
+        "model": "tinyllama-1.1b",
+        "batch_size": 4,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "checkpointing": True,
+        "strategy": "ddp",
+    },
+]
+
 ALL = (
     WORKLOADS
     + HELD_OUT
@@ -779,4 +811,5 @@ ALL = (
     + HELD_OUT_13_BUDGET
     + HELD_OUT_13_OFFLOAD
     + HELD_OUT_13_OFFLOAD_2
+    + HELD_OUT_14_DDP
 )

@@ -23,6 +23,7 @@ from memfit.workload import (
     Workload,
     compiled_with_budget,
     optimizer_for,
+    parallel_group,
     prepare_model,
     run_steps,
 )
@@ -81,7 +82,8 @@ def measure(workload: Workload, *, record_history: bool = False) -> tuple[Measur
     guard = CompileGuard(workload, lambda: "setup") if workload.compiled == "eager" else None
     # a compiled model compiles at its first call: with the workload's activation memory budget
     active = guard.active() if guard is not None else nullcontext()
-    with active, compiled_with_budget(workload.activation_memory_budget):
+    group = parallel_group(workload.strategy, workload.world_size, "cuda")
+    with active, compiled_with_budget(workload.activation_memory_budget), group:
         return _run(workload, record_history, guard)
 
 

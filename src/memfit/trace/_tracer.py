@@ -51,6 +51,7 @@ from memfit.workload import (
     cast_inputs,
     offloader_of,
     optimizer_for,
+    parallel_group,
     prepare_model,
     run_steps,
 )
@@ -396,7 +397,10 @@ def _trace(
         session.recorder.costs = StepCosts(compiled=plan is not None)
     # later steps are copies of step 1 in memfit's own loop (a user's step or a compiled model's
     # may differ from one step to the next)
-    session.repeat.enabled = REPEAT_STEPS and workload.step_fn is None and plan is None
+    # (and DDP's: its second step's forward rebuilds the gradient buckets)
+    session.repeat.enabled = (
+        REPEAT_STEPS and workload.step_fn is None and plan is None and workload.strategy is None
+    )
     if session.repeat.enabled:
         make = session.repeat.batches(
             workload.make_batch,
@@ -409,7 +413,8 @@ def _trace(
     observer: OffloadTrace | None = None
     offload_note = (0, 0)
     compile_guard = CompileGuard(workload, lambda: recorder.phase, plan)
-    with session.active(), compile_guard.active():
+    group = parallel_group(workload.strategy, workload.world_size, "meta")
+    with group, session.active(), compile_guard.active():
         try:
             model = compile_guard.checked_model(prepare_model(workload, "meta"))
             offload = offloader_of(model)

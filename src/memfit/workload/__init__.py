@@ -38,6 +38,7 @@ from memfit.workload._offload import (
     offload_blocks,
     offloader_of,
 )
+from memfit.workload._parallel import STRATEGIES, check_parallel, parallel_group, parallelize
 from memfit.workload._spec import (
     Batch,
     LossFn,
@@ -66,6 +67,7 @@ __all__ = [
     "EIGHT_BIT",
     "IN_BACKWARD",
     "MIN_OFFLOAD_BYTES",
+    "STRATEGIES",
     "ActivationOffload",
     "Batch",
     "LossFn",
@@ -85,6 +87,7 @@ __all__ = [
     "catalog_entries",
     "check_memory_budget",
     "check_offload",
+    "check_parallel",
     "checkpoint_blocks",
     "checkpointing_on",
     "chosen_blocks",
@@ -107,6 +110,8 @@ __all__ = [
     "optimized_module_type",
     "optimizer_for",
     "optimizers_of",
+    "parallel_group",
+    "parallelize",
     "partial_fraction",
     "prepare_model",
     "resolve_model",

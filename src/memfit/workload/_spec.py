@@ -30,6 +30,7 @@ from memfit.workload._compiled import check_compiled_setting
 from memfit.workload._in_backward import in_backward
 from memfit.workload._memory_budget import check_memory_budget
 from memfit.workload._offload import check_offload
+from memfit.workload._parallel import check_parallel
 
 __all__ = [
     "Batch",
@@ -78,6 +79,8 @@ class WorkloadOptions(TypedDict, total=False):
     activation_memory_budget: float | None
     # the share of the blocks whose saved activations go to pinned host memory (True: all)
     offload: bool | float | None
+    world_size: int | None  # ranks of a data-parallel job (with strategy)
+    strategy: str | None  # "ddp": workload._parallel
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,8 @@ class Workload:
     # the share of the blocks (not checkpointed) whose saved tensors wait in pinned host memory
     # between forward and backward (workload._offload); True is read as 1.0, False as 0.0
     offload: float = 0.0
+    world_size: int = 1  # ranks of a data-parallel job; each is estimated (workload._parallel)
+    strategy: str | None = None  # "ddp", or None: one process, no wrapper
 
     notes: tuple[str, ...] = ()  # what was assumed or warned while checking, for the estimate
 
@@ -165,6 +170,7 @@ class Workload:
         check_compiled_setting(self.compiled)
         check_memory_budget(self.activation_memory_budget)
         object.__setattr__(self, "offload", check_offload(self.offload))
+        check_parallel(self.world_size, self.strategy, self.mode)
         if self.offload:
             _check_offload_use(self)
         if self.activation_memory_budget is not None:

@@ -19,6 +19,7 @@ from memfit.workload._checkpoint import checkpoint_blocks
 from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_class
 from memfit.workload._in_backward import IN_BACKWARD, Around, OptimizerInBackward
 from memfit.workload._offload import offload_blocks
+from memfit.workload._parallel import parallelize
 from memfit.workload._spec import Batch, OptimizerSpec, Workload, partial_fraction
 
 __all__ = [
@@ -236,6 +237,8 @@ def prepare_model(workload: Workload, build_device: torch.device | str) -> nn.Mo
     for p in model.parameters():
         if workload.mode == "infer":
             p.requires_grad_(False)
+    if workload.strategy is not None:  # last, as a training script wraps: inside a group
+        model = parallelize(model, workload.strategy, torch.device(build_device).type)
     return model
 
 

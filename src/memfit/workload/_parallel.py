@@ -1,0 +1,125 @@
+"""Data-parallel training steps (issue 14): DDP's gradient buckets, traced on a fake process group.
+
+``strategy="ddp"`` wraps the model in ``DistributedDataParallel`` after memfit's own wrapping
+(checkpointing, offload), as a training script does. DDP's reducer allocates its gradient
+buckets (flat buffers of the gradients, ``bucket_cap_mb`` each, the first 1 MiB) when it is
+built, copies each gradient into its bucket as backward makes it, all-reduces the buckets and
+copies them back; after the first backward it rebuilds the buckets in the order the gradients
+came (in the second step's forward). All of it is allocated through the caching allocator, so a
+trace sees it: on the meta device the process group is PyTorch's fake one (``backend="fake"``,
+rank 0 of ``world_size``), whose all-reduce is answered with the bucket itself, as an in-place
+NCCL all-reduce leaves it. On a GPU, ``memfit validate`` runs one rank of its own (NCCL, a
+world of one) where no process group is set up.
+
+Not modelled yet: NCCL's own device memory (outside the caching allocator), and what makes the
+ranks of a multi-GPU job differ; FSDP2 and ZeRO are refused until they are.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from memfit._errors import InvalidInputError
+
+__all__ = ["STRATEGIES", "check_parallel", "parallel_group", "parallelize"]
+
+STRATEGIES = ("ddp",)
+_LATER = ("fsdp2", "zero1", "zero2", "zero3")
+
+
+def check_parallel(world_size: object, strategy: object, mode: str) -> None:
+    """``world_size`` is a count of ranks and ``strategy`` one memfit estimates."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise InvalidInputError(
+            f"world_size={world_size!r} is not a number of ranks: give a whole number >= 1, "
+            "e.g. world_size=8 (the GPUs the job runs on)."
+        )
+    if strategy is None:
+        if world_size > 1:
+            raise InvalidInputError(
+                f"world_size={world_size} without a strategy: give strategy='ddp' (each rank "
+                "holds the whole model and all-reduces its gradients), or world_size=1."
+            )
+        return
+    if strategy in _LATER:
+        raise InvalidInputError(
+            f"strategy={strategy!r} is not estimated yet (memfit estimates 'ddp' so far); "
+            "estimate one rank's step without it, or with strategy='ddp' for the memory of a "
+            "rank that holds the whole model."
+        )
+    if strategy not in STRATEGIES:
+        raise InvalidInputError(
+            f"strategy={strategy!r} is not a data-parallel strategy memfit knows: give 'ddp'."
+        )
+    if mode != "train":
+        raise InvalidInputError(
+            f"strategy={strategy!r} with mode='infer' would be ignored: DDP's buckets hold "
+            "gradients, and inference has none. Drop strategy and world_size."
+        )
+
+
+@contextmanager
+def parallel_group(strategy: str | None, world_size: int, device_type: str) -> Iterator[None]:
+    """The process group a step of ``strategy`` needs, for as long as it runs: on the meta
+    device a fake one of ``world_size`` ranks; on a GPU, where none is set up, one rank of NCCL
+    (a measurement runs one process). An existing group is used as it is."""
+    import torch.distributed as dist
+
+    if strategy is None or (dist.is_available() and dist.is_initialized()):
+        yield
+        return
+    if not dist.is_available():
+        raise InvalidInputError(
+            "This torch has no torch.distributed; DDP cannot be built. Install a torch build "
+            "with distributed support (the PyPI wheels have it)."
+        )
+    if device_type == "meta":
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    else:
+        if world_size != 1:
+            raise InvalidInputError(
+                f"world_size={world_size} cannot run in this one process: start the job with "
+                "torchrun (each rank sets up its process group) and validate there, or "
+                "validate one rank with world_size=1."
+            )
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29531")
+        dist.init_process_group("nccl", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def parallelize(model: nn.Module, strategy: str, device_type: str) -> nn.Module:
+    """``model`` wrapped as ``strategy`` does (DDP with its defaults); on the meta device the
+    fake group's all-reduce is answered with the bucket, as NCCL's in-place one leaves it."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if device_type == "meta":
+        import torch.distributed as dist
+
+        ddp = DistributedDataParallel(model, init_sync=False)
+        # DDP reads the hook's annotations as objects; this module's are strings
+        _in_place.__annotations__ = {
+            "bucket": dist.GradBucket,
+            "return": torch.futures.Future[torch.Tensor],
+        }
+        ddp.register_comm_hook(None, _in_place)
+        return ddp
+    index = torch.cuda.current_device()
+    return DistributedDataParallel(model, device_ids=[index])
+
+
+def _in_place(state: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+    done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    done.set_result(bucket.buffer())
+    return done
