@@ -3,7 +3,14 @@
 
 from __future__ import annotations
 
-__all__ = ["COMPILED_CHOICES", "MODES", "MOE_ROUTINGS", "OPTIMIZERS", "PRECISIONS"]
+__all__ = [
+    "COMPILED_CHOICES",
+    "MODES",
+    "MOE_ROUTINGS",
+    "OPTIMIZERS",
+    "PRECISIONS",
+    "STRATEGIES",
+]
 
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed")
 OPTIMIZERS = (
@@ -32,3 +39,6 @@ MODES = ("train", "infer")
 COMPILED_CHOICES = ("eager",)
 # how mixture-of-experts routers are answered in a trace (memfit.trace._routing says what each is)
 MOE_ROUTINGS = ("balanced", "skewed")
+
+# data-parallel strategies memfit estimates (memfit.workload._parallel)
+STRATEGIES = ("ddp",)

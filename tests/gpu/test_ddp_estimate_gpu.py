@@ -1,5 +1,6 @@
 """On a real GPU: one DDP rank (NCCL, a world of one) peaks as memfit estimates it on the CPU,
-DDP's gradient buckets and their rebuild after the first backward included."""
+DDP's gradient buckets included (their rebuild after the first backward not yet: strict xfail,
+which fails once it is traced)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,14 @@ print(json.dumps([e.peak_allocated, e.peak_reserved, m.peak_allocated, m.peak_re
 """
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="DDP's bucket rebuild in the second forward (one flat bucket per dtype at first, "
+    "25 MiB ones after) is not traced yet: on the H200 this step peaked at 6.124 GB allocated "
+    "where memfit estimated 5.626, exactly the 497.8 MB of a second set of buckets "
+    "(session 14); GPT-2 bf16-mixed b8 x 1024, BERT-base and TinyLlama peak elsewhere and "
+    "were exact",
+)
 def test_a_ddp_rank_peaks_as_estimated() -> None:
     out = subprocess.run([sys.executable, "-c", MEASURE], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from importlib.metadata import PackageNotFoundError, version
 
-from memfit._choices import COMPILED_CHOICES, MOE_ROUTINGS, OPTIMIZERS, PRECISIONS
+from memfit._choices import COMPILED_CHOICES, MOE_ROUTINGS, OPTIMIZERS, PRECISIONS, STRATEGIES
 from memfit.cli._export_cmd import add_export_parser
 from memfit.cli._help import HelpFormatter, block_fraction, epilog, positive_int, share
 from memfit.cli._plan_cmd import add_plan_parser
@@ -137,6 +137,20 @@ def _model_kind_args(p: argparse.ArgumentParser) -> None:
         help="offload what the blocks save for the backward to pinned host memory, copied on a "
         "side stream and back one block ahead: every block not checkpointed, or the share F "
         "of them (train only; see memfit.offload_activations)",
+    )
+    p.add_argument(
+        "--gpus",
+        dest="world_size",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="the ranks of a data-parallel job (with --strategy): each rank's memory is estimated",
+    )
+    p.add_argument(
+        "--strategy",
+        default=None,
+        choices=STRATEGIES,
+        help="data-parallel strategy: ddp (each rank holds the model and its gradient buckets)",
     )
     p.add_argument(
         "--activation-memory-budget",

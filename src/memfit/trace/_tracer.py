@@ -52,6 +52,7 @@ from memfit.workload import (
     offloader_of,
     optimizer_for,
     parallel_group,
+    parallel_note,
     prepare_model,
     run_steps,
 )
@@ -445,6 +446,8 @@ def _trace(
         optimizer_class = type(optimizer)
         del model, optimizer
     notes = compile_guard.finish()
+    if workload.strategy is not None:
+        notes.append(parallel_note(workload.strategy, workload.world_size))
     if observer is not None:
         notes.append(observer.note(*offload_note))
     if workload.step_fn is not None:

@@ -38,7 +38,13 @@ from memfit.workload._offload import (
     offload_blocks,
     offloader_of,
 )
-from memfit.workload._parallel import STRATEGIES, check_parallel, parallel_group, parallelize
+from memfit.workload._parallel import (
+    STRATEGIES,
+    check_parallel,
+    parallel_group,
+    parallel_note,
+    parallelize,
+)
 from memfit.workload._spec import (
     Batch,
     LossFn,
@@ -111,6 +117,7 @@ __all__ = [
     "optimizer_for",
     "optimizers_of",
     "parallel_group",
+    "parallel_note",
     "parallelize",
     "partial_fraction",
     "prepare_model",

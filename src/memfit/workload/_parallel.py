@@ -11,8 +11,12 @@ rank 0 of ``world_size``), whose all-reduce is answered with the bucket itself, 
 NCCL all-reduce leaves it. On a GPU, ``memfit validate`` runs one rank of its own (NCCL, a
 world of one) where no process group is set up.
 
-Not modelled yet: NCCL's own device memory (outside the caching allocator), and what makes the
-ranks of a multi-GPU job differ; FSDP2 and ZeRO are refused until they are.
+Not modelled yet: the rebuild itself (on the meta device the reducer does not rebuild: DDP's
+first buckets are one flat buffer per dtype, its rebuilt ones 25 MiB each, and where the second
+forward is the peak the GPU holds both sets at once, e.g. GPT-2 fp32 b4 x 512: 497.8 MB over
+the estimate); NCCL's own device memory (outside the caching allocator: 0.5 GB more outside
+PyTorch on the H200 with one rank); what makes the ranks of a multi-GPU job differ. FSDP2 and
+ZeRO are refused until they are estimated.
 """
 
 from __future__ import annotations
@@ -25,11 +29,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from memfit._choices import STRATEGIES
 from memfit._errors import InvalidInputError
 
-__all__ = ["STRATEGIES", "check_parallel", "parallel_group", "parallelize"]
+__all__ = ["STRATEGIES", "check_parallel", "parallel_group", "parallel_note", "parallelize"]
 
-STRATEGIES = ("ddp",)
 _LATER = ("fsdp2", "zero1", "zero2", "zero3")
 
 
@@ -99,6 +103,18 @@ def parallel_group(strategy: str | None, world_size: int, device_type: str) -> I
         dist.destroy_process_group()
 
 
+def parallel_note(strategy: str, world_size: int) -> str:
+    """What a data-parallel estimate assumed, for its notes."""
+    return (
+        f"{strategy.upper()} on {world_size} rank{'s' if world_size > 1 else ''}: every rank "
+        "runs this step on its own batch and holds the whole model and its gradient buckets "
+        "(rank 0 traced on a fake process group); not counted: NCCL's own device memory "
+        "(outside PyTorch's allocator), and the moment DDP rebuilds its buckets in the second "
+        "forward, when it holds a second set (up to the gradients' size more, if that moment "
+        "is the peak)"
+    )
+
+
 def parallelize(model: nn.Module, strategy: str, device_type: str) -> nn.Module:
     """``model`` wrapped as ``strategy`` does (DDP with its defaults); on the meta device the
     fake group's all-reduce is answered with the bucket, as NCCL's in-place one leaves it."""
@@ -110,7 +126,7 @@ def parallelize(model: nn.Module, strategy: str, device_type: str) -> nn.Module:
         ddp = DistributedDataParallel(model, init_sync=False)
         # DDP reads the hook's annotations as objects; this module's are strings
         _in_place.__annotations__ = {
-            "bucket": dist.GradBucket,
+            "bucket": dist.GradBucket,  # type: ignore[attr-defined]
             "return": torch.futures.Future[torch.Tensor],
         }
         ddp.register_comm_hook(None, _in_place)

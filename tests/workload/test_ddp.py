@@ -1,0 +1,71 @@
+"""A DDP rank's step (``strategy="ddp"``, ``world_size=N``; issue 14, first part): traced on
+PyTorch's fake process group with its gradient buckets, the group torn down after; the
+strategies and settings not estimated yet refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import memfit
+from memfit import InvalidInputError
+from memfit.cli import main
+
+
+def _gpt2() -> nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=256)
+    )
+
+
+def _batch() -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, 1000, (4, 256))
+    return {"input_ids": ids, "labels": ids}
+
+
+def test_a_ddp_rank_holds_its_gradient_buckets_besides_the_step() -> None:
+    plain = memfit.estimate(_gpt2, _batch, gpu="H200")
+    ddp = memfit.estimate(_gpt2, _batch, gpu="H200", strategy="ddp", world_size=4)
+    grads = sum(p.numel() * 4 for p in _gpt2().parameters())
+    # one flat fp32 bucket of every gradient, held from DDP's construction on
+    assert ddp.peak_allocated - plain.peak_allocated == pytest.approx(grads, abs=2**20)
+    assert any(n.startswith("DDP on 4 ranks") for n in ddp.notes)
+    assert not dist.is_initialized()  # the fake group lived as long as the trace
+
+
+def test_the_world_size_does_not_change_a_ddp_ranks_estimate() -> None:
+    peaks = {
+        n: memfit.estimate(_gpt2, _batch, strategy="ddp", world_size=n).peak_reserved
+        for n in (1, 8)
+    }
+    assert peaks[1] == peaks[8]
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"strategy": "fsdp2", "world_size": 4}, "strategy='fsdp2' is not estimated yet"),
+        ({"strategy": "zero3", "world_size": 4}, "strategy='zero3' is not estimated yet"),
+        ({"strategy": "horovod", "world_size": 4}, "not a data-parallel strategy"),
+        ({"world_size": 4}, "world_size=4 without a strategy"),
+        ({"strategy": "ddp", "world_size": 0}, "world_size=0 is not a number of ranks"),
+        ({"strategy": "ddp", "mode": "infer"}, "DDP's buckets hold gradients"),
+    ],
+)
+def test_what_is_not_estimated_is_refused(settings: dict[str, object], match: str) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        memfit.estimate(_gpt2, _batch, **settings)  # type: ignore[arg-type]
+
+
+def test_the_command_line_takes_gpus_and_strategy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["estimate", "gpt2", "-b", "2", "-s", "128", "--gpus", "2", "--strategy", "ddp"]) == 0
+    )
+    assert "DDP on 2 ranks" in capsys.readouterr().out.replace("\n", " ")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["estimate", "gpt2", "--strategy", "fsdp"])
+    assert exit_info.value.code == 2
