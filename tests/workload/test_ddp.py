@@ -69,3 +69,19 @@ def test_the_command_line_takes_gpus_and_strategy(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit) as exit_info:
         main(["estimate", "gpt2", "--strategy", "fsdp"])
     assert exit_info.value.code == 2
+
+
+def test_ddps_broadcast_of_the_parameters_at_construction_is_traced() -> None:
+    # DDP's default init_sync: the parameters flattened into buffers of about 250 MB, broadcast
+    # from rank 0 and freed (on the H200: 270.9 and 226.8 MB for GPT-2, freed at once)
+    from memfit._gpus import resolve_gpu
+    from memfit.trace import trace_workload
+    from memfit.workload import make_workload
+
+    work = make_workload(_gpt2, _batch, strategy="ddp", world_size=2)
+    trace = trace_workload(work, resolve_gpu("h200"))
+    setup = trace.events[: trace.steps_start]
+    freed = {e.block for e in setup if e.kind == "free"}
+    transient = sum(e.size for e in setup if e.kind == "alloc" and e.block in freed)
+    params = sum(p.numel() * 4 for p in _gpt2().parameters())
+    assert transient >= params

@@ -398,7 +398,7 @@ def _trace(
         session.recorder.costs = StepCosts(compiled=plan is not None)
     # later steps are copies of step 1 in memfit's own loop (a user's step or a compiled model's
     # may differ from one step to the next)
-    # (and DDP's: its second step's forward rebuilds the gradient buckets)
+    # (and DDP's: its reducer may rebuild its gradient buckets after the first backward)
     session.repeat.enabled = (
         REPEAT_STEPS and workload.step_fn is None and plan is None and workload.strategy is None
     )
