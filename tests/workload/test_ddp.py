@@ -85,3 +85,11 @@ def test_ddps_broadcast_of_the_parameters_at_construction_is_traced() -> None:
     transient = sum(e.size for e in setup if e.kind == "alloc" and e.block in freed)
     params = sum(p.numel() * 4 for p in _gpt2().parameters())
     assert transient >= params
+
+
+def test_a_ddp_rank_counts_nccls_memory_outside_pytorch() -> None:
+    from memfit.estimator._estimate import NCCL_ONE_RANK
+
+    plain = memfit.estimate(_gpt2, _batch, gpu="H200")
+    ddp = memfit.estimate(_gpt2, _batch, gpu="H200", strategy="ddp")
+    assert ddp.non_pytorch - plain.non_pytorch == NCCL_ONE_RANK == 490 * 2**20

@@ -10,8 +10,9 @@ fake one (``backend="fake"``, rank 0 of ``world_size``), whose all-reduce is ans
 bucket itself, as an in-place NCCL all-reduce leaves it. On a GPU, ``memfit validate`` runs one
 rank of its own (NCCL, a world of one) where no process group is set up.
 
-Not modelled yet: NCCL's own device memory (outside the caching allocator: 0.5 GB more outside
-PyTorch on the H200 with one rank); a step (GPT-2 fp32 4 x 512) whose GPU peak was a
+NCCL's own device memory, outside the caching allocator, is the estimate's non-PyTorch memory:
+490 MiB measured with one rank on the H200 (``memfit.estimator``); more ranks take more, not
+measured yet. Not modelled yet: a step (GPT-2 fp32 4 x 512) whose GPU peak was a
 gradients' size above the estimate, cause not found (the allocator traces of three other DDP
 steps match the trace event for event, with no bucket rebuild in them); what makes the ranks of
 a multi-GPU job differ. FSDP2 and ZeRO are refused until they are estimated.
@@ -106,9 +107,9 @@ def parallel_note(strategy: str, world_size: int) -> str:
     return (
         f"{strategy.upper()} on {world_size} rank{'s' if world_size > 1 else ''}: every rank "
         "runs this step on its own batch and holds the whole model and its gradient buckets "
-        "(rank 0 traced on a fake process group); not counted: NCCL's own device memory "
-        "(outside PyTorch's allocator); one DDP step measured on an H200 peaked a gradients' "
-        "size above its estimate, cause not found yet"
+        "(rank 0 traced on a fake process group); NCCL's own device memory counted as one "
+        "rank's on an H200 (490 MiB; more ranks take more, not measured yet); one DDP step "
+        "measured on an H200 peaked a gradients' size above its estimate, cause not found yet"
     )
 
 
