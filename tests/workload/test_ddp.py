@@ -93,3 +93,36 @@ def test_a_ddp_rank_counts_nccls_memory_outside_pytorch() -> None:
     plain = memfit.estimate(_gpt2, _batch, gpu="H200")
     ddp = memfit.estimate(_gpt2, _batch, gpu="H200", strategy="ddp")
     assert ddp.non_pytorch - plain.non_pytorch == NCCL_ONE_RANK == 490 * 2**20
+
+
+def test_a_plan_of_a_ddp_rank_says_what_it_left_out() -> None:
+    def batch_of(n: int) -> dict[str, torch.Tensor]:
+        ids = torch.randint(0, 1000, (n, 256))
+        return {"input_ids": ids, "labels": ids}
+
+    plan = memfit.plan(
+        _gpt2,
+        batch_of=batch_of,
+        batch_size=4,
+        budget="H200",
+        strategy="ddp",
+        world_size=2,
+        precisions=("fp32",),
+        checkpointing=(False,),
+        optimizers=("adamw-fused",),
+        offloads=(),
+        workers=1,
+    )
+    assert any(n.startswith("planned one rank of DDP on 2") for n in plan.notes)
+    chosen = plan.chosen
+    assert chosen is not None
+    c = chosen.candidate
+    plain = memfit.estimate(  # the same configuration, not data-parallel: no buckets
+        _gpt2,
+        batch_of=batch_of,
+        batch_size=c.micro_batch,
+        accumulation=c.accumulation,
+        optimizer=c.optimizer,
+        gpu="H200",
+    )
+    assert chosen.peak_allocated > plain.peak_allocated
