@@ -151,3 +151,23 @@ def test_a_model_with_its_own_checkpointing_is_refused() -> None:
     model.gradient_checkpointing_enable()
     with pytest.raises(InvalidInputError, match="gradient checkpointing switched on"):
         offload_blocks(model, 1.0)
+
+
+def test_a_second_backward_through_the_same_graph_brings_the_tensors_back_again() -> None:
+    model = _gpt2(layers=2)
+    offload_blocks(model, 1.0, min_bytes=0)
+    loss = model(**_batch()).loss
+    loss.backward(retain_graph=True)
+    first = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    for name, grad in first.items():
+        assert torch.equal(dict(model.named_parameters())[name].grad, grad), name
+
+
+def test_under_no_grad_nothing_is_offloaded() -> None:
+    model = _gpt2(layers=2)
+    offload = offload_blocks(model, 1.0, min_bytes=0)
+    with torch.no_grad():
+        model(**_batch())
+    assert not offload._pending and not offload._calls
