@@ -171,3 +171,22 @@ def test_under_no_grad_nothing_is_offloaded() -> None:
     with torch.no_grad():
         model(**_batch())
     assert not offload._pending and not offload._calls
+
+
+def test_a_forward_that_fails_lets_go_of_what_the_blocks_before_held() -> None:
+    # AutoMicrobatch retries after an out-of-memory error: the earlier blocks' tensors, held
+    # until the next block's end, must not be held into the retry
+    model = _gpt2(layers=3)
+    offload = offload_blocks(model, 1.0, min_bytes=0)
+    inside_last = find_blocks(model)[-1].mlp  # the error inside the last block's forward
+
+    def fail(module: nn.Module, args: object) -> None:
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    handle = inside_last.register_forward_pre_hook(fail)
+    with pytest.raises(RuntimeError, match="simulated"):
+        model(**_batch())
+    assert not offload._pending
+    handle.remove()
+    loss = model(**_batch()).loss  # and the next forward and backward run
+    loss.backward()

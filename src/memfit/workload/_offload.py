@@ -219,8 +219,12 @@ class ActivationOffload:
             if group is not None
             else nullcontext()
         )
-        with hooks:
-            out = fn(*args, **kwargs)
+        try:
+            with hooks:
+                out = fn(*args, **kwargs)
+        except BaseException:  # an OOM: what earlier blocks held goes now, not at the retry
+            self._release()
+            raise
         calls.append(group)
         self._release(keep=group)
         if group is not None and group.saved:
