@@ -126,3 +126,17 @@ def test_a_plan_of_a_ddp_rank_says_what_it_left_out() -> None:
         gpu="H200",
     )
     assert chosen.peak_allocated > plain.peak_allocated
+
+
+def test_the_header_and_json_say_a_rank_and_its_offload(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["estimate", "gpt2", "-b", "2", "-s", "128", "--gpus", "4", "--strategy", "ddp"]
+    assert main([*args, "--offload", "0.5"]) == 0
+    out = capsys.readouterr()
+    text = " ".join(out.out.split())
+    assert "offload 50% of the blocks" in text and "parallel DDP, rank of 4" in text
+    assert "Warning" not in out.err  # DDP's timing statistics, which meta cannot take, are off
+    assert main([*args, "--json"]) == 0
+    import json
+
+    workload = json.loads(capsys.readouterr().out)["workload"]
+    assert (workload["strategy"], workload["world_size"], workload["offload"]) == ("ddp", 4, 0.0)

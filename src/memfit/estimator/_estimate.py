@@ -152,6 +152,9 @@ def _summary(workload: Workload, trace: Trace) -> WorkloadSummary:
         allocator_config=workload.allocator_text,
         steps=workload.steps,
         accumulation=workload.accumulation,
+        offload=workload.offload,
+        strategy=workload.strategy,
+        world_size=workload.world_size,
     )
 
 

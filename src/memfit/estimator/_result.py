@@ -30,6 +30,9 @@ class WorkloadSummary:
     allocator_config: str
     steps: int
     accumulation: int = 1  # micro-batches per optimizer step (batch is one micro-batch)
+    offload: float = 0.0  # the share of the blocks offloaded (workload._offload)
+    strategy: str | None = None  # data-parallel strategy of a rank's estimate ("ddp")
+    world_size: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +186,9 @@ class Estimate:
                 "allocator_config": self.workload.allocator_config,
                 "steps": self.workload.steps,
                 "accumulation": self.workload.accumulation,
+                "offload": self.workload.offload,
+                "strategy": self.workload.strategy,
+                "world_size": self.workload.world_size,
             },
             "versions": self.versions.to_dict(),
             "units": "bytes",

@@ -113,6 +113,12 @@ def workload_fields(workload: WorkloadSummary) -> list[tuple[str, str]]:
         ("precision", workload.precision),
         ("optimizer", workload.optimizer or "none"),
         ("checkpointing", _checkpointing(workload.activation_checkpointing)),
+        *([("offload", f"{workload.offload:.0%} of the blocks")] if workload.offload else []),
+        *(
+            [("parallel", f"{workload.strategy.upper()}, rank of {workload.world_size}")]
+            if workload.strategy
+            else []
+        ),
         ("allocator", workload.allocator_config or "default"),
         ("traced", steps),
     ]

@@ -128,9 +128,24 @@ def parallelize(model: nn.Module, strategy: str, device_type: str) -> nn.Module:
             "return": torch.futures.Future[torch.Tensor],
         }
         ddp.register_comm_hook(None, _in_place)
+        # its timing statistics are CPU's or CUDA's only: on meta it warns from C++, on stderr
+        ddp.logger = _NoRuntimeStats(ddp.logger)
         return ddp
     index = torch.cuda.current_device()
     return DistributedDataParallel(model, device_ids=[index])
+
+
+class _NoRuntimeStats:
+    """DDP's logger without the per-iteration timing statistics, which a meta run cannot time."""
+
+    def __init__(self, logger: Any) -> None:
+        self._logger = logger
+
+    def set_runtime_stats_and_log(self) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
 
 
 def _in_place(state: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
