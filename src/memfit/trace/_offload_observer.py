@@ -17,18 +17,18 @@ __all__ = ["OffloadTrace"]
 class OffloadTrace:
     """An :class:`~memfit.workload.OffloadObserver` that records into a trace's recorder."""
 
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: Recorder, offloaded: int, blocks: int) -> None:
         self.recorder = recorder
+        self.offloaded, self.blocks = offloaded, blocks  # how many blocks of how many
         self.live = self.most = 0  # pinned host bytes held, as allocated: now and at most
 
-    def note(self, offloaded: int, blocks: int) -> str:
+    def note(self) -> str:
         """What the offload asks of the host, for the estimate's notes."""
-        host = self.most
         return (
-            f"activation offload: what {offloaded} of {blocks} blocks save waits in pinned "
-            f"host memory between forward and backward, {format_bytes(host)} of it at once "
-            "(PyTorch's pinned allocator rounds each tensor up to a power of two); the copies "
-            "run on a side stream"
+            f"activation offload: what {self.offloaded} of {self.blocks} blocks save waits in "
+            f"pinned host memory between forward and backward, {format_bytes(self.most)} of it "
+            "at once (PyTorch's pinned allocator rounds each tensor up to a power of two); the "
+            "copies run on a side stream"
         )
 
     def _op(self, kind: str, number: int, nbytes: int) -> None:

@@ -412,17 +412,15 @@ def _trace(
     recorder = session.recorder
     model: nn.Module | None = None
     observer: OffloadTrace | None = None
-    offload_note = (0, 0)
     compile_guard = CompileGuard(workload, lambda: recorder.phase, plan)
     group = parallel_group(workload.strategy, workload.world_size, "meta")
     with group, session.active(), compile_guard.active():
         try:
             model = compile_guard.checked_model(prepare_model(workload, "meta"))
             offload = offloader_of(model)
-            observer = OffloadTrace(recorder) if offload is not None else None
             if offload is not None:
+                observer = OffloadTrace(recorder, len(offload.offloaded), len(offload.blocks))
                 offload.observer = observer
-                offload_note = (len(offload.offloaded), len(offload.blocks))
             _mark_model(recorder, model)
             session.modules.name_modules(model)
             optimizer = optimizer_for(workload, model)
@@ -449,7 +447,7 @@ def _trace(
     if workload.strategy is not None:
         notes.append(parallel_note(workload.strategy, workload.world_size))
     if observer is not None:
-        notes.append(observer.note(*offload_note))
+        notes.append(observer.note())
     if workload.step_fn is not None:
         notes += _step_notes(workload, session.user_autocast)
     if workload.optimizer_in_backward:

@@ -34,12 +34,15 @@ from memfit._errors import InvalidInputError
 __all__ = [
     "SAVED_OPS",
     "blocks_for",
+    "call_forward",
     "checkpoint_blocks",
     "checkpointed_blocks",
     "checkpointing_on",
     "chosen_blocks",
     "find_blocks",
     "unwrap_blocks",
+    "unwrap_forward",
+    "wrap_forward",
 ]
 
 aten = torch.ops.aten
@@ -132,13 +135,33 @@ def checkpoint_blocks(
             config.use_cache = False
     for block in blocks:
         if _MARK not in block.__dict__:
-            own = block.__dict__.get("forward")  # another wrapper's: kept, and put back
-            # the class's forward held weakly: a wrapper holding its block would be a cycle,
-            # and the block's parameters (on the GPU) would outlive the model until gc runs
-            forward = own if own is not None else weakref.WeakMethod(block.forward)
-            block.forward = functools.partial(_checkpointed, forward, context)
-            block.__dict__[_MARK] = own if own is not None else True
+            wrap_forward(block, _MARK, lambda f: functools.partial(_checkpointed, f, context))
     return blocks
+
+
+def wrap_forward(block: nn.Module, mark: str, wrapper: Any) -> None:
+    """Set ``block.forward`` to ``wrapper(forward)``, noting under ``mark`` what
+    :func:`unwrap_forward` puts back. Another wrapper's forward is wrapped in turn and kept;
+    the class's is held weakly (:func:`call_forward`): a wrapper holding its block would be a
+    cycle, and the block's parameters (on the GPU) would outlive the model until gc runs."""
+    own = block.__dict__.get("forward")
+    forward = own if own is not None else weakref.WeakMethod(block.forward)
+    block.forward = wrapper(forward)
+    block.__dict__[mark] = own if own is not None else True
+
+
+def unwrap_forward(module: nn.Module, mark: str) -> None:
+    """Take :func:`wrap_forward`'s wrapping under ``mark`` off ``module``, if it has one."""
+    previous = module.__dict__.pop(mark, None)
+    if previous is not None:
+        del module.forward
+        if previous is not True:
+            module.forward = previous
+
+
+def call_forward(forward: Any) -> Any:
+    """The forward :func:`wrap_forward` wrapped, to call (the block is calling: it is alive)."""
+    return forward() if isinstance(forward, weakref.WeakMethod) else forward
 
 
 def chosen_blocks(blocks: list[nn.Module], fraction: float) -> list[nn.Module]:
@@ -169,19 +192,15 @@ def unwrap_blocks(model: nn.Module) -> None:
     """Take :func:`checkpoint_blocks`' wrapping off again (a forward another wrapper had set
     on the block is put back)."""
     for module in model.modules():
-        previous = module.__dict__.pop(_MARK, None)
-        if previous is not None:
-            del module.forward
-            if previous is not True:
-                module.forward = previous
+        unwrap_forward(module, _MARK)
 
 
 def _checkpointed(forward: Any, context: Any, *args: Any, **kwargs: Any) -> Any:
     from torch.utils.checkpoint import checkpoint
 
-    if isinstance(forward, weakref.WeakMethod):
-        forward = forward()  # the block is calling: it is alive
-    return checkpoint(forward, *args, use_reentrant=False, context_fn=context, **kwargs)
+    return checkpoint(
+        call_forward(forward), *args, use_reentrant=False, context_fn=context, **kwargs
+    )
 
 
 def _policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:

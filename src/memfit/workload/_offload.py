@@ -42,10 +42,13 @@ from torch.utils._pytree import tree_flatten
 
 from memfit._errors import InvalidInputError
 from memfit.workload._checkpoint import (
+    call_forward,
     checkpointed_blocks,
     checkpointing_on,
     chosen_blocks,
     find_blocks,
+    unwrap_forward,
+    wrap_forward,
 )
 
 __all__ = [
@@ -128,8 +131,7 @@ class _Streams:
     numbers, and an observer is told of both."""
 
     def __init__(self, device: torch.device, observer: OffloadObserver | None) -> None:
-        self.cuda = device.type == "cuda"
-        self.side = torch.cuda.Stream(device) if self.cuda else None
+        self.side = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.observer = observer
         self.events = 0
 
@@ -147,6 +149,14 @@ class _Streams:
         if self.observer is not None:
             self.observer.marked(self.events)
         return self.events
+
+    def copied(self, direction: str, nbytes: int) -> None:
+        if self.observer is not None:
+            self.observer.copied(direction, nbytes)
+
+    def fetched(self, t: torch.Tensor) -> None:
+        if self.observer is not None:
+            self.observer.fetched(t)
 
     def wait(self, event: Any) -> None:
         if self.side is not None:
@@ -178,20 +188,16 @@ class ActivationOffload:
         self._pending: list[_Group] = []  # offloaded calls whose GPU tensors are still held
         chosen = {id(b) for b in offloaded}
         for index, block in enumerate(blocks):
-            own = block.__dict__.get("forward")
-            forward = own if own is not None else weakref.WeakMethod(block.forward)
-            block.forward = functools.partial(self._run, forward, index, id(block) in chosen)
-            block.__dict__[_MARK] = own if own is not None else True
+            on = id(block) in chosen
+            wrap_forward(
+                block, _MARK, lambda f, i=index, on=on: functools.partial(self._run, f, i, on)
+            )
         model.__dict__[_OWNER] = self
 
     def remove(self) -> None:
         """Put the blocks' forwards back (another wrapper's too)."""
         for block in self.blocks:
-            previous = block.__dict__.pop(_MARK, None)
-            if previous is not None:
-                del block.forward
-                if previous is not True:
-                    block.forward = previous
+            unwrap_forward(block, _MARK)
         model = self._model()
         if model is not None:
             model.__dict__.pop(_OWNER, None)
@@ -203,8 +209,12 @@ class ActivationOffload:
         self.remove()
 
     # -- forward ----------------------------------------------------------------------------
+    def _wrapper(self, index: int, offloaded: bool) -> Any:
+        """What makes block ``index``'s forward: its own, run by :meth:`_run`."""
+        return lambda forward: functools.partial(self._run, forward, index, offloaded)
+
     def _run(self, forward: Any, index: int, offloaded: bool, *args: Any, **kwargs: Any) -> Any:
-        fn: Any = forward() if isinstance(forward, weakref.WeakMethod) else forward
+        fn = call_forward(forward)
         if not torch.is_grad_enabled():
             return fn(*args, **kwargs)
         if index <= self._last_index:  # a new forward: the calls before are another graph's
@@ -259,8 +269,7 @@ class ActivationOffload:
             nbytes = t.numel() * t.element_size()
             with streams.copying():
                 host = _to_host(t)
-            if streams.observer is not None:
-                streams.observer.copied("d2h", nbytes)
+            streams.copied("d2h", nbytes)
             saved = _Saved(t.shape, t.stride(), t.dtype, t.device, nbytes, host, group)
             group.by_key[key] = saved
             group.saved.append(weakref.ref(saved))
@@ -300,13 +309,11 @@ class ActivationOffload:
         buffers = []
         for s in saved:  # on the compute stream: reused only after its waits
             buffers.append(torch.empty_strided(s.size, s.stride, dtype=s.dtype, device=s.device))
-            if streams.observer is not None:
-                streams.observer.fetched(buffers[-1])
+            streams.fetched(buffers[-1])
         with streams.copying():
             for s, gpu in zip(saved, buffers, strict=True):
                 _copy_back(gpu, s.host)
-                if streams.observer is not None:
-                    streams.observer.copied("h2d", s.nbytes)
+                streams.copied("h2d", s.nbytes)
                 s.gpu = gpu
         group.fetched = streams.record()
 
