@@ -190,3 +190,53 @@ def test_a_forward_that_fails_lets_go_of_what_the_blocks_before_held() -> None:
     handle.remove()
     loss = model(**_batch()).loss  # and the next forward and backward run
     loss.backward()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"share": 0}, r"share=0 offloads nothing"),
+        ({"share": 2.0}, r"offload=2.0 is not a share of blocks"),
+        ({"min_bytes": -1}, r"min_bytes=-1 is not a size in bytes"),
+        ({"min_bytes": "1MB"}, r"min_bytes='1MB' is not a size in bytes"),
+    ],
+)
+def test_offload_activations_refuses_what_is_no_share_or_size(
+    kwargs: dict[str, object], match: str
+) -> None:
+    model = _gpt2(layers=2)
+    with pytest.raises(InvalidInputError, match=match):
+        memfit.offload_activations(model, **kwargs)  # type: ignore[arg-type]
+    assert not any("forward" in m.__dict__ for m in model.modules())  # nothing changed
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["estimate", "gpt2", "--offload", "1.5"], "1.5 is not between 0 and 1"),
+        (["estimate", "gpt2", "--offload", "half"], "half"),
+        (["estimate", "gpt2", "--gpus", "0"], "0"),
+        (["plan", "gpt2", "-b", "8", "--gpu", "24GiB", "--offloads", "1,x"], "x"),
+    ],
+)
+def test_the_command_line_refuses_bad_offload_and_rank_flags(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memfit.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err
+
+
+def test_offload_with_full_checkpointing_on_the_command_line_is_refused_without_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from memfit.cli import main
+
+    code = main(["estimate", "gpt2", "-b", "2", "-s", "64", "--checkpointing", "--offload"])
+    err = capsys.readouterr().err
+    assert code != 0 and "every block is checkpointed" in " ".join(err.split())
+    assert "Traceback" not in err
