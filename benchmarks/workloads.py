@@ -796,6 +796,76 @@ HELD_OUT_14_DDP: list[dict[str, Any]] = [
     },
 ]
 
+
+# Held out for issue 14 (session 15): rank 0 of an FSDP2 job. A world of one runs NCCL; larger
+# worlds run on one GPU with PyTorch's fake process group answering the collectives
+# (``gpu_measure.py``): the allocator sees what rank 0 allocates, NCCL's own memory aside.
+HELD_OUT_14_FSDP2: list[dict[str, Any]] = [
+    {"id": "fsdp2-1-gpt2-fp32-b4-s512", "model": "gpt2", "batch_size": 4, "seq_len": 512},
+    {
+        "id": "fsdp2-4-gpt2-fp32-b4-s512",
+        "model": "gpt2",
+        "batch_size": 4,
+        "seq_len": 512,
+        "world_size": 4,
+    },
+    {
+        "id": "fsdp2-8-gpt2-bf16mixed-b8-s1024",
+        "model": "gpt2",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "world_size": 8,
+    },
+    {
+        "id": "fsdp2-2-bert-base-fp32-b32-s512",
+        "model": "bert-base-uncased",
+        "batch_size": 32,
+        "seq_len": 512,
+        "world_size": 2,
+    },
+    {
+        "id": "fsdp2-4-tinyllama-bf16-b4-s2048-ckpt",
+        "model": "tinyllama-1.1b",
+        "batch_size": 4,
+        "seq_len": 2048,
+        "precision": "bf16",
+        "checkpointing": True,
+        "world_size": 4,
+    },
+    {
+        "id": "fsdp2-8-tinyllama-bf16mixed-b2-s2048",
+        "model": "tinyllama-1.1b",
+        "batch_size": 2,
+        "seq_len": 2048,
+        "precision": "bf16-mixed",
+        "world_size": 8,
+    },
+    {"id": "fsdp2-2-resnet50-fp32-b64", "model": "tv:resnet50", "batch_size": 64, "world_size": 2},
+    {
+        "id": "fsdp2-1-tinyllama-bf16mixed-b4-s1024-ckpt",
+        "model": "tinyllama-1.1b",
+        "batch_size": 4,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "checkpointing": True,
+    },
+]
+for _entry in HELD_OUT_14_FSDP2:
+    _entry["strategy"] = "fsdp2"
+
+# the DDP step whose GPU peak was a gradients' size above its estimate (session 14), again with
+# its allocator trace
+DDP_GAP = [
+    {
+        "id": "ddp1-gpt2-fp32-b4-s512",
+        "model": "gpt2",
+        "batch_size": 4,
+        "seq_len": 512,
+        "strategy": "ddp",
+    },
+]
+
 ALL = (
     WORKLOADS
     + HELD_OUT
@@ -812,4 +882,6 @@ ALL = (
     + HELD_OUT_13_OFFLOAD
     + HELD_OUT_13_OFFLOAD_2
     + HELD_OUT_14_DDP
+    + HELD_OUT_14_FSDP2
+    + DDP_GAP
 )

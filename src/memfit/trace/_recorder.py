@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -56,6 +56,16 @@ def _sole_owner(t: torch.Tensor) -> bool:
     return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
 
 
+def _any_of(types: tuple[type, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether an argument (or a tensor in a list argument) is of one of ``types``."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, types):
+            return True
+        if isinstance(value, (list, tuple)) and any(isinstance(v, types) for v in value):
+            return True
+    return False
+
+
 class Recorder(TorchDispatchMode):
     """Records allocation and free events of meta storages, in program order."""
 
@@ -81,6 +91,12 @@ class Recorder(TorchDispatchMode):
         self._made_by: dict[int, int] = {}  # storage key -> autograd node that allocated it
         self.persistent: set[int] = set()  # blocks a library handle keeps (never freed)
         self.costs: StepCosts | None = None  # each op's arithmetic and traffic, when asked
+        self.stream_of: Callable[[], int] = lambda: 0  # the stream allocations are made on
+        # tensor subclasses (FSDP2's DTensor) whose ops this mode lets them run as ops on the
+        # plain tensors inside them, which it then sees
+        self.pass_through: tuple[type, ...] = ()
+        self._host_depth = 0
+        self._off_device: set[int] = set()  # storages made off the GPU (``host``)
 
     # -- allocation bookkeeping ------------------------------------------------------------
     def _key(self, storage: torch.UntypedStorage) -> int:
@@ -96,7 +112,9 @@ class Recorder(TorchDispatchMode):
             module = self.module_of() or _PHASE_OWNER.get(self.phase.rpartition(".")[2], "")
             self.infos.append(AllocationInfo(category, op, module, self.phase, shape, dtype))
             self._block_info[block] = len(self.infos) - 1
-            self.events.append(MemoryEvent("alloc", block, nbytes, 0, len(self.infos) - 1))
+            self.events.append(
+                MemoryEvent("alloc", block, nbytes, self.stream_of(), len(self.infos) - 1)
+            )
         return block
 
     def free(self, block: int) -> None:
@@ -129,12 +147,49 @@ class Recorder(TorchDispatchMode):
     def info(self, block: int) -> AllocationInfo:
         return self.infos[self._block_info[block]]
 
+    @contextlib.contextmanager
+    def host(self) -> Iterator[None]:
+        """Storages made while this lasts are not on the GPU (a model built on the host that
+        FSDP2 then shards): never recorded, nor any view of them."""
+        self._host_depth += 1
+        try:
+            yield
+        finally:
+            self._host_depth -= 1
+
+    def claim(self, t: torch.Tensor, category: Category, op: str) -> None:
+        """``t``, made off the GPU (``host``), is on it from now on (a buffer FSDP2 moves)."""
+        self._off_device.discard(self._key(t.untyped_storage()))
+        self.track(t, category, op)
+
+    def storage_allocated(self, t: torch.Tensor) -> None:
+        """``t``'s storage, empty until now, was given its memory again (FSDP2's all-gather
+        output, resized back before an all-gather)."""
+        key = self._key(t.untyped_storage())
+        seen = self._live.pop(key, None)
+        if seen is not None:
+            self.free(seen[0])
+        self.track(t, Category.TEMPORARY, "fsdp.alloc_storage")
+
+    def storage_freed(self, t: torch.Tensor) -> None:
+        """``t``'s storage is about to be resized to nothing (FSDP2's reshard)."""
+        seen = self._live.pop(self._key(t.untyped_storage()), None)
+        if seen is not None:
+            self.free(seen[0])
+
     def track(self, t: torch.Tensor, category: Category, op: str) -> int | None:
         """Record ``t``'s storage if it is new; returns its block either way."""
         if t.device.type != "meta" or t.is_sparse:
             return None
+        t = getattr(t, "_local_tensor", t)  # a DTensor's memory is its shard's
         storage = t.untyped_storage()
         key = self._key(storage)
+        if key in self._off_device:
+            return None
+        if self._host_depth:
+            self._off_device.add(key)
+            weakref.finalize(storage, self._off_device.discard, key)
+            return None
         nbytes = int(storage.nbytes())
         seen = self._live.get(key)
         if seen is not None:
@@ -174,6 +229,7 @@ class Recorder(TorchDispatchMode):
     def block_of(self, t: torch.Tensor) -> int | None:
         if t.device.type != "meta":
             return None
+        t = getattr(t, "_local_tensor", t)  # a DTensor's memory is its shard's
         seen = self._live.get(self._key(t.untyped_storage()))
         return None if seen is None else seen[0]
 
@@ -225,6 +281,8 @@ class Recorder(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
+        if self.pass_through and _any_of(self.pass_through, args, kwargs):
+            return NotImplemented  # the subclass runs it as ops on its plain tensors
         if func is _ADD:
             with _NO_FUNCTION_MODE():
                 into = self._accumulates_into(args, kwargs)

@@ -55,6 +55,7 @@ from memfit.workload import (
     parallel_note,
     prepare_model,
     run_steps,
+    storage_hooks,
 )
 
 __all__ = ["REPEAT_STEPS", "Trace", "trace_workload"]
@@ -414,9 +415,22 @@ def _trace(
     observer: OffloadTrace | None = None
     compile_guard = CompileGuard(workload, lambda: recorder.phase, plan)
     group = parallel_group(workload.strategy, workload.world_size, "meta")
-    with group, session.active(), compile_guard.active():
+    with group as streams, session.active(), compile_guard.active(), ExitStack() as sharded:
         try:
-            model = compile_guard.checked_model(prepare_model(workload, "meta"))
+            building = None
+            if streams is not None:  # FSDP2: the model is built on the host, then sharded
+                from torch.distributed.tensor import DTensor
+
+                recorder.stream_of = streams.current
+                recorder.pass_through = (DTensor,)
+                sharded.enter_context(
+                    storage_hooks(recorder.storage_allocated, recorder.storage_freed)
+                )
+                building = recorder.host()
+            model = compile_guard.checked_model(prepare_model(workload, "meta", building))
+            if streams is not None:  # its buffers are moved to the GPU whole
+                for buffer in model.buffers():
+                    recorder.claim(buffer, Category.BUFFER, "fsdp.buffer")
             offload = offloader_of(model)
             if offload is not None:
                 observer = OffloadTrace(recorder, len(offload.offloaded), len(offload.blocks))

@@ -22,6 +22,7 @@ from memfit.workload._compiled import (
     whole_model_compiled,
 )
 from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_available, eight_bit_class
+from memfit.workload._fsdp import storage_hooks
 from memfit.workload._in_backward import IN_BACKWARD, OptimizerInBackward, in_backward
 from memfit.workload._memory_budget import (
     budget_in_effect,
@@ -123,6 +124,7 @@ __all__ = [
     "prepare_model",
     "resolve_model",
     "run_steps",
+    "storage_hooks",
     "unwrap_blocks",
     "valid_checkpointing",
     "whole_model_compiled",

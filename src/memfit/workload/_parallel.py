@@ -30,10 +30,11 @@ from torch import nn
 
 from memfit._choices import STRATEGIES
 from memfit._errors import InvalidInputError
+from memfit.workload._fsdp import MetaStreams, meta_fsdp, shard_model
 
 __all__ = ["STRATEGIES", "check_parallel", "parallel_group", "parallel_note", "parallelize"]
 
-_LATER = ("fsdp2", "zero1", "zero2", "zero3")
+_LATER = ("zero1", "zero2", "zero3")
 
 
 def check_parallel(world_size: object, strategy: object, mode: str) -> None:
@@ -52,26 +53,43 @@ def check_parallel(world_size: object, strategy: object, mode: str) -> None:
         return
     if strategy in _LATER:
         raise InvalidInputError(
-            f"strategy={strategy!r} is not estimated yet (memfit estimates 'ddp' so far); "
-            "estimate one rank's step without it, or with strategy='ddp' for the memory of a "
-            "rank that holds the whole model."
+            f"strategy={strategy!r} is not estimated yet (memfit estimates 'ddp' and 'fsdp2' "
+            "so far); strategy='fsdp2' shards parameters, gradients and optimizer states as "
+            "ZeRO-3 does."
         )
     if strategy not in STRATEGIES:
         raise InvalidInputError(
-            f"strategy={strategy!r} is not a data-parallel strategy memfit knows: give 'ddp'."
+            f"strategy={strategy!r} is not a data-parallel strategy memfit knows: give 'ddp' "
+            "or 'fsdp2'."
         )
-    if mode != "train":
+    if mode != "train" and strategy == "ddp":
         raise InvalidInputError(
             f"strategy={strategy!r} with mode='infer' would be ignored: DDP's buckets hold "
-            "gradients, and inference has none. Drop strategy and world_size."
+            "gradients, and inference has none. Drop strategy and world_size, or give "
+            "strategy='fsdp2' to shard the parameters."
         )
 
 
 @contextmanager
-def parallel_group(strategy: str | None, world_size: int, device_type: str) -> Iterator[None]:
+def parallel_group(
+    strategy: str | None, world_size: int, device_type: str
+) -> Iterator[MetaStreams | None]:
     """The process group a step of ``strategy`` needs, for as long as it runs: on the meta
     device a fake one of ``world_size`` ranks; on a GPU, where none is set up, one rank of NCCL
-    (a measurement runs one process). An existing group is used as it is."""
+    (a measurement runs one process). An existing group is used as it is. FSDP2 on the meta
+    device runs with stand-in streams, which this yields (else None)."""
+
+    if strategy == "fsdp2" and device_type == "meta":
+        streams = MetaStreams()
+        with _group(strategy, world_size, device_type), meta_fsdp(streams):
+            yield streams
+        return
+    with _group(strategy, world_size, device_type):
+        yield None
+
+
+@contextmanager
+def _group(strategy: str | None, world_size: int, device_type: str) -> Iterator[None]:
     import torch.distributed as dist
 
     if strategy is None or (dist.is_available() and dist.is_initialized()):
@@ -104,19 +122,37 @@ def parallel_group(strategy: str | None, world_size: int, device_type: str) -> I
 
 def parallel_note(strategy: str, world_size: int) -> str:
     """What a data-parallel estimate assumed, for its notes."""
+    ranks = f"{world_size} rank{'s' if world_size > 1 else ''}"
+    nccl = (
+        "NCCL's own device memory counted as one rank's on an H200 (490 MiB; more ranks take "
+        "more, not measured yet)"
+    )
+    if strategy == "fsdp2":
+        return (
+            f"FSDP2 on {ranks}: fully_shard on each block the model names in "
+            "_no_split_modules (else its repeated blocks), then on the root, with FSDP2's "
+            "defaults; every rank holds 1/{n} of the parameters, gradients and optimizer "
+            "states, all-gathers a block's parameters to run it, and runs this step on its own "
+            "batch (rank 0 traced on a fake process group; the model is built on the host, "
+            "as with torchtitan's meta-device init, so no rank holds it whole); "
+        ).replace("{n}", str(world_size)) + nccl
     return (
-        f"{strategy.upper()} on {world_size} rank{'s' if world_size > 1 else ''}: every rank "
-        "runs this step on its own batch and holds the whole model and its gradient buckets "
-        "(rank 0 traced on a fake process group); NCCL's own device memory counted as one "
-        "rank's on an H200 (490 MiB; more ranks take more, not measured yet); one DDP step "
-        "measured on an H200 peaked a gradients' size above its estimate, cause not found yet"
+        f"DDP on {ranks}: every rank runs this step on its own batch and holds the whole model "
+        "and its gradient buckets (rank 0 traced on a fake process group); "
+        + nccl
+        + "; one DDP step measured on an H200 peaked a gradients' size above its estimate, "
+        "cause not found yet"
     )
 
 
 def parallelize(model: nn.Module, strategy: str, device_type: str) -> nn.Module:
-    """``model`` wrapped as ``strategy`` does (DDP with its defaults); on the meta device the
-    fake group's all-reduce is answered with the bucket, as NCCL's in-place one leaves it."""
+    """``model`` wrapped as ``strategy`` does (DDP with its defaults, FSDP2 as ``shard_model``);
+    on the meta device the fake group's all-reduce is answered with the bucket, as NCCL's
+    in-place one leaves it."""
     from torch.nn.parallel import DistributedDataParallel
+
+    if strategy == "fsdp2":
+        return shard_model(model, _mesh(device_type))
 
     if device_type == "meta":
         import torch.distributed as dist
@@ -133,6 +169,14 @@ def parallelize(model: nn.Module, strategy: str, device_type: str) -> nn.Module:
         return ddp
     index = torch.cuda.current_device()
     return DistributedDataParallel(model, device_ids=[index])
+
+
+def _mesh(device_type: str) -> Any:
+    """A one-dimensional mesh of every rank of the default group, on ``device_type``."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    return DeviceMesh(device_type, list(range(dist.get_world_size())))
 
 
 class _NoRuntimeStats:

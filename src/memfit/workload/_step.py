@@ -215,12 +215,18 @@ def cast_inputs(batch: Batch, dtype: torch.dtype) -> Batch:
     return cast(batch)
 
 
-def prepare_model(workload: Workload, build_device: torch.device | str) -> nn.Module:
-    """Build on ``build_device``, cast for pure low precision, set train/eval and checkpointing."""
-    with torch.device(build_device):
+def prepare_model(
+    workload: Workload,
+    build_device: torch.device | str,
+    building: AbstractContextManager[Any] | None = None,
+) -> nn.Module:
+    """Build on ``build_device``, cast for pure low precision, set train/eval and checkpointing;
+    the build and the cast run inside ``building`` (a trace's model that FSDP2 shards is built
+    off the GPU)."""
+    with building or nullcontext(), torch.device(build_device):
         model = workload.build_model()
-    if workload.param_dtype != torch.float32:
-        model = model.to(workload.param_dtype)
+        if workload.param_dtype != torch.float32:
+            model = model.to(workload.param_dtype)
     model.train(workload.mode == "train")
     fraction = partial_fraction(workload.activation_checkpointing)
     if workload.activation_checkpointing == "selective":

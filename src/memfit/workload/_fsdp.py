@@ -1,0 +1,218 @@
+"""FSDP2 (``fully_shard``) on the meta device: PyTorch's own code, run with stand-in streams.
+
+A trace runs FSDP2 itself, not a model of it, so its all-gather and reduce-scatter buffers,
+their streams, prefetching and resharding are what the installed torch does. Two things FSDP2
+needs are missing on the meta device, and this module stands in for them while a trace runs:
+
+- **a device handle** (``torch.cuda`` on a GPU): streams, events and the current device. The
+  stand-in's streams run nothing; they say which stream is current, so that each allocation
+  lands in that stream's pool, as the caching allocator keeps one pool per stream;
+- **FSDP2's check that no parameter is on the meta device**, which would refuse the trace.
+
+FSDP2 frees and reallocates an unsharded parameter's memory by resizing its storage
+(``alloc_storage`` / ``free_storage``), which no aten op shows: the trace is told through
+``storage_hooks``.
+
+The default wrapping is what torchtitan and Hugging Face's FSDP2 path do: ``fully_shard`` on
+every module whose class the model names in ``_no_split_modules`` (innermost first), then on the
+root; a model that names none has its repeated blocks (``find_blocks``) sharded. A module that
+holds a parameter tied to another module's is left to the root's group.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import torch
+from torch import nn
+
+from memfit.workload._checkpoint import find_blocks
+
+__all__ = ["MetaStreams", "meta_fsdp", "shard_model", "storage_hooks"]
+
+_PACKAGE = "torch.distributed.fsdp._fully_shard"
+_HANDLE_USERS = (
+    "torch.distributed.device_mesh",
+    "torch.distributed.tensor.device_mesh",
+    "torch.distributed.tensor._random",
+)
+
+
+class _Event:
+    """A stand-in CUDA event: recorded and waited on at once (meta ops run in order)."""
+
+    def record(self, stream: Any = None) -> _Event:
+        return self
+
+    def wait(self, stream: Any = None) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+
+class _Stream:
+    """A stand-in CUDA stream, known by its number (0: the compute stream)."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    def wait_stream(self, stream: Any) -> None:
+        return None
+
+    def wait_event(self, event: Any) -> None:
+        return None
+
+    def record_event(self, event: Any = None) -> _Event:
+        return event if event is not None else _Event()
+
+    def synchronize(self) -> None:
+        return None
+
+
+class MetaStreams:
+    """The device handle FSDP2 is given on the meta device: its streams are numbered in the
+    order FSDP2 makes them, and ``current`` says which one the code runs under."""
+
+    def __init__(self) -> None:
+        self._made = [_Stream(0)]
+        self._current = self._made[0]
+        self.handle = SimpleNamespace(
+            Stream=self._new_stream,
+            Event=lambda *args, **kwargs: _Event(),
+            current_stream=lambda device=None: self._current,
+            default_stream=lambda device=None: self._made[0],
+            stream=self._use,
+            current_device=lambda: 0,
+            device_count=lambda: 1,
+            synchronize=lambda device=None: None,
+            is_available=lambda: True,
+        )
+
+    def current(self) -> int:
+        """The number of the stream allocations are made on now."""
+        return self._current.number
+
+    def _new_stream(self, *args: Any, **kwargs: Any) -> _Stream:
+        stream = _Stream(len(self._made))
+        self._made.append(stream)
+        return stream
+
+    @contextmanager
+    def _use(self, stream: _Stream | None) -> Iterator[None]:
+        before = self._current
+        self._current = stream if stream is not None else before
+        try:
+            yield
+        finally:
+            self._current = before
+
+
+def _fsdp_modules() -> list[ModuleType]:
+    """FSDP2's modules, and DTensor's and the device mesh's, which ask for the device handle
+    too (DTensor's sharding propagation counts the devices per host)."""
+    package = importlib.import_module(_PACKAGE)
+    return [
+        *(
+            importlib.import_module(f"{_PACKAGE}.{info.name}")
+            for info in pkgutil.iter_modules(package.__path__)
+        ),
+        *(importlib.import_module(name) for name in _HANDLE_USERS),
+    ]
+
+
+@contextmanager
+def _patched(pairs: list[tuple[Any, str, Any]]) -> Iterator[None]:
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in pairs]
+    for owner, name, value in pairs:
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
+@contextmanager
+def meta_fsdp(streams: MetaStreams) -> Iterator[None]:
+    """FSDP2 runs on the meta device while this lasts, with ``streams`` as its device handle."""
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    def device_handle(device_type: str = "cuda", original: Any = None) -> Any:
+        return streams.handle if device_type == "meta" else original(device_type)
+
+    pairs: list[tuple[Any, str, Any]] = []
+    for module in _fsdp_modules():
+        original = getattr(module, "_get_device_handle", None)
+        if original is not None:
+            pairs.append(
+                (module, "_get_device_handle", lambda t="cuda", o=original: device_handle(t, o))
+            )
+    # sharded parameters stay on the meta device: that is what is traced
+    pairs.append((FSDPParamGroup, "_validate_no_meta_params", lambda self: None))
+    with _patched(pairs):
+        yield
+
+
+@contextmanager
+def storage_hooks(
+    allocated: Callable[[torch.Tensor], None], freed: Callable[[torch.Tensor], None]
+) -> Iterator[None]:
+    """Tell ``allocated`` and ``freed`` of each tensor whose storage FSDP2 resizes, after it
+    grows and before it shrinks to nothing (an unsharded parameter's all-gather output)."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_param
+
+    alloc_storage, free_storage = _fsdp_param.alloc_storage, _fsdp_param.free_storage
+
+    def grow(tensor: torch.Tensor) -> None:
+        alloc_storage(tensor)
+        allocated(tensor)
+
+    def shrink(tensor: torch.Tensor) -> None:
+        if tensor.untyped_storage().size() != 0:
+            freed(tensor)
+        free_storage(tensor)
+
+    pairs: list[tuple[Any, str, Any]] = []
+    for module in _fsdp_modules():
+        if getattr(module, "alloc_storage", None) is alloc_storage:
+            pairs.append((module, "alloc_storage", grow))
+        if getattr(module, "free_storage", None) is free_storage:
+            pairs.append((module, "free_storage", shrink))
+    with _patched(pairs):
+        yield
+
+
+def shard_model(model: nn.Module, mesh: Any) -> nn.Module:
+    """``fully_shard`` as torchtitan and Hugging Face apply it: each module of a class in
+    ``_no_split_modules``, innermost first, else the repeated blocks; then the root."""
+    from torch.distributed.fsdp import fully_shard
+
+    wanted = set(getattr(model, "_no_split_modules", None) or ())
+    named = [m for m in model.modules() if m is not model and type(m).__name__ in wanted]
+    blocks = named or find_blocks(model)
+    tied = _tied_parameters(model)
+    for block in reversed(blocks) if named else blocks:
+        # a module holding a parameter tied to one outside it (BERT's word embeddings, tied to
+        # its language-model head) is left to the root's group: FSDP2 refuses to split them
+        if not any(id(p) in tied for p in block.parameters()):
+            fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def _tied_parameters(model: nn.Module) -> set[int]:
+    """The parameters that more than one module holds."""
+    holders: dict[int, int] = {}
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            holders[id(p)] = holders.get(id(p), 0) + 1
+    return {key for key, count in holders.items() if count > 1}
