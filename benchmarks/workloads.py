@@ -854,6 +854,55 @@ HELD_OUT_14_FSDP2: list[dict[str, Any]] = [
 for _entry in HELD_OUT_14_FSDP2:
     _entry["strategy"] = "fsdp2"
 
+
+# Held out for issue 14 (session 15, second set): FSDP2's mixed precision as torchtitan sets it
+# (bf16 all-gathers, float32 reduce-scatters, no autocast), memfit's meaning of bf16-mixed under
+# FSDP2 since the first set (which ran autocast) was measured; rank 0 as above
+HELD_OUT_14_FSDP2_MP: list[dict[str, Any]] = [
+    {
+        "id": "fsdp2mp-8-tinyllama-bf16mixed-b2-s2048",
+        "model": "tinyllama-1.1b",
+        "batch_size": 2,
+        "seq_len": 2048,
+        "precision": "bf16-mixed",
+        "world_size": 8,
+    },
+    {
+        "id": "fsdp2mp-4-gpt2-bf16mixed-b8-s1024",
+        "model": "gpt2",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "world_size": 4,
+    },
+    {
+        "id": "fsdp2mp-1-tinyllama-bf16mixed-b4-s2048-ckpt",
+        "model": "tinyllama-1.1b",
+        "batch_size": 4,
+        "seq_len": 2048,
+        "precision": "bf16-mixed",
+        "checkpointing": True,
+    },
+    {
+        "id": "fsdp2-4-bert-large-fp32-b16-s512",
+        "model": "bert-large-uncased",
+        "batch_size": 16,
+        "seq_len": 512,
+        "world_size": 4,
+    },
+    {
+        "id": "fsdp2mp-16-tinyllama-bf16mixed-b8-s1024-ckpt",
+        "model": "tinyllama-1.1b",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "checkpointing": True,
+        "world_size": 16,
+    },
+]
+for _entry in HELD_OUT_14_FSDP2_MP:
+    _entry["strategy"] = "fsdp2"
+
 # the DDP step whose GPU peak was a gradients' size above its estimate (session 14), again with
 # its allocator trace
 DDP_GAP = [
@@ -883,5 +932,6 @@ ALL = (
     + HELD_OUT_13_OFFLOAD_2
     + HELD_OUT_14_DDP
     + HELD_OUT_14_FSDP2
+    + HELD_OUT_14_FSDP2_MP
     + DDP_GAP
 )

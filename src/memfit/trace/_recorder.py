@@ -157,6 +157,15 @@ class Recorder(TorchDispatchMode):
         finally:
             self._host_depth -= 1
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Ops run while this lasts allocate nothing on the GPU (bookkeeping on meta tensors)."""
+        self.suspended += 1
+        try:
+            yield
+        finally:
+            self.suspended -= 1
+
     def claim(self, t: torch.Tensor, category: Category, op: str) -> None:
         """``t``, made off the GPU (``host``), is on it from now on (a buffer FSDP2 moves)."""
         self._off_device.discard(self._key(t.untyped_storage()))

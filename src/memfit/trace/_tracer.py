@@ -54,6 +54,7 @@ from memfit.workload import (
     parallel_group,
     parallel_note,
     prepare_model,
+    propagation_hidden,
     run_steps,
     storage_hooks,
 )
@@ -426,6 +427,7 @@ def _trace(
                 sharded.enter_context(
                     storage_hooks(recorder.storage_allocated, recorder.storage_freed)
                 )
+                sharded.enter_context(propagation_hidden(recorder.paused))
                 building = recorder.host()
             model = compile_guard.checked_model(prepare_model(workload, "meta", building))
             if streams is not None:  # its buffers are moved to the GPU whole

@@ -22,7 +22,7 @@ from memfit.workload._compiled import (
     whole_model_compiled,
 )
 from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_available, eight_bit_class
-from memfit.workload._fsdp import storage_hooks
+from memfit.workload._fsdp import propagation_hidden, storage_hooks
 from memfit.workload._in_backward import IN_BACKWARD, OptimizerInBackward, in_backward
 from memfit.workload._memory_budget import (
     budget_in_effect,
@@ -122,6 +122,7 @@ __all__ = [
     "parallelize",
     "partial_fraction",
     "prepare_model",
+    "propagation_hidden",
     "resolve_model",
     "run_steps",
     "storage_hooks",

@@ -11,7 +11,8 @@ needs are missing on the meta device, and this module stands in for them while a
 
 FSDP2 frees and reallocates an unsharded parameter's memory by resizing its storage
 (``alloc_storage`` / ``free_storage``), which no aten op shows: the trace is told through
-``storage_hooks``.
+``storage_hooks``. DTensor's sharding propagation makes meta tensors of global shapes, which are
+not memory on a GPU: ``propagation_hidden`` keeps them out of the trace.
 
 The default wrapping is what torchtitan and Hugging Face's FSDP2 path do: ``fully_shard`` on
 every module whose class the model names in ``_no_split_modules`` (innermost first), then on the
@@ -24,7 +25,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -33,7 +34,7 @@ from torch import nn
 
 from memfit.workload._checkpoint import find_blocks
 
-__all__ = ["MetaStreams", "meta_fsdp", "shard_model", "storage_hooks"]
+__all__ = ["MetaStreams", "meta_fsdp", "propagation_hidden", "shard_model", "storage_hooks"]
 
 _PACKAGE = "torch.distributed.fsdp._fully_shard"
 _HANDLE_USERS = (
@@ -191,10 +192,40 @@ def storage_hooks(
         yield
 
 
-def shard_model(model: nn.Module, mesh: Any) -> nn.Module:
+@contextmanager
+def propagation_hidden(paused: Callable[[], AbstractContextManager[Any]]) -> Iterator[None]:
+    """DTensor's sharding propagation runs inside ``paused``: it makes meta tensors of each
+    operand's global shape to infer the result's, which a GPU makes on the meta device too
+    (never allocated), but which a trace on the meta device would count (GPT-2's whole word
+    embeddings, from an optimizer step on its shard)."""
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    def hidden(name: str) -> Any:
+        method = getattr(ShardingPropagator, name)
+
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with paused():
+                return method(self, *args, **kwargs)
+
+        return run
+
+    names = ("propagate_op_sharding_non_cached", "_propagate_tensor_meta_non_cached")
+    with _patched(
+        [(ShardingPropagator, n, hidden(n)) for n in names if hasattr(ShardingPropagator, n)]
+    ):
+        yield
+
+
+def shard_model(model: nn.Module, mesh: Any, mixed: torch.dtype | None = None) -> nn.Module:
     """``fully_shard`` as torchtitan and Hugging Face apply it: each module of a class in
-    ``_no_split_modules``, innermost first, else the repeated blocks; then the root."""
-    from torch.distributed.fsdp import fully_shard
+    ``_no_split_modules``, innermost first, else the repeated blocks; then the root. With
+    ``mixed``, torchtitan's mixed precision: parameters all-gathered in ``mixed``, gradients
+    reduced in float32 (no autocast: the step runs in ``mixed`` as the parameters are)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(
+        param_dtype=mixed, reduce_dtype=torch.float32 if mixed is not None else None
+    )
 
     wanted = set(getattr(model, "_no_split_modules", None) or ())
     named = [m for m in model.modules() if m is not model and type(m).__name__ in wanted]
@@ -204,8 +235,8 @@ def shard_model(model: nn.Module, mesh: Any) -> nn.Module:
         # a module holding a parameter tied to one outside it (BERT's word embeddings, tied to
         # its language-model head) is left to the root's group: FSDP2 refuses to split them
         if not any(id(p) in tied for p in block.parameters()):
-            fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+            fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
 
 

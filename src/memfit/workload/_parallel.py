@@ -37,7 +37,9 @@ __all__ = ["STRATEGIES", "check_parallel", "parallel_group", "parallel_note", "p
 _LATER = ("zero1", "zero2", "zero3")
 
 
-def check_parallel(world_size: object, strategy: object, mode: str) -> None:
+def check_parallel(
+    world_size: object, strategy: object, mode: str, precision: str = "fp32"
+) -> None:
     """``world_size`` is a count of ranks and ``strategy`` one memfit estimates."""
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise InvalidInputError(
@@ -61,6 +63,13 @@ def check_parallel(world_size: object, strategy: object, mode: str) -> None:
         raise InvalidInputError(
             f"strategy={strategy!r} is not a data-parallel strategy memfit knows: give 'ddp' "
             "or 'fsdp2'."
+        )
+    if strategy == "fsdp2" and precision == "fp16-mixed":
+        raise InvalidInputError(
+            "precision='fp16-mixed' with strategy='fsdp2' is not estimated: FSDP2's mixed "
+            "precision casts the parameters it all-gathers, and float16 then needs a gradient "
+            "scaler over sharded gradients, which memfit does not run. Give 'bf16-mixed' (the "
+            "same policy in bfloat16, no scaler) or 'fp16' (float16 parameters)."
         )
     if mode != "train" and strategy == "ddp":
         raise InvalidInputError(
@@ -135,6 +144,9 @@ def parallel_note(strategy: str, world_size: int) -> str:
             "states, all-gathers a block's parameters to run it, and runs this step on its own "
             "batch (rank 0 traced on a fake process group; the model is built on the host, "
             "as with torchtitan's meta-device init, so no rank holds it whole); "
+            "mixed precision, if asked, is FSDP2's policy as torchtitan sets it (parameters "
+            "all-gathered in the low precision, gradients reduced in float32, no autocast, "
+            "whose cache would hold a cast copy of every parameter through the forward); "
         ).replace("{n}", str(world_size)) + nccl
     return (
         f"DDP on {ranks}: every rank runs this step on its own batch and holds the whole model "
@@ -145,14 +157,16 @@ def parallel_note(strategy: str, world_size: int) -> str:
     )
 
 
-def parallelize(model: nn.Module, strategy: str, device_type: str) -> nn.Module:
-    """``model`` wrapped as ``strategy`` does (DDP with its defaults, FSDP2 as ``shard_model``);
-    on the meta device the fake group's all-reduce is answered with the bucket, as NCCL's
-    in-place one leaves it."""
+def parallelize(
+    model: nn.Module, strategy: str, device_type: str, mixed: torch.dtype | None = None
+) -> nn.Module:
+    """``model`` wrapped as ``strategy`` does (DDP with its defaults, FSDP2 as ``shard_model``,
+    in ``mixed`` precision by its policy); on the meta device the fake group's all-reduce is
+    answered with the bucket, as NCCL's in-place one leaves it."""
     from torch.nn.parallel import DistributedDataParallel
 
     if strategy == "fsdp2":
-        return shard_model(model, _mesh(device_type))
+        return shard_model(model, _mesh(device_type), mixed)
 
     if device_type == "meta":
         import torch.distributed as dist

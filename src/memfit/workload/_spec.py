@@ -170,7 +170,7 @@ class Workload:
         check_compiled_setting(self.compiled)
         check_memory_budget(self.activation_memory_budget)
         object.__setattr__(self, "offload", check_offload(self.offload))
-        check_parallel(self.world_size, self.strategy, self.mode)
+        check_parallel(self.world_size, self.strategy, self.mode, self.precision)
         if self.offload:
             _check_offload_use(self)
         if self.activation_memory_budget is not None:
@@ -194,8 +194,15 @@ class Workload:
         return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision, torch.float32)
 
     @property
-    def autocast_dtype(self) -> torch.dtype | None:
+    def mixed_dtype(self) -> torch.dtype | None:
+        """The low precision of a mixed-precision step (its parameters stay float32)."""
         return {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(self.precision)
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The dtype the step's autocast runs in; None under FSDP2, whose mixed-precision
+        policy casts the parameters it all-gathers instead (``workload._fsdp``)."""
+        return None if self.strategy == "fsdp2" else self.mixed_dtype
 
     @property
     def batch_text(self) -> str:

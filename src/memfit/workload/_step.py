@@ -244,7 +244,9 @@ def prepare_model(
         if workload.mode == "infer":
             p.requires_grad_(False)
     if workload.strategy is not None:  # last, as a training script wraps: inside a group
-        model = parallelize(model, workload.strategy, torch.device(build_device).type)
+        model = parallelize(
+            model, workload.strategy, torch.device(build_device).type, workload.mixed_dtype
+        )
     return model
 
 

@@ -1,0 +1,150 @@
+"""An FSDP2 rank's step (``strategy="fsdp2"``; issue 14): PyTorch's ``fully_shard`` traced on
+the meta device with a fake process group, stand-in streams and the model built on the host."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import memfit
+from memfit._events import Category
+from memfit._gpus import resolve_gpu
+from memfit.cli import main
+from memfit.trace import trace_workload
+from memfit.workload import make_workload
+
+
+def _gpt2() -> nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(
+        GPT2Config(n_layer=3, n_embd=128, n_head=4, vocab_size=1000, n_positions=256)
+    )
+
+
+def _batch() -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, 1000, (4, 256))
+    return {"input_ids": ids, "labels": ids}
+
+
+def _trace(world_size: int, **settings: object):  # type: ignore[no-untyped-def]
+    workload = make_workload(
+        _gpt2,
+        _batch,
+        strategy="fsdp2",
+        world_size=world_size,
+        **settings,  # type: ignore[arg-type]
+    )
+    return trace_workload(workload, resolve_gpu("h200"))
+
+
+def _padded_shards(world_size: int, itemsize: int = 4) -> int:
+    """Rank 0's parameter bytes: each parameter's dim 0 padded to a multiple of the world
+    size, as FSDP2 shards it (tied parameters once)."""
+    unique = {id(p): p for p in _gpt2().parameters()}.values()
+    return sum(
+        math.ceil(p.shape[0] / world_size) * (p.numel() // p.shape[0]) * itemsize for p in unique
+    )
+
+
+def _held(trace, category: Category) -> int:  # type: ignore[no-untyped-def]
+    """Bytes of ``category`` alive when the steps begin."""
+    live: dict[int, int] = {}
+    for event in trace.events[: trace.steps_start]:
+        if event.kind == "alloc" and trace.infos[event.info].category is category:
+            live[event.block] = event.size
+        elif event.kind == "free":
+            live.pop(event.block, None)
+    return sum(live.values())
+
+
+@pytest.mark.parametrize("world_size", [1, 3, 8])
+def test_each_rank_holds_its_padded_shard_of_every_parameter(world_size: int) -> None:
+    trace = _trace(world_size)
+    assert _held(trace, Category.PARAMETER) == _padded_shards(world_size)
+    assert not dist.is_initialized()  # the fake group lived as long as the trace
+
+
+def test_the_full_model_is_never_on_the_gpu() -> None:
+    # built on the host and sharded: no allocation of the setup is a whole parameter
+    trace = _trace(4)
+    biggest = max(p.numel() * 4 for p in _gpt2().parameters())
+    setup = [e.size for e in trace.events[: trace.steps_start] if e.kind == "alloc"]
+    assert max(setup) < biggest
+
+
+def test_all_gathers_allocate_on_their_own_stream() -> None:
+    # FSDP2 all-gathers a block's parameters into a buffer made on its copy-in stream, which
+    # the caching allocator keeps in a pool of that stream's own
+    trace = _trace(4)
+    streams = {e.stream for e in trace.events if e.kind == "alloc"}
+    assert 0 in streams and len(streams) >= 2
+    # a block's parameters, gathered whole (every dim 0 here divides by 4: no padding)
+    block = sum(p.numel() * 4 for p in _gpt2().transformer.h[0].parameters())
+    gathered = [e.size for e in trace.events if e.kind == "alloc" and e.stream != 0]
+    assert block in gathered
+
+
+def test_more_ranks_take_less_memory_and_checkpointing_less_again() -> None:
+    peaks = [
+        memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=n).peak_allocated
+        for n in (1, 4)
+    ]
+    assert peaks[1] < peaks[0]
+    checkpointed = memfit.estimate(
+        _gpt2, _batch, strategy="fsdp2", world_size=4, activation_checkpointing=True
+    )
+    assert checkpointed.peak_allocated < peaks[1]
+    assert any(n.startswith("FSDP2 on 4 ranks") for n in checkpointed.notes)
+
+
+def test_a_block_tied_to_the_root_is_left_to_the_roots_group() -> None:
+    # BERT's _no_split_modules names its embeddings, whose word embeddings are tied to the
+    # language-model head: FSDP2 refuses to shard them apart
+    from transformers import BertConfig, BertForMaskedLM
+
+    from memfit.workload._fsdp import _tied_parameters
+
+    def bert() -> nn.Module:
+        return BertForMaskedLM(
+            BertConfig(
+                num_hidden_layers=2,
+                hidden_size=64,
+                num_attention_heads=2,
+                intermediate_size=128,
+                vocab_size=500,
+            )
+        )
+
+    assert _tied_parameters(bert())
+    ids = torch.randint(0, 500, (2, 64))
+    est = memfit.estimate(bert, {"input_ids": ids, "labels": ids}, strategy="fsdp2", world_size=2)
+    assert est.peak_allocated > 0
+
+
+def test_a_model_without_named_blocks_has_its_repeated_blocks_sharded() -> None:
+    import torchvision
+
+    est = memfit.estimate(
+        lambda: torchvision.models.resnet18(),
+        torch.randn(2, 3, 64, 64),
+        strategy="fsdp2",
+        world_size=2,
+    )
+    assert est.peak_allocated > 0
+
+
+def test_inference_holds_only_shards_between_blocks() -> None:
+    infer = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=4, mode="infer")
+    whole = memfit.estimate(_gpt2, _batch, mode="infer")
+    assert infer.peak_allocated < whole.peak_allocated
+
+
+def test_the_command_line_takes_fsdp2(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["estimate", "gpt2", "-b", "2", "-s", "128", "--gpus", "4", "--strategy", "fsdp2"]
+    assert main(argv) == 0
+    assert "FSDP2 on 4 ranks" in capsys.readouterr().out.replace("\n", " ")
