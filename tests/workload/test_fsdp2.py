@@ -148,3 +148,16 @@ def test_the_command_line_takes_fsdp2(capsys: pytest.CaptureFixture[str]) -> Non
     argv = ["estimate", "gpt2", "-b", "2", "-s", "128", "--gpus", "4", "--strategy", "fsdp2"]
     assert main(argv) == 0
     assert "FSDP2 on 4 ranks" in capsys.readouterr().out.replace("\n", " ")
+
+
+def test_every_rank_is_given_and_the_last_is_traced_too() -> None:
+    # 1000 word embeddings over 3 ranks: 334, 334 and 332 rows; FSDP2 pads each shard to 334,
+    # but the last rank's optimizer states are of its 332 rows only
+    est = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=3)
+    assert [r.rank for r in est.ranks] == [0, 1, 2]
+    assert [r.traced for r in est.ranks] == [True, False, True]
+    assert est.ranks[2].peak_allocated <= est.ranks[0].peak_allocated
+    assert est.peak_allocated == max(r.peak_allocated for r in est.ranks)
+    assert est.to_dict()["ranks"][1]["like"] == 0
+    even = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=4)
+    assert len({(r.peak_allocated, r.peak_reserved) for r in even.ranks}) == 1

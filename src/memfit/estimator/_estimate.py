@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from memfit._errors import InvalidInputError
 from memfit._events import Category
-from memfit._gpus import resolve_gpu
+from memfit._gpus import GPU, resolve_gpu
 from memfit._units import MiB
 from memfit.allocator import AllocatorConfig, AllocatorReplay, Recording
 from memfit.estimator._gc import gc_frozen, gc_paused
 from memfit.estimator._pressure import least_capacity, replay_ops, retries_within
 from memfit.estimator._quiet import quiet_libraries
-from memfit.estimator._result import Estimate, Timeline, WorkloadSummary
+from memfit.estimator._result import Estimate, RankPeak, Timeline, WorkloadSummary
 from memfit.estimator._versions import installed_versions
 from memfit.trace import Trace, trace_workload
 from memfit.workload import Workload, WorkloadOptions, make_workload
@@ -94,9 +94,13 @@ def estimate_workload(
         with quiet_libraries(), gc_frozen():
             trace = trace_workload(workload, target)
     allocated, reserved, peak_index = _replay(trace, config)
-    context = target.context_for(workload.mode) + (
-        NCCL_ONE_RANK if workload.strategy is not None else 0
+    ranks, peak_rank = _ranks(workload, target, trace, config, allocated, reserved)
+    # NCCL sets itself up at the first collective: DDP broadcasts at construction; FSDP2 on
+    # one rank runs none (its context measured the same as a run without NCCL on the H200)
+    talks = workload.strategy == "ddp" or (
+        workload.strategy is not None and workload.world_size > 1
     )
+    context = target.context_for(workload.mode) + (NCCL_ONE_RANK if talks else 0)
     if (
         tight_verdict
         and gpu is not None
@@ -137,7 +141,45 @@ def estimate_workload(
         alloc_retries=retries,
         traced_for=target.name,
         versions=installed_versions(),
+        ranks=ranks,
+        peak_rank=peak_rank,
     )
+
+
+def _ranks(
+    workload: Workload,
+    gpu: GPU,
+    trace: Trace,
+    config: AllocatorConfig,
+    allocated: list[int],
+    reserved: list[int],
+) -> tuple[tuple[RankPeak, ...], int]:
+    """Every rank's peaks, and the rank that peaks. Rank 0 is traced, and so is the last rank,
+    whose shards are the smallest where a dimension does not split evenly (FSDP2 gives rank r
+    the r-th chunk of each parameter: no rank's is larger than rank 0's, none smaller than
+    the last's). The ranks between run rank 0's program on shards no larger than its own, so
+    they are given rank 0's peaks, not traced (exact when the two traced ranks allocate alike:
+    DDP, and FSDP2 when every dimension splits evenly)."""
+    if workload.strategy is None or workload.world_size == 1:
+        return (), 0
+    last = workload.world_size - 1
+    with quiet_libraries(), gc_frozen():
+        other = trace_workload(workload, gpu, rank=last)
+    first = (max(allocated, default=0), max(reserved, default=0))
+    if _sizes(other) == _sizes(trace):
+        second = first
+    else:
+        other_allocated, other_reserved, _ = _replay(other, config)
+        second = (max(other_allocated, default=0), max(other_reserved, default=0))
+    peaks = [
+        RankPeak(r, *(second if r == last else first), traced=r in (0, last), like=0)
+        for r in range(workload.world_size)
+    ]
+    return tuple(peaks), last if second > first else 0
+
+
+def _sizes(trace: Trace) -> list[tuple[str, int, int]]:
+    return [(e.kind, e.size, e.stream) for e in trace.events]
 
 
 def _summary(workload: Workload, trace: Trace) -> WorkloadSummary:

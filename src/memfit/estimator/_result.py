@@ -12,7 +12,19 @@ from memfit._gpus import GPU, resolve_gpu
 from memfit._units import GiB, format_bytes
 from memfit.estimator._versions import Versions
 
-__all__ = ["Estimate", "Timeline", "Verdict", "WorkloadSummary"]
+__all__ = ["Estimate", "RankPeak", "Timeline", "Verdict", "WorkloadSummary"]
+
+
+@dataclass(frozen=True, slots=True)
+class RankPeak:
+    """One rank's peaks in a data-parallel job. ``traced``: its own step was traced; else it
+    runs the same allocations as ``like`` (a rank that was)."""
+
+    rank: int
+    peak_allocated: int
+    peak_reserved: int
+    traced: bool
+    like: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +114,10 @@ class Estimate:
     # the library versions the estimate ran with (memory depends on them: say which);
     # all None in estimates made before this field existed
     versions: Versions = field(default_factory=Versions)
+    # every rank's peaks in a data-parallel job (``world_size`` > 1), in rank order; the peaks
+    # above are the largest rank's, ``peak_rank``
+    ranks: tuple[RankPeak, ...] = ()
+    peak_rank: int = 0
 
     @property
     def total(self) -> int:
@@ -213,6 +229,17 @@ class Estimate:
             "trace_seconds": round(self.trace_seconds, 3),
             "least_capacity": self.least_capacity,
             "alloc_retries": self.alloc_retries,
+            "peak_rank": self.peak_rank,
+            "ranks": [
+                {
+                    "rank": r.rank,
+                    "peak_allocated": r.peak_allocated,
+                    "peak_reserved": r.peak_reserved,
+                    "traced": r.traced,
+                    "like": r.like,
+                }
+                for r in self.ranks
+            ],
         }
 
     def to_json(self, *, indent: int | None = 2) -> str:

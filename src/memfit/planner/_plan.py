@@ -191,12 +191,13 @@ def _search(
     result = _assemble(ev, base, gpu, usable, margin, total, baseline, remake)
     if space["compiled"][0]:
         result.notes.append(compiled_plan_note(space))
-    if base.strategy is not None:  # the memory is a rank's; the time has no all-reduce
+    if base.strategy is not None:  # the memory is a rank's; the time has no collectives
+        held = "gradient buckets" if base.strategy == "ddp" else "shards and all-gathers"
         result.notes.append(
             f"planned one rank of {base.strategy.upper()} on {base.world_size}: each "
-            "candidate's memory is a rank's (its gradient buckets and NCCL's memory included); "
-            "the step times leave out the all-reduce, and memfit.apply does not wrap the model "
-            "in DDP (wrap it yourself, after apply)"
+            f"candidate's memory is a rank's (its {held} and NCCL's memory included); the step "
+            "times leave out the collectives, and memfit.apply does not wrap the model in "
+            f"{base.strategy.upper()} (wrap it yourself, after apply)"
         )
     return result, ev, calibration_note, calibration.source
 

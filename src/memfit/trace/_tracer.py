@@ -344,13 +344,13 @@ class _Session:
         _autocast.on_cached = None
 
 
-def trace_workload(workload: Workload, gpu: GPU, *, costs: bool = False) -> Trace:
+def trace_workload(workload: Workload, gpu: GPU, *, costs: bool = False, rank: int = 0) -> Trace:
     """Trace ``workload`` as it would run on ``gpu``. Never touches a real GPU. A model compiled
     as a whole is captured as inductor compiles it first, then traced with that plan. With
     ``costs``, each phase's arithmetic and memory traffic are counted too (``Trace.costs``)."""
     start = time.perf_counter()
     try:
-        trace = _trace(workload, gpu, None, start, costs)
+        trace = _trace(workload, gpu, None, start, costs, rank)
     except CaptureNeeded:
         if workload.offload:
             raise InvalidInputError(_COMPILED_OFFLOAD.format(offload=workload.offload)) from None
@@ -389,7 +389,12 @@ def trace_workload(workload: Workload, gpu: GPU, *, costs: bool = False) -> Trac
 
 
 def _trace(
-    workload: Workload, gpu: GPU, plan: CompiledPlan | None, start: float, costs: bool = False
+    workload: Workload,
+    gpu: GPU,
+    plan: CompiledPlan | None,
+    start: float,
+    costs: bool = False,
+    rank: int = 0,
 ) -> Trace:
     """One trace of ``workload``; a compiled model is replayed with ``plan``."""
     if workload.mode == "train":  # a loss backward cannot run on is refused with its value
@@ -415,7 +420,7 @@ def _trace(
     model: nn.Module | None = None
     observer: OffloadTrace | None = None
     compile_guard = CompileGuard(workload, lambda: recorder.phase, plan)
-    group = parallel_group(workload.strategy, workload.world_size, "meta")
+    group = parallel_group(workload.strategy, workload.world_size, "meta", rank)
     with group as streams, session.active(), compile_guard.active(), ExitStack() as sharded:
         try:
             building = None

@@ -1,4 +1,4 @@
-"""Data-parallel training steps (issue 14): DDP's gradient buckets, traced on a fake process group.
+"""Data-parallel training steps (issue 14): DDP and FSDP2, traced on a fake process group.
 
 ``strategy="ddp"`` wraps the model in ``DistributedDataParallel`` after memfit's own wrapping
 (checkpointing, offload), as a training script does, with DDP's defaults: its construction
@@ -6,16 +6,18 @@ broadcasts the parameters from rank 0 (flattened into buffers of about 250 MB, t
 its reducer allocates the gradient buckets (one flat buffer per dtype at first), into which each
 gradient is copied as backward makes it, all-reduced, and copied back. All of it goes through
 the caching allocator, so a trace sees it: on the meta device the process group is PyTorch's
-fake one (``backend="fake"``, rank 0 of ``world_size``), whose all-reduce is answered with the
+fake one (``backend="fake"``, of ``world_size`` ranks), whose all-reduce is answered with the
 bucket itself, as an in-place NCCL all-reduce leaves it. On a GPU, ``memfit validate`` runs one
 rank of its own (NCCL, a world of one) where no process group is set up.
 
+``strategy="fsdp2"`` runs PyTorch's ``fully_shard`` itself on the meta device
+(``workload._fsdp``): the shards, the all-gather and reduce-scatter buffers on their streams,
+prefetch and resharding are the installed torch's.
+
 NCCL's own device memory, outside the caching allocator, is the estimate's non-PyTorch memory:
 490 MiB measured with one rank on the H200 (``memfit.estimator``); more ranks take more, not
-measured yet. Not modelled yet: a step (GPT-2 fp32 4 x 512) whose GPU peak was a
-gradients' size above the estimate, cause not found (the allocator traces of three other DDP
-steps match the trace event for event, with no bucket rebuild in them); what makes the ranks of
-a multi-GPU job differ. FSDP2 and ZeRO are refused until they are estimated.
+measured yet. Not modelled yet: what makes the ranks of a multi-GPU job differ beyond their
+shards (DDP's measured rank-0 surplus). ZeRO is refused until it is estimated.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def check_parallel(
 
 @contextmanager
 def parallel_group(
-    strategy: str | None, world_size: int, device_type: str
+    strategy: str | None, world_size: int, device_type: str, rank: int = 0
 ) -> Iterator[MetaStreams | None]:
     """The process group a step of ``strategy`` needs, for as long as it runs: on the meta
     device a fake one of ``world_size`` ranks; on a GPU, where none is set up, one rank of NCCL
@@ -90,15 +92,15 @@ def parallel_group(
 
     if strategy == "fsdp2" and device_type == "meta":
         streams = MetaStreams()
-        with _group(strategy, world_size, device_type), meta_fsdp(streams):
+        with _group(strategy, world_size, device_type, rank), meta_fsdp(streams):
             yield streams
         return
-    with _group(strategy, world_size, device_type):
+    with _group(strategy, world_size, device_type, rank):
         yield None
 
 
 @contextmanager
-def _group(strategy: str | None, world_size: int, device_type: str) -> Iterator[None]:
+def _group(strategy: str | None, world_size: int, device_type: str, rank: int) -> Iterator[None]:
     import torch.distributed as dist
 
     if strategy is None or (dist.is_available() and dist.is_initialized()):
@@ -112,7 +114,7 @@ def _group(strategy: str | None, world_size: int, device_type: str) -> Iterator[
     if device_type == "meta":
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     else:
         if world_size != 1:
             raise InvalidInputError(
@@ -150,10 +152,7 @@ def parallel_note(strategy: str, world_size: int) -> str:
         ).replace("{n}", str(world_size)) + nccl
     return (
         f"DDP on {ranks}: every rank runs this step on its own batch and holds the whole model "
-        "and its gradient buckets (rank 0 traced on a fake process group); "
-        + nccl
-        + "; one DDP step measured on an H200 peaked a gradients' size above its estimate, "
-        "cause not found yet"
+        "and its gradient buckets (rank 0 traced on a fake process group); " + nccl
     )
 
 
