@@ -127,7 +127,7 @@ def test_a_block_tied_to_the_root_is_left_to_the_roots_group() -> None:
 
 
 def test_a_model_without_named_blocks_has_its_repeated_blocks_sharded() -> None:
-    import torchvision
+    torchvision = pytest.importorskip("torchvision")
 
     est = memfit.estimate(
         lambda: torchvision.models.resnet18(),
@@ -161,3 +161,19 @@ def test_every_rank_is_given_and_the_last_is_traced_too() -> None:
     assert est.to_dict()["ranks"][1]["like"] == 0
     even = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=4)
     assert len({(r.peak_allocated, r.peak_reserved) for r in even.ranks}) == 1
+
+
+def test_automicrobatch_refuses_a_model_sharded_over_ranks() -> None:
+    # a rank that runs out of memory mid-step would leave the others in a collective: refused
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
+        fully_shard(model, mesh=DeviceMesh("cpu", [0, 1]))
+        with pytest.raises(memfit.InvalidInputError, match="FSDP2 over several ranks"):
+            memfit.AutoMicrobatch(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    finally:
+        dist.destroy_process_group()

@@ -57,17 +57,29 @@ def run_jobs(
         return
     _JOB = (ev, job)  # type: ignore[assignment]
     here: list[T] = []  # jobs a forked worker could not run: run in this process
+    failure: BaseException | None = None
     try:
-        with context.Pool(min(workers, len(items)), initializer=_one_thread) as pool:
+        # every job runs to its end and the pool is closed, not terminated: terminating it while
+        # its task thread still feeds the workers can deadlock on the task queue's lock (seen
+        # in CI when a job raised)
+        pool = context.Pool(min(workers, len(items)), initializer=_one_thread)
+        try:
             for i, (index, result) in enumerate(pool.imap_unordered(_run, enumerate(items))):
-                if result is None:
+                if isinstance(result, _Failed):
+                    failure = failure or result.error
+                elif result is None:
                     here.append(items[index])
-                    continue
-                ev.seen.update(result[0])
-                ev.traces += result[1]
-                done(i + 1 - len(here), len(items))
+                else:
+                    ev.seen.update(result[0])
+                    ev.traces += result[1]
+                    done(i + 1 - len(here), len(items))
+        finally:
+            pool.close()
+            pool.join()
     finally:
         _JOB = None
+    if failure is not None:
+        raise failure
     for i, item in enumerate(here):
         job(ev, item)
         done(len(items) - len(here) + i + 1, len(items))
@@ -94,15 +106,33 @@ def _backward_probe() -> None:
     os._exit(0)
 
 
+def _picklable(exc: Exception) -> BaseException:
+    """``exc``, or a RuntimeError saying what it was where it cannot be sent back."""
+    import pickle
+
+    try:
+        pickle.dumps(exc)
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
 def _one_thread() -> None:
     import torch
 
     torch.set_num_threads(1)
 
 
+class _Failed:
+    """A job that raised, sent back to the parent as a value."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
 def _run(
     indexed: tuple[int, Any],
-) -> tuple[int, tuple[dict[Candidate, Evaluated], int] | None]:
+) -> tuple[int, tuple[dict[Candidate, Evaluated], int] | _Failed | None]:
     """One job in a worker: what it evaluated, or None where autograd cannot run in a forked
     process (this process had started autograd's device threads before forking: PyTorch then
     refuses every backward in the child) and the parent must run it."""
@@ -116,5 +146,5 @@ def _run(
     except Exception as exc:
         if _BAD_FORK in str(exc):
             return index, None
-        raise
+        return index, _Failed(_picklable(exc))
     return index, ({c: e for c, e in ev.seen.items() if c not in before}, ev.traces - traces)

@@ -75,12 +75,32 @@ class _Failure:
         self.memory = memory
 
 
+def _sharded_over_ranks(model: torch.nn.Module) -> bool:
+    """Whether ``model`` holds a module FSDP2 shards, in a job of more than one rank."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return False
+    from torch.distributed.fsdp import FSDPModule
+
+    return any(isinstance(m, FSDPModule) for m in model.modules())
+
+
 def _check_parts(model: Any, optimizer: Any, loss_fn: Any, scaler: Any) -> None:
     """Refuse, at construction, what would fail only at the first step."""
     if not isinstance(model, torch.nn.Module):
         raise InvalidInputError(
             f"AutoMicrobatch needs a torch.nn.Module as model, not {_what(model)}: pass the "
             "model itself, e.g. AutoMicrobatch(model, optimizer, loss_fn)."
+        )
+    if _sharded_over_ranks(model):
+        raise InvalidInputError(
+            "AutoMicrobatch cannot guard a model sharded with FSDP2 over several ranks: its "
+            "forward and backward all-gather and reduce-scatter, so a rank that runs out of "
+            "memory mid-step leaves the others waiting in a collective it never joins, and the "
+            "job hangs instead of retrying. Estimate the step with memfit.estimate(..., "
+            "strategy='fsdp2', world_size=N) and choose the micro-batch before the run, or "
+            "guard a DDP model (its collectives run outside the micro-batches)."
         )
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
         raise InvalidInputError(
