@@ -177,3 +177,96 @@ def test_automicrobatch_refuses_a_model_sharded_over_ranks() -> None:
             memfit.AutoMicrobatch(model, torch.optim.SGD(model.parameters(), lr=0.1))
     finally:
         dist.destroy_process_group()
+
+
+def _by_hand(reshard: bool, policy: bool = False):  # type: ignore[no-untyped-def]
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    def wrap(model: nn.Module, mesh: object) -> nn.Module:
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16) if policy else MixedPrecisionPolicy()
+        for block in model.transformer.h:  # type: ignore[union-attr]
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
+        return model
+
+    return wrap
+
+
+def test_a_users_own_fully_shard_calls_are_estimated() -> None:
+    default = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=4)
+    same = memfit.estimate(
+        _gpt2, _batch, strategy="fsdp2", world_size=4, parallelize=_by_hand(True)
+    )
+    kept = memfit.estimate(
+        _gpt2, _batch, strategy="fsdp2", world_size=4, parallelize=_by_hand(False)
+    )
+    assert same.peak_allocated == default.peak_allocated
+    # blocks not resharded after forward keep their gathered parameters until backward
+    assert kept.peak_allocated > default.peak_allocated
+
+
+def test_a_users_own_ddp_is_estimated() -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    default = memfit.estimate(_gpt2, _batch, strategy="ddp", world_size=2)
+    views = memfit.estimate(
+        _gpt2,
+        _batch,
+        strategy="ddp",
+        world_size=2,
+        parallelize=lambda model, mesh: DDP(model, gradient_as_bucket_view=True),
+    )
+
+    # the gradients are views of the buckets: one gradients' size less once backward made them
+    def at_optimizer(est: memfit.Estimate) -> int:
+        phases = est.timeline.phases
+        start = next(i for name, i in phases if name == "step2.optimizer")
+        return est.timeline.allocated[start]
+
+    grads = sum(p.numel() * 4 for p in _gpt2().parameters())
+    assert at_optimizer(default) - at_optimizer(views) == pytest.approx(grads, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"strategy": "fsdp2", "parallelize": 3}, "is not callable"),
+        ({"parallelize": lambda m, mesh: m, "world_size": 1}, "without a strategy would be"),
+        ({"strategy": "fsdp2", "parallelize": lambda m, mesh: 3}, "not an nn.Module"),
+        ({"strategy": "fsdp2", "parallelize": lambda m, mesh: m}, "no module fully_shard"),
+        ({"strategy": "ddp", "parallelize": lambda m, mesh: m}, "not DistributedDataParallel"),
+        (
+            {"strategy": "fsdp2", "precision": "bf16-mixed", "parallelize": _by_hand(True)},
+            "parallelize set none",
+        ),
+        ({"strategy": "fsdp2", "precision": "fp16-mixed"}, "fp16-mixed' with strategy"),
+    ],
+)
+def test_a_parallelize_memfit_cannot_estimate_is_refused(
+    settings: dict[str, object], match: str
+) -> None:
+    settings = {"world_size": 2, **settings}
+    with pytest.raises(memfit.InvalidInputError, match=match):
+        memfit.estimate(_gpt2, _batch, **settings)  # type: ignore[arg-type]
+
+
+def test_a_cpu_offload_policy_is_refused() -> None:
+    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+    def offloaded(model: nn.Module, mesh: object) -> nn.Module:
+        return fully_shard(model, mesh=mesh, offload_policy=CPUOffloadPolicy())  # type: ignore[no-any-return]
+
+    with pytest.raises(memfit.InvalidInputError, match="CPU offload policy"):
+        memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=2, parallelize=offloaded)
+
+
+def test_a_policy_of_the_users_own_with_bf16_mixed_is_taken() -> None:
+    est = memfit.estimate(
+        _gpt2,
+        _batch,
+        strategy="fsdp2",
+        world_size=2,
+        precision="bf16-mixed",
+        parallelize=_by_hand(True, policy=True),
+    )
+    assert est.peak_allocated > 0

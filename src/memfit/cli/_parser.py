@@ -150,7 +150,8 @@ def _model_kind_args(p: argparse.ArgumentParser) -> None:
         "--strategy",
         default=None,
         choices=STRATEGIES,
-        help="data-parallel strategy: ddp (each rank holds the model and its gradient buckets)",
+        help="data-parallel strategy: ddp (each rank holds the model and its gradient buckets) "
+        "or fsdp2 (each rank holds a shard of the parameters, gradients and optimizer states)",
     )
     p.add_argument(
         "--activation-memory-budget",

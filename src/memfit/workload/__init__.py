@@ -42,6 +42,7 @@ from memfit.workload._offload import (
 from memfit.workload._parallel import (
     STRATEGIES,
     check_parallel,
+    check_parallelize,
     parallel_group,
     parallel_note,
     parallelize,
@@ -95,6 +96,7 @@ __all__ = [
     "check_memory_budget",
     "check_offload",
     "check_parallel",
+    "check_parallelize",
     "checkpoint_blocks",
     "checkpointing_on",
     "chosen_blocks",

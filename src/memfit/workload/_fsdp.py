@@ -32,9 +32,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from memfit._errors import InvalidInputError
 from memfit.workload._checkpoint import find_blocks
 
-__all__ = ["MetaStreams", "meta_fsdp", "propagation_hidden", "shard_model", "storage_hooks"]
+__all__ = [
+    "MetaStreams",
+    "check_wrapped",
+    "meta_fsdp",
+    "propagation_hidden",
+    "shard_model",
+    "storage_hooks",
+]
 
 _PACKAGE = "torch.distributed.fsdp._fully_shard"
 _HANDLE_USERS = (
@@ -247,3 +255,60 @@ def _tied_parameters(model: nn.Module) -> set[int]:
         for p in module.parameters(recurse=False):
             holders[id(p)] = holders.get(id(p), 0) + 1
     return {key for key, count in holders.items() if count > 1}
+
+
+def check_wrapped(model: object, strategy: str, mixed: torch.dtype | None) -> None:
+    """What a user's ``parallelize`` returned is the strategy it was given for, with nothing
+    memfit would estimate wrongly: FSDP2 modules for ``fsdp2`` (none offloading to the CPU),
+    in the mixed precision asked for."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if not isinstance(model, nn.Module):
+        raise InvalidInputError(
+            f"parallelize returned {type(model).__name__}, not an nn.Module: return the model "
+            "you wrapped (fully_shard returns it; DDP(model) is one)."
+        )
+    if strategy == "ddp":
+        if not isinstance(model, DistributedDataParallel):
+            raise InvalidInputError(
+                "parallelize returned a model that is not DistributedDataParallel, with "
+                "strategy='ddp': return DDP(model, ...) as your job builds it, or give the "
+                "strategy your function applies."
+            )
+        return
+    from torch.distributed.fsdp import FSDPModule
+
+    sharded = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    if not sharded:
+        raise InvalidInputError(
+            "parallelize returned a model with no module fully_shard was applied to, with "
+            "strategy='fsdp2': call fully_shard(module, mesh=mesh) on its blocks and root."
+        )
+    groups = [g for g in map(_fsdp_group, sharded) if g is not None]
+    if any(getattr(p, "offload_to_cpu", False) for g in groups for p in g.fsdp_params):
+        raise InvalidInputError(
+            "parallelize applied FSDP2 with a CPU offload policy, which memfit does not "
+            "estimate yet: its shards would be counted on the GPU. Estimate without "
+            "offload_policy (an upper bound on the GPU's memory)."
+        )
+    policies = [getattr(g, "mp_policy", None) for g in groups]
+    if (
+        mixed is not None
+        and groups
+        and not any(getattr(p, "param_dtype", None) == mixed for p in policies)
+    ):
+        raise InvalidInputError(
+            f"precision asks for {str(mixed).replace('torch.', '')} mixed precision, which "
+            "under FSDP2 is its policy, and parallelize set none: pass mp_policy="
+            f"MixedPrecisionPolicy(param_dtype=torch.{str(mixed).replace('torch.', '')}) to "
+            "fully_shard, or give precision='fp32' if your job trains in float32."
+        )
+
+
+def _fsdp_group(module: Any) -> Any:
+    """The parameter group of one ``fully_shard`` module (private to FSDP2: None where its
+    layout differs, and the checks that read it pass)."""
+    try:
+        return module._get_fsdp_state()._fsdp_param_group
+    except AttributeError:
+        return None

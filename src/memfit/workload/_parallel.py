@@ -23,7 +23,7 @@ shards (DDP's measured rank-0 surplus). ZeRO is refused until it is estimated.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,9 +32,16 @@ from torch import nn
 
 from memfit._choices import STRATEGIES
 from memfit._errors import InvalidInputError
-from memfit.workload._fsdp import MetaStreams, meta_fsdp, shard_model
+from memfit.workload._fsdp import MetaStreams, check_wrapped, meta_fsdp, shard_model
 
-__all__ = ["STRATEGIES", "check_parallel", "parallel_group", "parallel_note", "parallelize"]
+__all__ = [
+    "STRATEGIES",
+    "check_parallel",
+    "check_parallelize",
+    "parallel_group",
+    "parallel_note",
+    "parallelize",
+]
 
 _LATER = ("zero1", "zero2", "zero3")
 
@@ -78,6 +85,22 @@ def check_parallel(
             f"strategy={strategy!r} with mode='infer' would be ignored: DDP's buckets hold "
             "gradients, and inference has none. Drop strategy and world_size, or give "
             "strategy='fsdp2' to shard the parameters."
+        )
+
+
+def check_parallelize(fn: object, strategy: str | None) -> None:
+    """``parallelize`` is a function of (model, mesh), given with the strategy it stands for."""
+    if fn is None:
+        return
+    if not callable(fn):
+        raise InvalidInputError(
+            f"parallelize={fn!r} is not callable: give a function fn(model, mesh) -> model "
+            "that wraps the model as your job does (DDP(model) or fully_shard calls)."
+        )
+    if strategy is None:
+        raise InvalidInputError(
+            "parallelize= without a strategy would be ignored: give strategy='fsdp2' (or "
+            "'ddp') and world_size=N with it, the strategy your function applies."
         )
 
 
@@ -157,31 +180,47 @@ def parallel_note(strategy: str, world_size: int) -> str:
 
 
 def parallelize(
-    model: nn.Module, strategy: str, device_type: str, mixed: torch.dtype | None = None
+    model: nn.Module,
+    strategy: str,
+    device_type: str,
+    mixed: torch.dtype | None = None,
+    fn: Callable[[nn.Module, Any], nn.Module] | None = None,
 ) -> nn.Module:
     """``model`` wrapped as ``strategy`` does (DDP with its defaults, FSDP2 as ``shard_model``,
-    in ``mixed`` precision by its policy); on the meta device the fake group's all-reduce is
-    answered with the bucket, as NCCL's in-place one leaves it."""
+    in ``mixed`` precision by its policy), or by the user's ``fn(model, mesh)``; on the meta
+    device the fake group's all-reduce is answered with the bucket, as NCCL's in-place one
+    leaves it."""
     from torch.nn.parallel import DistributedDataParallel
 
+    if fn is not None:
+        wrapped = fn(model, _mesh(device_type))
+        check_wrapped(wrapped, strategy, mixed)
+        if isinstance(wrapped, DistributedDataParallel) and device_type == "meta":
+            _answer_in_place(wrapped)
+        return wrapped
     if strategy == "fsdp2":
         return shard_model(model, _mesh(device_type), mixed)
 
     if device_type == "meta":
-        import torch.distributed as dist
-
         ddp = DistributedDataParallel(model)
-        # DDP reads the hook's annotations as objects; this module's are strings
-        _in_place.__annotations__ = {
-            "bucket": dist.GradBucket,  # type: ignore[attr-defined]
-            "return": torch.futures.Future[torch.Tensor],
-        }
-        ddp.register_comm_hook(None, _in_place)
-        # its timing statistics are CPU's or CUDA's only: on meta it warns from C++, on stderr
-        ddp.logger = _NoRuntimeStats(ddp.logger)
+        _answer_in_place(ddp)
         return ddp
     index = torch.cuda.current_device()
     return DistributedDataParallel(model, device_ids=[index])
+
+
+def _answer_in_place(ddp: Any) -> None:
+    """On the meta device: DDP's all-reduce answered with the bucket, its timing off."""
+    import torch.distributed as dist
+
+    # DDP reads the hook's annotations as objects; this module's are strings
+    _in_place.__annotations__ = {
+        "bucket": dist.GradBucket,  # type: ignore[attr-defined]
+        "return": torch.futures.Future[torch.Tensor],
+    }
+    ddp.register_comm_hook(None, _in_place)
+    # its timing statistics are CPU's or CUDA's only: on meta it warns from C++, on stderr
+    ddp.logger = _NoRuntimeStats(ddp.logger)
 
 
 def _mesh(device_type: str) -> Any:

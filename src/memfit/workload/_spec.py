@@ -30,7 +30,7 @@ from memfit.workload._compiled import check_compiled_setting
 from memfit.workload._in_backward import in_backward
 from memfit.workload._memory_budget import check_memory_budget
 from memfit.workload._offload import check_offload
-from memfit.workload._parallel import check_parallel
+from memfit.workload._parallel import check_parallel, check_parallelize
 
 __all__ = [
     "Batch",
@@ -80,7 +80,9 @@ class WorkloadOptions(TypedDict, total=False):
     # the share of the blocks whose saved activations go to pinned host memory (True: all)
     offload: bool | float | None
     world_size: int | None  # ranks of a data-parallel job (with strategy)
-    strategy: str | None  # "ddp": workload._parallel
+    strategy: str | None  # "ddp" or "fsdp2": workload._parallel
+    # the user's own wrapping, fn(model, mesh) -> model, in place of the strategy's default
+    parallelize: Callable[[nn.Module, Any], nn.Module] | None
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,9 @@ class Workload:
     # between forward and backward (workload._offload); True is read as 1.0, False as 0.0
     offload: float = 0.0
     world_size: int = 1  # ranks of a data-parallel job; each is estimated (workload._parallel)
-    strategy: str | None = None  # "ddp", or None: one process, no wrapper
+    strategy: str | None = None  # "ddp", "fsdp2", or None: one process, no wrapper
+    # fn(model, mesh) -> model: the user's own DDP or fully_shard calls (workload._parallel)
+    parallelize: Callable[[nn.Module, Any], nn.Module] | None = None
 
     notes: tuple[str, ...] = ()  # what was assumed or warned while checking, for the estimate
 
@@ -171,6 +175,7 @@ class Workload:
         check_memory_budget(self.activation_memory_budget)
         object.__setattr__(self, "offload", check_offload(self.offload))
         check_parallel(self.world_size, self.strategy, self.mode, self.precision)
+        check_parallelize(self.parallelize, self.strategy)
         if self.offload:
             _check_offload_use(self)
         if self.activation_memory_budget is not None:

@@ -245,7 +245,11 @@ def prepare_model(
             p.requires_grad_(False)
     if workload.strategy is not None:  # last, as a training script wraps: inside a group
         model = parallelize(
-            model, workload.strategy, torch.device(build_device).type, workload.mixed_dtype
+            model,
+            workload.strategy,
+            torch.device(build_device).type,
+            workload.mixed_dtype,
+            workload.parallelize,
         )
     return model
 
