@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
+from tiny_gpt2 import tiny_gpt2, token_batch
 from torch import nn
 
 import memfit
@@ -15,16 +16,11 @@ from memfit.cli import main
 
 
 def _gpt2() -> nn.Module:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    return GPT2LMHeadModel(
-        GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=256)
-    )
+    return tiny_gpt2(n_layer=2)
 
 
 def _batch() -> dict[str, torch.Tensor]:
-    ids = torch.randint(0, 1000, (4, 256))
-    return {"input_ids": ids, "labels": ids}
+    return token_batch()
 
 
 def test_a_ddp_rank_holds_its_gradient_buckets_besides_the_step() -> None:

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.distributed as dist
+from tiny_gpt2 import tiny_gpt2, token_batch
 from torch import nn
 
 import memfit
@@ -19,16 +20,11 @@ from memfit.workload import make_workload
 
 
 def _gpt2() -> nn.Module:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    return GPT2LMHeadModel(
-        GPT2Config(n_layer=3, n_embd=128, n_head=4, vocab_size=1000, n_positions=256)
-    )
+    return tiny_gpt2(n_layer=3)
 
 
 def _batch() -> dict[str, torch.Tensor]:
-    ids = torch.randint(0, 1000, (4, 256))
-    return {"input_ids": ids, "labels": ids}
+    return token_batch()
 
 
 def _trace(world_size: int, **settings: object):  # type: ignore[no-untyped-def]

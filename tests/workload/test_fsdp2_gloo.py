@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import torch
+from tiny_gpt2 import tiny_gpt2, token_batch
 from torch import nn
 
 from memfit._events import Category
@@ -44,16 +45,11 @@ dist.destroy_process_group()
 
 
 def _gpt2() -> nn.Module:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    return GPT2LMHeadModel(
-        GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=128)
-    )
+    return tiny_gpt2(n_layer=2, n_embd=64, n_positions=128)
 
 
 def _batch() -> dict[str, torch.Tensor]:
-    ids = torch.randint(0, 1000, (2, 128))
-    return {"input_ids": ids, "labels": ids}
+    return token_batch(2, 128)
 
 
 def _free_port() -> int:
