@@ -266,3 +266,42 @@ def test_a_policy_of_the_users_own_with_bf16_mixed_is_taken() -> None:
         parallelize=_by_hand(True, policy=True),
     )
     assert est.peak_allocated > 0
+
+
+def _batch_of(n: int) -> dict[str, torch.Tensor]:
+    return token_batch(n, 256)
+
+
+def test_the_batch_finder_searches_an_fsdp2_ranks_batch() -> None:
+    from memfit import find_batch_size
+
+    found = {
+        n: find_batch_size(
+            _gpt2,
+            _batch_of,
+            confirm=False,
+            gpu="3GiB",
+            max_batch=512,
+            strategy="fsdp2",
+            world_size=n,
+        ).batch_size
+        for n in (2, 8)
+    }
+    # a rank of eight holds a quarter of a rank of two's model states: as large a batch or more
+    assert found[8] >= found[2] >= 1
+
+
+def test_the_planner_plans_an_fsdp2_rank() -> None:
+    plan = memfit.plan(
+        _gpt2,
+        batch_of=_batch_of,
+        budget="2GiB",
+        global_batch=32,
+        strategy="fsdp2",
+        world_size=4,
+        precisions=["fp32", "bf16-mixed"],
+        checkpointing=[False, True],
+        optimizers=["adamw"],
+    )
+    assert plan.chosen is not None
+    assert any("one rank of FSDP2 on 4" in n and "shards" in n for n in plan.notes)
