@@ -157,6 +157,7 @@ def test_every_rank_is_given_and_the_last_is_traced_too() -> None:
     assert est.to_dict()["ranks"][1]["like"] == 0
     even = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=4)
     assert len({(r.peak_allocated, r.peak_reserved) for r in even.ranks}) == 1
+    assert [r.traced for r in even.ranks] == [True, False, False, False]  # one trace
 
 
 def test_automicrobatch_refuses_a_model_sharded_over_ranks() -> None:

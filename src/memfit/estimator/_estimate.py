@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from memfit._errors import InvalidInputError
 from memfit._events import Category
 from memfit._gpus import GPU, resolve_gpu
-from memfit._units import MiB
+from memfit._units import MiB, format_bytes
 from memfit.allocator import AllocatorConfig, AllocatorReplay, Recording
 from memfit.estimator._gc import gc_frozen, gc_paused
 from memfit.estimator._pressure import least_capacity, replay_ops, retries_within
@@ -135,7 +135,7 @@ def estimate_workload(
         peak_phase=info[2],
         timeline=Timeline(allocated, reserved, phases),
         gpu=gpu,
-        notes=[*workload.notes, *trace.notes],
+        notes=[*workload.notes, *trace.notes, *_rank_notes(ranks, peak_rank)],
         trace_seconds=trace.seconds,
         least_capacity=least,
         alloc_retries=retries,
@@ -154,28 +154,53 @@ def _ranks(
     allocated: list[int],
     reserved: list[int],
 ) -> tuple[tuple[RankPeak, ...], int]:
-    """Every rank's peaks, and the rank that peaks. Rank 0 is traced, and so is the last rank,
-    whose shards are the smallest where a dimension does not split evenly (FSDP2 gives rank r
-    the r-th chunk of each parameter: no rank's is larger than rank 0's, none smaller than
-    the last's). The ranks between run rank 0's program on shards no larger than its own, so
-    they are given rank 0's peaks, not traced (exact when the two traced ranks allocate alike:
-    DDP, and FSDP2 when every dimension splits evenly)."""
+    """Every rank's peaks, and the rank that peaks. Rank 0 is traced. Every rank of DDP runs
+    the same allocations, and so does every rank of FSDP2 when each parameter's dim 0 splits
+    evenly over the ranks; where one does not, FSDP2 gives rank r the r-th chunk, so the last
+    rank's are the smallest (their optimizer states too), and it is traced as well. The ranks
+    between run rank 0's program on shards no larger than its own and are given its peaks."""
     if workload.strategy is None or workload.world_size == 1:
         return (), 0
     last = workload.world_size - 1
-    with quiet_libraries(), gc_frozen():
-        other = trace_workload(workload, gpu, rank=last)
     first = (max(allocated, default=0), max(reserved, default=0))
-    if _sizes(other) == _sizes(trace):
-        second = first
-    else:
-        other_allocated, other_reserved, _ = _replay(other, config)
-        second = (max(other_allocated, default=0), max(other_reserved, default=0))
+    second = first
+    if trace.uneven_shards:
+        with quiet_libraries(), gc_frozen():
+            other = trace_workload(workload, gpu, rank=last)
+        if _sizes(other) != _sizes(trace):
+            other_allocated, other_reserved, _ = _replay(other, config)
+            second = (max(other_allocated, default=0), max(other_reserved, default=0))
+    traced = {0, last} if trace.uneven_shards else {0}
     peaks = [
-        RankPeak(r, *(second if r == last else first), traced=r in (0, last), like=0)
+        RankPeak(r, *(second if r == last else first), traced=r in traced, like=0)
         for r in range(workload.world_size)
     ]
     return tuple(peaks), last if second > first else 0
+
+
+def _rank_notes(ranks: tuple[RankPeak, ...], peak_rank: int) -> list[str]:
+    """What the ranks' peaks rest on, for the estimate's notes."""
+    if not ranks:
+        return []
+    last = ranks[-1]
+    if not last.traced:
+        return [
+            f"every rank of {len(ranks)} runs rank 0's allocations (each parameter splits evenly "
+            "over the ranks), so its peaks are every rank's (Estimate.ranks)"
+        ]
+    same = last.peak_allocated == ranks[0].peak_allocated
+    return [
+        f"ranks 0 and {last.rank} traced (a parameter does not split evenly over "
+        f"{len(ranks)} ranks, so the last ranks' shards are smaller): "
+        + (
+            "they peak the same"
+            if same
+            else f"rank {last.rank} peaks at {format_bytes(last.peak_allocated)} allocated, "
+            f"rank 0 at {format_bytes(ranks[0].peak_allocated)}"
+        )
+        + f"; rank {peak_rank} peaks; the ranks between are given rank 0's peaks, their shards "
+        "no larger (Estimate.ranks)"
+    ]
 
 
 def _sizes(trace: Trace) -> list[tuple[str, int, int]]:

@@ -89,6 +89,9 @@ class Trace:
     copied_micro_batches: int = 0  # step 1's micro-batches copied from its second (_repeat)
     costs: StepCosts | None = None  # arithmetic and traffic by phase, when asked (_costs)
     traced_again: str | None = None  # why later steps were traced instead, if they were
+    # FSDP2: a parameter whose dim 0 does not split evenly over the ranks (the last ranks'
+    # shards are then smaller than rank 0's, and may allocate differently)
+    uneven_shards: bool = False
 
 
 @contextmanager
@@ -460,6 +463,9 @@ def _trace(
             ) from exc
         unique = {id(p): p for p in model.parameters()}
         parameters = sum(p.numel() for p in unique.values())
+        uneven = workload.strategy == "fsdp2" and any(
+            p.dim() > 0 and p.shape[0] % workload.world_size for p in unique.values()
+        )
         if recorder.costs is not None:  # the optimizer's host time grows with them
             recorder.costs.parameter_tensors = sum(p.requires_grad for p in unique.values())
         optimizer_class = type(optimizer)
@@ -495,6 +501,7 @@ def _trace(
         copied_micro_batches=session.repeat.copied_micro_batches,
         traced_again=session.repeat.refused,
         costs=session.recorder.costs,
+        uneven_shards=uneven,
     )
 
 
