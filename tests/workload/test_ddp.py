@@ -135,3 +135,13 @@ def test_the_header_and_json_say_a_rank_and_its_offload(capsys: pytest.CaptureFi
 
     workload = json.loads(capsys.readouterr().out)["workload"]
     assert (workload["strategy"], workload["world_size"], workload["offload"]) == ("ddp", 4, 0.0)
+
+
+def test_a_zero_strategy_without_deepspeed_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "deepspeed.runtime.engine", None)  # import fails
+    with pytest.raises(memfit.MissingExtraError, match=r"pip install 'memfit\[zero\]'"):
+        memfit.estimate(_gpt2, _batch, strategy="zero2", world_size=2)

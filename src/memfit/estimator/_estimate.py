@@ -190,8 +190,8 @@ def _rank_notes(ranks: tuple[RankPeak, ...], peak_rank: int) -> list[str]:
         ]
     same = last.peak_allocated == ranks[0].peak_allocated
     return [
-        f"ranks 0 and {last.rank} traced (a parameter does not split evenly over "
-        f"{len(ranks)} ranks, so the last ranks' shards are smaller): "
+        f"ranks 0 and {last.rank} traced (the last ranks' shards may be smaller: a parameter "
+        f"that does not split evenly over {len(ranks)} ranks, or ZeRO's padding): "
         + (
             "they peak the same"
             if same

@@ -22,6 +22,7 @@ from memfit.workload import (
     StepHooks,
     Workload,
     compiled_with_budget,
+    engage,
     optimizer_for,
     parallel_group,
     prepare_model,
@@ -94,6 +95,7 @@ def _run(
     if guard is not None:
         model = guard.checked_model(model)
     optimizer = optimizer_for(workload, model)
+    model, optimizer = engage(workload, model, optimizer)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()

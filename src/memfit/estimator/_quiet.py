@@ -16,7 +16,7 @@ from contextlib import contextmanager
 __all__ = ["LIBRARY_LOGGERS", "quiet_libraries"]
 
 #: The loggers of the model libraries memfit builds models from.
-LIBRARY_LOGGERS = ("transformers", "timm", "torchvision", "accelerate")
+LIBRARY_LOGGERS = ("transformers", "timm", "torchvision", "accelerate", "DeepSpeed")
 
 
 @contextmanager

@@ -49,6 +49,7 @@ from memfit.workload import (
     StepHooks,
     Workload,
     cast_inputs,
+    engage,
     offloader_of,
     optimizer_for,
     parallel_group,
@@ -90,7 +91,7 @@ class Trace:
     costs: StepCosts | None = None  # arithmetic and traffic by phase, when asked (_costs)
     traced_again: str | None = None  # why later steps were traced instead, if they were
     # FSDP2: a parameter whose dim 0 does not split evenly over the ranks (the last ranks'
-    # shards are then smaller than rank 0's, and may allocate differently)
+    # shards are then smaller than rank 0's, and may allocate differently); ZeRO: always
     uneven_shards: bool = False
 
 
@@ -448,6 +449,7 @@ def _trace(
             _mark_model(recorder, model)
             session.modules.name_modules(model)
             optimizer = optimizer_for(workload, model)
+            model, optimizer = engage(workload, model, optimizer)
             steps_start = len(recorder.events)
             session.phases.append(("steps", steps_start))
             with generation_observed(session.shadows.generation):  # after the model's imports
@@ -463,8 +465,10 @@ def _trace(
             ) from exc
         unique = {id(p): p for p in model.parameters()}
         parameters = sum(p.numel() for p in unique.values())
-        uneven = workload.strategy == "fsdp2" and any(
-            p.dim() > 0 and p.shape[0] % workload.world_size for p in unique.values()
+        # ZeRO pads its flat buffer for the last rank's partition: that rank is traced too
+        uneven = workload.strategy in ("zero1", "zero2") or (
+            workload.strategy == "fsdp2"
+            and any(p.dim() > 0 and p.shape[0] % workload.world_size for p in unique.values())
         )
         if recorder.costs is not None:  # the optimizer's host time grows with them
             recorder.costs.parameter_tensors = sum(p.requires_grad for p in unique.values())

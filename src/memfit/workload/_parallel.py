@@ -33,6 +33,7 @@ from torch import nn
 from memfit._choices import STRATEGIES
 from memfit._errors import InvalidInputError
 from memfit.workload._fsdp import MetaStreams, check_wrapped, meta_fsdp, shard_model
+from memfit.workload._zero import ZERO, check_zero, meta_accelerator
 
 __all__ = [
     "STRATEGIES",
@@ -43,7 +44,7 @@ __all__ = [
     "parallelize",
 ]
 
-_LATER = ("zero1", "zero2", "zero3")
+_LATER = ("zero3",)
 
 
 def check_parallel(
@@ -64,15 +65,18 @@ def check_parallel(
         return
     if strategy in _LATER:
         raise InvalidInputError(
-            f"strategy={strategy!r} is not estimated yet (memfit estimates 'ddp' and 'fsdp2' "
-            "so far); strategy='fsdp2' shards parameters, gradients and optimizer states as "
-            "ZeRO-3 does."
+            f"strategy={strategy!r} is not estimated yet (memfit estimates 'ddp', 'fsdp2', "
+            "'zero1' and 'zero2' so far); strategy='fsdp2' shards parameters, gradients and "
+            "optimizer states as ZeRO-3 does."
         )
     if strategy not in STRATEGIES:
         raise InvalidInputError(
-            f"strategy={strategy!r} is not a data-parallel strategy memfit knows: give 'ddp' "
-            "or 'fsdp2'."
+            f"strategy={strategy!r} is not a data-parallel strategy memfit knows: give 'ddp', "
+            "'fsdp2', 'zero1' or 'zero2'."
         )
+    if strategy in ZERO:
+        check_zero(strategy, precision, mode)
+        return
     if strategy == "fsdp2" and precision == "fp16-mixed":
         raise InvalidInputError(
             "precision='fp16-mixed' with strategy='fsdp2' is not estimated: FSDP2's mixed "
@@ -97,6 +101,12 @@ def check_parallelize(fn: object, strategy: str | None) -> None:
             f"parallelize={fn!r} is not callable: give a function fn(model, mesh) -> model "
             "that wraps the model as your job does (DDP(model) or fully_shard calls)."
         )
+    if strategy in ZERO:
+        raise InvalidInputError(
+            f"parallelize= with strategy={strategy!r} would be ignored: DeepSpeed wraps the "
+            "model itself (deepspeed.initialize). Drop parallelize, or give strategy='fsdp2' "
+            "or 'ddp' for wrapping of your own."
+        )
     if strategy is None:
         raise InvalidInputError(
             "parallelize= without a strategy would be ignored: give strategy='fsdp2' (or "
@@ -113,6 +123,10 @@ def parallel_group(
     (a measurement runs one process). An existing group is used as it is. FSDP2 on the meta
     device runs with stand-in streams, which this yields (else None)."""
 
+    if strategy in ZERO and device_type == "meta":
+        with _group(strategy, world_size, device_type, rank), meta_accelerator(rank, world_size):
+            yield None
+        return
     if strategy == "fsdp2" and device_type == "meta":
         streams = MetaStreams()
         with _group(strategy, world_size, device_type, rank), meta_fsdp(streams):
@@ -161,6 +175,16 @@ def parallel_note(strategy: str, world_size: int) -> str:
         "NCCL's own device memory counted as one rank's on an H200 (490 MiB; more ranks take "
         "more, not measured yet)"
     )
+    if strategy in ZERO:
+        return (
+            f"DeepSpeed ZeRO-{strategy[-1]} on {ranks}: DeepSpeed's engine over memfit's "
+            "optimizer, with DeepSpeed's defaults but the stage (its gradient buckets of "
+            "reduce_bucket_size elements included); each rank holds 1/"
+            f"{world_size} of the float32 master weights and optimizer states"
+            + (" and of the gradients" if strategy == "zero2" else "")
+            + " (rank 0 traced on a fake process group with a meta-device accelerator; not "
+            "measured on a GPU yet); " + nccl
+        )
     if strategy == "fsdp2":
         return (
             f"FSDP2 on {ranks}: fully_shard on each block the model names in "
@@ -200,6 +224,8 @@ def parallelize(
         return wrapped
     if strategy == "fsdp2":
         return shard_model(model, _mesh(device_type), mixed)
+    if strategy in ZERO:  # DeepSpeed wraps model and optimizer together (optimizer_for)
+        return model
 
     if device_type == "meta":
         ddp = DistributedDataParallel(model)

@@ -206,8 +206,9 @@ class Workload:
     @property
     def autocast_dtype(self) -> torch.dtype | None:
         """The dtype the step's autocast runs in; None under FSDP2, whose mixed-precision
-        policy casts the parameters it all-gathers instead (``workload._fsdp``)."""
-        return None if self.strategy == "fsdp2" else self.mixed_dtype
+        policy casts the parameters it all-gathers instead (``workload._fsdp``), and under
+        ZeRO, whose engine runs the model in bfloat16 (``workload._zero``)."""
+        return None if self.strategy in ("fsdp2", "zero1", "zero2") else self.mixed_dtype
 
     @property
     def batch_text(self) -> str:

@@ -21,6 +21,7 @@ from memfit.workload._in_backward import IN_BACKWARD, Around, OptimizerInBackwar
 from memfit.workload._offload import offload_blocks
 from memfit.workload._parallel import parallelize
 from memfit.workload._spec import Batch, OptimizerSpec, Workload, partial_fraction
+from memfit.workload._zero import ZERO, engage_zero, zero_config
 
 __all__ = [
     "StepHooks",
@@ -160,6 +161,12 @@ def _steps(
                     loss = workload.loss_fn(model, batch)
                 del batch
                 hooks.phase(f"step{step}.backward")
+                if workload.strategy in ZERO:  # DeepSpeed's engine scales for accumulation
+                    model.backward(loss)  # type: ignore[operator]
+                    if index < micro_batches - 1:
+                        model.step()  # type: ignore[operator]  # a micro-step: no update
+                    del loss
+                    continue
                 if workload.accumulation > 1:  # the mean over the micro-batches, as users write
                     loss = loss / workload.accumulation
                 (scaler.scale(loss) if scaler is not None else loss).backward()
@@ -168,13 +175,34 @@ def _steps(
             continue
         hooks.after_backward(model)
         assert optimizer is not None
-        _optimizer_step(optimizer, scaler, hooks, step)
+        engine = model if workload.strategy in ZERO else None
+        _optimizer_step(optimizer, scaler, hooks, step, engine)
+
+
+def engage(workload: Workload, model: nn.Module, optimizer: Any) -> tuple[nn.Module, Any]:
+    """The model and optimizer a step runs: DeepSpeed's engine and ZeRO optimizer over them for
+    a ZeRO strategy (``workload._zero``), else as they are."""
+    if workload.strategy not in ZERO:
+        return model, optimizer
+    config = zero_config(
+        workload.strategy, workload.precision, workload.batch_size or 1, workload.accumulation
+    )
+    return engage_zero(model, optimizer, config)  # type: ignore[no-any-return]
 
 
 def _optimizer_step(
-    optimizer: torch.optim.Optimizer, scaler: Any, hooks: StepHooks, step: int
+    optimizer: torch.optim.Optimizer,
+    scaler: Any,
+    hooks: StepHooks,
+    step: int,
+    engine: Any = None,
 ) -> None:
     hooks.phase(f"step{step}.optimizer")
+    if engine is not None:  # DeepSpeed steps and clears the gradients itself
+        engine.step()
+        hooks.after_optimizer(optimizer)
+        hooks.phase(f"step{step}.zero_grad")
+        return
     if scaler is not None:
         scaler.step(optimizer)
         scaler.update()

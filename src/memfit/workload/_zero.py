@@ -1,0 +1,163 @@
+"""DeepSpeed ZeRO stages 1 and 2 (``strategy="zero1" | "zero2"``): DeepSpeed's own engine.
+
+As with FSDP2, a trace runs the library itself: ``deepspeed.initialize`` wraps the model and
+the optimizer memfit builds, and its ZeRO optimizer flattens the parameters' float32 copies
+into one buffer, keeps this rank's partition and the optimizer states of that partition only,
+and (stage 2) reduces and partitions the gradients as backward makes them. On the meta device
+DeepSpeed is given a stand-in accelerator whose device is ``meta`` (it otherwise moves the model
+to the CPU it found), and the process group is PyTorch's fake one, as for DDP and FSDP2.
+
+The step goes through the engine, as DeepSpeed requires: ``engine.backward(loss)`` after each
+micro-batch, ``engine.step()`` after each too (it steps the optimizer at the last one).
+
+Precision is DeepSpeed's: ``fp32``, or ``bf16-mixed`` as its ``bf16`` setting (bfloat16
+parameters and gradients, float32 master partitions in the optimizer). ZeRO-3 is refused: its
+parameter partitioning copies parameters through host buffers that the meta device has no
+data for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from memfit._errors import InvalidInputError, MissingExtraError
+
+__all__ = ["ZERO", "check_zero", "engage_zero", "meta_accelerator", "zero_config"]
+
+ZERO = ("zero1", "zero2")
+
+
+def check_zero(strategy: str, precision: str, mode: str) -> None:
+    """A ZeRO stage memfit runs: DeepSpeed installed, training, fp32 or bf16-mixed."""
+    # DeepSpeed warns as it loads that it found no GPU (on a CPU): its records held back
+    logging.disable(logging.WARNING)
+    try:
+        # DeepSpeed imports, as it runs, a module that calls torch.compile as it loads (its
+        # Muon optimizer's): loaded here, before a trace, which refuses compiles it did not
+        # expect
+        import deepspeed.runtime.engine
+        import deepspeed.runtime.zero.stage_1_and_2
+
+        with contextlib.suppress(ImportError):  # imported by the optimizer step, if present
+            import deepspeed.runtime.zero.muon.original_muon  # noqa: F401
+    except ImportError:
+        raise MissingExtraError(
+            "deepspeed", f"strategy={strategy!r} (DeepSpeed's own ZeRO engine)", "zero"
+        ) from None
+    finally:
+        logging.disable(logging.NOTSET)
+    if mode != "train":
+        raise InvalidInputError(
+            f"strategy={strategy!r} with mode='infer' would be ignored: ZeRO partitions "
+            "optimizer states and gradients, which inference has none of."
+        )
+    if precision not in ("fp32", "bf16-mixed"):
+        raise InvalidInputError(
+            f"precision={precision!r} with strategy={strategy!r} is not estimated: give "
+            "'fp32' or 'bf16-mixed' (DeepSpeed's bf16: bfloat16 parameters and gradients, "
+            "float32 master partitions in the optimizer)."
+        )
+
+
+def zero_config(
+    strategy: str, precision: str, micro_batch: int, accumulation: int
+) -> dict[str, Any]:
+    """The DeepSpeed configuration of ``strategy``: ZeRO's stage, DeepSpeed's defaults else."""
+    return {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": accumulation,
+        "zero_optimization": {"stage": ZERO.index(strategy) + 1},
+        "bf16": {"enabled": precision == "bf16-mixed"},
+        "steps_per_print": 1 << 30,
+        "wall_clock_breakdown": False,
+    }
+
+
+def engage_zero(
+    model: nn.Module, optimizer: torch.optim.Optimizer, config: dict[str, Any]
+) -> tuple[Any, Any]:
+    """The DeepSpeed engine over ``model`` and its ZeRO optimizer over ``optimizer``."""
+    import deepspeed
+
+    engine, zero, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, config=config, dist_init_required=False
+    )
+    return engine, zero
+
+
+@contextmanager
+def meta_accelerator(rank: int, world_size: int) -> Iterator[None]:
+    """DeepSpeed's accelerator is one whose device is ``meta`` while this lasts, and the
+    environment says which rank this is, as torchrun's would (DeepSpeed asserts it)."""
+    from deepspeed.accelerator import real_accelerator
+    from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+
+    class _Meta(CPU_Accelerator):  # type: ignore[misc]
+        """The CPU accelerator, its device the meta device (nothing pinned, no streams)."""
+
+        def device_name(self, device_index: int | None = None) -> str:
+            return "meta"
+
+        def current_device_name(self) -> str:
+            return "meta"
+
+        def device(self, device_index: int | None = None) -> torch.device:
+            return torch.device("meta")
+
+        def on_accelerator(self, tensor: torch.Tensor) -> bool:
+            return tensor.device.type == "meta"
+
+        def pin_memory(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            return tensor
+
+        def create_op_builder(self, class_name: str) -> Any:
+            # no shared-memory or oneCCL collectives (built from C++ at first use): the fake
+            # process group answers them
+            if class_name in ("ShareMemCommBuilder", "CCLCommBuilder"):
+                return None
+            return super().create_op_builder(class_name)
+
+    before = real_accelerator.ds_accelerator
+    real_accelerator.ds_accelerator = _Meta()
+    _forget_groups()
+    ranks = {"RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size)}
+    saved = {name: os.environ.get(name) for name in ranks}
+    os.environ.update(ranks)
+    try:
+        yield
+    finally:
+        real_accelerator.ds_accelerator = before
+        _forget_groups()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _forget_groups() -> None:
+    """DeepSpeed's process groups and communication backend, cached in its modules, dropped:
+    each trace sets up a fake process group of its own and tears it down after."""
+    import deepspeed.comm.comm as comm
+    from deepspeed.utils import groups
+
+    comm.cdb = None
+    for name, value in vars(groups).items():
+        if name.startswith("_") and name.isupper() and isinstance(value, (dict, type(None))):
+            setattr(groups, name, {} if isinstance(value, dict) else None)
+        elif name.startswith("_") and name.isupper() and isinstance(value, dist_group_type()):
+            setattr(groups, name, None)
+
+
+def dist_group_type() -> type:
+    import torch.distributed as dist
+
+    return dist.ProcessGroup

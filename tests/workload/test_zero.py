@@ -1,0 +1,130 @@
+"""DeepSpeed ZeRO stages 1 and 2 (``strategy="zero1" | "zero2"``): DeepSpeed's engine traced on
+the meta device, and checked against DeepSpeed run for real on CPU processes (gloo). Skipped
+where DeepSpeed is not installed (``memfit[zero]``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+from tiny_gpt2 import tiny_gpt2, token_batch
+from torch import nn
+
+import memfit
+from memfit._events import Category
+from memfit._gpus import resolve_gpu
+from memfit.trace import trace_workload
+from memfit.workload import make_workload
+
+pytest.importorskip("deepspeed")
+
+WORLD = 3
+RANK = """
+import json, os, sys, torch, torch.distributed as dist
+sys.path.insert(0, os.environ["TESTS"])
+from tiny_gpt2 import tiny_gpt2, token_batch
+import deepspeed
+from memfit.workload._zero import zero_config
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = tiny_gpt2(n_layer=2, n_embd=64, n_positions=128)
+opt = torch.optim.AdamW(model.parameters(), foreach=True)
+engine, zero, _, _ = deepspeed.initialize(model=model, optimizer=opt, dist_init_required=False,
+    config=zero_config(os.environ["STRATEGY"], "fp32", 2, 1))
+for _ in range(2):
+    batch = token_batch(2, 128)
+    engine.backward(engine(**batch).loss)
+    engine.step()
+states = sum(v.untyped_storage().nbytes() for s in zero.optimizer.state.values()
+             for k, v in s.items() if torch.is_tensor(v) and v.numel() > 1)
+print("RESULT " + json.dumps([dist.get_rank(), states]))
+"""
+
+
+def _gpt2() -> nn.Module:
+    return tiny_gpt2(n_layer=2, n_embd=64, n_positions=128)
+
+
+def _batch() -> dict[str, torch.Tensor]:
+    return token_batch(2, 128)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _deepspeed_on_gloo(strategy: str) -> dict[int, int]:
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    env.update(WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1", STRATEGY=strategy, LOCAL_RANK="0")
+    env["TESTS"] = os.path.dirname(__file__)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RANK],
+            env={**env, "RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(WORLD)
+    ]
+    found: dict[int, int] = {}
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        line = next(ln for ln in out.splitlines() if ln.startswith("RESULT "))
+        rank, states = json.loads(line[len("RESULT ") :])
+        found[rank] = states
+    return found
+
+
+def _traced_states(strategy: str, rank: int) -> int:
+    workload = make_workload(
+        _gpt2, _batch, strategy=strategy, world_size=WORLD, optimizer="adamw-foreach"
+    )
+    trace = trace_workload(workload, resolve_gpu("h200"), rank=rank)
+    live: dict[int, int] = {}
+    for event in trace.events:
+        if event.kind == "alloc" and trace.infos[event.info].category is Category.OPTIMIZER_STATE:
+            live[event.block] = event.size
+        elif event.kind == "free":
+            live.pop(event.block, None)
+    return sum(n for n in live.values() if n > 8)  # the states, not the step counters
+
+
+@pytest.mark.parametrize("strategy", ["zero1", "zero2"])
+def test_each_ranks_optimizer_states_match_deepspeed_on_gloo(strategy: str) -> None:
+    real = _deepspeed_on_gloo(strategy)
+    assert real[0] > 0
+    for rank in (0, WORLD - 1):
+        assert _traced_states(strategy, rank) == real[rank], f"rank {rank}"
+
+
+def test_zero_partitions_the_optimizer_states() -> None:
+    one = memfit.estimate(_gpt2, _batch, strategy="zero1", world_size=1)
+    four = memfit.estimate(_gpt2, _batch, strategy="zero1", world_size=4)
+    assert four.peak_allocated < one.peak_allocated
+    assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"strategy": "zero3", "world_size": 2}, "strategy='zero3' is not estimated yet"),
+        ({"strategy": "zero2", "world_size": 2, "precision": "fp16-mixed"}, "not estimated"),
+        (
+            {"strategy": "zero2", "world_size": 2, "parallelize": lambda m, mesh: m},
+            "DeepSpeed wraps the model itself",
+        ),
+    ],
+)
+def test_what_zero_does_not_estimate_is_refused(settings: dict[str, object], match: str) -> None:
+    with pytest.raises(memfit.InvalidInputError, match=match):
+        memfit.estimate(_gpt2, _batch, **settings)  # type: ignore[arg-type]
