@@ -5,15 +5,9 @@ not rank 0's twin."""
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
-
 import pytest
 import torch
-from tiny_gpt2 import tiny_gpt2, token_batch
+from tiny_gpt2 import gloo_ranks, tiny_gpt2, token_batch
 from torch import nn
 
 from memfit._events import Category
@@ -52,34 +46,8 @@ def _batch() -> dict[str, torch.Tensor]:
     return token_batch(2, 128)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _gloo() -> dict[int, tuple[int, int]]:
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    env["WORLD_SIZE"] = str(WORLD)
-    env["OMP_NUM_THREADS"] = "1"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", RANK],
-            env={**env, "RANK": str(r)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(WORLD)
-    ]
-    found: dict[int, tuple[int, int]] = {}
-    for proc in procs:
-        out, err = proc.communicate(timeout=240)
-        assert proc.returncode == 0, err[-3000:]
-        line = next(ln for ln in out.splitlines() if ln.startswith("RESULT "))
-        rank, held, states = json.loads(line[len("RESULT ") :])
-        found[rank] = (held, states)
-    return found
+    return {rank: (held, states) for rank, (held, states) in gloo_ranks(RANK, WORLD).items()}
 
 
 def _traced(rank: int) -> tuple[int, int]:

@@ -4,16 +4,10 @@ where DeepSpeed is not installed (``memfit[zero]``)."""
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.distributed as dist
-from tiny_gpt2 import tiny_gpt2, token_batch
+from tiny_gpt2 import gloo_ranks, tiny_gpt2, token_batch
 from torch import nn
 
 import memfit
@@ -28,7 +22,7 @@ WORLD = 3
 RANK = """
 import json, os, sys, torch, torch.distributed as dist
 sys.path.insert(0, os.environ["TESTS"])
-from tiny_gpt2 import tiny_gpt2, token_batch
+from tiny_gpt2 import gloo_ranks, tiny_gpt2, token_batch
 import deepspeed
 from memfit.workload._zero import zero_config
 dist.init_process_group("gloo")
@@ -55,34 +49,8 @@ def _batch() -> dict[str, torch.Tensor]:
     return token_batch(2, 128)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _deepspeed_on_gloo(strategy: str) -> dict[int, int]:
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    env.update(WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1", STRATEGY=strategy, LOCAL_RANK="0")
-    env["TESTS"] = os.path.dirname(__file__)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", RANK],
-            env={**env, "RANK": str(r)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(WORLD)
-    ]
-    found: dict[int, int] = {}
-    for proc in procs:
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err[-3000:]
-        line = next(ln for ln in out.splitlines() if ln.startswith("RESULT "))
-        rank, states = json.loads(line[len("RESULT ") :])
-        found[rank] = states
-    return found
+    return {rank: v[0] for rank, v in gloo_ranks(RANK, WORLD, STRATEGY=strategy).items()}
 
 
 def _traced_states(strategy: str, rank: int) -> int:
