@@ -150,8 +150,9 @@ def _model_kind_args(p: argparse.ArgumentParser) -> None:
         "--strategy",
         default=None,
         choices=STRATEGIES,
-        help="data-parallel strategy: ddp (each rank holds the model and its gradient buckets) "
-        "or fsdp2 (each rank holds a shard of the parameters, gradients and optimizer states)",
+        help="data-parallel strategy: ddp (each rank holds the model and its gradient buckets), "
+        "fsdp2 (each rank holds a shard of the parameters, gradients and optimizer states), zero1 "
+        "or zero2 (DeepSpeed ZeRO: optimizer states, and gradients, partitioned; memfit[zero])",
     )
     p.add_argument(
         "--activation-memory-budget",
