@@ -41,4 +41,4 @@ COMPILED_CHOICES = ("eager",)
 MOE_ROUTINGS = ("balanced", "skewed")
 
 # data-parallel strategies memfit estimates (memfit.workload._parallel)
-STRATEGIES = ("ddp", "fsdp2", "zero1", "zero2")
+STRATEGIES = ("ddp", "fsdp2", "zero1", "zero2", "zero3")

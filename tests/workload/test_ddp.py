@@ -44,7 +44,6 @@ def test_the_world_size_does_not_change_a_ddp_ranks_estimate() -> None:
 @pytest.mark.parametrize(
     ("settings", "match"),
     [
-        ({"strategy": "zero3", "world_size": 4}, "strategy='zero3' is not estimated yet"),
         ({"strategy": "horovod", "world_size": 4}, "not a data-parallel strategy"),
         ({"world_size": 4}, "world_size=4 without a strategy"),
         ({"strategy": "ddp", "world_size": 0}, "world_size=0 is not a number of ranks"),

@@ -151,8 +151,8 @@ def _model_kind_args(p: argparse.ArgumentParser) -> None:
         default=None,
         choices=STRATEGIES,
         help="data-parallel strategy: ddp (each rank holds the model and its gradient buckets), "
-        "fsdp2 (each rank holds a shard of the parameters, gradients and optimizer states), zero1 "
-        "or zero2 (DeepSpeed ZeRO: optimizer states, and gradients, partitioned; memfit[zero])",
+        "fsdp2 (each rank holds a shard of the parameters, gradients and optimizer states), zero1, "
+        "zero2 or zero3 (DeepSpeed's ZeRO stages; memfit[zero])",
     )
     p.add_argument(
         "--activation-memory-budget",

@@ -17,7 +17,7 @@ prefetch and resharding are the installed torch's.
 NCCL's own device memory, outside the caching allocator, is the estimate's non-PyTorch memory:
 490 MiB measured with one rank on the H200 (``memfit.estimator``); more ranks take more, not
 measured yet. Not modelled yet: what makes the ranks of a multi-GPU job differ beyond their
-shards (DDP's measured rank-0 surplus). ZeRO is refused until it is estimated.
+shards (DDP's measured rank-0 surplus). ZeRO 1-3 run DeepSpeed's engine (``workload._zero``).
 """
 
 from __future__ import annotations
@@ -44,8 +44,6 @@ __all__ = [
     "parallelize",
 ]
 
-_LATER = ("zero3",)
-
 
 def check_parallel(
     world_size: object, strategy: object, mode: str, precision: str = "fp32"
@@ -60,19 +58,14 @@ def check_parallel(
         if world_size > 1:
             raise InvalidInputError(
                 f"world_size={world_size} without a strategy: give strategy='ddp' (each rank "
-                "holds the whole model and all-reduces its gradients), or world_size=1."
+                "holds the whole model and all-reduces its gradients), 'fsdp2' or 'zero1'-"
+                "'zero3' (each shards what the model holds), or world_size=1."
             )
         return
-    if strategy in _LATER:
-        raise InvalidInputError(
-            f"strategy={strategy!r} is not estimated yet (memfit estimates 'ddp', 'fsdp2', "
-            "'zero1' and 'zero2' so far); strategy='fsdp2' shards parameters, gradients and "
-            "optimizer states as ZeRO-3 does."
-        )
     if strategy not in STRATEGIES:
         raise InvalidInputError(
             f"strategy={strategy!r} is not a data-parallel strategy memfit knows: give 'ddp', "
-            "'fsdp2', 'zero1' or 'zero2'."
+            "'fsdp2', 'zero1', 'zero2' or 'zero3'."
         )
     if strategy in ZERO:
         check_zero(strategy, precision, mode)
@@ -181,7 +174,11 @@ def parallel_note(strategy: str, world_size: int) -> str:
             "optimizer, with DeepSpeed's defaults but the stage (its gradient buckets of "
             "reduce_bucket_size elements included); each rank holds 1/"
             f"{world_size} of the float32 master weights and optimizer states"
-            + (" and of the gradients" if strategy == "zero2" else "")
+            + {
+                "zero1": "",
+                "zero2": " and of the gradients",
+                "zero3": ", of the gradients and of the parameters (gathered a module at a time)",
+            }[strategy]
             + " (rank 0 traced on a fake process group with a meta-device accelerator; not "
             "measured on a GPU yet); " + nccl
         )

@@ -1,9 +1,10 @@
-"""DeepSpeed ZeRO stages 1 and 2 (``strategy="zero1" | "zero2"``): DeepSpeed's own engine.
+"""DeepSpeed ZeRO stages 1 to 3 (``strategy="zero1" | "zero2" | "zero3"``): DeepSpeed's engine.
 
 As with FSDP2, a trace runs the library itself: ``deepspeed.initialize`` wraps the model and
 the optimizer memfit builds, and its ZeRO optimizer flattens the parameters' float32 copies
 into one buffer, keeps this rank's partition and the optimizer states of that partition only,
-and (stage 2) reduces and partitions the gradients as backward makes them. On the meta device
+(stage 2) reduces and partitions the gradients as backward makes them, and (stage 3)
+partitions the parameters too, gathering a module's as it runs. On the meta device
 DeepSpeed is given a stand-in accelerator whose device is ``meta`` (it otherwise moves the model
 to the CPU it found), and the process group is PyTorch's fake one, as for DDP and FSDP2.
 
@@ -11,9 +12,9 @@ The step goes through the engine, as DeepSpeed requires: ``engine.backward(loss)
 micro-batch, ``engine.step()`` after each too (it steps the optimizer at the last one).
 
 Precision is DeepSpeed's: ``fp32``, or ``bf16-mixed`` as its ``bf16`` setting (bfloat16
-parameters and gradients, float32 master partitions in the optimizer). ZeRO-3 is refused: its
-parameter partitioning copies parameters through host buffers that the meta device has no
-data for.
+parameters and gradients, float32 master partitions in the optimizer). Two of ZeRO-3's helpers
+need data and are replaced while a trace runs (``_swap_stage3``): its defragmentation, which
+copies through host memory, and its checks that every rank sees the same parameter ids.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -32,7 +34,7 @@ from memfit._errors import InvalidInputError, MissingExtraError
 
 __all__ = ["ZERO", "check_zero", "engage_zero", "meta_accelerator", "zero_config"]
 
-ZERO = ("zero1", "zero2")
+ZERO = ("zero1", "zero2", "zero3")
 
 
 def check_zero(strategy: str, precision: str, mode: str) -> None:
@@ -44,6 +46,7 @@ def check_zero(strategy: str, precision: str, mode: str) -> None:
         # Muon optimizer's): loaded here, before a trace, which refuses compiles it did not
         # expect
         import deepspeed.runtime.engine
+        import deepspeed.runtime.zero.stage3
         import deepspeed.runtime.zero.stage_1_and_2
 
         with contextlib.suppress(ImportError):  # imported by the optimizer step, if present
@@ -128,6 +131,7 @@ def meta_accelerator(rank: int, world_size: int) -> Iterator[None]:
     before = real_accelerator.ds_accelerator
     real_accelerator.ds_accelerator = _Meta()
     _forget_groups()
+    swapped = _swap_stage3()
     ranks = {"RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size)}
     saved = {name: os.environ.get(name) for name in ranks}
     os.environ.update(ranks)
@@ -135,12 +139,58 @@ def meta_accelerator(rank: int, world_size: int) -> Iterator[None]:
         yield
     finally:
         real_accelerator.ds_accelerator = before
+        for module, name, value in swapped:
+            setattr(module, name, value)
         _forget_groups()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+_STAGE3 = (
+    "deepspeed.runtime.zero.stage3",
+    "deepspeed.runtime.zero.partition_parameters",
+    "deepspeed.runtime.zero.partitioned_param_coordinator",
+    "deepspeed.runtime.zero.utils",
+)
+
+
+def _swap_stage3() -> list[tuple[Any, str, Any]]:
+    """ZeRO-3's helpers that need data, replaced for a trace; returns what to put back.
+    ``defragment`` copies through host memory (``_defragment_on_meta``); the checks that every
+    rank sees the same parameter ids broadcast them and read them back, which a fake process
+    group cannot answer (and a trace of one rank's view cannot disagree with itself)."""
+    swapped = []
+    for name in _STAGE3:
+        module = sys.modules.get(name)
+        for attr, value in (
+            ("defragment", _defragment_on_meta),
+            ("assert_ints_same_as_other_ranks", lambda ints: None),
+        ):
+            if module is not None and hasattr(module, attr):
+                swapped.append((module, attr, getattr(module, attr)))
+                setattr(module, attr, value)
+    return swapped
+
+
+def _defragment_on_meta(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """ZeRO-3's ``defragment`` as the GPU sees it: each tensor freed as it is copied to a host
+    buffer, then one flat device buffer made and the tensors pointed into it. The host copy
+    has no data on the meta device, and it is not GPU memory, so it is skipped."""
+    total = sum(t.numel() for t in tensors)
+    dtype, device = tensors[0].dtype, tensors[0].device
+    places = []
+    offset = 0
+    for t in tensors:
+        places.append((t, offset, t.numel()))
+        offset += t.numel()
+        t.data = torch.empty(0, dtype=dtype, device=device)
+    flat = torch.empty(total, dtype=dtype, device=device)
+    for t, start, numel in places:
+        t.data = flat.narrow(0, start, numel)
+    return flat
 
 
 def _forget_groups() -> None:
