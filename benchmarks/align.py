@@ -90,16 +90,23 @@ def traced_events(workload_id: str) -> tuple[list[tuple[str, int, int, str]], in
     from memfit.trace import trace_workload
     from memfit.workload import make_workload
 
-    entry = next((e for e in ALL if e["id"] == workload_id), None)
-    if entry is None:
-        raise SystemExit(f"unknown workload id {workload_id!r}: see benchmarks/workloads.py")
     gpu = resolve_gpu("h200")
-    workload = make_workload(
-        recipe_for(entry),
-        allocator_config=entry.get("allocator_config", ""),
-        gpu=gpu,
-        **estimate_kwargs(entry),
-    )
+    if workload_id.startswith("parallelize_gpu:"):  # a case of parallelize_gpu.py
+        import parallelize_gpu
+
+        entry: dict = {}
+        workload = parallelize_gpu._workload(workload_id.partition(":")[2])
+    else:
+        found = next((e for e in ALL if e["id"] == workload_id), None)
+        if found is None:
+            raise SystemExit(f"unknown workload id {workload_id!r}: see benchmarks/workloads.py")
+        entry = found
+        workload = make_workload(
+            recipe_for(entry),
+            allocator_config=entry.get("allocator_config", ""),
+            gpu=gpu,
+            **estimate_kwargs(entry),
+        )
     tr = trace_workload(workload, gpu)
     out = []
     for ev in tr.events:
