@@ -40,6 +40,12 @@ from memfit.trace._kernels import KernelModel
 from memfit.trace._library_autocast import meta_autocast_as_cuda
 from memfit.trace._modules import ModuleTracker
 from memfit.trace._offload_observer import OffloadTrace
+from memfit.trace._parallel_trace import (
+    claim_buffers,
+    rank_notes,
+    sharded_build,
+    uneven_shards,
+)
 from memfit.trace._recorder import Recorder
 from memfit.trace._repeat import StepRepeat, Tallies
 from memfit.trace._rnn import RnnHooks, flatten_like_cuda
@@ -53,21 +59,12 @@ from memfit.workload import (
     offloader_of,
     optimizer_for,
     parallel_group,
-    parallel_note,
     prepare_model,
-    propagation_hidden,
     run_steps,
-    storage_hooks,
 )
 
 __all__ = ["REPEAT_STEPS", "Trace", "trace_workload"]
 
-BUCKET_VIEW_NOTE = (
-    "DDP with gradient_as_bucket_view=True: measured on an H200 a gradients' size above this "
-    "estimate (GPT-2 fp32 4 x 512: 6.126 GB against 5.628; the GPU keeps the first step's "
-    "gradient bucket through the second, which the trace frees), cause not found: add the "
-    "size of the gradients to be safe"
-)
 IN_BACKWARD_NOTE = (
     "the optimizer stepped each parameter in backward, one fused update as its gradient was "
     "complete, and freed the gradient then"
@@ -434,21 +431,9 @@ def _trace(
     group = parallel_group(workload.strategy, workload.world_size, "meta", rank)
     with group as streams, session.active(), compile_guard.active(), ExitStack() as sharded:
         try:
-            building = None
-            if streams is not None:  # FSDP2: the model is built on the host, then sharded
-                from torch.distributed.tensor import DTensor
-
-                recorder.stream_of = streams.current
-                recorder.pass_through = (DTensor,)
-                sharded.enter_context(
-                    storage_hooks(recorder.storage_allocated, recorder.storage_freed)
-                )
-                sharded.enter_context(propagation_hidden(recorder.paused))
-                building = recorder.host()
+            building = sharded_build(streams, recorder, sharded)  # FSDP2: built off the GPU
             model = compile_guard.checked_model(prepare_model(workload, "meta", building))
-            if streams is not None:  # its buffers are moved to the GPU whole
-                for buffer in model.buffers():
-                    recorder.claim(buffer, Category.BUFFER, "fsdp.buffer")
+            claim_buffers(streams, recorder, model)
             bucket_views = bool(getattr(model, "gradient_as_bucket_view", False))
             offload = offloader_of(model)
             if offload is not None:
@@ -473,33 +458,13 @@ def _trace(
             ) from exc
         unique = {id(p): p for p in model.parameters()}
         parameters = sum(p.numel() for p in unique.values())
-        # ZeRO pads its flat buffer for the last rank's partition: that rank is traced too
-        uneven = workload.strategy in ("zero1", "zero2") or (
-            workload.strategy == "fsdp2"
-            and any(p.dim() > 0 and p.shape[0] % workload.world_size for p in unique.values())
-        )
+        uneven = uneven_shards(workload, list(unique.values()))
         if recorder.costs is not None:  # the optimizer's host time grows with them
             recorder.costs.parameter_tensors = sum(p.requires_grad for p in unique.values())
         optimizer_class = type(optimizer)
         del model, optimizer
-    notes = compile_guard.finish()
-    if workload.strategy is not None:
-        notes.append(parallel_note(workload.strategy, workload.world_size))
-    if bucket_views:
-        notes.append(BUCKET_VIEW_NOTE)
-    if observer is not None:
-        notes.append(observer.note())
-    if workload.step_fn is not None:
-        notes += _step_notes(workload, session.user_autocast)
-    if workload.optimizer_in_backward:
-        notes.append(IN_BACKWARD_NOTE)
-    if str(workload.optimizer).endswith("-8bit"):
-        notes.append(_eight_bit_note(optimizer_class))
-    notes += [f"attention ran {n} x {b}" for b, n in sorted(session.backends.items())]
-    notes += sorted(set(session.shadows.guesses))
-    notes += session.shadows.routing.notes(asked=workload.moe_routing)
-    notes += session.recorder.kernels.convolutions.notes()
-    notes += sorted(session.rnn_notes)
+    notes = compile_guard.finish() + rank_notes(workload, bucket_views)
+    notes += _notes(workload, session, observer, optimizer_class)
     # what happens after the last step (the model torn down) is not part of the workload
     phases = session.phases
     end = next((i for name, i in reversed(phases) if name == "end"), len(recorder.events))
@@ -517,6 +482,27 @@ def _trace(
         costs=session.recorder.costs,
         uneven_shards=uneven,
     )
+
+
+def _notes(
+    workload: Workload, session: _Session, observer: OffloadTrace | None, optimizer_class: type
+) -> list[str]:
+    """What the trace assumed or answered, beside the compile's and the rank's notes."""
+    notes: list[str] = []
+    if observer is not None:
+        notes.append(observer.note())
+    if workload.step_fn is not None:
+        notes += _step_notes(workload, session.user_autocast)
+    if workload.optimizer_in_backward:
+        notes.append(IN_BACKWARD_NOTE)
+    if str(workload.optimizer).endswith("-8bit"):
+        notes.append(_eight_bit_note(optimizer_class))
+    notes += [f"attention ran {n} x {b}" for b, n in sorted(session.backends.items())]
+    notes += sorted(set(session.shadows.guesses))
+    notes += session.shadows.routing.notes(asked=workload.moe_routing)
+    notes += session.recorder.kernels.convolutions.notes()
+    notes += sorted(session.rnn_notes)
+    return notes
 
 
 def _run_with_activation_marks(

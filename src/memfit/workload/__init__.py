@@ -22,7 +22,7 @@ from memfit.workload._compiled import (
     whole_model_compiled,
 )
 from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_available, eight_bit_class
-from memfit.workload._fsdp import propagation_hidden, storage_hooks
+from memfit.workload._fsdp import MetaStreams, propagation_hidden, storage_hooks
 from memfit.workload._in_backward import IN_BACKWARD, OptimizerInBackward, in_backward
 from memfit.workload._memory_budget import (
     budget_in_effect,
@@ -70,6 +70,7 @@ from memfit.workload._step import (
     prepare_model,
     run_steps,
 )
+from memfit.workload._zero import ZERO
 
 __all__ = [
     "COMPILED_NOTE",
@@ -77,9 +78,11 @@ __all__ = [
     "IN_BACKWARD",
     "MIN_OFFLOAD_BYTES",
     "STRATEGIES",
+    "ZERO",
     "ActivationOffload",
     "Batch",
     "LossFn",
+    "MetaStreams",
     "Mode",
     "ModelRecipe",
     "OffloadObserver",

@@ -208,7 +208,7 @@ class Workload:
         """The dtype the step's autocast runs in; None under FSDP2, whose mixed-precision
         policy casts the parameters it all-gathers instead (``workload._fsdp``), and under
         ZeRO, whose engine runs the model in bfloat16 (``workload._zero``)."""
-        return None if self.strategy in ("fsdp2", "zero1", "zero2") else self.mixed_dtype
+        return None if self.strategy in ("fsdp2", "zero1", "zero2", "zero3") else self.mixed_dtype
 
     @property
     def batch_text(self) -> str:
