@@ -58,6 +58,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "memfit export --port 9400",
         "memfit export --host 0.0.0.0 --interval 5",
     ),
+    "doctor": (
+        "memfit doctor",
+        "memfit doctor --json",
+    ),
 }
 
 

@@ -6,6 +6,7 @@ import argparse
 from importlib.metadata import PackageNotFoundError, version
 
 from memfit._choices import COMPILED_CHOICES, MOE_ROUTINGS, OPTIMIZERS, PRECISIONS, STRATEGIES
+from memfit.cli._doctor_cmd import add_doctor_parser
 from memfit.cli._export_cmd import add_export_parser
 from memfit.cli._help import HelpFormatter, block_fraction, epilog, positive_int, share
 from memfit.cli._plan_cmd import add_plan_parser
@@ -232,6 +233,7 @@ def make_parser() -> argparse.ArgumentParser:
     add_snapshot_parser(sub)
     add_run_parser(sub)
     add_watch_parser(sub)
+    add_doctor_parser(sub)
     add_export_parser(sub)
     for name, command in sub.choices.items():  # also after the command: memfit estimate ... --debug
         command.formatter_class = HelpFormatter

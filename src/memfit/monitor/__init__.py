@@ -29,6 +29,7 @@ from pathlib import Path
 
 from memfit._errors import InvalidInputError
 from memfit.monitor import _publisher
+from memfit.monitor._doctor import Advice, Diagnosis, FrameworkInfo, GpuInfo, diagnose
 from memfit.monitor._exporter import METRICS, Exporter, SampleCollector, start_exporter
 from memfit.monitor._nvml import MemoryInfo, NvmlBackend, NvmlCallError, PynvmlBackend
 from memfit.monitor._procs import LinuxProcs, ProcInfo, ProcReader, parse_cgroup
@@ -40,8 +41,12 @@ from memfit.monitor._samples import DeviceSample, ProcessSample, Sample, TorchSt
 
 __all__ = [
     "METRICS",
+    "Advice",
     "DeviceSample",
+    "Diagnosis",
     "Exporter",
+    "FrameworkInfo",
+    "GpuInfo",
     "LinuxProcs",
     "MemoryInfo",
     "Monitor",
@@ -59,6 +64,7 @@ __all__ = [
     "Sample",
     "SampleCollector",
     "TorchStats",
+    "diagnose",
     "load_recording",
     "parse_cgroup",
     "parse_devices",

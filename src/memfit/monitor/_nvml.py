@@ -192,6 +192,15 @@ class PynvmlBackend:
             out.append((int(proc.pid), None if used is None else int(used)))
         return out
 
+    def cuda_driver_version(self) -> int:
+        """``nvmlSystemGetCudaDriverVersion``: e.g. 13000 for CUDA 13.0 (memfit doctor)."""
+        return int(self._call(None, "nvmlSystemGetCudaDriverVersion"))
+
+    def mig_mode(self, index: int) -> bool:
+        """Whether MIG mode is on (memfit doctor); NotSupported on GPUs without MIG."""
+        current, _pending = self._call(index, "nvmlDeviceGetMigMode")
+        return bool(current)
+
     def close(self) -> None:
         with contextlib.suppress(self._nv.NVMLError):
             self._nv.nvmlShutdown()

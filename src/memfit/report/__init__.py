@@ -36,6 +36,7 @@ from memfit.report._batch_svg import (
     write_batch_size_plot,
 )
 from memfit.report._console import render_estimate
+from memfit.report._doctor import render_doctor
 from memfit.report._html import estimate_html, write_estimate_html
 from memfit.report._oom import oom_markdown
 from memfit.report._plan_console import plan_renderable, render_plan
@@ -70,6 +71,7 @@ __all__ = [
     "plan_markdown",
     "plan_renderable",
     "render_batch_size",
+    "render_doctor",
     "render_estimate",
     "render_plan",
     "render_sample",

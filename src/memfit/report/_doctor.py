@@ -1,0 +1,61 @@
+"""``memfit doctor`` in the terminal: the machine, its GPUs, the frameworks, the memory settings
+in the environment, and the advice."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from memfit._units import format_bytes
+
+if TYPE_CHECKING:
+    from memfit.monitor import Diagnosis
+
+__all__ = ["render_doctor"]
+
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def render_doctor(found: Diagnosis, console: Console) -> None:
+    """Print what ``memfit.monitor.diagnose`` found."""
+    console.print(
+        f"Python {found.python} · NVIDIA driver {found.driver or 'not found'}"
+        + (f" (CUDA {found.cuda_driver})" if found.cuda_driver else "")
+    )
+    if found.gpus:
+        gpus = Table(title="GPUs (NVML: every GPU, whatever CUDA_VISIBLE_DEVICES says)")
+        for col in ("", "name", "used", "total", "MIG", "processes"):
+            gpus.add_column(col, justify="right" if col in ("used", "total") else "left")
+        for gpu in found.gpus:
+            gpus.add_row(
+                str(gpu.index),
+                gpu.name,
+                format_bytes(gpu.used),
+                format_bytes(gpu.total),
+                {True: "on", False: "off", None: "n/a"}[gpu.mig],
+                str(len(gpu.processes)),
+            )
+        console.print(gpus)
+    frameworks = Table(title="frameworks")
+    for col in ("framework", "version", "CUDA build"):
+        frameworks.add_column(col)
+    for fw in found.frameworks:
+        cuda = {None: "n/a", "none": "CPU only"}.get(fw.cuda, fw.cuda or "")
+        frameworks.add_row(fw.name, fw.version or "not installed", cuda if fw.version else "")
+    console.print(frameworks)
+    settings = Table(title="memory settings in the environment (read when a framework starts)")
+    for col in ("variable", "value"):
+        settings.add_column(col)
+    for name, value in found.settings.items():
+        settings.add_row(name, value if value is not None else "unset")
+    console.print(settings)
+    if not found.advice:
+        console.print("Nothing to change.", style="green")
+        return
+    console.print("Advice", style="bold")
+    for item in found.advice:
+        line = f"  • {item.severity}: {item.setting}: {item.change}. {item.reason.rstrip('.')}."
+        console.print(Text(line, style=_STYLE[item.severity]))
