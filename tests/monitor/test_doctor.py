@@ -117,7 +117,10 @@ def test_each_setting_gets_its_advice(
         ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, ()),
     ],
 )
-def test_settings_as_advised_get_no_advice(env: dict[str, str], packages: tuple[str, ...]) -> None:
+def test_settings_as_advised_get_no_advice(
+    env: dict[str, str], packages: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.version, "cuda", "13.0")  # a CUDA build (CI's may be a CPU one)
     found = diagnose(env, FakeNvml, _installed(*packages))
     assert set(_advice(found)) <= {"GPU 0 MIG mode", "GPU 0 processes"}
 
