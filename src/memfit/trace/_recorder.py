@@ -174,10 +174,7 @@ class Recorder(TorchDispatchMode):
     def storage_allocated(self, t: torch.Tensor) -> None:
         """``t``'s storage, empty until now, was given its memory again (FSDP2's all-gather
         output, resized back before an all-gather)."""
-        key = self._key(t.untyped_storage())
-        seen = self._live.pop(key, None)
-        if seen is not None:
-            self.free(seen[0])
+        self.storage_freed(t)  # its block before the resize, if the trace still held one
         self.track(t, Category.TEMPORARY, "fsdp.alloc_storage")
 
     def storage_freed(self, t: torch.Tensor) -> None:
@@ -190,7 +187,8 @@ class Recorder(TorchDispatchMode):
         """Record ``t``'s storage if it is new; returns its block either way."""
         if t.device.type != "meta" or t.is_sparse:
             return None
-        t = getattr(t, "_local_tensor", t)  # a DTensor's memory is its shard's
+        if self.pass_through:  # a DTensor's memory is its shard's
+            t = getattr(t, "_local_tensor", t)
         storage = t.untyped_storage()
         key = self._key(storage)
         if key in self._off_device:
@@ -238,7 +236,8 @@ class Recorder(TorchDispatchMode):
     def block_of(self, t: torch.Tensor) -> int | None:
         if t.device.type != "meta":
             return None
-        t = getattr(t, "_local_tensor", t)  # a DTensor's memory is its shard's
+        if self.pass_through:  # a DTensor's memory is its shard's
+            t = getattr(t, "_local_tensor", t)
         seen = self._live.get(self._key(t.untyped_storage()))
         return None if seen is None else seen[0]
 

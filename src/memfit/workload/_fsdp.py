@@ -34,6 +34,7 @@ from torch import nn
 
 from memfit._errors import InvalidInputError
 from memfit.workload._checkpoint import find_blocks
+from memfit.workload._patching import patched
 
 __all__ = [
     "MetaStreams",
@@ -139,18 +140,6 @@ def _fsdp_modules() -> list[ModuleType]:
 
 
 @contextmanager
-def _patched(pairs: list[tuple[Any, str, Any]]) -> Iterator[None]:
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in pairs]
-    for owner, name, value in pairs:
-        setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        for owner, name, value in saved:
-            setattr(owner, name, value)
-
-
-@contextmanager
 def meta_fsdp(streams: MetaStreams) -> Iterator[None]:
     """FSDP2 runs on the meta device while this lasts, with ``streams`` as its device handle."""
     from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
@@ -167,7 +156,7 @@ def meta_fsdp(streams: MetaStreams) -> Iterator[None]:
             )
     # sharded parameters stay on the meta device: that is what is traced
     pairs.append((FSDPParamGroup, "_validate_no_meta_params", lambda self: None))
-    with _patched(pairs):
+    with patched(pairs):
         yield
 
 
@@ -196,7 +185,7 @@ def storage_hooks(
             pairs.append((module, "alloc_storage", grow))
         if getattr(module, "free_storage", None) is free_storage:
             pairs.append((module, "free_storage", shrink))
-    with _patched(pairs):
+    with patched(pairs):
         yield
 
 
@@ -218,7 +207,7 @@ def propagation_hidden(paused: Callable[[], AbstractContextManager[Any]]) -> Ite
         return run
 
     names = ("propagate_op_sharding_non_cached", "_propagate_tensor_meta_non_cached")
-    with _patched(
+    with patched(
         [(ShardingPropagator, n, hidden(n)) for n in names if hasattr(ShardingPropagator, n)]
     ):
         yield

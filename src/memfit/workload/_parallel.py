@@ -35,7 +35,11 @@ from memfit._errors import InvalidInputError
 from memfit.workload._fsdp import MetaStreams, check_wrapped, meta_fsdp, shard_model
 from memfit.workload._zero import ZERO, check_zero, meta_accelerator
 
+# the strategies whose own mixed precision replaces autocast (FSDP2's policy, DeepSpeed's bf16)
+CASTS_ITSELF = ("fsdp2", *ZERO)
+
 __all__ = [
+    "CASTS_ITSELF",
     "STRATEGIES",
     "check_parallel",
     "check_parallelize",
@@ -186,14 +190,14 @@ def parallel_note(strategy: str, world_size: int) -> str:
         return (
             f"FSDP2 on {ranks}: fully_shard on each block the model names in "
             "_no_split_modules (else its repeated blocks), then on the root, with FSDP2's "
-            "defaults; every rank holds 1/{n} of the parameters, gradients and optimizer "
-            "states, all-gathers a block's parameters to run it, and runs this step on its own "
-            "batch (rank 0 traced on a fake process group; the model is built on the host, "
-            "as with torchtitan's meta-device init, so no rank holds it whole); "
+            f"defaults; every rank holds 1/{world_size} of the parameters, gradients and "
+            "optimizer states, all-gathers a block's parameters to run it, and runs this step "
+            "on its own batch (rank 0 traced on a fake process group; the model is built on "
+            "the host, as with torchtitan's meta-device init, so no rank holds it whole); "
             "mixed precision, if asked, is FSDP2's policy as torchtitan sets it (parameters "
             "all-gathered in the low precision, gradients reduced in float32, no autocast, "
-            "whose cache would hold a cast copy of every parameter through the forward); "
-        ).replace("{n}", str(world_size)) + nccl
+            "whose cache would hold a cast copy of every parameter through the forward); " + nccl
+        )
     return (
         f"DDP on {ranks}: every rank runs this step on its own batch and holds the whole model "
         "and its gradient buckets (rank 0 traced on a fake process group); " + nccl

@@ -30,7 +30,7 @@ from memfit.workload._compiled import check_compiled_setting
 from memfit.workload._in_backward import in_backward
 from memfit.workload._memory_budget import check_memory_budget
 from memfit.workload._offload import check_offload
-from memfit.workload._parallel import check_parallel, check_parallelize
+from memfit.workload._parallel import CASTS_ITSELF, check_parallel, check_parallelize
 
 __all__ = [
     "Batch",
@@ -208,7 +208,7 @@ class Workload:
         """The dtype the step's autocast runs in; None under FSDP2, whose mixed-precision
         policy casts the parameters it all-gathers instead (``workload._fsdp``), and under
         ZeRO, whose engine runs the model in bfloat16 (``workload._zero``)."""
-        return None if self.strategy in ("fsdp2", "zero1", "zero2", "zero3") else self.mixed_dtype
+        return None if self.strategy in CASTS_ITSELF else self.mixed_dtype
 
     @property
     def batch_text(self) -> str:

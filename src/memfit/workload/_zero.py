@@ -26,11 +26,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 import torch
 from torch import nn
 
 from memfit._errors import InvalidInputError, MissingExtraError
+from memfit.workload._patching import patched
 
 __all__ = ["ZERO", "check_zero", "engage_zero", "meta_accelerator", "zero_config"]
 
@@ -128,25 +130,16 @@ def meta_accelerator(rank: int, world_size: int) -> Iterator[None]:
                 return None
             return super().create_op_builder(class_name)
 
-    before = real_accelerator.ds_accelerator
-    real_accelerator.ds_accelerator = _Meta()
-    _forget_groups()
-    swapped = _swap_stage3()
     ranks = {"RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size)}
-    saved = {name: os.environ.get(name) for name in ranks}
-    os.environ.update(ranks)
+    _forget_groups()
     try:
-        yield
+        with (
+            patched([(real_accelerator, "ds_accelerator", _Meta()), *_stage3_stand_ins()]),
+            mock.patch.dict(os.environ, ranks),
+        ):
+            yield
     finally:
-        real_accelerator.ds_accelerator = before
-        for module, name, value in swapped:
-            setattr(module, name, value)
         _forget_groups()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 _STAGE3 = (
@@ -157,22 +150,22 @@ _STAGE3 = (
 )
 
 
-def _swap_stage3() -> list[tuple[Any, str, Any]]:
-    """ZeRO-3's helpers that need data, replaced for a trace; returns what to put back.
+def _stage3_stand_ins() -> list[tuple[Any, str, Any]]:
+    """ZeRO-3's helpers that need data, with what stands in for them during a trace.
     ``defragment`` copies through host memory (``_defragment_on_meta``); the checks that every
     rank sees the same parameter ids broadcast them and read them back, which a fake process
     group cannot answer (and a trace of one rank's view cannot disagree with itself)."""
-    swapped = []
-    for name in _STAGE3:
-        module = sys.modules.get(name)
-        for attr, value in (
-            ("defragment", _defragment_on_meta),
-            ("assert_ints_same_as_other_ranks", lambda ints: None),
-        ):
-            if module is not None and hasattr(module, attr):
-                swapped.append((module, attr, getattr(module, attr)))
-                setattr(module, attr, value)
-    return swapped
+    stand_ins = {"defragment": _defragment_on_meta, "assert_ints_same_as_other_ranks": _agreed}
+    return [
+        (module, attr, value)
+        for module in filter(None, map(sys.modules.get, _STAGE3))
+        for attr, value in stand_ins.items()
+        if hasattr(module, attr)
+    ]
+
+
+def _agreed(ints: list[int]) -> None:
+    return None
 
 
 def _defragment_on_meta(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -197,17 +190,14 @@ def _forget_groups() -> None:
     """DeepSpeed's process groups and communication backend, cached in its modules, dropped:
     each trace sets up a fake process group of its own and tears it down after."""
     import deepspeed.comm.comm as comm
+    import torch.distributed as dist
     from deepspeed.utils import groups
 
     comm.cdb = None
-    for name, value in vars(groups).items():
-        if name.startswith("_") and name.isupper() and isinstance(value, (dict, type(None))):
-            setattr(groups, name, {} if isinstance(value, dict) else None)
-        elif name.startswith("_") and name.isupper() and isinstance(value, dist_group_type()):
+    for name, value in list(vars(groups).items()):
+        if not (name.startswith("_") and name.isupper()):
+            continue
+        if isinstance(value, dict):
+            setattr(groups, name, {})
+        elif isinstance(value, dist.ProcessGroup):
             setattr(groups, name, None)
-
-
-def dist_group_type() -> type:
-    import torch.distributed as dist
-
-    return dist.ProcessGroup
