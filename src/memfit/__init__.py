@@ -38,7 +38,7 @@ if _typing.TYPE_CHECKING:
         estimate,
         validate,
     )
-    from memfit.monitor import publish
+    from memfit.monitor import configure, publish, stats
     from memfit.oom import OOMHook
     from memfit.planner import Plan, plan
     from memfit.runtime import (
@@ -71,6 +71,8 @@ _LAZY = {
     "Workload": "memfit.workload",
     "make_workload": "memfit.workload",
     "publish": "memfit.monitor",
+    "configure": "memfit.monitor",
+    "stats": "memfit.monitor",
     "AutoMicrobatch": "memfit.runtime",
     "BatchSizeResult": "memfit.runtime",
     "LeakDetector": "memfit.runtime",
@@ -160,6 +162,7 @@ __all__ = [
     "__version__",
     "apply",
     "auto_microbatch",
+    "configure",
     "estimate",
     "find_batch_size",
     "fit",
@@ -171,6 +174,7 @@ __all__ = [
     "plan",
     "publish",
     "resolve_gpu",
+    "stats",
     "unapply",
     "validate",
 ]

@@ -28,7 +28,7 @@ def test_watch_once_json_is_one_sample(capsys):
 def test_watch_once_prints_the_tables(capsys):
     assert main(["watch", "--once", *REPLAY, "--scenario", "train+infer"]) == 0
     out = capsys.readouterr().out
-    assert "GPUs" in out and "Processes" in out and "non-torch" in out
+    assert "GPUs" in out and "Processes" in out and "outside" in out
 
 
 def test_watch_json_lines_and_count(capsys):

@@ -54,7 +54,8 @@ def test_a_training_frame_puts_torch_beside_nvml(recording):
     ):
         assert format_bytes(value) in row
     assert proc.user in row
-    assert "non-torch = GPU mem - reserved (CUDA context" in " ".join(text.split())
+    assert "outside = GPU mem - pool (CUDA context" in " ".join(text.split())
+    assert " torch " in row
 
 
 def test_an_idle_frame_says_there_is_nothing(recording):

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
+import warnings
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from memfit._errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from memfit.monitor import Configuration
 
 __all__ = ["add_run_parser", "run_run"]
 
@@ -20,13 +26,52 @@ def add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     """Register ``run`` on the subcommand parsers."""
     p = sub.add_parser(
         "run",
-        help="run a command; explain its CUDA out-of-memory errors",
+        help="run a command with GPU memory settings; explain its CUDA out-of-memory errors",
         description="Run COMMAND unchanged with memfit's out-of-memory report installed in "
         "every Python process it starts. On torch.OutOfMemoryError the allocator snapshot and "
         "a report (what failed, where, memory at the failure, fixes ranked by the bytes they "
         "save) are written to --oom-dir. The exit code is the command's.",
         usage="memfit run [--oom-dir DIR] [--no-history] [--max-entries N] [--json]\n"
+        "                  [--limit SIZE|SHARE] [--growth | --no-growth] [--preallocate]\n"
+        "                  [--allocator NAME] [--framework NAME]\n"
         "                  -- COMMAND [ARG ...]",
+    )
+    memory = p.add_argument_group(
+        "GPU memory settings",
+        "Set in the command's environment before any framework starts (torch, TensorFlow "
+        "and JAX read them once, at start, and ignore later changes); the lines printed "
+        "before the command say what was set for which framework.",
+    )
+    memory.add_argument(
+        "--limit",
+        metavar="SIZE|SHARE",
+        help="the most each process may take of each GPU: a size (8GiB) or a share (0.5, 50%%)",
+    )
+    memory.add_argument(
+        "--growth",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="take GPU memory as needed (TensorFlow's memory growth, JAX without "
+        "preallocation); --no-growth maps the pool up front",
+    )
+    memory.add_argument(
+        "--preallocate",
+        action="store_true",
+        default=None,
+        help="map the pool up front (--limit of it, or the framework's default share)",
+    )
+    memory.add_argument(
+        "--allocator",
+        metavar="NAME",
+        help="async (cudaMallocAsync), expandable (torch's expandable segments), platform "
+        "(no caching, slow), default",
+    )
+    memory.add_argument(
+        "--framework",
+        metavar="NAME",
+        default="auto",
+        help="torch, tensorflow, jax, several with commas (torch,jax), or auto (default: all "
+        "three: the command's Python may have frameworks memfit's does not)",
     )
     p.add_argument(
         "--oom-dir",
@@ -69,12 +114,15 @@ def run_run(args: argparse.Namespace, console: Console) -> int:
         raise InvalidInputError(
             "memfit run needs a command after '--', e.g. memfit run -- python train.py."
         )
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    env, memory = _memory_environment(args, err)
     result = run_with_report(
         command,
         args.oom_dir,
         render=oom_markdown,
         record_history=not args.no_history,
         max_entries=args.max_entries,
+        env=env,
     )
     code = _exit_code(result.returncode)
     if args.json:
@@ -82,6 +130,7 @@ def run_run(args: argparse.Namespace, console: Console) -> int:
             json.dumps(
                 {
                     "exit_code": code,
+                    "memory": None if memory is None else memory.to_dict(),
                     "oom_dir": str(result.directory),
                     "reports": [
                         {
@@ -97,7 +146,6 @@ def run_run(args: argparse.Namespace, console: Console) -> int:
             )
         )
         return code
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
     for problem in result.problems:
         err.print(f"memfit: {problem}", markup=False)
     for r in result.reports:
@@ -111,3 +159,59 @@ def run_run(args: argparse.Namespace, console: Console) -> int:
             name = f"signal {-result.returncode}"
         err.print(f"memfit: the command was killed by {name}", markup=False)
     return code
+
+
+def _memory_environment(
+    args: argparse.Namespace, err: Console
+) -> tuple[dict[str, str] | None, Configuration | None]:
+    """The child's environment with the memory settings asked for (``None``: none asked)."""
+    from memfit.monitor import ConfigurationWarning, configure, settings_variable
+
+    asked = (args.limit, args.growth, args.preallocate, args.allocator)
+    if all(value is None for value in asked):
+        if args.framework != "auto":
+            raise InvalidInputError(
+                f"--framework {args.framework} names a framework, but no memory setting was "
+                "given for it: add --limit, --growth, --preallocate or --allocator."
+            )
+        return None, None
+    env = dict(os.environ)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigurationWarning)
+        memory = configure(
+            growth=args.growth,
+            limit=_limit_arg(args.limit),
+            preallocate=args.preallocate,
+            allocator=args.allocator,
+            framework=_frameworks_arg(args.framework),
+            environ=env,
+            in_process=False,
+        )
+    env[settings_variable()] = json.dumps(
+        {"settings": memory.settings, "frameworks": list(memory.frameworks)}
+    )
+    if not args.json:
+        err.print("memfit: GPU memory settings for the command:", markup=False)
+        for line in memory.lines():
+            err.print(f"  {line}", markup=False)
+    for w in caught:
+        if not issubclass(w.category, ConfigurationWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return env, memory
+
+
+def _frameworks_arg(text: str) -> str | list[str]:
+    if text == "auto":
+        return "all"
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _limit_arg(text: str | None) -> str | float | None:
+    """``--limit``: a share is written 0.5 or 50%; anything else is a size."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if "." in text or "e" in text.lower() else text

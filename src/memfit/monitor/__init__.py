@@ -1,4 +1,5 @@
-"""Live GPU memory: NVML per GPU and per process, with PyTorch's own numbers beside.
+"""Live GPU memory: NVML per GPU and per process, with the frameworks' own numbers beside;
+and the frameworks' memory settings (``memfit.configure``, ``memfit doctor``).
 
 ``nvidia-smi`` shows how much memory a process holds; PyTorch knows how much of it is
 allocated and how much is only cached; neither shows the rest (CUDA context, cuBLAS/cuDNN,
@@ -28,9 +29,21 @@ import sys
 from pathlib import Path
 
 from memfit._errors import InvalidInputError
-from memfit.monitor import _publisher
-from memfit.monitor._doctor import Advice, Diagnosis, FrameworkInfo, GpuInfo, diagnose
+from memfit.monitor import _frameworks, _publisher
+from memfit.monitor._advice import Advice
+from memfit.monitor._configure import (
+    ALLOCATORS,
+    Configuration,
+    ConfigurationTooLateError,
+    ConfigurationWarning,
+    SettingAction,
+    configure,
+    resolve_frameworks,
+)
+from memfit.monitor._doctor import Diagnosis, FrameworkInfo, GpuInfo, diagnose
+from memfit.monitor._doctor_procs import ProcessSettings
 from memfit.monitor._exporter import METRICS, Exporter, SampleCollector, start_exporter
+from memfit.monitor._frameworks import FRAMEWORKS
 from memfit.monitor._nvml import MemoryInfo, NvmlBackend, NvmlCallError, PynvmlBackend
 from memfit.monitor._procs import LinuxProcs, ProcInfo, ProcReader, parse_cgroup
 from memfit.monitor._published import Published, PublishedSource, RuntimeDir
@@ -38,10 +51,16 @@ from memfit.monitor._publisher import Publisher, runtime_dir
 from memfit.monitor._replay import Replay, load_recording
 from memfit.monitor._sampler import Monitor, parse_devices, sample, samples
 from memfit.monitor._samples import DeviceSample, ProcessSample, Sample, TorchStats
+from memfit.monitor._stats import MemoryStats, memory_stats_from_dict, stats
 
 __all__ = [
+    "ALLOCATORS",
+    "FRAMEWORKS",
     "METRICS",
     "Advice",
+    "Configuration",
+    "ConfigurationTooLateError",
+    "ConfigurationWarning",
     "DeviceSample",
     "Diagnosis",
     "Exporter",
@@ -49,12 +68,14 @@ __all__ = [
     "GpuInfo",
     "LinuxProcs",
     "MemoryInfo",
+    "MemoryStats",
     "Monitor",
     "NvmlBackend",
     "NvmlCallError",
     "ProcInfo",
     "ProcReader",
     "ProcessSample",
+    "ProcessSettings",
     "Published",
     "PublishedSource",
     "Publisher",
@@ -63,24 +84,32 @@ __all__ = [
     "RuntimeDir",
     "Sample",
     "SampleCollector",
+    "SettingAction",
     "TorchStats",
+    "configure",
     "diagnose",
+    "frameworks_source",
     "load_recording",
+    "memory_stats_from_dict",
     "parse_cgroup",
     "parse_devices",
     "publish",
     "publisher_source",
+    "resolve_frameworks",
     "runtime_dir",
     "sample",
     "samples",
+    "settings_variable",
     "start_exporter",
+    "stats",
 ]
 
 _current: Publisher | None = None
 
 
 def publish(interval: float = 1.0, directory: str | None = None) -> Publisher:
-    """Publish this process's PyTorch allocator stats every ``interval`` seconds for
+    """Publish this process's memory numbers (PyTorch's allocator stats; TensorFlow's and JAX's
+    in :func:`stats`' schema) and settings every ``interval`` seconds for
     ``memfit watch`` and ``memfit export``, from a daemon thread, until the process ends (or
     ``stop()``; it is also a context manager). Never initialises CUDA.
 
@@ -100,7 +129,7 @@ def publish(interval: float = 1.0, directory: str | None = None) -> Publisher:
             _current.interval = float(interval)
             return _current
         _current.stop()
-    _current = Publisher(interval, directory).start()
+    _current = Publisher(interval, directory, frameworks=_frameworks).start()
     return _current
 
 
@@ -109,3 +138,16 @@ def publisher_source() -> str:
     run`` copies it beside the child's ``sitecustomize`` (``_memfit_publisher``), so a program
     whose Python has no memfit publishes its stats too."""
     return Path(_publisher.__file__).read_text(encoding="utf-8")
+
+
+def frameworks_source() -> str:
+    """The source of the framework knobs' module (standard library only): ``memfit run``
+    copies it beside the child's ``sitecustomize`` (``_memfit_frameworks``), where it applies
+    ``--limit`` at import and reads TensorFlow's and JAX's numbers for the publisher."""
+    return Path(_frameworks.__file__).read_text(encoding="utf-8")
+
+
+def settings_variable() -> str:
+    """The environment variable through which ``memfit run`` hands its memory settings to the
+    child's copy of the framework knobs (applied at import)."""
+    return _frameworks.ENV_SETTINGS

@@ -18,27 +18,22 @@ import os
 import platform
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from memfit._errors import InvalidInputError, MemfitError
 from memfit.allocator import AllocatorConfig
+from memfit.monitor._advice import Advice
+from memfit.monitor._doctor_procs import ProcessSettings, process_advice, process_settings
+from memfit.monitor._frameworks import ENV_NAMES, JAX_FRACTIONS
 from memfit.monitor._nvml import NvmlBackend, NvmlCallError, PynvmlBackend
+from memfit.monitor._procs import LinuxProcs
+from memfit.monitor._published import PublishedSource, RuntimeDir
+from memfit.monitor._publisher import runtime_dir
 
 __all__ = ["SETTINGS", "Advice", "Diagnosis", "FrameworkInfo", "GpuInfo", "diagnose"]
 
 # the environment variables each framework reads for its GPU memory, when its runtime starts
-SETTINGS = (
-    "CUDA_VISIBLE_DEVICES",
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "PYTORCH_ALLOC_CONF",
-    "PYTORCH_NO_CUDA_MEMORY_CACHING",
-    "TF_FORCE_GPU_ALLOW_GROWTH",
-    "TF_GPU_ALLOCATOR",
-    "XLA_PYTHON_CLIENT_PREALLOCATE",
-    "XLA_PYTHON_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_ALLOCATOR",
-)
-Severity = Literal["error", "warning", "info"]
+SETTINGS = ENV_NAMES
 
 
 @dataclass(frozen=True)
@@ -63,16 +58,6 @@ class GpuInfo:
 
 
 @dataclass(frozen=True)
-class Advice:
-    """What to change, with the reason."""
-
-    severity: Severity
-    setting: str
-    change: str
-    reason: str
-
-
-@dataclass(frozen=True)
 class Diagnosis:
     """What ``memfit doctor`` found."""
 
@@ -83,6 +68,7 @@ class Diagnosis:
     gpus: list[GpuInfo]
     frameworks: list[FrameworkInfo]
     settings: dict[str, str | None]
+    processes: list[ProcessSettings] = field(default_factory=list)
     advice: list[Advice] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,9 +79,12 @@ def diagnose(
     environ: Mapping[str, str] | None = None,
     open_nvml: Callable[[], NvmlBackend] = PynvmlBackend,
     installed: Callable[[str], str | None] | None = None,
+    published: PublishedSource | None = None,
+    environ_of: Callable[[int], dict[str, str] | None] | None = None,
 ) -> Diagnosis:
-    """The machine as it is now, and what to change (``open_nvml`` and ``installed`` are for
-    tests: the NVML backend and a package's installed version)."""
+    """The machine as it is now, and what to change. The rest are for tests: the NVML
+    backend, a package's installed version, where processes publish their settings, and how
+    a process's environment is read (``/proc/PID/environ``)."""
     env = dict(os.environ if environ is None else environ)
     version_of = installed or _installed
     driver = cuda_driver = error = None
@@ -113,6 +102,9 @@ def diagnose(
             nvml.close()
     frameworks = _frameworks(version_of)
     settings = {name: env.get(name) for name in SETTINGS}
+    source = published if published is not None else RuntimeDir(runtime_dir(), LinuxProcs())
+    on_gpus = [(gpu.index, pid) for gpu in gpus for pid, _ in gpu.processes]
+    processes = process_settings(on_gpus, source.read(), *([environ_of] if environ_of else []))
     found = Diagnosis(
         python=platform.python_version(),
         driver=driver,
@@ -121,6 +113,7 @@ def diagnose(
         gpus=gpus,
         frameworks=frameworks,
         settings=settings,
+        processes=processes,
     )
     found.advice.extend(advise(found))
     return found
@@ -183,6 +176,7 @@ def advise(found: Diagnosis) -> list[Advice]:
         *_tensorflow_advice(found),
         *_jax_advice(found),
         *_gpu_advice(found),
+        *process_advice(found.processes),
     ]
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(advice, key=lambda a: order[a.severity])
@@ -266,7 +260,17 @@ def _tensorflow_advice(found: Diagnosis) -> list[Advice]:
 def _jax_advice(found: Diagnosis) -> list[Advice]:
     s = found.settings
     out = []
-    fraction = s.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    given = [n for n in JAX_FRACTIONS if s.get(n) is not None]
+    if len(given) == 2:
+        out.append(
+            Advice(
+                "error",
+                " and ".join(given),
+                f"unset {JAX_FRACTIONS[1]} (the older name)",
+                "JAX refuses to start its GPU backend when both are set",
+            )
+        )
+    fraction = s.get(given[0]) if given else None
     if fraction is not None:
         try:
             ok = 0 < float(fraction) <= 1
@@ -276,7 +280,7 @@ def _jax_advice(found: Diagnosis) -> list[Advice]:
             out.append(
                 Advice(
                     "error",
-                    f"XLA_PYTHON_CLIENT_MEM_FRACTION={fraction}",
+                    f"{given[0]}={fraction}",
                     "give a share of the GPU between 0 and 1, e.g. .5",
                     "JAX reads it as the share of each GPU it takes",
                 )
@@ -289,8 +293,9 @@ def _jax_advice(found: Diagnosis) -> list[Advice]:
             Advice(
                 "warning",
                 "XLA_PYTHON_CLIENT_PREALLOCATE",
-                "set XLA_PYTHON_CLIENT_PREALLOCATE=false before JAX is imported (or "
-                "XLA_PYTHON_CLIENT_MEM_FRACTION to the share it needs)",
+                "set XLA_PYTHON_CLIENT_PREALLOCATE=false before JAX is imported (memfit run "
+                "--growth, or memfit.configure(growth=True) at the top of the script; or a "
+                "memory fraction for the share it needs)",
                 f"JAX takes {share} of each GPU's memory at its first GPU use, whatever it "
                 "uses: nvidia-smi shows it all as used, and other processes run out",
             )

@@ -66,11 +66,25 @@ _TORCH_METRICS: list[tuple[str, str, str]] = [
     ("memfit_torch_stats_age_seconds", "age of the published stats", "age"),
 ]  # fmt: skip
 
+# (metric, help, MemoryStats attribute): every framework's numbers in one schema
+_FRAMEWORK_METRICS: list[tuple[str, str, str]] = [
+    ("memfit_framework_in_use_bytes",
+     "memory the framework's tensors hold (torch allocated, JAX bytes_in_use, TF current)",
+     "in_use"),
+    ("memfit_framework_peak_bytes", "the most of in_use so far", "peak"),
+    ("memfit_framework_pool_bytes",
+     "what the framework's allocator holds (torch reserved, JAX pool_bytes)", "pool"),
+    ("memfit_framework_limit_bytes",
+     "the most the framework may take (memory fraction, JAX bytes_limit, TF logical device)",
+     "limit"),
+]  # fmt: skip
+
 METRICS: tuple[str, ...] = (
     *(m[0] for m in _GPU_METRICS),
     "memfit_gpu_up",
     *(m[0] for m in _PROC_METRICS),
     *(m[0] for m in _TORCH_METRICS),
+    *(m[0] for m in _FRAMEWORK_METRICS),
     "memfit_sample_duration_seconds",
 )
 
@@ -103,6 +117,20 @@ def _process_family(
     for dev, proc, value in rows:
         if value is not None:
             family.add_metric(_proc_labels(dev, proc), float(value))
+    return family
+
+
+def _framework_family(
+    name: str, doc: str, attr: str, procs: list[tuple[DeviceSample, ProcessSample]]
+) -> Any:
+    from prometheus_client.core import GaugeMetricFamily
+
+    family = GaugeMetricFamily(name, doc, labels=[*_PROC_LABELS, "framework"])
+    for dev, proc in procs:
+        for row in proc.frameworks:
+            value = getattr(row, attr)
+            if value is not None:
+                family.add_metric([*_proc_labels(dev, proc), row.framework], float(value))
     return family
 
 
@@ -154,6 +182,8 @@ class SampleCollector:
         for name, doc, attr in _TORCH_METRICS:
             rows = [(d, p, getattr(p.torch, attr)) for d, p in procs if p.torch is not None]
             yield _process_family(name, doc, rows)
+        for name, doc, attr in _FRAMEWORK_METRICS:
+            yield _framework_family(name, doc, attr, procs)
         yield GaugeMetricFamily(
             "memfit_sample_duration_seconds", "time the last sample took", value=self._duration
         )

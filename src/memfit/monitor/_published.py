@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from memfit.monitor._procs import ProcReader
 from memfit.monitor._publisher import SCHEMA
 from memfit.monitor._samples import TorchStats
+from memfit.monitor._stats import MemoryStats, memory_stats_from_dict
 
 __all__ = ["Published", "PublishedSource", "RuntimeDir", "published_from_json"]
 
@@ -31,6 +32,16 @@ class Published:
     cuda_initialised: bool
     step: int | None
     devices: tuple[dict[str, Any], ...]
+    frameworks: tuple[MemoryStats, ...] = ()
+    settings: dict[str, Any] | None = None  # what the process runs with (memfit doctor)
+
+    def framework_stats(self, uuid: str | None, index: int) -> tuple[MemoryStats, ...]:
+        """Every framework's numbers on the GPU with NVML ``uuid`` (or, without, ``index``)."""
+        return tuple(
+            row
+            for row in self.frameworks
+            if row.kind == "gpu" and (row.uuid == uuid if row.uuid and uuid else row.index == index)
+        )
 
     def torch_stats(self, uuid: str | None, index: int, now: float) -> TorchStats | None:
         """The stats for the GPU with NVML ``uuid`` (or, without UUIDs, NVML ``index``)."""
@@ -67,6 +78,16 @@ def published_from_json(doc: Any) -> Published | None:
             cuda_initialised=bool(doc.get("cuda_initialised")),
             step=_opt_int(doc.get("step")),
             devices=tuple(d for d in doc.get("devices", []) if isinstance(d, dict)),
+            frameworks=tuple(
+                row
+                for row in (
+                    memory_stats_from_dict(d)
+                    for d in doc.get("frameworks") or []
+                    if isinstance(d, dict)
+                )
+                if row is not None
+            ),
+            settings=doc.get("settings") if isinstance(doc.get("settings"), dict) else None,
         )
     except (KeyError, TypeError, ValueError):
         return None

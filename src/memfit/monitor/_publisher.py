@@ -93,19 +93,27 @@ def _uuid(props: Any) -> str | None:
 class Publisher:
     """Writes this process's allocator stats every ``interval`` seconds (see the module doc).
 
-    ``wait_for_cuda``: write nothing until the program has imported torch and initialised CUDA
-    (what ``memfit run`` uses, so processes that never use a GPU leave no file). Call
-    :meth:`step` once per training step to show a step counter beside the stats.
+    ``wait_for_cuda``: write nothing until the program has started a GPU (what ``memfit run``
+    uses, so processes that never use a GPU leave no file). ``frameworks``: the module that
+    reads TensorFlow's and JAX's numbers too (``memfit.monitor._frameworks``, or the copy
+    ``memfit run`` writes); without it only torch is read. Call :meth:`step` once per training
+    step to show a step counter beside the stats.
     """
 
     def __init__(
-        self, interval: float = 1.0, directory: str | None = None, *, wait_for_cuda: bool = False
+        self,
+        interval: float = 1.0,
+        directory: str | None = None,
+        *,
+        wait_for_cuda: bool = False,
+        frameworks: Any = None,
     ) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
         self.interval = float(interval)
         self.directory = directory or runtime_dir()
         self.wait_for_cuda = wait_for_cuda
+        self.frameworks = frameworks
         self.pid = os.getpid()
         self.path = os.path.join(self.directory, f"{self.pid}.json")
         self.steps: int | None = None
@@ -188,7 +196,8 @@ class Publisher:
         torch = sys.modules.get("torch")
         cuda = getattr(torch, "cuda", None)
         initialised = bool(cuda is not None and cuda.is_initialized())
-        if self.wait_for_cuda and not initialised:
+        fw = self.frameworks
+        if self.wait_for_cuda and not initialised and not (fw is not None and fw.gpu_started()):
             return None
         return {
             "schema": SCHEMA,
@@ -200,6 +209,11 @@ class Publisher:
             "torch": getattr(torch, "__version__", None),
             "cuda_initialised": initialised,
             "devices": self._devices(cuda) if initialised else [],
+            # every framework's numbers in one schema (memfit.stats), and its settings
+            "frameworks": []
+            if fw is None
+            else [r for f in fw.FRAMEWORKS for r in fw.read_stats(f)],
+            "settings": None if fw is None else fw.settings_in_force(),
         }
 
     def _devices(self, cuda: Any) -> list[dict[str, Any]]:
@@ -237,10 +251,10 @@ def active() -> Publisher | None:
     return _armed if _armed is not None and _armed.running else None
 
 
-def arm_from_environment() -> Publisher | None:
-    """Start a publisher that waits for CUDA, unless ``MEMFIT_PUBLISH=0`` (``memfit run``).
+def arm_from_environment(frameworks: Any = None) -> Publisher | None:
+    """Start a publisher that waits for a GPU, unless ``MEMFIT_PUBLISH=0`` (``memfit run``).
 
-    Its thread only looks whether torch has initialised CUDA until it has: a process that
+    Its thread only looks whether a framework has started a GPU until one has: a process that
     never does writes no file.
     """
     global _armed
@@ -248,7 +262,7 @@ def arm_from_environment() -> Publisher | None:
         return None
     try:
         interval = float(os.environ.get(ENV_INTERVAL, "1.0"))
-        _armed = Publisher(interval, wait_for_cuda=True).start()
+        _armed = Publisher(interval, wait_for_cuda=True, frameworks=frameworks).start()
     except (OSError, ValueError) as exc:
         _log(f"the allocator stats are not published from this process: {exc}")
         return None

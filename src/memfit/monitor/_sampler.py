@@ -282,6 +282,7 @@ class Monitor(contextlib.AbstractContextManager["Monitor"]):
             pod=None if info is None else info.pod,
             torch=None if pub is None else pub.torch_stats(uuid, index, now),
             cuda_initialised=None if pub is None else pub.cuda_initialised,
+            frameworks=() if pub is None else pub.framework_stats(uuid, index),
         )
 
 

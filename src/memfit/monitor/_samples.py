@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from memfit.monitor._stats import MemoryStats
+
 __all__ = ["SCHEMA", "DeviceSample", "DeviceStatus", "ProcessSample", "Sample", "TorchStats"]
 
 SCHEMA = "memfit.sample/1"
@@ -60,6 +62,22 @@ class ProcessSample:
     pod: str | None
     torch: TorchStats | None
     cuda_initialised: bool | None
+    frameworks: tuple[MemoryStats, ...] = ()
+
+    @property
+    def main_stats(self) -> MemoryStats | None:
+        """The framework numbers to show for the process: torch's where it has them, else
+        the first framework's (a process rarely runs two on one GPU)."""
+        rows = sorted(self.frameworks, key=lambda r: r.framework != "torch")
+        return rows[0] if rows else None
+
+    @property
+    def outside_pool(self) -> int | None:
+        """NVML's used memory minus the framework's pool (``non_torch`` for any framework)."""
+        row = self.main_stats
+        if self.used_memory is None or row is None or row.pool is None:
+            return self.non_torch
+        return self.used_memory - row.pool
 
     @property
     def non_torch(self) -> int | None:
@@ -133,7 +151,8 @@ class Sample:
             data = asdict(dev)
             data["other"] = dev.other
             data["processes"] = [
-                {**asdict(proc), "non_torch": proc.non_torch} for proc in dev.processes
+                {**asdict(proc), "non_torch": proc.non_torch, "outside_pool": proc.outside_pool}
+                for proc in dev.processes
             ]
             devices.append(data)
         return {

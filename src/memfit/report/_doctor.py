@@ -52,6 +52,8 @@ def render_doctor(found: Diagnosis, console: Console) -> None:
     for name, value in found.settings.items():
         settings.add_row(name, value if value is not None else "unset")
     console.print(settings)
+    if found.processes:
+        console.print(_processes(found))
     if not found.advice:
         console.print("Nothing to change.", style="green")
         return
@@ -59,3 +61,30 @@ def render_doctor(found: Diagnosis, console: Console) -> None:
     for item in found.advice:
         line = f"  • {item.severity}: {item.setting}: {item.change}. {item.reason.rstrip('.')}."
         console.print(Text(line, style=_STYLE[item.severity]))
+
+
+def _processes(found: Diagnosis) -> Table:
+    table = Table(
+        title="running processes' memory settings (published: memfit.publish or memfit run; "
+        "environment: /proc/PID/environ)"
+    )
+    for col in ("pid", "GPU", "from", "settings", "frameworks"):
+        table.add_column(col)
+    for p in found.processes:
+        env = " ".join(f"{k}={v}" for k, v in p.environment.items()) or "none set"
+        rows = []
+        for row in p.stats:
+            if row.kind != "gpu":
+                continue
+            held = "" if row.pool is None else f", holds {format_bytes(row.pool)}"
+            used = "n/a" if row.in_use is None else format_bytes(row.in_use)
+            rows.append(f"{row.framework} {row.device}: uses {used}{held}")
+        started = ", ".join(p.started) if p.started else ""
+        table.add_row(
+            str(p.pid),
+            ",".join(str(g) for g in p.gpus) or "-",
+            p.source,
+            Text(env),
+            Text("; ".join(rows) or (f"{started} started" if started else "-")),
+        )
+    return table

@@ -117,12 +117,27 @@ def _gpu_table(sample: Sample, history: WatchHistory | None, bar_width: int = _B
     return table
 
 
-def _torch_cells(proc: ProcessSample) -> list[str]:
-    if proc.torch is None:
-        note = "CUDA not initialised" if proc.cuda_initialised is False else "-"
-        return [note, "-", "-", "-"]
-    t = proc.torch
-    return [_size(t.allocated), _size(t.reserved), _size(t.max_allocated), _size(proc.non_torch)]
+def _framework_cells(proc: ProcessSample) -> list[str]:
+    """fw, in use, pool, peak, outside: torch's allocator stats where published (as before
+    the frameworks' schema), else the first framework's numbers."""
+    if proc.torch is not None:
+        t = proc.torch
+        return [
+            "torch",
+            _size(t.allocated),
+            _size(t.reserved),
+            _size(t.max_allocated),
+            _size(proc.non_torch),
+        ]
+    row = proc.main_stats
+    if row is None:
+        note = "no GPU yet" if proc.cuda_initialised is False else "-"
+        return ["-", note, "-", "-", "-"]
+    name = _SHORT.get(row.framework, row.framework)
+    return [name, _size(row.in_use), _size(row.pool), _size(row.peak), _size(proc.outside_pool)]
+
+
+_SHORT = {"tensorflow": "tf"}
 
 
 class _ProcessView:
@@ -159,14 +174,18 @@ def _process_table(sample: Sample, command_width: int) -> Table:
     table = Table(
         title="Processes",
         title_justify="left",
-        caption="torch columns: processes that call memfit.publish() or run under memfit run; "
-        "peak = max allocated; non-torch = GPU mem - reserved (CUDA context, libraries, NCCL)",
+        caption="fw columns: processes that call memfit.publish() or run under memfit run; "
+        "in use / pool / peak: torch allocated / reserved / max allocated (JAX bytes_in_use / "
+        "pool_bytes / peak, TF current / - / peak); outside = GPU mem - pool (CUDA context, "
+        "libraries, NCCL)",
         caption_justify="left",
     )
     for name in ("gpu", "pid"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("user", no_wrap=True)
-    for name in ("GPU mem", "torch alloc", "reserved", "peak", "non-torch"):
+    table.add_column("GPU mem", justify="right", no_wrap=True)
+    table.add_column("fw", no_wrap=True)
+    for name in ("in use", "pool", "peak", "outside"):
         table.add_column(name, justify="right", no_wrap=True)
     procs = [(dev, proc) for dev in sample.devices for proc in dev.processes]
     containers = any(proc.container or proc.pod for _, proc in procs)
@@ -186,7 +205,7 @@ def _process_table(sample: Sample, command_width: int) -> Table:
             str(proc.pid),
             Text(proc.user or NA),
             _size(proc.used_memory),
-            *_torch_cells(proc),
+            *_framework_cells(proc),
         ]
         if containers:
             container = proc.container[:12] if proc.container else ""

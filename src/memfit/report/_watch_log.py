@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from memfit._errors import InvalidInputError
-from memfit.monitor import Sample
+from memfit.monitor import ProcessSample, Sample
 
 __all__ = ["LOG_COLUMNS", "LOG_SUFFIXES", "SampleLog", "log_rows"]
 
@@ -44,6 +44,12 @@ LOG_COLUMNS = (
     "torch_max_allocated",
     "torch_max_reserved",
     "non_torch",
+    "framework",
+    "in_use",
+    "pool",
+    "peak",
+    "limit",
+    "outside_pool",
 )
 
 
@@ -80,9 +86,22 @@ def log_rows(sample: Sample) -> list[dict[str, Any]]:
                     "torch_max_allocated": None if t is None else t.max_allocated,
                     "torch_max_reserved": None if t is None else t.max_reserved,
                     "non_torch": p.non_torch,
+                    **_framework_cells(p),
                 }
             )
     return rows
+
+
+def _framework_cells(p: ProcessSample) -> dict[str, Any]:
+    row = p.main_stats
+    return {
+        "framework": None if row is None else row.framework,
+        "in_use": None if row is None else row.in_use,
+        "pool": None if row is None else row.pool,
+        "peak": None if row is None else row.peak,
+        "limit": None if row is None else row.limit,
+        "outside_pool": p.outside_pool,
+    }
 
 
 class SampleLog(contextlib.AbstractContextManager["SampleLog"]):

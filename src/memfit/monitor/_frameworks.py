@@ -1,0 +1,613 @@
+"""The memory knobs of torch, TensorFlow and JAX, and their numbers, inside the user's process.
+
+This module imports only the standard library, and a framework only once the program has
+imported it (through ``sys.modules``): ``memfit run`` copies it beside its ``sitecustomize`` as
+``_memfit_frameworks``, so a TensorFlow or JAX program whose Python has no memfit is
+configured and publishes its numbers too. Keep it that way: no ``memfit`` imports here.
+
+Each framework reads its settings at a different moment, and ignores them silently after:
+
+- torch: ``PYTORCH_CUDA_ALLOC_CONF`` / ``PYTORCH_NO_CUDA_MEMORY_CACHING`` when CUDA starts;
+  ``set_per_process_memory_fraction`` at any time (set here per device when CUDA starts);
+- TensorFlow: ``TF_FORCE_GPU_ALLOW_GROWTH`` / ``TF_GPU_ALLOCATOR`` and the logical device
+  configuration (a memory limit) when its runtime (the eager context) starts;
+- JAX: ``XLA_PYTHON_CLIENT_PREALLOCATE``, ``XLA_CLIENT_MEM_FRACTION`` (older JAX:
+  ``XLA_PYTHON_CLIENT_MEM_FRACTION``) and ``XLA_PYTHON_CLIENT_ALLOCATOR`` when its first backend
+  starts.
+
+:func:`configure` sets what it can now, leaves a hook for what must wait for an import or for
+CUDA, and says "too late" for what the started runtime will no longer read. Settings arrive as a
+plain dict (see ``memfit.monitor._configure``, which validates them); the answer is a list of
+plain dicts, one per action.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+__all__ = [
+    "ENV_SETTINGS",
+    "FRAMEWORKS",
+    "arm_from_environment",
+    "configure",
+    "gpu_started",
+    "read_stats",
+    "settings_in_force",
+    "started",
+]
+
+FRAMEWORKS = ("torch", "tensorflow", "jax")
+ENV_SETTINGS = "MEMFIT_MEMORY"  # JSON of the settings memfit run's child applies at import
+TORCH_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+TORCH_CONFS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+JAX_FRACTIONS = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+MiB = 1 << 20
+
+Action = dict[str, Any]
+Environ = MutableMapping[str, str]
+
+
+# --- has a framework's runtime started? --------------------------------------------------------
+
+
+def started(framework: str) -> bool:
+    """Whether ``framework``'s runtime has started, so that it no longer reads its settings."""
+    if framework == "torch":
+        torch = sys.modules.get("torch")
+        cuda = getattr(torch, "cuda", None)
+        return bool(cuda is not None and cuda.is_initialized())
+    if framework == "tensorflow":
+        context = sys.modules.get("tensorflow.python.eager.context")
+        ctx = getattr(context, "context", None)
+        return bool(ctx is not None and getattr(ctx(), "_context_handle", None) is not None)
+    if framework == "jax":
+        bridge = sys.modules.get("jax._src.xla_bridge")
+        ask = getattr(bridge, "backends_are_initialized", None)
+        return bool(ask is not None and ask())
+    raise ValueError(f"unknown framework {framework!r}")
+
+
+def gpu_started() -> bool:
+    """Whether any framework of this process has started on a GPU (what ``memfit run``'s
+    publisher waits for)."""
+    return any(
+        s.get("kind") == "gpu" for f in FRAMEWORKS if f != "torch" for s in read_stats(f)
+    ) or started("torch")
+
+
+# --- configuration --------------------------------------------------------------------------
+
+
+def configure(
+    settings: dict[str, Any],
+    frameworks: list[str],
+    environ: Environ | None = None,
+    *,
+    in_process: bool = True,
+    dry: bool = False,
+) -> list[Action]:
+    """Apply ``settings`` for ``frameworks``: environment variables in ``environ`` (this
+    process's by default), and, ``in_process``, the runtime calls now or at import / CUDA start.
+    With ``in_process=False`` (``memfit run``'s parent) nothing is imported or hooked: the
+    runtime parts are listed as ``"pending"``, for the child's copy of this module to apply.
+    ``dry``: say what would be done in this process, calling and hooking nothing (``environ``
+    is still written: give a copy)."""
+    env: Environ = os.environ if environ is None else environ
+    actions: list[Action] = []
+    for framework in frameworks:
+        late = in_process and started(framework)
+        imported = in_process and framework in sys.modules
+        plan = _PLANS[framework]
+        hook = in_process and not dry
+        actions.extend(plan(settings, env, late=late, imported=imported, hook=hook))
+    return actions
+
+
+def _action(framework: str, setting: str, status: str, what: str, why: str = "") -> Action:
+    return {"framework": framework, "setting": setting, "status": status, "what": what, "why": why}
+
+
+def _set_env(
+    env: Environ, framework: str, setting: str, name: str, value: str | None, late: bool
+) -> Action:
+    """Set (``value`` None: unset) one environment variable, saying what it replaced."""
+    old = env.get(name)
+    what = f"{name}={value}" if value is not None else f"unset {name}"
+    if late:
+        return _action(framework, setting, "too late", what, _LATE_WHY[framework])
+    if old == value:
+        return _action(framework, setting, "set", what, "already so")
+    if value is None:
+        del env[name]
+    else:
+        env[name] = value
+    return _action(framework, setting, "set", what, "" if old is None else f"was {old}")
+
+
+_LATE_WHY = {
+    "torch": "torch has read its allocator settings in this process (at import; "
+    "PYTORCH_NO_CUDA_MEMORY_CACHING when CUDA started)",
+    "tensorflow": "TensorFlow's runtime has started in this process: it read its GPU settings then",
+    "jax": "JAX's backend has started in this process: it read its settings then",
+}
+
+
+def _conf_items(text: str) -> list[tuple[str, str]]:
+    items = []
+    for part in text.split(","):
+        key, _, value = part.partition(":")
+        if key.strip():
+            items.append((key.strip(), value.strip()))
+    return items
+
+
+def _merge_conf(env: Environ, setting: str, key: str, value: str | None, late: bool) -> Action:
+    """Set (``value`` None: drop) ``key`` in torch's allocator settings, keeping the others."""
+    name = next((n for n in TORCH_CONFS if env.get(n)), TORCH_CONF)
+    items = [(k, v) for k, v in _conf_items(env.get(name, "")) if k != key]
+    if value is not None:
+        items.append((key, value))
+    text = ",".join(f"{k}:{v}" for k, v in items)
+    return _set_env(env, "torch", setting, name, text or None, late)
+
+
+def _torch_plan(
+    s: dict[str, Any], env: Environ, *, late: bool, imported: bool, hook: bool
+) -> list[Action]:
+    out = []
+    if s.get("growth") is not None:
+        out.append(
+            _action(
+                "torch",
+                "growth",
+                "already" if s["growth"] else "unsupported",
+                "nothing to set",
+                "PyTorch's caching allocator always takes memory as it is needed"
+                if s["growth"]
+                else "PyTorch cannot map its pool up front; a limit caps it",
+            )
+        )
+    if s.get("limit_bytes") is not None or s.get("limit_fraction") is not None:
+        out.append(_torch_limit(s, late=late, imported=imported, hook=hook))
+    # torch reads its allocator settings when it is imported (the backend then and only then;
+    # the rest can change later through its settings call) and PYTORCH_NO_CUDA_MEMORY_CACHING
+    # at its first allocation
+    allocator = s.get("allocator")
+    loaded = late or imported
+    if allocator == "async":
+        out.append(_merge_conf(env, "allocator", "backend", "cudaMallocAsync", loaded))
+    elif allocator == "expandable":
+        if loaded:
+            out.append(_torch_expandable_now(hook))
+        else:
+            out.append(_merge_conf(env, "allocator", "expandable_segments", "True", False))
+    elif allocator == "platform":
+        out.append(_set_env(env, "torch", "allocator", "PYTORCH_NO_CUDA_MEMORY_CACHING", "1", late))
+    elif allocator == "default":
+        out.append(_merge_conf(env, "allocator", "backend", None, loaded))
+        out.append(_merge_conf(env, "allocator", "expandable_segments", None, loaded))
+        out.append(
+            _set_env(env, "torch", "allocator", "PYTORCH_NO_CUDA_MEMORY_CACHING", None, late)
+        )
+    return out
+
+
+def _torch_limit(s: dict[str, Any], *, late: bool, imported: bool, hook: bool) -> Action:
+    what = "torch.cuda.set_per_process_memory_fraction on every GPU"
+    if late:
+        if hook:
+            _apply_torch_limit(s)
+        return _action("torch", "limit", "applied", what, "now")
+    if hook and imported:
+        sys.modules["torch"].cuda._lazy_call(lambda: _apply_torch_limit(s))
+    elif hook:
+        _after_import(
+            "torch", lambda: sys.modules["torch"].cuda._lazy_call(lambda: _apply_torch_limit(s))
+        )
+    return _action("torch", "limit", "pending", what, "when CUDA starts")
+
+
+def _apply_torch_limit(s: dict[str, Any]) -> None:
+    cuda = sys.modules["torch"].cuda
+    for device in range(cuda.device_count()):
+        fraction = s.get("limit_fraction")
+        if fraction is None:
+            total = cuda.get_device_properties(device).total_memory
+            fraction = s["limit_bytes"] / total
+        if fraction > 1:
+            _log(f"GPU {device} is smaller than the limit of {s['limit_bytes']} bytes: left as is")
+            continue
+        cuda.set_per_process_memory_fraction(float(fraction), device)
+
+
+def _torch_expandable_now(apply: bool) -> Action:
+    what = "expandable_segments:True through torch's allocator settings"
+    if apply:
+        torch = sys.modules["torch"]
+        change = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+        if change is None:  # torch before 2.9
+            change = torch.cuda.memory._set_allocator_settings
+        change("expandable_segments:True")
+    return _action("torch", "allocator", "applied", what, "now (new segments)")
+
+
+def _tensorflow_plan(
+    s: dict[str, Any], env: Environ, *, late: bool, imported: bool, hook: bool
+) -> list[Action]:
+    out = []
+    growth = s.get("growth")
+    if growth is not None:
+        value = "true" if growth else "false"
+        out.append(_set_env(env, "tensorflow", "growth", "TF_FORCE_GPU_ALLOW_GROWTH", value, late))
+    if s.get("limit_bytes") is not None:
+        out.append(_tensorflow_limit(s["limit_bytes"], late=late, imported=imported, hook=hook))
+    elif s.get("limit_fraction") is not None:
+        out.append(
+            _action(
+                "tensorflow",
+                "limit",
+                "unsupported",
+                "nothing set",
+                "TensorFlow takes a limit in bytes, and the GPU's size is not known here "
+                "(no NVML): give the limit as a size",
+            )
+        )
+    allocator = s.get("allocator")
+    if allocator == "async":
+        out.append(
+            _set_env(env, "tensorflow", "allocator", "TF_GPU_ALLOCATOR", "cuda_malloc_async", late)
+        )
+    elif allocator == "default":
+        out.append(_set_env(env, "tensorflow", "allocator", "TF_GPU_ALLOCATOR", None, late))
+    elif allocator in ("platform", "expandable"):
+        out.append(
+            _action(
+                "tensorflow",
+                "allocator",
+                "unsupported",
+                "nothing set",
+                f"TensorFlow has no {allocator} allocator (it has its BFC allocator and "
+                "cuda_malloc_async)",
+            )
+        )
+    return out
+
+
+def _tensorflow_limit(limit: int, *, late: bool, imported: bool, hook: bool) -> Action:
+    what = f"a logical device of {limit // MiB} MiB on every GPU"
+    if late:
+        return _action("tensorflow", "limit", "too late", what, _LATE_WHY["tensorflow"])
+    if imported:
+        if hook:
+            _apply_tensorflow_limit(limit)
+        return _action("tensorflow", "limit", "applied", what, "now")
+    if hook:
+        _after_import("tensorflow", lambda: _apply_tensorflow_limit(limit))
+    return _action("tensorflow", "limit", "pending", what, "when tensorflow is imported")
+
+
+def _apply_tensorflow_limit(limit: int) -> None:
+    tf = sys.modules["tensorflow"]
+    for gpu in tf.config.list_physical_devices("GPU"):
+        config = tf.config.LogicalDeviceConfiguration(memory_limit=limit // MiB)
+        tf.config.set_logical_device_configuration(gpu, [config])
+
+
+def _jax_plan(
+    s: dict[str, Any], env: Environ, *, late: bool, imported: bool, hook: bool
+) -> list[Action]:
+    out = []
+    growth = s.get("growth")
+    if growth is not None:
+        value = "false" if growth else "true"
+        out.append(_set_env(env, "jax", "growth", "XLA_PYTHON_CLIENT_PREALLOCATE", value, late))
+    fraction = s.get("limit_fraction")
+    if fraction is not None:
+        name = jax_fraction_variable()
+        for other in JAX_FRACTIONS:  # JAX refuses both at once
+            if other != name and other in env:
+                out.append(_set_env(env, "jax", "limit", other, None, late))
+        out.append(_set_env(env, "jax", "limit", name, f"{fraction:.4g}", late))
+    elif s.get("limit_bytes") is not None:
+        out.append(
+            _action(
+                "jax",
+                "limit",
+                "unsupported",
+                "nothing set",
+                "JAX takes a share of the GPU, and the GPU's size is not known here (no "
+                "NVML): give the limit as a fraction, e.g. 0.5",
+            )
+        )
+    allocator = s.get("allocator")
+    names = {"async": "cuda_async", "platform": "platform", "default": None}
+    if allocator in names:
+        out.append(
+            _set_env(env, "jax", "allocator", "XLA_PYTHON_CLIENT_ALLOCATOR", names[allocator], late)
+        )
+    elif allocator == "expandable":
+        out.append(
+            _action(
+                "jax",
+                "allocator",
+                "unsupported",
+                "nothing set",
+                "JAX has no expandable-segments allocator",
+            )
+        )
+    return out
+
+
+def jax_fraction_variable() -> str:
+    """The memory-fraction variable the installed JAX reads (renamed in 2025; read in its
+    source, never by importing it: an import could start nothing, but costs a second)."""
+    try:
+        spec = importlib.util.find_spec("jaxlib.xla_client")
+    except (ImportError, ValueError):
+        spec = None
+    origin = getattr(spec, "origin", None)
+    if origin:
+        try:
+            with open(origin, encoding="utf-8") as f:
+                if "'XLA_CLIENT_MEM_FRACTION'" in f.read():
+                    return JAX_FRACTIONS[0]
+        except OSError:
+            pass
+    return JAX_FRACTIONS[1]
+
+
+_PLANS: dict[str, Callable[..., list[Action]]] = {
+    "torch": _torch_plan,
+    "tensorflow": _tensorflow_plan,
+    "jax": _jax_plan,
+}
+
+
+# --- memfit run's child: apply the runtime parts at import --------------------------------
+
+
+def arm_from_environment() -> list[Action]:
+    """Apply the runtime parts of the settings ``memfit run`` left in ``MEMFIT_MEMORY`` (the
+    environment variables are set already): now for a framework imported, else at import."""
+    text = os.environ.get(ENV_SETTINGS)
+    if not text:
+        return []
+    doc = json.loads(text)
+    settings = {k: v for k, v in doc["settings"].items() if k in ("limit_bytes", "limit_fraction")}
+    if not settings:
+        return []
+    return configure(settings, [f for f in doc["frameworks"] if f != "jax"], {})
+
+
+class _ImportWatcher:
+    """A meta path finder that runs callbacks right after ``import <name>`` completes."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.callbacks: list[Callable[[], None]] = []
+        self._searching = False
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != self.name or self._searching:
+            return None
+        self._searching = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._searching = False
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return None
+        original = loader.exec_module
+        watcher = self
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            if watcher in sys.meta_path:
+                sys.meta_path.remove(watcher)
+            _watchers.pop(watcher.name, None)
+            for callback in watcher.callbacks:
+                try:
+                    callback()
+                except Exception as exc:  # never break the program's import
+                    _log(f"a memory setting for {watcher.name} could not be applied: {exc!r}")
+
+        loader.exec_module = exec_module
+        return spec
+
+
+_watchers: dict[str, _ImportWatcher] = {}
+
+
+def _after_import(name: str, callback: Callable[[], None]) -> None:
+    watcher = _watchers.get(name)
+    if watcher is None:
+        watcher = _watchers[name] = _ImportWatcher(name)
+        sys.meta_path.insert(0, watcher)
+    watcher.callbacks.append(callback)
+
+
+def pending_imports() -> list[str]:
+    """The imports a setting of this process waits for (for tests and reports)."""
+    return sorted(_watchers)
+
+
+# --- numbers --------------------------------------------------------------------------------
+
+
+def read_stats(framework: str) -> list[dict[str, Any]]:
+    """``framework``'s own memory numbers per device, in one schema (bytes; ``None`` where the
+    framework does not say), without starting anything: nothing before its runtime started."""
+    if framework not in sys.modules or not started(framework):
+        return []
+    return _READERS[framework]()
+
+
+def _entry(framework: str, kind: str, ordinal: int, **numbers: Any) -> dict[str, Any]:
+    index, uuid = _nvml_identity(ordinal) if kind == "gpu" else (None, None)
+    values = {k: None if v is None else int(v) for k, v in numbers.items()}
+    return {
+        "framework": framework,
+        "device": f"{kind}:{ordinal}",
+        "kind": kind,
+        "index": index,
+        "uuid": uuid,
+        **values,
+    }
+
+
+def _nvml_identity(ordinal: int) -> tuple[int | None, str | None]:
+    """The NVML index or UUID of the ``ordinal``-th visible GPU, from ``CUDA_VISIBLE_DEVICES``."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return ordinal, None
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if ordinal >= len(entries):
+        return None, None
+    entry = entries[ordinal]
+    if entry.isdigit():
+        return int(entry), None
+    return None, entry if entry.startswith(("GPU-", "MIG-")) else None
+
+
+def _torch_stats() -> list[dict[str, Any]]:
+    cuda = sys.modules["torch"].cuda
+    out = []
+    for device in range(cuda.device_count()):
+        stats = cuda.memory_stats(device)
+        pool = stats.get("reserved_bytes.all.current", 0)
+        if not pool and not stats.get("reserved_bytes.all.peak", 0):
+            continue  # a device this process never used
+        fraction = _torch_fraction(cuda, device)
+        limit = None
+        if fraction is not None and fraction < 1:
+            limit = fraction * cuda.get_device_properties(device).total_memory
+        out.append(
+            _entry(
+                "torch",
+                "gpu",
+                device,
+                in_use=stats.get("allocated_bytes.all.current", 0),
+                peak=stats.get("allocated_bytes.all.peak", 0),
+                pool=pool,
+                limit=limit,
+            )
+        )
+    return out
+
+
+def _torch_fraction(cuda: Any, device: int) -> float | None:
+    ask = getattr(cuda, "get_per_process_memory_fraction", None)
+    if ask is None:
+        return None
+    try:
+        return float(ask(device))
+    except Exception:  # an older torch, or a device that cannot tell
+        return None
+
+
+def _tensorflow_stats() -> list[dict[str, Any]]:
+    tf = sys.modules["tensorflow"]
+    out = []
+    for kind in ("GPU", "CPU"):
+        physical = tf.config.list_physical_devices(kind)
+        for ordinal, device in enumerate(tf.config.list_logical_devices(kind)):
+            info = tf.config.experimental.get_memory_info(device.name)
+            limit = None
+            if kind == "GPU" and ordinal < len(physical):
+                configs = tf.config.get_logical_device_configuration(physical[ordinal]) or []
+                limits = [c.memory_limit for c in configs if c.memory_limit is not None]
+                limit = sum(limits) * MiB if limits else None
+            out.append(
+                _entry(
+                    "tensorflow",
+                    kind.lower(),
+                    ordinal,
+                    in_use=info.get("current"),
+                    peak=info.get("peak"),
+                    pool=None,
+                    limit=limit,
+                )
+            )
+    return out
+
+
+def _jax_stats() -> list[dict[str, Any]]:
+    jax = sys.modules["jax"]
+    out = []
+    for device in jax.local_devices():
+        stats = device.memory_stats() or {}
+        kind = "gpu" if device.platform in ("gpu", "cuda", "rocm") else device.platform
+        ordinal = getattr(device, "local_hardware_id", None)
+        out.append(
+            _entry(
+                "jax",
+                kind,
+                device.id if ordinal is None else ordinal,
+                in_use=stats.get("bytes_in_use"),
+                peak=stats.get("peak_bytes_in_use"),
+                pool=stats.get("pool_bytes", stats.get("bytes_reserved")),
+                limit=stats.get("bytes_limit"),
+            )
+        )
+    return out
+
+
+_READERS: dict[str, Callable[[], list[dict[str, Any]]]] = {
+    "torch": _torch_stats,
+    "tensorflow": _tensorflow_stats,
+    "jax": _jax_stats,
+}
+
+
+# --- the settings in force ------------------------------------------------------------------
+
+ENV_NAMES = (
+    "CUDA_VISIBLE_DEVICES",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_GPU_ALLOCATOR",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+)
+
+
+def settings_in_force() -> dict[str, Any]:
+    """What this process runs with: its memory variables, which frameworks are imported and
+    started, and what a started runtime says of itself (torch's allocator backend and
+    per-GPU fractions, TensorFlow's growth and limits per GPU)."""
+    out: dict[str, Any] = {"environment": {n: os.environ.get(n) for n in ENV_NAMES}}
+    for framework in FRAMEWORKS:
+        if framework not in sys.modules:
+            continue
+        entry: dict[str, Any] = {"started": started(framework)}
+        try:
+            if entry["started"] and framework == "torch":
+                cuda = sys.modules["torch"].cuda
+                entry["backend"] = cuda.get_allocator_backend()
+                entry["fractions"] = [_torch_fraction(cuda, d) for d in range(cuda.device_count())]
+            elif framework == "tensorflow":
+                tf = sys.modules["tensorflow"]
+                gpus = tf.config.list_physical_devices("GPU")
+                entry["growth"] = [tf.config.experimental.get_memory_growth(g) for g in gpus]
+        except Exception as exc:  # a framework that cannot say: say why
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+        out[framework] = entry
+    return out
+
+
+def _log(message: str) -> None:
+    try:
+        sys.stderr.write(f"memfit: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
