@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.memfit-installed
 
-.PHONY: demo test lint typecheck check clean test-cpu-build
+.PHONY: demo test lint typecheck check clean test-cpu-build test-frameworks
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,5 +38,18 @@ $(VENV_CPU)/.memfit-installed: pyproject.toml
 test-cpu-build: $(VENV_CPU)/.memfit-installed
 	$(VENV_CPU)/bin/python -m pytest -n 2 -q
 
+# memfit.configure / stats / doctor with the real TensorFlow and JAX (CPU builds), which the
+# suites above do not install.
+VENV_FW := .venv-frameworks
+$(VENV_FW)/.memfit-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_FW)
+	$(VENV_FW)/bin/python -m pip install -q --upgrade pip
+	$(VENV_FW)/bin/python -m pip install -q 'torch==2.13.0' -e '.[test,cpu-frameworks]'
+	touch $@
+
+test-frameworks: $(VENV_FW)/.memfit-installed
+	$(VENV_FW)/bin/python -m pytest -n 2 -q tests/monitor/test_frameworks_real.py \
+		tests/monitor/test_configure.py tests/monitor/test_doctor.py
+
 clean:
-	rm -rf $(VENV) $(VENV_CPU) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(VENV_CPU) $(VENV_FW) build *.egg-info src/*.egg-info

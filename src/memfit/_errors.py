@@ -13,10 +13,15 @@
     ├── DoesNotFitError          no batch size tried fits the GPU (find_batch_size)
     ├── UnrecoverableOOMError    AutoMicrobatch cannot avoid an out-of-memory error
     ├── AllocatorOOM             the emulated caching allocator ran out (memfit.allocator)
-    └── NvmlCallError            one NVML call failed (memfit.monitor; samples show it as a
-                                 status or a missing value)
+    ├── NvmlCallError            one NVML call failed (memfit.monitor; samples show it as a
+    │                            status or a missing value)
+    └── ConfigurationTooLateError  memfit.configure(strict=True): a framework's runtime had
+                                 started and read its memory settings (memfit.monitor)
 
-The last two are defined beside the code that raises them and exported by their package.
+    ConfigurationWarning         (a UserWarning, not an error) a memory setting memfit.configure
+                                 could not put in effect (memfit.monitor)
+
+The last three are defined beside the code that raises them and exported by their package.
 Messages are plain sentences that name the offending value and the fix; the CLI prints them
 without a traceback.
 """

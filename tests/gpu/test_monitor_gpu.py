@@ -43,7 +43,9 @@ while not os.path.exists(stop) and time.time() < end:
 """
 
 
-def _start(tmp_path: Path, argv_prefix: list[str], publish: bool) -> tuple[subprocess.Popen, Path]:
+def _start(
+    tmp_path: Path, argv_prefix: list[str], publish: bool, runtime: Path | None = None
+) -> tuple[subprocess.Popen, Path]:
     script = tmp_path / "train_gpt2.py"
     script.write_text(
         textwrap.dedent(TRAIN).format(
@@ -52,7 +54,7 @@ def _start(tmp_path: Path, argv_prefix: list[str], publish: bool) -> tuple[subpr
         )
     )
     stop = tmp_path / "stop"
-    env = dict(os.environ, MEMFIT_RUNTIME_DIR=str(tmp_path / "rt"))
+    env = dict(os.environ, MEMFIT_RUNTIME_DIR=str(runtime or tmp_path / "rt"))
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
     env["MEMFIT_PUBLISH_INTERVAL"] = "0.2"
     proc = subprocess.Popen(
@@ -128,9 +130,61 @@ def test_memfit_run_publishes_without_a_change_to_the_script(tmp_path, monkeypat
     runtime = tmp_path / "rt"
     try:
         dev, ours = _ours(_watch_json(monkeypatch, capsys, runtime), "train_gpt2.py")
+        if ours["torch"] is None:  # say what the child published, if anything
+            files = {f.name: f.read_text()[:1500] for f in runtime.glob("*")}
+            raise AssertionError(f"no torch stats for {ours}; runtime dir: {files}")
         _check_consistent(dev, ours)
         assert ours["torch"]["step"] is None  # the script does not count steps
     finally:
         stop.touch()
         assert proc.wait(timeout=120) == 0
     assert list(runtime.iterdir()) == []
+
+
+def test_two_processes_on_one_gpu_each_with_its_framework_numbers(tmp_path, monkeypatch, capsys):
+    """Two training processes on one GPU (issue 15's one-GPU part): watch, the exporter and
+    doctor tell them apart, each with torch's numbers in the frameworks' schema."""
+    run = [sys.executable, "-m", "memfit", "run", "--no-history", "--oom-dir", str(tmp_path)]
+    first, stop = _start(tmp_path, [], publish=True)
+    second_dir = tmp_path / "second"
+    second_dir.mkdir()
+    runtime = tmp_path / "rt"
+    second, stop2 = _start(second_dir, [*run, "--"], publish=False, runtime=runtime)
+    try:
+        doc = _watch_json(monkeypatch, capsys, runtime)
+        rows = {}
+        for dev in doc["devices"]:
+            for p in dev["processes"]:
+                if p["pid"] in (first.pid,) or (p["command"] and "second" in p["command"]):
+                    rows[p["pid"]] = p
+        assert len(rows) == 2, json.dumps(doc)[:3000]
+        for p in rows.values():
+            (fw,) = p["frameworks"]
+            assert fw["framework"] == "torch" and fw["kind"] == "gpu"
+            # read a moment apart from the torch stats in a training process: allocated moves,
+            # the pool (reserved, warmed up) does not
+            assert 0 < fw["in_use"] <= fw["pool"] == p["torch"]["reserved"]
+            assert p["outside_pool"] == p["non_torch"] > 0
+        with Monitor() as monitor:
+            exporter = start_exporter(monitor, "127.0.0.1", 0, interval=0.5)
+            try:
+                text = urllib.request.urlopen(exporter.url, timeout=10).read().decode()
+            finally:
+                exporter.stop()
+        for pid in rows:
+            # labels come in alphabetical order: framework before pid
+            pattern = rf'^memfit_framework_in_use_bytes{{[^}}]*framework="torch"[^}}]*pid="{pid}"'
+            assert re.search(pattern, text, re.M), pid
+        capsys.readouterr()
+        assert main(["doctor", "--json"]) in (0, 1)
+        found = json.loads(capsys.readouterr().out)
+        published = {p["pid"]: p for p in found["processes"] if p["source"] == "published"}
+        assert set(rows) <= set(published)
+        for pid in rows:
+            assert published[pid]["started"] == ["torch"]
+            assert published[pid]["gpus"] == [0]
+    finally:
+        stop.touch()
+        stop2.touch()
+        assert first.wait(timeout=120) == 0
+        assert second.wait(timeout=120) == 0

@@ -12,6 +12,7 @@ import torch
 from memfit._errors import NoGPUError
 from memfit.cli import main
 from memfit.monitor import MemoryInfo, diagnose
+from memfit.monitor._doctor_procs import read_environ  # the real one, before the fixture
 
 GIB = 2**30
 
@@ -148,3 +149,74 @@ def test_the_command_line_prints_and_exits_by_the_advice(
     assert main(["doctor"]) == 1
     out = capsys.readouterr().out
     assert "PYTORCH_CUDA_ALLOC_CONF" in out and "error" in out
+
+
+class FakePublished:
+    """One publisher: pid 4242 (on GPU 0 in FakeNvml), a JAX process that preallocated."""
+
+    def __init__(self, prealloc: str | None = None) -> None:
+        self.prealloc = prealloc
+
+    def read(self) -> dict[int, Any]:
+        from memfit.monitor import MemoryStats, Published
+
+        row = MemoryStats("jax", "gpu:0", "gpu", 0, None, 2 * GIB, 3 * GIB, 100 * GIB, 100 * GIB)
+        env = {"XLA_PYTHON_CLIENT_PREALLOCATE": self.prealloc}
+        settings = {"environment": env, "jax": {"started": True}}
+        return {4242: Published(4242, None, 0.0, False, None, (), (row,), settings)}
+
+
+@pytest.fixture(autouse=True)
+def _no_real_processes(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Nothing of this machine's own processes: an empty runtime directory, no environments."""
+    from memfit.monitor import _doctor_procs
+
+    monkeypatch.setenv("MEMFIT_RUNTIME_DIR", str(tmp_path / "rt"))
+    monkeypatch.setattr(_doctor_procs, "read_environ", lambda pid: None)
+
+
+def test_a_jax_process_holding_its_gpu_unused_is_named_with_the_fix() -> None:
+    found = diagnose({}, FakeNvml, _installed("jax"), published=FakePublished())
+    (proc,) = found.processes
+    assert (proc.pid, proc.gpus, proc.source, proc.started) == (4242, [0], "published", ["jax"])
+    (advice,) = [a for a in found.advice if a.setting.startswith("pid 4242")]
+    assert advice.severity == "warning"
+    assert advice.setting == "pid 4242 (jax, GPU 0)"
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in advice.change
+    assert "holds 100.00 GiB of the GPU and uses 2.00 GiB (peak 3.00 GiB)" in advice.reason
+    grown = diagnose({}, FakeNvml, _installed("jax"), published=FakePublished("false"))
+    (advice,) = [a for a in grown.advice if a.setting.startswith("pid 4242")]
+    assert "memfit run --limit" in advice.change  # it grew there: a limit is the fix
+
+
+def test_a_process_that_does_not_publish_shows_its_environment(capsys) -> None:
+    from rich.console import Console
+
+    from memfit.report import render_doctor
+
+    env = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    found = diagnose({}, FakeNvml, _installed(), environ_of={4242: env}.get)
+    (proc,) = found.processes
+    assert (proc.pid, proc.source, proc.environment, proc.stats) == (
+        4242,
+        "environment",
+        env,
+        [],
+    )
+    console = Console(record=True, width=200, color_system=None)
+    render_doctor(found, console)
+    text = console.export_text()
+    assert "running processes' memory settings" in text
+    assert "TF_FORCE_GPU_ALLOW_GROWTH=true" in text
+
+
+def test_read_environ_keeps_only_the_memory_variables(tmp_path: Any) -> None:
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "environ").write_bytes(
+        b"HOME=/root\0XLA_PYTHON_CLIENT_PREALLOCATE=false\0PYTORCH_CUDA_ALLOC_CONF=a:b=c\0"
+    )
+    assert read_environ(7, str(tmp_path)) == {
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "PYTORCH_CUDA_ALLOC_CONF": "a:b=c",
+    }
+    assert read_environ(8, str(tmp_path)) is None

@@ -94,3 +94,38 @@ def test_every_metric_the_dashboard_uses_is_exported():
         "memfit_gpu_memory_used_bytes",
     ):
         assert name in used
+
+
+def test_every_frameworks_numbers_are_series_with_a_framework_label(recording):
+    """A JAX process's own numbers (what its publisher wrote) in the framework series."""
+    import dataclasses
+
+    from prometheus_client import generate_latest
+    from prometheus_client.core import CollectorRegistry
+
+    from memfit.monitor import MemoryStats, SampleCollector
+
+    sample = replay_monitor(recording, "train+infer").sample()
+    dev = sample.devices[0]
+    jax_row = MemoryStats("jax", "gpu:0", "gpu", 0, None, 5 * 2**30, 6 * 2**30, 100 * 2**30, None)
+    first = dataclasses.replace(dev.processes[0], torch=None, frameworks=(jax_row,))
+    sample = dataclasses.replace(
+        sample, devices=(dataclasses.replace(dev, processes=(first, *dev.processes[1:])),)
+    )
+
+    class Fixed:
+        def sample(self):
+            return sample
+
+    registry = CollectorRegistry()
+    registry.register(SampleCollector(Fixed()))
+    families = {
+        f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())
+    }
+    (pool,) = families["memfit_framework_pool_bytes"].samples
+    assert pool.labels["framework"] == "jax" and pool.labels["pid"] == str(first.pid)
+    assert pool.value == 100 * 2**30
+    assert families["memfit_framework_limit_bytes"].samples == []  # JAX said no limit
+    assert {s.labels["pid"] for s in families["memfit_torch_allocated_bytes"].samples} == {
+        str(dev.processes[1].pid)
+    }

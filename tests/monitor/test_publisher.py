@@ -60,6 +60,71 @@ def test_a_publisher_writes_its_stats_and_removes_them(tmp_path):
     assert not pub.running
 
 
+def test_with_the_framework_reader_the_settings_and_rows_are_published(tmp_path, monkeypatch):
+    from memfit.monitor import _frameworks
+
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    pub = Publisher(interval=1.0, directory=str(tmp_path), frameworks=_frameworks)
+    doc = pub.payload()
+    assert doc is not None
+    assert doc["frameworks"] == []  # torch is imported, CUDA never started
+    assert doc["settings"]["environment"]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert doc["settings"]["torch"] == {"started": False}
+    assert Publisher(interval=1.0, directory=str(tmp_path)).payload()["settings"] is None
+    # waiting for a GPU: no framework has started one
+    waiting = Publisher(
+        interval=1.0, directory=str(tmp_path), wait_for_cuda=True, frameworks=_frameworks
+    )
+    assert waiting.payload() is None
+
+
+def test_the_reader_parses_framework_rows_and_matches_them_to_a_gpu():
+    from memfit.monitor._published import published_from_json
+
+    rows = [
+        {
+            "framework": "jax",
+            "device": "gpu:0",
+            "kind": "gpu",
+            "index": None,
+            "uuid": "GPU-a",
+            "in_use": 1,
+            "peak": 2,
+            "pool": 3,
+            "limit": 4,
+        },
+        {
+            "framework": "jax",
+            "device": "gpu:1",
+            "kind": "gpu",
+            "index": 3,
+            "uuid": None,
+            "in_use": 5,
+            "peak": 6,
+            "pool": None,
+            "limit": None,
+        },
+        {
+            "framework": "jax",
+            "device": "cpu:0",
+            "kind": "cpu",
+            "index": None,
+            "uuid": None,
+            "in_use": None,
+            "peak": None,
+            "pool": None,
+            "limit": None,
+        },
+        {"not": "a row"},
+    ]
+    doc = {"schema": SCHEMA, "pid": 1, "time": 0.0, "frameworks": rows, "settings": {"x": 1}}
+    pub = published_from_json(doc)
+    assert pub is not None and len(pub.frameworks) == 3 and pub.settings == {"x": 1}
+    assert [r.in_use for r in pub.framework_stats("GPU-a", 7)] == [1]
+    assert [r.in_use for r in pub.framework_stats(None, 3)] == [5]
+    assert pub.framework_stats("GPU-b", 0) == ()
+
+
 def test_waiting_for_cuda_writes_nothing(tmp_path):
     pub = Publisher(interval=1.0, directory=str(tmp_path), wait_for_cuda=True)
     assert pub.payload() is None

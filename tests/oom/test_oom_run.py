@@ -160,3 +160,64 @@ def test_history_off_reaches_the_child(tmp_path, capfd):
     script = _script(tmp_path, "import os; print('history', os.environ['MEMFIT_OOM_HISTORY'])")
     assert _cli(["run", "--no-history", "--oom-dir", str(tmp_path), "--", PY, str(script)]) == 0
     assert "history 0" in capfd.readouterr().out
+
+
+def test_memory_settings_reach_the_child_and_its_torch_limit_waits_for_cuda(tmp_path, capfd):
+    script = _script(
+        tmp_path,
+        """
+        import json, os, sys
+        import _memfit_frameworks as knobs
+        before = knobs.pending_imports()
+        import torch
+        queued = any("_torch_limit" in repr(c[0]) for c in torch.cuda._queued_calls)
+        env = {k: os.environ.get(k) for k in ("TF_FORCE_GPU_ALLOW_GROWTH",
+               "XLA_PYTHON_CLIENT_PREALLOCATE", "PYTORCH_CUDA_ALLOC_CONF")}
+        print("child:", json.dumps({"before": before, "queued": queued, "env": env}))
+        """,
+    )
+    argv = ["run", "--oom-dir", str(tmp_path / "oom"), "--limit", "0.25", "--growth"]
+    argv += ["--allocator", "async", "--json", "--", PY, str(script)]
+    assert _cli(argv) == 0
+    out = capfd.readouterr().out
+    child = json.loads(out.split("child: ", 1)[1].splitlines()[0])
+    # torch's fraction waits for its import; TensorFlow's logical devices need a size, and with
+    # no GPU here the share cannot become one (said in the actions)
+    assert child["before"] == ["torch"]
+    assert child["queued"] is True
+    assert child["env"] == {
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync",
+    }
+    doc = json.loads(out[out.index("{\n") :])
+    assert doc["exit_code"] == 0
+    assert doc["memory"]["settings"]["limit_fraction"] == 0.25
+    assert {a["framework"] for a in doc["memory"]["actions"]} == {"torch", "tensorflow", "jax"}
+    unsupported = [a for a in doc["memory"]["actions"] if a["status"] == "unsupported"]
+    assert [(a["framework"], a["setting"]) for a in unsupported] == [("tensorflow", "limit")]
+
+
+def test_without_memory_settings_the_child_environment_is_untouched(tmp_path, capfd):
+    script = _script(tmp_path, "import os; print('set:', 'MEMFIT_MEMORY' in os.environ)")
+    assert _cli(["run", "--oom-dir", str(tmp_path / "oom"), "--", PY, str(script)]) == 0
+    assert "set: False" in capfd.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--limit", "8"], r"limit='8' has no unit"),
+        (["--limit=-1GiB"], r"below zero"),
+        (["--growth", "--preallocate"], r"contradict each other"),
+        (["--framework", "jax"], r"no memory setting was given"),
+        (["--growth", "--framework", "mxnet"], r"framework='mxnet' is not one"),
+        (["--allocator", "expandable", "--framework", "tf"], r"tensorflow cannot take"),
+    ],
+)
+def test_bad_memory_settings_are_refused_before_the_command_runs(tmp_path, flags, message):
+    marker = tmp_path / "ran"
+    argv = ["run", "--oom-dir", str(tmp_path / "oom"), *flags, "--", "touch", str(marker)]
+    with pytest.raises(InvalidInputError, match=message):
+        _cli(argv)
+    assert not marker.exists()

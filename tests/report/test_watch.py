@@ -151,3 +151,33 @@ def test_no_number_wraps_at_any_width(recording, width):
     assert max(len(line.rstrip()) for line in text.splitlines()) <= width
     if width in (80, 220):
         assert ("▕" in text) == (width == 220)  # the bar, where it fits
+
+
+def test_a_jax_process_shows_its_own_numbers_in_the_framework_columns(recording, tmp_path):
+    import dataclasses
+
+    from memfit.monitor import MemoryStats
+
+    (sample,) = _samples(recording, "train")
+    dev = sample.devices[0]
+    proc = dev.processes[0]
+    row = MemoryStats("jax", "gpu:0", "gpu", 0, None, 3 * 2**30, 4 * 2**30, 5 * 2**30, None)
+    jax_proc = dataclasses.replace(proc, torch=None, frameworks=(row,))
+    sample = dataclasses.replace(sample, devices=(dataclasses.replace(dev, processes=(jax_proc,)),))
+    line = next(x for x in _text(sample).splitlines() if f" {proc.pid} " in x)
+    for cell in (
+        " jax ",
+        "3.00 GiB",
+        "5.00 GiB",
+        "4.00 GiB",
+        format_bytes(proc.used_memory - 5 * 2**30),
+    ):
+        assert cell in line
+    (_, logged) = log_rows(sample)
+    assert (logged["framework"], logged["in_use"], logged["pool"], logged["torch_allocated"]) == (
+        "jax",
+        3 * 2**30,
+        5 * 2**30,
+        None,
+    )
+    assert logged["outside_pool"] == proc.used_memory - 5 * 2**30

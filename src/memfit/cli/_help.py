@@ -48,6 +48,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "run": (
         "memfit run -- python train.py --epochs 3",
         "memfit run --oom-dir oom-reports -- torchrun --nproc-per-node 2 train.py",
+        "memfit run --limit 8GiB --growth -- python train_jax.py",
     ),
     "watch": (
         "memfit watch",

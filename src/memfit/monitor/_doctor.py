@@ -104,7 +104,7 @@ def diagnose(
     settings = {name: env.get(name) for name in SETTINGS}
     source = published if published is not None else RuntimeDir(runtime_dir(), LinuxProcs())
     on_gpus = [(gpu.index, pid) for gpu in gpus for pid, _ in gpu.processes]
-    processes = process_settings(on_gpus, source.read(), *([environ_of] if environ_of else []))
+    processes = process_settings(on_gpus, source.read(), environ_of)
     found = Diagnosis(
         python=platform.python_version(),
         driver=driver,

@@ -54,10 +54,11 @@ def read_environ(pid: int, proc: str = "/proc") -> dict[str, str] | None:
 def process_settings(
     on_gpus: Iterable[tuple[int, int]],
     published: dict[int, Published],
-    environ_of: Callable[[int], dict[str, str] | None] = read_environ,
+    environ_of: Callable[[int], dict[str, str] | None] | None = None,
 ) -> list[ProcessSettings]:
     """The settings of every process on a GPU (``(gpu index, pid)`` pairs) and of every
-    publisher, by pid."""
+    publisher, by pid (``environ_of``: how an environment is read, ``read_environ``)."""
+    environ_of = environ_of or read_environ
     gpus: dict[int, list[int]] = {}
     for index, pid in on_gpus:
         gpus.setdefault(pid, []).append(index)

@@ -253,8 +253,8 @@ def _tensorflow_plan(
                 "limit",
                 "unsupported",
                 "nothing set",
-                "TensorFlow takes a limit in bytes, and the GPU's size is not known here "
-                "(no NVML): give the limit as a size",
+                "TensorFlow takes a limit in bytes, and NVML could not tell the GPU's size "
+                "here to turn the share into one: give the limit as a size",
             )
         )
     allocator = s.get("allocator")
@@ -320,8 +320,8 @@ def _jax_plan(
                 "limit",
                 "unsupported",
                 "nothing set",
-                "JAX takes a share of the GPU, and the GPU's size is not known here (no "
-                "NVML): give the limit as a fraction, e.g. 0.5",
+                "JAX takes a share of the GPU, and NVML could not tell the GPU's size here "
+                "to turn the size into one: give the limit as a share, e.g. 0.5",
             )
         )
     allocator = s.get("allocator")
