@@ -82,3 +82,57 @@ def test_memfit_run_limit_in_bytes_becomes_jax_s_fraction(tmp_path):
     assert abs(limit - 8 * GIB) <= 0.02 * 8 * GIB, limit
     (row,) = out["rows"]
     assert row["limit"] == limit
+
+
+_SERVE = """
+import os, sys, time, json, jax, memfit
+stop = sys.argv[1]
+pub = memfit.publish(interval=0.2)
+x = jax.numpy.ones((256, 2**20), dtype=jax.numpy.float32).block_until_ready()  # 1 GiB
+print(json.dumps({"gpu": any(d.platform in ("gpu", "cuda") for d in jax.devices())}), flush=True)
+end = time.time() + 300
+while not os.path.exists(stop) and time.time() < end:
+    time.sleep(0.1)
+"""
+
+
+def test_a_preallocating_jax_process_is_seen_by_watch_and_named_by_doctor(
+    tmp_path, monkeypatch, capsys
+):
+    """The case nvidia-smi cannot explain: a JAX process holding most of the GPU, using 1 GiB."""
+    from memfit.cli import main
+
+    script = tmp_path / "serve_jax.py"
+    script.write_text(_SERVE)
+    stop = tmp_path / "stop"
+    runtime = tmp_path / "rt"
+    env = dict(_env(), MEMFIT_RUNTIME_DIR=str(runtime))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(stop)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        if not json.loads(proc.stdout.readline())["gpu"]:
+            pytest.skip("JAX has no GPU backend here")
+        import time
+
+        time.sleep(1.0)
+        monkeypatch.setenv("MEMFIT_RUNTIME_DIR", str(runtime))
+        capsys.readouterr()
+        assert main(["watch", "--once", "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        (ours,) = [p for d in doc["devices"] for p in d["processes"] if p["pid"] == proc.pid]
+        (row,) = ours["frameworks"]
+        assert (row["framework"], row["kind"]) == ("jax", "gpu")
+        assert GIB <= row["in_use"] < 2 * GIB
+        assert row["pool"] > 0.5 * doc["devices"][0]["memory_total"]  # preallocated
+        assert ours["outside_pool"] == ours["used_memory"] - row["pool"] > 0
+        assert main(["doctor", "--json"]) in (0, 1)
+        found = json.loads(capsys.readouterr().out)
+        named = [a for a in found["advice"] if a["setting"].startswith(f"pid {proc.pid} (jax")]
+        assert len(named) == 1 and "XLA_PYTHON_CLIENT_PREALLOCATE=false" in named[0]["change"]
+        (listed,) = [p for p in found["processes"] if p["pid"] == proc.pid]
+        assert listed["source"] == "published" and listed["started"] == ["jax"]
+    finally:
+        stop.touch()
+        assert proc.wait(timeout=120) == 0

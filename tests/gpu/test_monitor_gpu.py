@@ -100,7 +100,9 @@ def test_watch_and_export_see_a_publishing_training_process(tmp_path, monkeypatc
     proc, stop = _start(tmp_path, [], publish=True)
     runtime = tmp_path / "rt"
     try:
-        dev, ours = _ours(_watch_json(monkeypatch, capsys, runtime), "train_gpt2.py")
+        dev, ours = _ours(
+            _watch_json(monkeypatch, capsys, runtime), str(tmp_path / "train_gpt2.py")
+        )
         assert ours["pid"] == proc.pid
         _check_consistent(dev, ours)
         assert ours["torch"]["step"] >= 5
@@ -129,7 +131,9 @@ def test_memfit_run_publishes_without_a_change_to_the_script(tmp_path, monkeypat
     proc, stop = _start(tmp_path, [*run, "--"], publish=False)
     runtime = tmp_path / "rt"
     try:
-        dev, ours = _ours(_watch_json(monkeypatch, capsys, runtime), "train_gpt2.py")
+        dev, ours = _ours(
+            _watch_json(monkeypatch, capsys, runtime), str(tmp_path / "train_gpt2.py")
+        )
         if ours["torch"] is None:  # say what the child published, if anything
             files = {f.name: f.read_text()[:1500] for f in runtime.glob("*")}
             raise AssertionError(f"no torch stats for {ours}; runtime dir: {files}")

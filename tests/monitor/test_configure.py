@@ -70,6 +70,7 @@ def test_growth_and_a_size_limit_set_every_framework_on_the_smallest_gpu(monkeyp
     assert found.gpu_total == 80 * GIB
     assert found.settings["limit_bytes"] == 8 * GIB
     assert found.settings["limit_fraction"] == pytest.approx(0.1)
+    assert found.settings["limit_given"] == "bytes"  # torch divides by its own total
     assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     fraction = {k: v for k, v in env.items() if k.endswith("MEM_FRACTION")}
@@ -99,6 +100,7 @@ def test_a_share_needs_no_gpu_but_tensorflow_then_cannot_take_it():
         "allocator": None,
         "limit_bytes": None,
         "limit_fraction": 0.25,
+        "limit_given": "share",
     }
     assert [v for k, v in env.items() if k.endswith("MEM_FRACTION")] == ["0.25"]
     (problem,) = found.problems

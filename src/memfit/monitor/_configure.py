@@ -252,7 +252,7 @@ def _allocator(allocator: str | None) -> str | None:
 def _limit(limit: int | float | str | None, gpu_total: int | None) -> dict[str, Any]:
     """``limit`` as bytes and as a share of the smallest GPU, each where it can be known."""
     if limit is None:
-        return {"limit_bytes": None, "limit_fraction": None}
+        return {"limit_bytes": None, "limit_fraction": None, "limit_given": None}
     fraction: float | None = None
     size: int | None = None
     if isinstance(limit, float) or (isinstance(limit, str) and limit.strip().endswith("%")):
@@ -277,6 +277,7 @@ def _limit(limit: int | float | str | None, gpu_total: int | None) -> dict[str, 
         size = parse_size(limit)  # refuses negative ints and malformed text
         if size <= 0:
             raise InvalidInputError(f"limit={limit!r} is no memory: give a size above 0.")
+    given = "bytes" if size is not None else "share"
     if size is not None and gpu_total is not None:
         if size > gpu_total:
             raise InvalidInputError(
@@ -286,7 +287,7 @@ def _limit(limit: int | float | str | None, gpu_total: int | None) -> dict[str, 
         fraction = size / gpu_total
     elif fraction is not None and gpu_total is not None:
         size = int(fraction * gpu_total)
-    return {"limit_bytes": size, "limit_fraction": fraction}
+    return {"limit_bytes": size, "limit_fraction": fraction, "limit_given": given}
 
 
 def _gpu_totals(open_nvml: Callable[[], NvmlBackend]) -> list[int] | None:

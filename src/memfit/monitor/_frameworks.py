@@ -213,10 +213,12 @@ def _torch_limit(s: dict[str, Any], *, late: bool, imported: bool, hook: bool) -
 
 
 def _apply_torch_limit(s: dict[str, Any]) -> None:
+    """A size is divided by each GPU's own total as torch counts it (a little below NVML's:
+    150.11 GB against 150.75 GB on an H200), so torch's cap is the size asked for."""
     cuda = sys.modules["torch"].cuda
     for device in range(cuda.device_count()):
         fraction = s.get("limit_fraction")
-        if fraction is None:
+        if s.get("limit_given") == "bytes" or fraction is None:
             total = cuda.get_device_properties(device).total_memory
             fraction = s["limit_bytes"] / total
         if fraction > 1:
@@ -312,7 +314,7 @@ def _jax_plan(
         for other in JAX_FRACTIONS:  # JAX refuses both at once
             if other != name and other in env:
                 out.append(_set_env(env, "jax", "limit", other, None, late))
-        out.append(_set_env(env, "jax", "limit", name, f"{fraction:.4g}", late))
+        out.append(_set_env(env, "jax", "limit", name, f"{fraction:.6g}", late))
     elif s.get("limit_bytes") is not None:
         out.append(
             _action(
@@ -378,8 +380,9 @@ def arm_from_environment() -> list[Action]:
     if not text:
         return []
     doc = json.loads(text)
-    settings = {k: v for k, v in doc["settings"].items() if k in ("limit_bytes", "limit_fraction")}
-    if not settings:
+    keys = ("limit_bytes", "limit_fraction", "limit_given")
+    settings = {k: v for k, v in doc["settings"].items() if k in keys}
+    if settings.get("limit_given") is None:
         return []
     return configure(settings, [f for f in doc["frameworks"] if f != "jax"], {})
 
