@@ -112,6 +112,10 @@ def _action(framework: str, setting: str, status: str, what: str, why: str = "")
     return {"framework": framework, "setting": setting, "status": status, "what": what, "why": why}
 
 
+def _unsupported(framework: str, setting: str, why: str) -> Action:
+    return _action(framework, setting, "unsupported", "nothing set", why)
+
+
 def _set_env(
     env: Environ, framework: str, setting: str, name: str, value: str | None, late: bool
 ) -> Action:
@@ -250,11 +254,9 @@ def _tensorflow_plan(
         out.append(_tensorflow_limit(s["limit_bytes"], late=late, imported=imported, hook=hook))
     elif s.get("limit_fraction") is not None:
         out.append(
-            _action(
+            _unsupported(
                 "tensorflow",
                 "limit",
-                "unsupported",
-                "nothing set",
                 "TensorFlow takes a limit in bytes, and NVML could not tell the GPU's size "
                 "here to turn the share into one: give the limit as a size",
             )
@@ -268,11 +270,9 @@ def _tensorflow_plan(
         out.append(_set_env(env, "tensorflow", "allocator", "TF_GPU_ALLOCATOR", None, late))
     elif allocator in ("platform", "expandable"):
         out.append(
-            _action(
+            _unsupported(
                 "tensorflow",
                 "allocator",
-                "unsupported",
-                "nothing set",
                 f"TensorFlow has no {allocator} allocator (it has its BFC allocator and "
                 "cuda_malloc_async)",
             )
@@ -317,11 +317,9 @@ def _jax_plan(
         out.append(_set_env(env, "jax", "limit", name, f"{fraction:.6g}", late))
     elif s.get("limit_bytes") is not None:
         out.append(
-            _action(
+            _unsupported(
                 "jax",
                 "limit",
-                "unsupported",
-                "nothing set",
                 "JAX takes a share of the GPU, and NVML could not tell the GPU's size here "
                 "to turn the size into one: give the limit as a share, e.g. 0.5",
             )
@@ -334,11 +332,9 @@ def _jax_plan(
         )
     elif allocator == "expandable":
         out.append(
-            _action(
+            _unsupported(
                 "jax",
                 "allocator",
-                "unsupported",
-                "nothing set",
                 "JAX has no expandable-segments allocator",
             )
         )
