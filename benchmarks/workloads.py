@@ -903,6 +903,61 @@ HELD_OUT_14_FSDP2_MP: list[dict[str, Any]] = [
 for _entry in HELD_OUT_14_FSDP2_MP:
     _entry["strategy"] = "fsdp2"
 
+# Held out for issue 14 (session 16): DeepSpeed ZeRO-1/2/3 (DeepSpeed 0.19.8 carried to the GPU
+# host, built with DS_BUILD_OPS=0); rank 0 of the job, with world_size > 1 answered by a fake
+# process group as for FSDP2. Predicted (benchmarks/predict.py, torch 2.11, transformers 5.17)
+# and committed before the first measurement.
+HELD_OUT_14_ZERO: list[dict[str, Any]] = [
+    {"id": "zero1-1-gpt2-fp32-b4-s512", "model": "gpt2", "batch_size": 4, "seq_len": 512},
+    {
+        "id": "zero1-4-gpt2-fp32-b4-s512",
+        "model": "gpt2",
+        "batch_size": 4,
+        "seq_len": 512,
+        "world_size": 4,
+    },
+    {
+        "id": "zero2-4-gpt2-fp32-b4-s512",
+        "model": "gpt2",
+        "batch_size": 4,
+        "seq_len": 512,
+        "world_size": 4,
+    },
+    {
+        "id": "zero3-4-gpt2-fp32-b4-s512",
+        "model": "gpt2",
+        "batch_size": 4,
+        "seq_len": 512,
+        "world_size": 4,
+    },
+    {
+        "id": "zero2-8-gpt2-bf16mixed-b8-s1024",
+        "model": "gpt2",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "world_size": 8,
+    },
+    {
+        "id": "zero3-2-bert-base-fp32-b32-s512",
+        "model": "bert-base-uncased",
+        "batch_size": 32,
+        "seq_len": 512,
+        "world_size": 2,
+    },
+    {
+        "id": "zero3-8-tinyllama-bf16mixed-b2-s2048-ckpt",
+        "model": "tinyllama-1.1b",
+        "batch_size": 2,
+        "seq_len": 2048,
+        "precision": "bf16-mixed",
+        "checkpointing": True,
+        "world_size": 8,
+    },
+]
+for _entry in HELD_OUT_14_ZERO:
+    _entry["strategy"] = _entry["id"].split("-")[0]
+
 # the DDP step whose GPU peak was a gradients' size above its estimate (session 14), again with
 # its allocator trace
 DDP_GAP = [
@@ -933,5 +988,6 @@ ALL = (
     + HELD_OUT_14_DDP
     + HELD_OUT_14_FSDP2
     + HELD_OUT_14_FSDP2_MP
+    + HELD_OUT_14_ZERO
     + DDP_GAP
 )

@@ -4,6 +4,7 @@ through ``memfit run``. Each program runs in its own process, as a user's would.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -164,3 +165,39 @@ def test_oom_report_for_an_oom_in_the_backward_pass(tmp_path):
     assert facts["failure"]["fraction_limited"] is True
     assert facts["fixes"]
     print(report.read_text())
+
+
+DDP_OOM = """
+import os, torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("nccl")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+model = DDP(nn.Sequential(*[nn.Linear(4096, 4096) for _ in range(8)]).cuda())
+x = torch.randn(65536, 4096, device="cuda")  # 1 GiB of input; the activations do not fit
+model(x).square().mean().backward()
+dist.destroy_process_group()
+"""
+
+
+def test_an_oom_in_a_rank_of_a_ddp_job_is_reported_with_its_rank(tmp_path):
+    """A one-rank DDP job under torchrun, capped by memfit run --limit (issue 15's one-GPU part:
+    an OOM report from a rank of a DDP job)."""
+    script = tmp_path / "ddp_oom.py"
+    script.write_text(textwrap.dedent(DDP_OOM))
+    argv = [sys.executable, "-m", "memfit", "run", "--oom-dir", str(tmp_path / "oom")]
+    argv += ["--limit", "6GiB", "--framework", "torch", "--json", "--"]
+    argv += [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(script)]
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(root / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode != 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout[done.stdout.index("{\n") :])
+    (report,) = doc["reports"]
+    text = Path(report["report"]).read_text()
+    assert " · rank 0 of 1 (nccl, local rank 0) · " in text
+    data = json.loads(Path(report["json"]).read_text())
+    assert data["distributed"] == {"rank": 0, "world_size": 1, "local_rank": 0, "backend": "nccl"}
+    assert data["failure"]["fraction_limited"] is True

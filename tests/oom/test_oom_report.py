@@ -134,6 +134,29 @@ def test_the_report_of_an_error_caught_by_the_observer(tmp_path, probe, capsys):
     assert "report written to" in capsys.readouterr().err
 
 
+def test_a_rank_of_a_distributed_job_is_named(tmp_path, probe, monkeypatch):
+    """torchrun's variables, before (or without) a process group: the report says the rank."""
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with oom_report(tmp_path) as hook:
+        _observer.on_oom(0, 2 * GiB, 80 * GiB, 1 * GiB)
+    (files,) = hook.reports
+    assert " · rank 3 of 8 (local rank 1) · pid " in files.report.read_text()
+    data = json.loads(files.json.read_text())
+    assert data["distributed"] == {"rank": 3, "world_size": 8, "local_rank": 1, "backend": None}
+
+
+def test_a_single_process_job_names_no_rank(tmp_path, probe, monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    with oom_report(tmp_path) as hook:
+        _observer.on_oom(0, 2 * GiB, 80 * GiB, 1 * GiB)
+    (files,) = hook.reports
+    assert " rank " not in files.report.read_text().split("\n\n")[1]
+    assert json.loads(files.json.read_text())["distributed"] is None
+
+
 def test_reports_are_written_at_exit(tmp_path, probe, no_hooks_left):
     hook = oom_report(tmp_path)
     _observer.on_oom(0, GiB, 80 * GiB, 0)

@@ -88,6 +88,7 @@ class Incident:
     nvml_process: int | None
     nvml_note: str | None
     model: ModelFacts | None
+    distributed: dict[str, Any] | None  # rank, world_size, local_rank, backend
     history_recorded: bool
     history_entries: int
     expandable: bool
@@ -238,6 +239,7 @@ def read_incident(path: str | os.PathLike[str]) -> Incident:
         nvml_process=_int(memory, "nvml_process"),
         nvml_note=memory.get("nvml_note") if isinstance(memory.get("nvml_note"), str) else None,
         model=_model(raw.get("model")),
+        distributed=raw.get("distributed") if isinstance(raw.get("distributed"), dict) else None,
         history_recorded=history.get("recorded") is True,
         history_entries=_int(history, "entries") or 0,
         expandable=_expandable(raw),

@@ -402,6 +402,7 @@ def _facts(device: int, alloc: int, limit: int, free: int, errors: list[str]) ->
     autocast = _attempt(errors, "the autocast state", _autocast, torch) if in_main else None
     frames = [f for f in (sys._getframe(), main_frame) if f is not None]
     model = _attempt(errors, "the model in the frames", _model_facts, torch, frames, device)
+    distributed = _attempt(errors, "the process group", _distributed, torch)
     return {
         "schema": SCHEMA,
         "status": "pending",
@@ -446,8 +447,32 @@ def _facts(device: int, alloc: int, limit: int, free: int, errors: list[str]) ->
             "nvml_note": nvml_note,
         },
         "model": model,
+        "distributed": distributed,
         "history": None,
         "allocator_settings": None,
+    }
+
+
+def _distributed(torch: Any) -> dict[str, Any] | None:
+    """Which rank of a distributed job this is: from its process group where one is
+    initialised, else from the launcher's variables (torchrun, deepspeed, accelerate)."""
+    env = os.environ
+    local = env.get("LOCAL_RANK")
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return {
+            "rank": dist.get_rank(),
+            "world_size": dist.get_world_size(),
+            "local_rank": None if local is None else int(local),
+            "backend": str(dist.get_backend()),
+        }
+    if env.get("RANK") is None or env.get("WORLD_SIZE") is None:
+        return None
+    return {
+        "rank": int(env["RANK"]),
+        "world_size": int(env["WORLD_SIZE"]),
+        "local_rank": None if local is None else int(local),
+        "backend": None,
     }
 
 

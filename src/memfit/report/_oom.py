@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from memfit._units import format_bytes
 from memfit.oom import Frame, Incident, OOMDiagnosis, command_line
@@ -200,6 +201,7 @@ def oom_markdown(diagnosis: OOMDiagnosis) -> str:
     )
     facts = [
         f"`{command}`",
+        _rank(incident.distributed),
         f"pid {incident.pid}",
         incident.host or "",
         incident.time,
@@ -238,3 +240,14 @@ def oom_markdown(diagnosis: OOMDiagnosis) -> str:
         out += ["", "Not collected at the failure:", *[f"- {e}" for e in incident.errors]]
     out += ["", "Sizes in binary units: GiB = 2^30 bytes, MiB = 2^20 bytes."]
     return "\n".join(out) + "\n"
+
+
+def _rank(distributed: dict[str, Any] | None) -> str:
+    """``rank 1 of 8 (nccl, local rank 1)`` for a rank of a distributed job, else nothing."""
+    if not distributed:
+        return ""
+    extra = [str(distributed["backend"])] if distributed.get("backend") else []
+    if distributed.get("local_rank") is not None:
+        extra.append(f"local rank {distributed['local_rank']}")
+    more = f" ({', '.join(extra)})" if extra else ""
+    return f"rank {distributed.get('rank')} of {distributed.get('world_size')}{more}"
