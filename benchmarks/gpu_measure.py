@@ -45,7 +45,10 @@ def run_one(entry: dict, out: Path, traces: bool) -> dict:
         import torch.distributed as dist
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=entry["world_size"])
+        world = entry.get("world_size", 1)
+        if zero:  # what a launcher (torchrun, deepspeed) sets, which DeepSpeed checks
+            os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(world))
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     result, snapshot = measure(workload, record_history=traces)
     row = {"id": entry["id"], "entry": entry, **result.to_dict()}
     if snapshot is not None:

@@ -31,25 +31,29 @@ BUCKET_VIEW_NOTE = (
 
 
 def sharded_build(
-    streams: MetaStreams | None, recorder: Recorder, stack: ExitStack
+    workload: Workload, streams: MetaStreams | None, recorder: Recorder, stack: ExitStack
 ) -> AbstractContextManager[Any] | None:
-    """For FSDP2 (``streams`` given): the recorder told of its streams, its storage resizes and
-    its DTensors for as long as ``stack`` lasts; returns the context the model is built in (off
-    the GPU). None otherwise."""
+    """The recorder told of the stand-in streams (FSDP2, ZeRO), and for FSDP2 of its storage
+    resizes and its DTensors for as long as ``stack`` lasts; returns the context the model is
+    built in (FSDP2: off the GPU). None otherwise."""
     if streams is None:
+        return None
+    recorder.stream_of = streams.current
+    if workload.strategy != "fsdp2":
         return None
     from torch.distributed.tensor import DTensor
 
-    recorder.stream_of = streams.current
     recorder.pass_through = (DTensor,)
     stack.enter_context(storage_hooks(recorder.storage_allocated, recorder.storage_freed))
     stack.enter_context(propagation_hidden(recorder.paused))
     return recorder.host()
 
 
-def claim_buffers(streams: MetaStreams | None, recorder: Recorder, model: nn.Module) -> None:
+def claim_buffers(
+    workload: Workload, streams: MetaStreams | None, recorder: Recorder, model: nn.Module
+) -> None:
     """FSDP2 moves the buffers of a model built off the GPU to it whole."""
-    if streams is not None:
+    if streams is not None and workload.strategy == "fsdp2":
         for buffer in model.buffers():
             recorder.claim(buffer, Category.BUFFER, "fsdp.buffer")
 

@@ -431,9 +431,9 @@ def _trace(
     group = parallel_group(workload.strategy, workload.world_size, "meta", rank)
     with group as streams, session.active(), compile_guard.active(), ExitStack() as sharded:
         try:
-            building = sharded_build(streams, recorder, sharded)  # FSDP2: built off the GPU
+            building = sharded_build(workload, streams, recorder, sharded)  # FSDP2: off the GPU
             model = compile_guard.checked_model(prepare_model(workload, "meta", building))
-            claim_buffers(streams, recorder, model)
+            claim_buffers(workload, streams, recorder, model)
             bucket_views = bool(getattr(model, "gradient_as_bucket_view", False))
             offload = offloader_of(model)
             if offload is not None:

@@ -118,11 +118,16 @@ def parallel_group(
     """The process group a step of ``strategy`` needs, for as long as it runs: on the meta
     device a fake one of ``world_size`` ranks; on a GPU, where none is set up, one rank of NCCL
     (a measurement runs one process). An existing group is used as it is. FSDP2 on the meta
-    device runs with stand-in streams, which this yields (else None)."""
+    device runs with stand-in streams, and so does DeepSpeed's ZeRO: this yields them (else
+    None)."""
 
     if strategy in ZERO and device_type == "meta":
-        with _group(strategy, world_size, device_type, rank), meta_accelerator(rank, world_size):
-            yield None
+        streams = MetaStreams()
+        with (
+            _group(strategy, world_size, device_type, rank),
+            meta_accelerator(rank, world_size, streams),
+        ):
+            yield streams
         return
     if strategy == "fsdp2" and device_type == "meta":
         streams = MetaStreams()

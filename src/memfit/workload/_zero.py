@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from memfit._errors import InvalidInputError, MissingExtraError
+from memfit.workload._fsdp import MetaStreams
 from memfit.workload._patching import patched
 
 __all__ = ["ZERO", "check_zero", "engage_zero", "meta_accelerator", "zero_config"]
@@ -99,9 +100,14 @@ def engage_zero(
 
 
 @contextmanager
-def meta_accelerator(rank: int, world_size: int) -> Iterator[None]:
+def meta_accelerator(
+    rank: int, world_size: int, streams: MetaStreams | None = None
+) -> Iterator[None]:
     """DeepSpeed's accelerator is one whose device is ``meta`` while this lasts, and the
-    environment says which rank this is, as torchrun's would (DeepSpeed asserts it)."""
+    environment says which rank this is, as torchrun's would (DeepSpeed asserts it). With
+    ``streams``, its streams are those stand-ins, as a GPU's are streams (ZeRO-3 gathers
+    parameters and reduces gradients on streams of their own, whose memory the allocator keeps
+    apart); tensors' ``record_stream`` on them does nothing."""
     from deepspeed.accelerator import real_accelerator
     from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
 
@@ -123,6 +129,24 @@ def meta_accelerator(rank: int, world_size: int) -> Iterator[None]:
         def pin_memory(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
             return tensor
 
+        def is_synchronized_device(self) -> bool:
+            return streams is None
+
+        def Stream(self, *args: Any, **kwargs: Any) -> Any:
+            return None if streams is None else streams.handle.Stream()
+
+        def stream(self, stream: Any) -> Any:
+            return contextlib.nullcontext() if streams is None else streams.handle.stream(stream)
+
+        def current_stream(self, device_index: int | None = None) -> Any:
+            return None if streams is None else streams.handle.current_stream()
+
+        def default_stream(self, device_index: int | None = None) -> Any:
+            return None if streams is None else streams.handle.default_stream()
+
+        def Event(self, *args: Any, **kwargs: Any) -> Any:
+            return None if streams is None else streams.handle.Event()
+
         def create_op_builder(self, class_name: str) -> Any:
             # no shared-memory or oneCCL collectives (built from C++ at first use): the fake
             # process group answers them
@@ -134,7 +158,14 @@ def meta_accelerator(rank: int, world_size: int) -> Iterator[None]:
     _forget_groups()
     try:
         with (
-            patched([(real_accelerator, "ds_accelerator", _Meta()), *_stage3_stand_ins()]),
+            patched(
+                [
+                    (real_accelerator, "ds_accelerator", _Meta()),
+                    *_stage3_stand_ins(),
+                    *_shape_stand_ins(),
+                    (torch.Tensor, "record_stream", _record_stream_of(torch.Tensor.record_stream)),
+                ]
+            ),
             mock.patch.dict(os.environ, ranks),
         ):
             yield
@@ -162,6 +193,37 @@ def _stage3_stand_ins() -> list[tuple[Any, str, Any]]:
         for attr, value in stand_ins.items()
         if hasattr(module, attr)
     ]
+
+
+class _ShapesTakeNoMemory:
+    """``torch`` as ZeRO-1/2's optimizer module sees it during a trace, but for one call: the
+    meta tensors it makes only to keep each parameter's shape (``zeros_like(p,
+    device="meta")``) take no storage. On a GPU they are free; in a trace, whose GPU is the
+    meta device, they would count as a second copy of the model (measured on an H200: 478 MiB
+    too many for GPT-2)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    @staticmethod
+    def zeros_like(t: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if str(kwargs.get("device")) != "meta":
+            return torch.zeros_like(t, *args, **kwargs)
+        empty = torch.empty(0, dtype=kwargs.get("dtype") or t.dtype, device="meta")
+        return empty.as_strided(t.shape, (0,) * t.dim())
+
+
+def _record_stream_of(original: Any) -> Any:
+    def record_stream(self: torch.Tensor, stream: Any) -> None:
+        if isinstance(stream, torch.Stream):
+            original(self, stream)
+
+    return record_stream
+
+
+def _shape_stand_ins() -> list[tuple[Any, str, Any]]:
+    module = sys.modules.get("deepspeed.runtime.zero.stage_1_and_2")
+    return [] if module is None else [(module, "torch", _ShapesTakeNoMemory())]
 
 
 def _agreed(ints: list[int]) -> None:
