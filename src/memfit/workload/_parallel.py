@@ -188,8 +188,10 @@ def parallel_note(strategy: str, world_size: int) -> str:
                 "zero2": " and of the gradients",
                 "zero3": ", of the gradients and of the parameters (gathered a module at a time)",
             }[strategy]
-            + " (rank 0 traced on a fake process group with a meta-device accelerator; not "
-            "measured on a GPU yet); " + nccl
+            + " (rank 0 traced on a fake process group with a meta-device accelerator and "
+            "stand-in streams; measured on an H200 with DeepSpeed 0.19.8, rank 0 of 1 to 16 "
+            "on a fake group: within 0.03% allocated, reserved within 0.2% but for one ZeRO-2 "
+            "step 8.9% low, where the GPU's segments landed otherwise); " + nccl
         )
     if strategy == "fsdp2":
         return (
