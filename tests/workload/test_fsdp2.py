@@ -202,6 +202,30 @@ def test_a_users_own_fully_shard_calls_are_estimated() -> None:
     assert kept.peak_allocated > default.peak_allocated
 
 
+def test_hsdp_through_a_users_2d_mesh_shards_over_its_shard_dimension() -> None:
+    """HSDP (replicas of sharded groups) as users write it: fully_shard on a 2-D mesh. A rank of
+    2 replicas x 2 shards holds what a rank of plain FSDP2 over 2 does, and the note says the
+    wrapping was the user's."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    def hsdp(model: nn.Module, mesh: object) -> nn.Module:
+        n = mesh.size()  # type: ignore[attr-defined]
+        ranks = torch.arange(n).reshape(2, n // 2)
+        grid = DeviceMesh(mesh.device_type, ranks, mesh_dim_names=("replicate", "shard"))  # type: ignore[attr-defined]
+        for block in model.transformer.h:  # type: ignore[union-attr]
+            fully_shard(block, mesh=grid)
+        fully_shard(model, mesh=grid)
+        return model
+
+    two = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=2)
+    four = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=4)
+    hybrid = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=4, parallelize=hsdp)
+    assert hybrid.peak_allocated == two.peak_allocated > four.peak_allocated
+    assert "wrapped by your parallelize function" in hybrid.notes[0]
+    assert "1/4 of the parameters" not in hybrid.notes[0]
+
+
 def test_a_users_own_ddp_is_estimated() -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 

@@ -72,7 +72,8 @@ def rank_notes(workload: Workload, bucket_views: bool) -> list[str]:
     """What the estimate of a data-parallel rank assumed."""
     if workload.strategy is None:
         return []
-    notes = [parallel_note(workload.strategy, workload.world_size)]
+    own = workload.parallelize is not None
+    notes = [parallel_note(workload.strategy, workload.world_size, own)]
     if bucket_views:
         notes.append(BUCKET_VIEW_NOTE)
     return notes

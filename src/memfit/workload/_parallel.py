@@ -170,13 +170,21 @@ def _group(strategy: str | None, world_size: int, device_type: str, rank: int) -
         dist.destroy_process_group()
 
 
-def parallel_note(strategy: str, world_size: int) -> str:
-    """What a data-parallel estimate assumed, for its notes."""
+def parallel_note(strategy: str, world_size: int, own: bool = False) -> str:
+    """What a data-parallel estimate assumed, for its notes (``own``: the model was wrapped
+    by the user's ``parallelize``, not by memfit's default)."""
     ranks = f"{world_size} rank{'s' if world_size > 1 else ''}"
     nccl = (
         "NCCL's own device memory counted as one rank's on an H200 (490 MiB; more ranks take "
         "more, not measured yet)"
     )
+    if own:
+        return (
+            f"{'FSDP2' if strategy == 'fsdp2' else 'DDP'} on {ranks}, the model wrapped by "
+            "your parallelize function as it is: what each rank holds is what your "
+            "fully_shard or DDP calls make it (a 2-D mesh of yours shards over its shard "
+            "dimension only, as HSDP does; rank 0 traced on a fake process group); " + nccl
+        )
     if strategy in ZERO:
         return (
             f"DeepSpeed ZeRO-{strategy[-1]} on {ranks}: DeepSpeed's engine over memfit's "
