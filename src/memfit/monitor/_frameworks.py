@@ -208,12 +208,22 @@ def _torch_limit(s: dict[str, Any], *, late: bool, imported: bool, hook: bool) -
             _apply_torch_limit(s)
         return _action("torch", "limit", "applied", what, "now")
     if hook and imported:
-        sys.modules["torch"].cuda._lazy_call(lambda: _apply_torch_limit(s))
+        sys.modules["torch"].cuda._lazy_call(lambda: _safely(_apply_torch_limit, s))
     elif hook:
         _after_import(
-            "torch", lambda: sys.modules["torch"].cuda._lazy_call(lambda: _apply_torch_limit(s))
+            "torch",
+            lambda: sys.modules["torch"].cuda._lazy_call(lambda: _safely(_apply_torch_limit, s)),
         )
     return _action("torch", "limit", "pending", what, "when CUDA starts")
+
+
+def _safely(apply: Callable[[dict[str, Any]], None], s: dict[str, Any]) -> None:
+    """Run ``apply`` as CUDA starts, never breaking the start: a failure is said, not raised
+    (torch would turn it into an error of the program's first CUDA call)."""
+    try:
+        apply(s)
+    except Exception as exc:
+        _log(f"the memory limit could not be set: {exc!r}")
 
 
 def _apply_torch_limit(s: dict[str, Any]) -> None:
