@@ -67,8 +67,8 @@ def test_jax_reads_what_configure_set_and_then_it_is_too_late():
         import jax
         from jaxlib import xla_client
         options = xla_client.generate_pjrt_gpu_plugin_options()
-        from memfit.monitor import _frameworks
-        started_before = _frameworks.started("jax")
+        from memfit.monitor import _framework_numbers as numbers
+        started_before = numbers.started("jax")
         jax.numpy.ones(1000).block_until_ready()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -82,7 +82,7 @@ def test_jax_reads_what_configure_set_and_then_it_is_too_late():
         print(json.dumps({
             "before": [(a.setting, a.status) for a in before.actions],
             "options": {k: options.get(k) for k in ("allocator", "memory_fraction", "preallocate")},
-            "started_before": started_before, "started": _frameworks.started("jax"),
+            "started_before": started_before, "started": numbers.started("jax"),
             "after": [(a.setting, a.status) for a in after.actions],
             "warned": [str(w.message) for w in caught], "strict": strict, "rows": rows,
         }))
@@ -115,13 +115,13 @@ def test_tensorflow_gets_its_variables_and_its_limit_hook_at_import():
         """
         import json, os, warnings
         import memfit
-        from memfit.monitor import _frameworks
+        from memfit.monitor import _framework_numbers as numbers, _frameworks
         found = memfit.configure(growth=True, limit="1GiB", allocator="async",
                                  framework="tensorflow")
         waiting = _frameworks.pending_imports()
         import tensorflow as tf
         after_import = _frameworks.pending_imports()
-        started_import = _frameworks.started("tensorflow")
+        started_import = numbers.started("tensorflow")
         x = tf.ones((512, 512))
         y = tf.matmul(x, x)
         with warnings.catch_warnings(record=True) as caught:
@@ -133,7 +133,7 @@ def test_tensorflow_gets_its_variables_and_its_limit_hook_at_import():
             "env": {k: os.environ.get(k) for k in ("TF_FORCE_GPU_ALLOW_GROWTH",
                                                    "TF_GPU_ALLOCATOR")},
             "waiting": waiting, "after_import": after_import, "started_import": started_import,
-            "started": _frameworks.started("tensorflow"),
+            "started": numbers.started("tensorflow"),
             "late": [(a.setting, a.status) for a in late.actions], "rows": rows,
         }))
         """

@@ -61,10 +61,10 @@ def test_a_publisher_writes_its_stats_and_removes_them(tmp_path):
 
 
 def test_with_the_framework_reader_the_settings_and_rows_are_published(tmp_path, monkeypatch):
-    from memfit.monitor import _frameworks
+    from memfit.monitor import _framework_numbers as numbers
 
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    pub = Publisher(interval=1.0, directory=str(tmp_path), frameworks=_frameworks)
+    pub = Publisher(interval=1.0, directory=str(tmp_path), frameworks=numbers)
     doc = pub.payload()
     assert doc is not None
     assert doc["frameworks"] == []  # torch is imported, CUDA never started
@@ -73,7 +73,7 @@ def test_with_the_framework_reader_the_settings_and_rows_are_published(tmp_path,
     assert Publisher(interval=1.0, directory=str(tmp_path)).payload()["settings"] is None
     # waiting for a GPU: no framework has started one
     waiting = Publisher(
-        interval=1.0, directory=str(tmp_path), wait_for_cuda=True, frameworks=_frameworks
+        interval=1.0, directory=str(tmp_path), wait_for_cuda=True, frameworks=numbers
     )
     assert waiting.payload() is None
 

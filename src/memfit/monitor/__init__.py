@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from memfit._errors import InvalidInputError
-from memfit.monitor import _frameworks, _publisher
+from memfit.monitor import _framework_numbers, _frameworks, _publisher
 from memfit.monitor._advice import Advice
 from memfit.monitor._configure import (
     ALLOCATORS,
@@ -43,7 +43,7 @@ from memfit.monitor._configure import (
 from memfit.monitor._doctor import Diagnosis, FrameworkInfo, GpuInfo, diagnose
 from memfit.monitor._doctor_procs import ProcessSettings
 from memfit.monitor._exporter import METRICS, Exporter, SampleCollector, start_exporter
-from memfit.monitor._frameworks import FRAMEWORKS
+from memfit.monitor._framework_numbers import FRAMEWORKS
 from memfit.monitor._nvml import MemoryInfo, NvmlBackend, NvmlCallError, PynvmlBackend
 from memfit.monitor._procs import LinuxProcs, ProcInfo, ProcReader, parse_cgroup
 from memfit.monitor._published import Published, PublishedSource, RuntimeDir
@@ -88,7 +88,7 @@ __all__ = [
     "TorchStats",
     "configure",
     "diagnose",
-    "frameworks_source",
+    "frameworks_sources",
     "load_recording",
     "memory_stats_from_dict",
     "parse_cgroup",
@@ -129,7 +129,7 @@ def publish(interval: float = 1.0, directory: str | None = None) -> Publisher:
             _current.interval = float(interval)
             return _current
         _current.stop()
-    _current = Publisher(interval, directory, frameworks=_frameworks).start()
+    _current = Publisher(interval, directory, frameworks=_framework_numbers).start()
     return _current
 
 
@@ -140,11 +140,15 @@ def publisher_source() -> str:
     return Path(_publisher.__file__).read_text(encoding="utf-8")
 
 
-def frameworks_source() -> str:
-    """The source of the framework knobs' module (standard library only): ``memfit run``
-    copies it beside the child's ``sitecustomize`` (``_memfit_frameworks``), where it applies
-    ``--limit`` at import and reads TensorFlow's and JAX's numbers for the publisher."""
-    return Path(_frameworks.__file__).read_text(encoding="utf-8")
+def frameworks_sources() -> dict[str, str]:
+    """The sources of the framework modules (standard library only), by the name ``memfit run``
+    gives their copies beside the child's ``sitecustomize``: the knobs
+    (``_memfit_frameworks``: ``--limit`` applied at import) and the numbers
+    (``_memfit_framework_numbers``: TensorFlow's and JAX's, read by the publisher)."""
+    return {
+        "_memfit_frameworks": Path(_frameworks.__file__).read_text(encoding="utf-8"),
+        "_memfit_framework_numbers": Path(_framework_numbers.__file__).read_text(encoding="utf-8"),
+    }
 
 
 def settings_variable() -> str:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from memfit._errors import InvalidInputError, MemfitError
 from memfit._units import format_bytes, parse_size
-from memfit.monitor import _frameworks
+from memfit.monitor import _framework_numbers, _frameworks
 from memfit.monitor._nvml import NvmlBackend, PynvmlBackend
 
 __all__ = [
@@ -158,11 +158,16 @@ def configure(
     settings = _settings(growth, limit, preallocate, allocator, gpu_total)
     env = os.environ if environ is None else environ
     # a dry run on a copy first: nothing is changed when the call is refused
-    dry = _frameworks.configure(settings, frameworks, dict(env), in_process=in_process, dry=True)
+    started = _framework_numbers.started
+    dry = _frameworks.configure(
+        settings, frameworks, dict(env), started=started, in_process=in_process, dry=True
+    )
     _refuse_unsupported(dry, named)
     if strict:
         _refuse_late(dry)
-    actions = _frameworks.configure(settings, frameworks, env, in_process=in_process)
+    actions = _frameworks.configure(
+        settings, frameworks, env, started=started, in_process=in_process
+    )
     found = Configuration(
         settings=settings,
         frameworks=tuple(frameworks),
@@ -183,14 +188,14 @@ def resolve_frameworks(framework: str | Iterable[str]) -> list[str]:
     """The frameworks meant: ``"auto"`` is every one installed (torch always), ``"all"`` all
     three (for another Python's process)."""
     if framework == "all":
-        return list(_frameworks.FRAMEWORKS)
+        return list(_framework_numbers.FRAMEWORKS)
     if framework == "auto":
-        return [f for f in _frameworks.FRAMEWORKS if f == "torch" or _installed(f)]
+        return [f for f in _framework_numbers.FRAMEWORKS if f == "torch" or _installed(f)]
     names = [framework] if isinstance(framework, str) else list(framework)
     out = []
     for name in names:
         key = _FRAMEWORK_ALIASES.get(str(name).lower(), str(name).lower())
-        if key not in _frameworks.FRAMEWORKS:
+        if key not in _framework_numbers.FRAMEWORKS:
             raise InvalidInputError(
                 f"framework={name!r} is not one memfit configures: give 'auto', 'all', 'torch', "
                 "'tensorflow' or 'jax' (or a list of them)."

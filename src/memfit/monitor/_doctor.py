@@ -24,7 +24,8 @@ from memfit._errors import InvalidInputError, MemfitError
 from memfit.allocator import AllocatorConfig
 from memfit.monitor._advice import Advice
 from memfit.monitor._doctor_procs import ProcessSettings, process_advice, process_settings
-from memfit.monitor._frameworks import ENV_NAMES, JAX_FRACTIONS
+from memfit.monitor._framework_numbers import ENV_NAMES
+from memfit.monitor._frameworks import JAX_FRACTIONS
 from memfit.monitor._nvml import NvmlBackend, NvmlCallError, PynvmlBackend
 from memfit.monitor._procs import LinuxProcs
 from memfit.monitor._published import PublishedSource, RuntimeDir

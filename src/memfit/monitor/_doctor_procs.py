@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from memfit._units import format_bytes
 from memfit.monitor._advice import Advice
-from memfit.monitor._frameworks import ENV_NAMES
+from memfit.monitor._framework_numbers import ENV_NAMES
 from memfit.monitor._published import Published
 from memfit.monitor._stats import MemoryStats
 

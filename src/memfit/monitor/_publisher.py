@@ -95,7 +95,7 @@ class Publisher:
 
     ``wait_for_cuda``: write nothing until the program has started a GPU (what ``memfit run``
     uses, so processes that never use a GPU leave no file). ``frameworks``: the module that
-    reads TensorFlow's and JAX's numbers too (``memfit.monitor._frameworks``, or the copy
+    reads TensorFlow's and JAX's numbers too (``memfit.monitor._framework_numbers``, or the copy
     ``memfit run`` writes); without it only torch is read. Call :meth:`step` once per training
     step to show a step counter beside the stats.
     """

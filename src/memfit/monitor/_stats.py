@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memfit.monitor import _frameworks
+from memfit.monitor import _framework_numbers
 from memfit.monitor._configure import resolve_frameworks
 
 __all__ = ["MemoryStats", "memory_stats_from_dict", "stats"]
@@ -73,7 +73,7 @@ def stats(framework: str | Iterable[str] = "auto") -> list[MemoryStats]:
     imported), one row per device; empty for a framework whose runtime has not started."""
     rows = []
     for name in resolve_frameworks(framework):
-        for doc in _frameworks.read_stats(name):
+        for doc in _framework_numbers.read_stats(name):
             row = memory_stats_from_dict(doc)
             if row is not None:
                 rows.append(row)

@@ -10,8 +10,9 @@ user's own ``PYTHONPATH``), so that keeps working. The observer is installed onl
 program imports torch; a process that never does pays for one small import. It also starts a
 copy of memfit.monitor's publisher (``_memfit_publisher``), which writes the allocator stats
 for ``memfit watch``/``export`` once the program starts a GPU (``MEMFIT_PUBLISH=0``: off), and
-a copy of memfit.monitor's framework knobs (``_memfit_frameworks``), which applies ``memfit run
---limit``'s runtime settings when torch or TensorFlow is imported.
+copies of memfit.monitor's framework modules: the knobs (``_memfit_frameworks``), which apply
+``memfit run --limit``'s runtime settings when torch or TensorFlow is imported, and the numbers
+(``_memfit_framework_numbers``), which the publisher reads TensorFlow's and JAX's with.
 
 ``python -I``, ``-E`` and ``-S`` ignore ``PYTHONPATH`` or ``sitecustomize``: such a process
 gets no report.
@@ -21,14 +22,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memfit.monitor import frameworks_source, publisher_source
+from memfit.monitor import frameworks_sources, publisher_source
 from memfit.oom import _observer
 
-__all__ = ["FRAMEWORKS_MODULE", "OBSERVER_MODULE", "PUBLISHER_MODULE", "write_bootstrap"]
+__all__ = ["OBSERVER_MODULE", "PUBLISHER_MODULE", "write_bootstrap"]
 
 OBSERVER_MODULE = "_memfit_oom_observer"
 PUBLISHER_MODULE = "_memfit_publisher"  # memfit.monitor's publisher, for memfit watch/export
-FRAMEWORKS_MODULE = "_memfit_frameworks"  # memfit.monitor's framework knobs and numbers
 
 _SITECUSTOMIZE = '''\
 """Written by memfit run: report CUDA out-of-memory errors of this process, then run the
@@ -48,17 +48,18 @@ def _memfit_oom_arm():
         _memfit_oom_observer.arm_from_environment()
     except Exception as exc:
         sys.stderr.write(f"memfit: the out-of-memory report is off in this process: {exc!r}\\n")
-    frameworks = None
+    numbers = None
     try:
-        import _memfit_frameworks as frameworks
+        import _memfit_framework_numbers as numbers
+        import _memfit_frameworks
 
-        frameworks.arm_from_environment()  # memfit run --limit: the runtime parts
+        _memfit_frameworks.arm_from_environment(numbers.started)  # memfit run --limit
     except Exception as exc:
         sys.stderr.write(f"memfit: the memory settings are not applied: {exc!r}\\n")
     try:
         import _memfit_publisher
 
-        _memfit_publisher.arm_from_environment(frameworks)  # stats for memfit watch / export
+        _memfit_publisher.arm_from_environment(numbers)  # stats for memfit watch / export
     except Exception as exc:
         sys.stderr.write(f"memfit: the allocator stats are not published: {exc!r}\\n")
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
@@ -80,6 +81,6 @@ def write_bootstrap(directory: Path) -> None:
     (directory / f"{OBSERVER_MODULE}.py").write_text(source, encoding="utf-8")
     publisher = publisher_source()
     (directory / f"{PUBLISHER_MODULE}.py").write_text(publisher, encoding="utf-8")
-    knobs = frameworks_source()
-    (directory / f"{FRAMEWORKS_MODULE}.py").write_text(knobs, encoding="utf-8")
+    for name, source in frameworks_sources().items():
+        (directory / f"{name}.py").write_text(source, encoding="utf-8")
     (directory / "sitecustomize.py").write_text(_SITECUSTOMIZE, encoding="utf-8")
