@@ -125,6 +125,16 @@ def test_the_reader_parses_framework_rows_and_matches_them_to_a_gpu():
     assert pub.framework_stats("GPU-b", 0) == ()
 
 
+def test_publish_now_beside_the_thread_never_leaves_half_a_file(tmp_path):
+    """A caller's publish_now and the thread's write one at a time: they share the temporary
+    file, and two writers at once left JSON with extra data (seen in CI)."""
+    with Publisher(interval=0.0005, directory=str(tmp_path)) as pub:
+        path = tmp_path / f"{os.getpid()}.json"
+        for _ in range(300):
+            assert pub.publish_now()
+            assert json.loads(path.read_text())["pid"] == os.getpid()
+
+
 def test_waiting_for_cuda_writes_nothing(tmp_path):
     pub = Publisher(interval=1.0, directory=str(tmp_path), wait_for_cuda=True)
     assert pub.payload() is None

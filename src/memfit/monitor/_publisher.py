@@ -121,6 +121,7 @@ class Publisher:
         self._ticks = start_ticks(self.pid)
         self._uuids: dict[int, str | None] = {}
         self._stop = threading.Event()
+        self._writing = threading.Lock()  # the thread and a caller of publish_now, one at a time
         self._thread: threading.Thread | None = None
         self._failed: str | None = None
 
@@ -173,6 +174,10 @@ class Publisher:
 
     def publish_now(self) -> bool:
         """Write the stats once now; ``False`` when there was nothing to write or it failed."""
+        with self._writing:
+            return self._publish()
+
+    def _publish(self) -> bool:
         try:
             payload = self.payload()
             if payload is None:
