@@ -249,8 +249,8 @@ def _tensorflow_advice(found: Diagnosis) -> list[Advice]:
             Advice(
                 "warning",
                 "TF_FORCE_GPU_ALLOW_GROWTH",
-                "set TF_FORCE_GPU_ALLOW_GROWTH=true (or call "
-                "tf.config.experimental.set_memory_growth before TensorFlow uses a GPU)",
+                "set TF_FORCE_GPU_ALLOW_GROWTH=true before TensorFlow uses a GPU (memfit run "
+                "--growth, or memfit.configure(growth=True) at the top of the script)",
                 "TensorFlow maps nearly all of each GPU's memory when it starts, whatever it "
                 "uses: other processes on the GPU run out",
             )
