@@ -243,3 +243,26 @@ def test_doctor_on_a_machine_with_no_gpu_lists_the_cpu_builds(capsys):
     assert builds["jax"] == (True, "none") and builds["tensorflow"] == (True, "none")
     assert found["gpus"] == [] and found["nvml_error"]
     assert [a["severity"] for a in found["advice"]] == ["info"]  # nothing wrong, no GPU
+
+
+@needs_jax
+def test_the_fraction_named_by_another_python_is_renamed_for_this_jax():
+    """memfit run's parent may have no JAX (it then writes the older name): the child's copy
+    renames it, before JAX starts, to the name the child's JAX reads."""
+    settings = {"limit_bytes": None, "limit_fraction": 0.3, "limit_given": "share"}
+    out = _run(
+        """
+        import json, os
+        from memfit.monitor import _framework_numbers as numbers, _frameworks
+        _frameworks.arm_from_environment(numbers.started)
+        names = sorted(k for k in os.environ if k.endswith("MEM_FRACTION"))
+        from jaxlib import xla_client
+        fraction = xla_client.generate_pjrt_gpu_plugin_options().get("memory_fraction")
+        print(json.dumps({"names": names, "wanted": _frameworks.jax_fraction_variable(),
+                          "fraction": fraction}))
+        """,
+        XLA_PYTHON_CLIENT_MEM_FRACTION="0.3",
+        MEMFIT_MEMORY=json.dumps({"settings": settings, "frameworks": ["jax"]}),
+    )
+    assert out["names"] == [out["wanted"]]
+    assert out["fraction"] == 0.3

@@ -323,8 +323,8 @@ def _jax_plan(
 
 
 def jax_fraction_variable() -> str:
-    """The memory-fraction variable the installed JAX reads (renamed in 2025; read in its
-    source, never by importing it: an import could start nothing, but costs a second)."""
+    """The memory-fraction variable the installed JAX reads (newer JAX renamed it), found in its
+    source, never by importing it (an import starts nothing, but costs a second)."""
     try:
         spec = importlib.util.find_spec("jaxlib.xla_client")
     except (ImportError, ValueError):
@@ -361,8 +361,19 @@ def arm_from_environment(started: Callable[[str], bool]) -> list[Action]:
     settings = {k: v for k, v in doc["settings"].items() if k in keys}
     if settings.get("limit_given") is None:
         return []
+    if "jax" in doc["frameworks"]:
+        _match_jax_fraction()
     frameworks = [f for f in doc["frameworks"] if f != "jax"]
     return configure(settings, frameworks, {}, started=started)
+
+
+def _match_jax_fraction() -> None:
+    """The parent named JAX's fraction by the JAX its own Python has (or the older name, with
+    none): renamed here, before JAX starts, to the name this Python's JAX reads."""
+    wanted = jax_fraction_variable()
+    for other in JAX_FRACTIONS:
+        if other != wanted and other in os.environ and wanted not in os.environ:
+            os.environ[wanted] = os.environ.pop(other)
 
 
 class _ImportWatcher:
