@@ -34,6 +34,7 @@ from typing import Any
 __all__ = [
     "ENV_SETTINGS",
     "JAX_FRACTIONS",
+    "after_import",
     "arm_from_environment",
     "configure",
     "jax_fraction_variable",
@@ -181,7 +182,7 @@ def _torch_limit(s: dict[str, Any], *, late: bool, imported: bool, hook: bool) -
     if hook and imported:
         sys.modules["torch"].cuda._lazy_call(lambda: _safely(_apply_torch_limit, s))
     elif hook:
-        _after_import(
+        after_import(
             "torch",
             lambda: sys.modules["torch"].cuda._lazy_call(lambda: _safely(_apply_torch_limit, s)),
         )
@@ -270,7 +271,7 @@ def _tensorflow_limit(limit: int, *, late: bool, imported: bool, hook: bool) -> 
             _apply_tensorflow_limit(limit)
         return _action("tensorflow", "limit", "applied", what, "now")
     if hook:
-        _after_import("tensorflow", lambda: _apply_tensorflow_limit(limit))
+        after_import("tensorflow", lambda: _apply_tensorflow_limit(limit))
     return _action("tensorflow", "limit", "pending", what, "when tensorflow is imported")
 
 
@@ -407,7 +408,7 @@ class _ImportWatcher:
                 try:
                     callback()
                 except Exception as exc:  # never break the program's import
-                    _log(f"a memory setting for {watcher.name} could not be applied: {exc!r}")
+                    _log(f"what was to follow the import of {watcher.name} failed: {exc!r}")
 
         loader.exec_module = exec_module
         return spec
@@ -416,7 +417,10 @@ class _ImportWatcher:
 _watchers: dict[str, _ImportWatcher] = {}
 
 
-def _after_import(name: str, callback: Callable[[], None]) -> None:
+def after_import(name: str, callback: Callable[[], None]) -> None:
+    """Run ``callback`` right after ``import <name>`` completes (in the order given; one
+    meta path finder per module name, whoever asks: the knobs, and in ``memfit run``'s child the
+    out-of-memory observer)."""
     watcher = _watchers.get(name)
     if watcher is None:
         watcher = _watchers[name] = _ImportWatcher(name)
@@ -425,7 +429,8 @@ def _after_import(name: str, callback: Callable[[], None]) -> None:
 
 
 def pending_imports() -> list[str]:
-    """The imports a setting of this process waits for (for tests and reports)."""
+    """The imports this process waits for to apply a setting or install the out-of-memory
+    observer (for tests and reports)."""
     return sorted(_watchers)
 
 

@@ -42,18 +42,20 @@ def _memfit_oom_arm():
     import sys
 
     here = os.path.dirname(os.path.abspath(__file__))
+    numbers = knobs = None
+    try:
+        import _memfit_framework_numbers as numbers
+        import _memfit_frameworks as knobs
+    except Exception as exc:
+        sys.stderr.write(f"memfit: the framework modules did not load: {exc!r}\\n")
     try:
         import _memfit_oom_observer
 
-        _memfit_oom_observer.arm_from_environment()
+        _memfit_oom_observer.arm_from_environment(knobs.after_import)
     except Exception as exc:
         sys.stderr.write(f"memfit: the out-of-memory report is off in this process: {exc!r}\\n")
-    numbers = None
     try:
-        import _memfit_framework_numbers as numbers
-        import _memfit_frameworks
-
-        _memfit_frameworks.arm_from_environment(numbers.started)  # memfit run --limit
+        knobs.arm_from_environment(numbers.started)  # memfit run --limit: the runtime parts
     except Exception as exc:
         sys.stderr.write(f"memfit: the memory settings are not applied: {exc!r}\\n")
     try:

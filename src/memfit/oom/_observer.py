@@ -27,7 +27,6 @@ What runs when:
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import json
 import os
 import pickle
@@ -37,8 +36,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from importlib.machinery import ModuleSpec
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import Any
 
 __all__ = [
@@ -141,7 +139,7 @@ _queued = False  # a torch.cuda._lazy_call is waiting for CUDA's initialisation
 _attached = False  # the observer is attached (it cannot be detached)
 _history_started = False  # memfit started the allocator's history (and may stop it)
 _busy = False  # the observer is running (an OOM inside it is not reported again)
-_watcher: _TorchWatcher | None = None
+_waiting = False  # arm_from_environment waits for torch's import
 
 
 # --- installing -------------------------------------------------------------------------------
@@ -227,50 +225,22 @@ def state() -> dict[str, Any]:
             "queued": _queued,
             "attached": _attached,
             "history_started": _history_started,
-            "watching_torch_import": _watcher is not None and _watcher in sys.meta_path,
+            "watching_torch_import": _waiting,
         }
 
 
 # --- memfit run: install from the environment once torch is imported ------------------------
 
 
-class _TorchWatcher:
-    """A meta path finder that runs ``callback`` right after ``import torch`` completes."""
-
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self._callback = callback
-        self._searching = False
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
-        if name != "torch" or self._searching:
-            return None
-        self._searching = True
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            self._searching = False
-        loader = getattr(spec, "loader", None)
-        if spec is None or loader is None or not hasattr(loader, "exec_module"):
-            return None
-        original = loader.exec_module
-        watcher = self
-
-        def exec_module(module: ModuleType) -> None:
-            original(module)
-            if watcher in sys.meta_path:
-                sys.meta_path.remove(watcher)
-            watcher._callback()
-
-        loader.exec_module = exec_module
-        return spec
-
-
-def arm_from_environment() -> None:
-    """Install from ``MEMFIT_OOM_*`` variables: now if torch is imported, else when it is.
+def arm_from_environment(after_import: Callable[[str, Callable[[], None]], None]) -> None:
+    """Install from ``MEMFIT_OOM_*`` variables: now if torch is imported, else when it is,
+    through ``after_import(name, callback)`` (the framework knobs' import watcher, which
+    ``memfit run`` copies beside this module: one watcher for every setting that waits for an
+    import).
 
     A Python process that never imports torch pays for nothing but this module's import.
     """
-    global _watcher
+    global _waiting
     directory = os.environ.get(ENV_DIR)
     if not directory:
         return
@@ -278,6 +248,8 @@ def arm_from_environment() -> None:
     entries = int(os.environ.get(ENV_MAX_ENTRIES, str(DEFAULT_MAX_ENTRIES)))
 
     def install_now() -> None:
+        global _waiting
+        _waiting = False
         try:
             install(directory, record_history=history, max_entries=entries)
         except Exception as exc:
@@ -286,8 +258,8 @@ def arm_from_environment() -> None:
     if "torch" in sys.modules:
         install_now()
     else:
-        _watcher = _TorchWatcher(install_now)
-        sys.meta_path.insert(0, _watcher)
+        _waiting = True
+        after_import("torch", install_now)
 
 
 # --- the observer ------------------------------------------------------------------------------
