@@ -89,6 +89,16 @@ def _check_consistent(dev: dict, proc: dict) -> None:
     assert proc["user"] is not None
 
 
+def _scrape_exporter() -> str:
+    """One scrape of an exporter over this machine's GPUs."""
+    with Monitor() as monitor:
+        exporter = start_exporter(monitor, "127.0.0.1", 0, interval=0.5)
+        try:
+            return str(urllib.request.urlopen(exporter.url, timeout=10).read().decode())
+        finally:
+            exporter.stop()
+
+
 def _watch_json(monkeypatch, capsys, runtime: Path) -> dict:
     monkeypatch.setenv("MEMFIT_RUNTIME_DIR", str(runtime))
     capsys.readouterr()
@@ -106,12 +116,7 @@ def test_watch_and_export_see_a_publishing_training_process(tmp_path, monkeypatc
         assert ours["pid"] == proc.pid
         _check_consistent(dev, ours)
         assert ours["torch"]["step"] >= 5
-        with Monitor() as monitor:
-            exporter = start_exporter(monitor, "127.0.0.1", 0, interval=0.5)
-            try:
-                text = urllib.request.urlopen(exporter.url, timeout=10).read().decode()
-            finally:
-                exporter.stop()
+        text = _scrape_exporter()
         for metric in (
             "memfit_process_gpu_memory_bytes",
             "memfit_torch_allocated_bytes",
@@ -169,12 +174,7 @@ def test_two_processes_on_one_gpu_each_with_its_framework_numbers(tmp_path, monk
             # the pool (reserved, warmed up) does not
             assert 0 < fw["in_use"] <= fw["pool"] == p["torch"]["reserved"]
             assert p["outside_pool"] == p["non_torch"] > 0
-        with Monitor() as monitor:
-            exporter = start_exporter(monitor, "127.0.0.1", 0, interval=0.5)
-            try:
-                text = urllib.request.urlopen(exporter.url, timeout=10).read().decode()
-            finally:
-                exporter.stop()
+        text = _scrape_exporter()
         for pid in rows:
             # labels come in alphabetical order: framework before pid
             pattern = rf'^memfit_framework_in_use_bytes{{[^}}]*framework="torch"[^}}]*pid="{pid}"'

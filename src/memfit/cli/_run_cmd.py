@@ -176,8 +176,9 @@ def _memory_environment(
             )
         return None, None
     env = dict(os.environ)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConfigurationWarning)
+    with warnings.catch_warnings():
+        # what is not in effect is in the lines printed below (and in --json's memory)
+        warnings.simplefilter("ignore", ConfigurationWarning)
         memory = configure(
             growth=args.growth,
             limit=_limit_arg(args.limit),
@@ -194,9 +195,6 @@ def _memory_environment(
         err.print("memfit: GPU memory settings for the command:", markup=False)
         for line in memory.lines():
             err.print(f"  {line}", markup=False)
-    for w in caught:
-        if not issubclass(w.category, ConfigurationWarning):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return env, memory
 
 

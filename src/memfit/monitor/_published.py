@@ -40,14 +40,13 @@ class Published:
         return tuple(
             row
             for row in self.frameworks
-            if row.kind == "gpu" and (row.uuid == uuid if row.uuid and uuid else row.index == index)
+            if row.kind == "gpu" and _same_gpu(row.uuid, row.index, uuid, index)
         )
 
     def torch_stats(self, uuid: str | None, index: int, now: float) -> TorchStats | None:
         """The stats for the GPU with NVML ``uuid`` (or, without UUIDs, NVML ``index``)."""
         for dev in self.devices:
-            same = dev.get("uuid") == uuid if dev.get("uuid") and uuid else dev["index"] == index
-            if same:
+            if _same_gpu(dev.get("uuid"), dev["index"], uuid, index):
                 return TorchStats(
                     allocated=int(dev["allocated"]),
                     reserved=int(dev["reserved"]),
@@ -60,6 +59,11 @@ class Published:
                     age=max(0.0, now - self.time),
                 )
         return None
+
+
+def _same_gpu(uuid: str | None, index: int | None, nvml_uuid: str | None, nvml_index: int) -> bool:
+    """A published device is NVML's GPU: by UUID where both have one, else by index."""
+    return uuid == nvml_uuid if uuid and nvml_uuid else index == nvml_index
 
 
 def _opt_int(value: Any) -> int | None:
