@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python benchmarks/offload_apply.py --predict --out PREDICTED.json   # CPU
     PYTHONPATH=src python benchmarks/offload_apply.py --out MEASURED.json              # GPU
+    (--only PART ...: the cases whose name holds one of the parts)
 
 ``CASES`` are candidates as the planner writes them (not chosen by a plan: on the H200 no plan
 tried chose offload, see this session's README); the first form writes each one's estimate
@@ -50,6 +51,67 @@ CASES: dict[str, dict[str, Any]] = {
         },
     },
 }
+
+
+def _full(micro: int, precision: str, **more: Any) -> dict[str, Any]:
+    """A candidate with every block checkpointed, the inputs offloaded unless said."""
+    return {
+        "micro_batch": micro,
+        "accumulation": 1,
+        "precision": precision,
+        "checkpointing": True,
+        "optimizer": "adamw-fused",
+        "offload_checkpoints": True,
+        **more,
+    }
+
+
+# session 17: the inputs of checkpointed blocks offloaded (``offload_checkpoints``), each beside
+# its twin that keeps them (the memory they free, the time the copies cost)
+CASES.update(
+    {
+        "bert-base fp32 32 x 512, full checkpointing, inputs offloaded": {
+            "model": "bert-base-uncased",
+            "seq_len": 512,
+            "candidate": _full(32, "fp32"),
+        },
+        "bert-base fp32 32 x 512, full checkpointing": {
+            "model": "bert-base-uncased",
+            "seq_len": 512,
+            "candidate": _full(32, "fp32", offload_checkpoints=False),
+        },
+        "gpt2 bf16-mixed 8 x 1024, full checkpointing, inputs offloaded": {
+            "model": "gpt2",
+            "seq_len": 1024,
+            "candidate": _full(8, "bf16-mixed"),
+        },
+        "tinyllama bf16-mixed 1 x 16384, full checkpointing, inputs offloaded": {
+            "model": "tinyllama-1.1b",
+            "seq_len": 16384,
+            "candidate": _full(1, "bf16-mixed"),
+        },
+        "tinyllama bf16-mixed 1 x 16384, full checkpointing": {
+            "model": "tinyllama-1.1b",
+            "seq_len": 16384,
+            "candidate": _full(1, "bf16-mixed", offload_checkpoints=False),
+        },
+        "qwen2.5-0.5b bf16 2 x 4096, half checkpointed and the rest offloaded, inputs offloaded": {
+            "model": "qwen2.5-0.5b",
+            "seq_len": 4096,
+            "candidate": _full(2, "bf16", checkpointing=0.5, offload=1.0),
+        },
+        "resnet50 fp32 128, full checkpointing, inputs offloaded": {
+            "model": "tv:resnet50",
+            "seq_len": None,
+            "candidate": _full(128, "fp32"),
+        },
+        "vit-b16 bf16-mixed 128, full checkpointing, inputs offloaded": {
+            "model": "timm:vit_base_patch16_224",
+            "seq_len": None,
+            "candidate": _full(128, "bf16-mixed"),
+        },
+    }
+)
 
 
 def _plan(name: str) -> Any:
@@ -118,7 +180,9 @@ def run_case(name: str, steps: int) -> dict[str, Any]:
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     step = memfit.apply(model, optimizer, plan, loss_fn=full.loss_fn)
-    batch = {k: v.cuda() for k, v in full.make_batch().items()}
+    from torch.utils._pytree import tree_map
+
+    batch = tree_map(lambda v: v.cuda() if isinstance(v, torch.Tensor) else v, full.make_batch())
     torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(steps):
@@ -144,12 +208,15 @@ def main() -> int:
     parser.add_argument("--predict", action="store_true")
     parser.add_argument("--steps", type=int, default=7)
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--only", nargs="+", default=None, help="cases whose name has one of these")
     args = parser.parse_args()
     if args.child:
         print("RESULT " + json.dumps(run_case(args.child, args.steps)), flush=True)
         return 0
     rows = []
     for name in CASES:
+        if args.only and not any(part in name for part in args.only):
+            continue
         if args.predict:
             plan, _ = _plan(name)
             rows.append(

@@ -12,6 +12,7 @@ import typing as _typing
 
 from memfit._errors import (
     DoesNotFitError,
+    HostMemoryError,
     InvalidInputError,
     MemfitError,
     MissingExtraError,
@@ -140,6 +141,7 @@ __all__ = [
     "Category",
     "DoesNotFitError",
     "Estimate",
+    "HostMemoryError",
     "InvalidInputError",
     "LeakDetector",
     "LeakReport",

@@ -12,6 +12,7 @@
     ├── NoGPUError               a command that needs a GPU found none
     ├── DoesNotFitError          no batch size tried fits the GPU (find_batch_size)
     ├── UnrecoverableOOMError    AutoMicrobatch cannot avoid an out-of-memory error
+    ├── HostMemoryError          activation offload would pin more host memory than is free
     ├── AllocatorOOM             the emulated caching allocator ran out (memfit.allocator)
     ├── NvmlCallError            one NVML call failed (memfit.monitor; samples show it as a
     │                            status or a missing value)
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 __all__ = [
     "DoesNotFitError",
+    "HostMemoryError",
     "InvalidInputError",
     "MemfitError",
     "MissingExtraError",
@@ -118,3 +120,12 @@ class UnrecoverableOOMError(MemfitError, MemoryError):
     def __init__(self, message: str, incident: object) -> None:
         super().__init__(message)
         self.incident = incident
+
+
+class HostMemoryError(MemfitError, MemoryError):
+    """Activation offload stopped before pinning host memory the host does not have free.
+
+    Pinned (page-locked) memory cannot be swapped out: pinning past what is free takes memory
+    from every other process, or the kernel ends this one. Raised in a forward, where
+    ``AutoMicrobatch``'s cleanup lets go of what the earlier blocks held.
+    """

@@ -13,7 +13,8 @@ pytestmark = pytest.mark.gpu
 
 GRADIENTS = """
 import json, torch, transformers
-from memfit.workload import offload_blocks
+from memfit.workload import checkpoint_blocks, offload_blocks
+CHECKPOINTS = {checkpoints!r}
 
 def model():
     torch.manual_seed(0)
@@ -28,7 +29,9 @@ def grads(m):
     return {n: p.grad for n, p in m.named_parameters()}
 plain = grads(model())
 m = model()
-offload = offload_blocks(m, 1.0)
+if CHECKPOINTS:
+    checkpoint_blocks(m, selective=False)
+offload = offload_blocks(m, 0.0 if CHECKPOINTS else 1.0, checkpoints=CHECKPOINTS)
 torch.cuda.reset_peak_memory_stats()
 got = grads(m)
 worst = max(float((got[n] - g).abs().max()) for n, g in plain.items())
@@ -41,7 +44,7 @@ from memfit.estimator._estimate import estimate_workload
 from memfit.estimator._measure import measure
 from memfit.workload import make_workload
 w = make_workload("gpt2", gpu="h200", batch_size=8, seq_len=1024, precision="bf16-mixed",
-                  offload={share!r})
+                  **{settings!r})
 e = estimate_workload(w)
 m, _ = measure(w)
 print(json.dumps([e.peak_allocated, e.peak_reserved, m.peak_allocated, m.peak_reserved]))
@@ -59,14 +62,24 @@ def _run(code: str) -> list[float]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def test_offloaded_gradients_are_the_ones_computed_without() -> None:
-    worst, offloaded = _run(GRADIENTS)
+@pytest.mark.parametrize("checkpoints", [False, True])
+def test_offloaded_gradients_are_the_ones_computed_without(checkpoints: bool) -> None:
+    # checkpoints: every block checkpointed, its inputs offloaded
+    worst, offloaded = _run(GRADIENTS.replace("{checkpoints!r}", repr(checkpoints)))
     assert offloaded == 4
     assert worst == 0.0
 
 
-@pytest.mark.parametrize("share", [1.0, 0.5])
-def test_an_offloaded_step_peaks_as_estimated(share: float) -> None:
-    est_alloc, est_res, real_alloc, real_res = _run(MEASURE.format(share=share))
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"offload": 1.0},
+        {"offload": 0.5},
+        {"activation_checkpointing": True, "offload_checkpoints": True},
+        {"activation_checkpointing": 0.5, "offload": 1.0, "offload_checkpoints": True},
+    ],
+)
+def test_an_offloaded_step_peaks_as_estimated(settings: dict[str, object]) -> None:
+    est_alloc, est_res, real_alloc, real_res = _run(MEASURE.format(settings=settings))
     assert abs(est_alloc - real_alloc) <= 0.01 * real_alloc
     assert abs(est_res - real_res) <= 0.02 * real_res

@@ -25,13 +25,15 @@ def _batch_of(n: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "labels": ids}
 
 
-def _plan(**kwargs: object) -> memfit.Plan:
+def _plan(
+    build: object = _gpt2, batch_size: int = 8, budget: str = "1.2GiB", **kwargs: object
+) -> memfit.Plan:
     # 1.2 GiB: no checkpointing at micro-batch 8 needs 1.23 GiB, full 0.90 (see the estimates)
     return memfit.plan(  # type: ignore[misc]
-        _gpt2,
+        build,
         batch_of=_batch_of,
-        batch_size=8,
-        budget="1.2GiB",
+        batch_size=batch_size,
+        budget=budget,
         margin=0.0,
         precisions=("fp32",),
         optimizers=("adamw-fused",),
@@ -64,7 +66,41 @@ def test_fewer_checkpointed_blocks_with_the_rest_offloaded_are_weighed() -> None
 
 def test_offloads_empty_searches_none() -> None:
     plan = _plan(offloads=())
-    assert not [e for e in plan.candidates if e.candidate.offload]
+    assert not [
+        e for e in plan.candidates if e.candidate.offload or e.candidate.offload_checkpoints
+    ]
+
+
+def _eight_layers() -> nn.Module:
+    from tests.workload.tiny_gpt2 import tiny_gpt2
+
+    return tiny_gpt2(n_layer=8)
+
+
+def _plan_32(**kwargs: object) -> memfit.Plan:
+    # 1 GiB: full checkpointing needs 1,078 MiB at micro-batch 32 and 966 at 16; with the
+    # checkpointed blocks' inputs offloaded, 1,010 at 32 (see the estimates)
+    return _plan(_eight_layers, 32, "1GiB", **kwargs)
+
+
+def test_offloaded_checkpoints_take_a_larger_micro_batch_than_full_checkpointing_fits() -> None:
+    plan = _plan_32()
+    chosen = plan.chosen
+    assert chosen is not None, [e.candidate.describe() for e in plan.candidates]
+    c = chosen.candidate
+    assert (c.micro_batch, c.checkpointing, c.offload_checkpoints) == (32, True, True)
+    assert "checkpointed blocks' inputs offloaded" in c.describe()
+    full = [
+        e
+        for e in plan.candidates
+        if e.candidate.micro_batch == 32
+        and e.candidate.checkpointing is True
+        and not e.candidate.offload_checkpoints
+    ]
+    assert full and not any(e.fits for e in full)
+    again = memfit.estimate(_eight_layers, batch_of=_batch_of, gpu="1GiB", **c.settings())
+    assert again.peak_reserved == chosen.peak_reserved
+    assert not [e for e in _plan_32(offloads=()).candidates if e.candidate.offload_checkpoints]
 
 
 @pytest.mark.parametrize("value", ["1", 2.0, [-0.5]])

@@ -412,21 +412,37 @@ def test_no_warning_from_a_plain_apply():
     unapply(model, opt)
 
 
-@pytest.mark.parametrize(("checkpointing", "offload"), [(False, 1.0), (0.5, 1.0), (False, 0.5)])
+@pytest.mark.parametrize(
+    ("checkpointing", "offload", "checkpoints"),
+    [
+        (False, 1.0, False),
+        (0.5, 1.0, False),
+        (False, 0.5, False),
+        (True, 0.0, True),
+        (0.5, 1.0, True),
+    ],
+)
 def test_an_offloading_plan_steps_as_the_unsplit_step_and_unapply_takes_it_off(
-    checkpointing: bool | float, offload: float
+    checkpointing: bool | float, offload: float, checkpoints: bool
 ):
-    from memfit.workload import offloader_of
+    from memfit.workload import checkpointed_blocks, offloader_of
 
     model = gpt2()
     batch = text_batch(8)
     expected = unsplit(model, batch, hf_loss)
     seen: dict[str, torch.Tensor] = {}
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    plan = make_plan(model, checkpointing=checkpointing, offload=offload)
+    plan = make_plan(
+        model, checkpointing=checkpointing, offload=offload, offload_checkpoints=checkpoints
+    )
     step = apply(model, opt, plan, before_step=lambda: seen.update(grads(model)))
     offloading = offloader_of(model)
     assert offloading is not None and offloading.offloaded
+    # the checkpointed blocks' inputs are offloaded where the plan says (memfit's wrapping
+    # in place of GPT-2's own switch, which the offload could not wrap)
+    assert bool(offloading.checkpointed) == checkpoints
+    assert bool(checkpointed_blocks(model)) == bool(checkpointing)
+    assert not model.is_gradient_checkpointing
     assert any("activation offload" in text for text in step.changes)
     step(batch)
     assert_close(seen, expected)

@@ -140,6 +140,13 @@ def _model_kind_args(p: argparse.ArgumentParser) -> None:
         "of them (train only; see memfit.offload_activations)",
     )
     p.add_argument(
+        "--offload-checkpoints",
+        action="store_true",
+        default=None,  # None: the checkpointed blocks keep their inputs on the GPU
+        help="offload the inputs the checkpointed blocks keep for their recompute to pinned "
+        "host memory too (with --checkpointing: below full checkpointing's memory)",
+    )
+    p.add_argument(
         "--gpus",
         dest="world_size",
         type=positive_int,

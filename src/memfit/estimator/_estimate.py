@@ -220,6 +220,7 @@ def _summary(workload: Workload, trace: Trace) -> WorkloadSummary:
         steps=workload.steps,
         accumulation=workload.accumulation,
         offload=workload.offload,
+        offload_checkpoints=workload.offload_checkpoints,
         strategy=workload.strategy,
         world_size=workload.world_size,
     )

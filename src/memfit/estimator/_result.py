@@ -43,6 +43,7 @@ class WorkloadSummary:
     steps: int
     accumulation: int = 1  # micro-batches per optimizer step (batch is one micro-batch)
     offload: float = 0.0  # the share of the blocks offloaded (workload._offload)
+    offload_checkpoints: bool = False  # the checkpointed blocks' inputs offloaded too
     strategy: str | None = None  # data-parallel strategy of a rank's estimate ("ddp")
     world_size: int = 1
 
@@ -203,6 +204,7 @@ class Estimate:
                 "steps": self.workload.steps,
                 "accumulation": self.workload.accumulation,
                 "offload": self.workload.offload,
+                "offload_checkpoints": self.workload.offload_checkpoints,
                 "strategy": self.workload.strategy,
                 "world_size": self.workload.world_size,
             },

@@ -10,6 +10,12 @@ other half stepped in 342 ms, against 351 checkpointing all of them (H200). So t
 starts from the fastest plan found without offload and, at its micro-batch, checkpoints fewer
 of its blocks (half, then a quarter of them while that is faster) with the rest offloaded.
 Each candidate is a trace; the step-time model's copy lane decides (``_step_time``).
+
+Below full checkpointing's memory, the inputs each checkpointed block keeps for its recompute
+can wait in pinned host memory too (``offload_checkpoints``, DeepSpeed's ``cpu_checkpointing``):
+one tensor a block, copied under the block's forward and brought back a block ahead of its
+recompute. :func:`search_checkpoint_offload` tries it at micro-batches above the largest that
+full checkpointing fits (or the smallest, where nothing fits at all).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from memfit.planner._plan_result import Candidate, Evaluated
 from memfit.planner._search import Evaluator
 from memfit.workload import Workload
 
-__all__ = ["DEFAULT_OFFLOADS", "offload_space", "search_offload"]
+__all__ = ["DEFAULT_OFFLOADS", "offload_space", "search_checkpoint_offload", "search_offload"]
 
 DEFAULT_OFFLOADS = (1.0,)  # the blocks not checkpointed: all of them offloaded
 
@@ -89,6 +95,59 @@ def search_offload(
                 break
     if progress is not None:
         progress(1, 1, "activation offload searched")
+
+
+def search_checkpoint_offload(
+    ev: Evaluator,
+    space: dict[str, tuple[Any, ...]],
+    levels: list[int],
+    total: int,
+    progress: Progress | None,
+) -> None:
+    """Full checkpointing with the blocks' inputs offloaded, for each precision searched: at
+    the micro-batches above the largest that full checkpointing alone fits, upward while each
+    fits and is faster than the fastest found (where nothing fits, from the smallest); at the
+    whole global batch, stepped in backward too where that did not fit. Not searched without
+    offload in the space, full checkpointing among the settings, or a calibration of the
+    copies."""
+    if not space.get("offload") or True not in space["checkpointing"] or not ev.calibration.pinned:
+        return
+    full = [
+        e
+        for e in ev.seen.values()
+        if e.candidate.checkpointing is True
+        and not e.candidate.offload_checkpoints
+        and e.candidate.memory_budget is None
+    ]
+    if progress is not None and full:
+        progress(0, 1, "checkpointed inputs offloaded")
+    for precision in dict.fromkeys(e.candidate.precision for e in full):
+        mine = [e for e in full if e.candidate.precision == precision]
+        largest = max((e.candidate.micro_batch for e in mine if e.fits), default=0)
+        above = sorted(n for n in levels if n > largest)
+        tried = [e for e in mine if above and e.candidate.micro_batch == above[0]]
+        if not tried:
+            continue
+        # the one that needed least there (its optimizer, 8-bit or in backward, say)
+        template = min(tried, key=lambda e: e.needed).candidate
+        for micro in above:
+            c = dataclasses.replace(
+                template,
+                micro_batch=micro,
+                accumulation=total // micro,
+                allocator_config="",
+                offload_checkpoints=True,
+            )
+            if _faster(ev, c):
+                continue
+            if micro == total and precision != "fp16-mixed" and space.get("in_backward"):
+                # the whole batch: the gradients' memory can go too (search_in_backward)
+                stepped = dataclasses.replace(c, optimizer=space["in_backward"][0])
+                if stepped.optimizer != c.optimizer:
+                    _faster(ev, stepped)
+            break
+    if progress is not None and full:
+        progress(1, 1, "checkpointed inputs offloaded")
 
 
 def _faster(ev: Evaluator, c: Candidate) -> bool:

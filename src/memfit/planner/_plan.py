@@ -35,7 +35,11 @@ from memfit.planner._candidates import (
     with_allocators,
 )
 from memfit.planner._eight_bit_search import search_eight_bit
-from memfit.planner._offload_search import offload_space, search_offload
+from memfit.planner._offload_search import (
+    offload_space,
+    search_checkpoint_offload,
+    search_offload,
+)
 from memfit.planner._parallel import default_workers, run_jobs
 from memfit.planner._partial_search import search_in_backward, search_partial
 from memfit.planner._plan_result import Candidate, Evaluated, Plan
@@ -173,6 +177,7 @@ def _search(
     search_in_backward(ev, space, total, workers, progress)
     search_eight_bit(ev, space, total, workers, progress)
     search_offload(ev, space, progress)
+    search_checkpoint_offload(ev, space, levels, total, progress)
     groups = _refinements(ev, levels, total, space["optimizers"])
 
     def refined(done: int, of: int) -> None:
@@ -333,6 +338,7 @@ def _baseline(base: Workload, total: int) -> Candidate:
         base.allocator_text,
         base.activation_memory_budget,
         base.offload,
+        base.offload_checkpoints,
     )
 
 

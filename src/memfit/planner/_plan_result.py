@@ -13,6 +13,7 @@ from typing import Any
 from memfit._units import format_bytes
 
 __all__ = [
+    "CHECKPOINTS_WORDS",
     "Candidate",
     "Evaluated",
     "Plan",
@@ -42,6 +43,9 @@ def offload_words(share: float) -> str:
     )
 
 
+CHECKPOINTS_WORDS = "checkpointed blocks' inputs offloaded"
+
+
 def budget_words(budget: float) -> str:
     """A compiled model's activation memory budget in words."""
     return f"compiled activation memory budget {budget:g}"
@@ -59,7 +63,8 @@ class Candidate:
     ``PYTORCH_CUDA_ALLOC_CONF`` text (``""``: PyTorch's default). ``memory_budget`` is a
     torch.compile'd model's activation memory budget (``None``: the process's setting, 1.0).
     ``offload`` is the share of the blocks not checkpointed whose saved tensors wait in pinned
-    host memory (``memfit.offload_activations``; 0: none).
+    host memory (``memfit.offload_activations``; 0: none); ``offload_checkpoints``, whether the
+    checkpointed blocks' inputs do too.
     """
 
     micro_batch: int
@@ -70,6 +75,7 @@ class Candidate:
     allocator_config: str = ""
     memory_budget: float | None = None
     offload: float = 0.0
+    offload_checkpoints: bool = False
 
     def settings(self) -> dict[str, Any]:
         """The keywords of ``memfit.estimate`` that make this configuration."""
@@ -85,6 +91,8 @@ class Candidate:
             out["activation_memory_budget"] = self.memory_budget
         if self.offload:
             out["offload"] = self.offload
+        if self.offload_checkpoints:
+            out["offload_checkpoints"] = True
         return out
 
     def describe(self) -> str:
@@ -95,6 +103,8 @@ class Candidate:
             parts[-1] = budget_words(self.memory_budget)  # what replaces checkpointing there
         if self.offload:
             parts.append(offload_words(self.offload))
+        if self.offload_checkpoints:
+            parts.append(CHECKPOINTS_WORDS)
         parts.append(self.optimizer)
         if self.allocator_config:
             parts.append(self.allocator_config)
@@ -110,6 +120,7 @@ class Candidate:
             "allocator_config": self.allocator_config,
             "activation_memory_budget": self.memory_budget,
             "offload": self.offload,
+            "offload_checkpoints": self.offload_checkpoints,
         }
 
 

@@ -17,6 +17,7 @@ from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
 from memfit.estimator import estimate_workload
 from memfit.planner._plan_result import (
+    CHECKPOINTS_WORDS,
     Candidate,
     Evaluated,
     checkpointing_words,
@@ -125,6 +126,7 @@ class Evaluator:
             allocator_text=c.allocator_config,
             activation_memory_budget=c.memory_budget,
             offload=c.offload,
+            offload_checkpoints=c.offload_checkpoints,
         )
 
     def evaluate(self, candidates: list[Candidate]) -> list[Evaluated]:
@@ -203,6 +205,8 @@ def changes(baseline: Candidate, c: Candidate) -> tuple[str, ...]:
         out.append(f"torch.compile activation memory budget {c.memory_budget:g}")
     if c.offload != baseline.offload:
         out.append(offload_words(c.offload) if c.offload else "no activation offload")
+    if c.offload_checkpoints != baseline.offload_checkpoints:
+        out.append(CHECKPOINTS_WORDS if c.offload_checkpoints else "checkpointed inputs kept")
     if c.optimizer != baseline.optimizer:
         out.append(f"optimizer {c.optimizer}")
     if c.allocator_config != baseline.allocator_config:

@@ -113,7 +113,11 @@ def workload_fields(workload: WorkloadSummary) -> list[tuple[str, str]]:
         ("precision", workload.precision),
         ("optimizer", workload.optimizer or "none"),
         ("checkpointing", _checkpointing(workload.activation_checkpointing)),
-        *([("offload", f"{workload.offload:.0%} of the blocks")] if workload.offload else []),
+        *(
+            [("offload", _offload(workload))]
+            if workload.offload or workload.offload_checkpoints
+            else []
+        ),
         *(
             [("parallel", f"{workload.strategy.upper()}, rank of {workload.world_size}")]
             if workload.strategy
@@ -122,6 +126,17 @@ def workload_fields(workload: WorkloadSummary) -> list[tuple[str, str]]:
         ("allocator", workload.allocator_config or "default"),
         ("traced", steps),
     ]
+
+
+def _offload(workload: WorkloadSummary) -> str:
+    """What the offload takes to host memory, in words."""
+    parts = []
+    if workload.offload_checkpoints:
+        parts.append("the checkpointed blocks' inputs")
+    if workload.offload:
+        rest = "not checkpointed" if workload.offload_checkpoints else ""
+        parts.append(f"{workload.offload:.0%} of the blocks {rest}".rstrip())
+    return " and ".join(parts)
 
 
 def _checkpointing(setting: bool | str | float) -> str:

@@ -216,10 +216,14 @@ def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -
         changes.append(BlockCheckpointing(model, selective=True))
     elif isinstance(c.checkpointing, float):
         changes.append(BlockCheckpointing(model, selective=False, fraction=c.checkpointing))
-    elif c.checkpointing:
-        changes.append(_full_checkpointing(model))
-    if c.offload:  # after the checkpointing: the blocks it leaves
-        changes.append(Offload(model, c.offload))
+    elif c.checkpointing:  # memfit's wrapping where the offload must wrap it in turn
+        changes.append(
+            BlockCheckpointing(model, selective=False)
+            if c.offload_checkpoints
+            else _full_checkpointing(model)
+        )
+    if c.offload or c.offload_checkpoints:  # after the checkpointing: the blocks it leaves
+        changes.append(Offload(model, c.offload, checkpoints=c.offload_checkpoints))
     flags = _optimizer_flags(optimizer, c.optimizer)
     if flags is not None:
         changes.append(flags)

@@ -323,28 +323,47 @@ class StepInBackward(Change):
 
 
 class Offload(Change):
-    """Activation offload of ``share`` of the blocks memfit does not checkpoint (made after
-    the checkpointing, which picks its blocks first); ``undo`` takes it off."""
+    """Activation offload of ``share`` of the blocks memfit does not checkpoint and, with
+    ``checkpoints``, of the inputs of those it does (made after the checkpointing, which picks
+    its blocks first); ``undo`` takes it off."""
 
-    def __init__(self, model: nn.Module, share: float) -> None:
+    def __init__(self, model: nn.Module, share: float, *, checkpoints: bool = False) -> None:
         if offloader_of(model) is not None:
             raise InvalidInputError(
                 f"The plan offloads activations, but {type(model).__name__} already has "
                 "memfit's activation offload on; remove it (.remove() on the handle "
                 "offload_activations returned) before memfit.apply. Nothing was changed."
             )
+        if checkpointing_on(model):
+            raise InvalidInputError(
+                f"The plan offloads activations, but {type(model).__name__} has its own "
+                "gradient checkpointing switched on, whose checkpoint runs outside the forward "
+                "memfit's offload wraps. Switch it off (gradient_checkpointing_disable()) and "
+                "apply the plan again: it checkpoints the blocks itself. Nothing was changed."
+            )
         find_blocks(model)  # refuses a model without repeated blocks, now
         self._model = weakref.ref(model)
         self.share = share
+        self.checkpoints = checkpoints
+        parts = [
+            "the checkpointed blocks' inputs" if checkpoints else "",
+            ""
+            if not share
+            else "every block not checkpointed"
+            if share >= 1
+            else f"{share:.0%} of the blocks not checkpointed",
+        ]
         self.text = (
             "activation offload to pinned host memory of "
-            + ("every block not checkpointed" if share >= 1 else f"{share:.0%} of the blocks")
+            + " and ".join(p for p in parts if p)
             + " (memfit's)"
         )
         self._offload: Any = None
 
     def do(self) -> None:
-        self._offload = offload_blocks(_alive(self._model), self.share)
+        self._offload = offload_blocks(
+            _alive(self._model), self.share, checkpoints=self.checkpoints
+        )
 
     def undo(self) -> None:
         if self._offload is not None:

@@ -10,6 +10,7 @@ import torch
 from memfit._events import Category
 from memfit._units import format_bytes
 from memfit.trace._recorder import Recorder
+from memfit.workload._host_memory import pinned_size
 
 __all__ = ["OffloadTrace"]
 
@@ -17,15 +18,31 @@ __all__ = ["OffloadTrace"]
 class OffloadTrace:
     """An :class:`~memfit.workload.OffloadObserver` that records into a trace's recorder."""
 
-    def __init__(self, recorder: Recorder, offloaded: int, blocks: int) -> None:
+    def __init__(
+        self, recorder: Recorder, offloaded: int, blocks: int, *, checkpointed: int = 0
+    ) -> None:
         self.recorder = recorder
         self.offloaded, self.blocks = offloaded, blocks  # how many blocks of how many
+        self.checkpointed = checkpointed  # of the offloaded: checkpointed (their inputs only)
         self.live = self.most = 0  # pinned host bytes held, as allocated: now and at most
 
     def note(self) -> str:
         """What the offload asks of the host, for the estimate's notes."""
+        others = self.offloaded - self.checkpointed
+        what = " and ".join(
+            part
+            for part in (
+                f"the inputs of {self.checkpointed} checkpointed blocks"
+                if self.checkpointed
+                else "",
+                f"what {others} {'other ' if self.checkpointed else ''}blocks save"
+                if others
+                else "",
+            )
+            if part
+        )
         return (
-            f"activation offload: what {self.offloaded} of {self.blocks} blocks save waits in "
+            f"activation offload: {what} (of {self.blocks} blocks) wait in "
             f"pinned host memory between forward and backward, {format_bytes(self.most)} of it "
             "at once (PyTorch's pinned allocator rounds each tensor up to a power of two); the "
             "copies run on a side stream"
@@ -40,7 +57,7 @@ class OffloadTrace:
         self._op(direction, 0, nbytes)
         # a host copy is held from its forward's copy to its backward's (about: until autograd
         # has used it), rounded up as the pinned allocator rounds it
-        rounded = 1 << max(0, nbytes - 1).bit_length()
+        rounded = pinned_size(nbytes)
         self.live += rounded if direction == "d2h" else -rounded
         self.most = max(self.most, self.live)
 

@@ -437,7 +437,12 @@ def _trace(
             bucket_views = bool(getattr(model, "gradient_as_bucket_view", False))
             offload = offloader_of(model)
             if offload is not None:
-                observer = OffloadTrace(recorder, len(offload.offloaded), len(offload.blocks))
+                observer = OffloadTrace(
+                    recorder,
+                    len(offload.offloaded),
+                    len(offload.blocks),
+                    checkpointed=len(offload.checkpointed),
+                )
                 offload.observer = observer
             _mark_model(recorder, model)
             session.modules.name_modules(model)

@@ -6,6 +6,7 @@ from memfit.workload._build import make_workload
 from memfit.workload._checkpoint import (
     blocks_for,
     checkpoint_blocks,
+    checkpointed_blocks,
     checkpointing_on,
     chosen_blocks,
     find_blocks,
@@ -102,6 +103,7 @@ __all__ = [
     "check_parallel",
     "check_parallelize",
     "checkpoint_blocks",
+    "checkpointed_blocks",
     "checkpointing_on",
     "chosen_blocks",
     "compiled_function",

@@ -40,7 +40,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
-from memfit._errors import InvalidInputError
+from memfit._errors import HostMemoryError, InvalidInputError
+from memfit._units import format_bytes
 from memfit.workload._checkpoint import (
     call_forward,
     checkpointed_blocks,
@@ -50,6 +51,7 @@ from memfit.workload._checkpoint import (
     unwrap_forward,
     wrap_forward,
 )
+from memfit.workload._host_memory import free_host_memory, pinned_size
 
 __all__ = [
     "MIN_OFFLOAD_BYTES",
@@ -61,6 +63,7 @@ __all__ = [
 ]
 
 MIN_OFFLOAD_BYTES = 256 * 1024  # smaller saved tensors stay: their copies cost more than they free
+HOST_RESERVE = 1 << 30  # host memory the offload leaves free beside its copies
 _MARK = "_memfit_offloaded"
 _OWNER = "_memfit_offload"
 
@@ -178,6 +181,9 @@ class ActivationOffload:
     ) -> None:
         self.blocks = blocks
         self.offloaded = offloaded
+        # of those, the blocks memfit checkpoints: only their inputs are saved, so offloaded
+        wrapped = {id(b) for b in checkpointed_blocks(model)}
+        self.checkpointed = [b for b in offloaded if id(b) in wrapped]
         self.min_bytes = min_bytes
         self.observer: OffloadObserver | None = None
         self._model = weakref.ref(model)
@@ -186,6 +192,12 @@ class ActivationOffload:
         self._calls: list[_Group | None] = []  # this forward's block calls, in order
         self._last_index = -1
         self._pending: list[_Group] = []  # offloaded calls whose GPU tensors are still held
+        # host memory: what the copies hold now and held at most (as pinned, rounded up: the
+        # pinned allocator keeps what it took, so only a new high needs free memory)
+        self.host_reserve = HOST_RESERVE
+        self.free_host: Callable[[], int | None] = free_host_memory
+        self._host_live = self._host_most = 0
+        self._host_free: int | None = None  # read once per call of a block, then counted down
         chosen = {id(b) for b in offloaded}
         for index, block in enumerate(blocks):
             on = id(block) in chosen
@@ -220,6 +232,7 @@ class ActivationOffload:
         if index <= self._last_index:  # a new forward: the calls before are another graph's
             self._calls = []
         self._last_index = index
+        self._host_free = None
         calls = self._calls
         group = _Group() if offloaded else None
         hooks: AbstractContextManager[Any] = (
@@ -267,15 +280,38 @@ class ActivationOffload:
         if saved is None:
             streams = self._streams_of(t.device)
             nbytes = t.numel() * t.element_size()
+            self._take_host(t, nbytes)
             with streams.copying():
                 host = _to_host(t)
             streams.copied("d2h", nbytes)
             saved = _Saved(t.shape, t.stride(), t.dtype, t.device, nbytes, host, group)
+            if host is not None:
+                weakref.finalize(saved, self._give_host, pinned_size(nbytes))
             group.by_key[key] = saved
             group.saved.append(weakref.ref(saved))
             group.held.append(t)
         saved.uses += 1
         return saved
+
+    def _take_host(self, t: torch.Tensor, nbytes: int) -> None:
+        """Count ``t``'s host copy; refused (:class:`HostMemoryError`) where it would take the
+        host below :attr:`host_reserve` free."""
+        if t.device.type == "meta":
+            return
+        size = pinned_size(nbytes)
+        grows = self._host_live + size - self._host_most
+        if grows > 0:
+            if self._host_free is None:
+                self._host_free = self.free_host()
+            if self._host_free is not None:
+                if self._host_free - grows < self.host_reserve:
+                    raise HostMemoryError(_host_message(self, size))
+                self._host_free -= grows
+            self._host_most += grows
+        self._host_live += size
+
+    def _give_host(self, size: int) -> None:
+        self._host_live -= size
 
     def _release(self, keep: _Group | None = None) -> None:
         """Let go of the GPU tensors of the offloaded calls before ``keep``, once the compute
@@ -344,6 +380,18 @@ class ActivationOffload:
         return gpu
 
 
+def _host_message(offload: ActivationOffload, size: int) -> str:
+    free = offload._host_free or 0
+    return (
+        f"Activation offload stopped: its next host copy ({format_bytes(size)}, with "
+        f"{format_bytes(offload._host_live)} already copied in this step) would leave the host "
+        f"less than {format_bytes(offload.host_reserve)} free ({format_bytes(free)} free now), "
+        "and pinned memory cannot be swapped out. Offload fewer blocks (a smaller share, or "
+        "more of them checkpointed: memfit.plan weighs both), use a smaller micro-batch, or "
+        "free host memory; memfit.estimate's note gives the host memory an offload takes."
+    )
+
+
 def _on_gradient(out: Any, reached: Callable[[], None]) -> None:
     """Call ``reached`` when the backward reaches the first output that needs a gradient."""
 
@@ -392,10 +440,16 @@ def _copy_back(gpu: torch.Tensor, host: torch.Tensor | None) -> None:
 
 
 def offload_blocks(
-    model: nn.Module, share: float, *, min_bytes: int = MIN_OFFLOAD_BYTES
+    model: nn.Module,
+    share: float,
+    *,
+    checkpoints: bool = False,
+    min_bytes: int = MIN_OFFLOAD_BYTES,
 ) -> ActivationOffload:
     """Offload ``share`` of ``model``'s repeated blocks (spread evenly) that memfit does not
-    checkpoint; returns the offload (its :meth:`~ActivationOffload.remove` takes it off)."""
+    checkpoint, and with ``checkpoints`` the inputs of every block it does (what a checkpointed
+    block keeps for its recompute: DeepSpeed's ``cpu_checkpointing``); returns the offload
+    (its :meth:`~ActivationOffload.remove` takes it off)."""
     if offloader_of(model) is not None:
         raise InvalidInputError(
             f"{type(model).__name__} already has memfit's activation offload on: remove it "
@@ -404,14 +458,27 @@ def offload_blocks(
     if checkpointing_on(model):
         raise InvalidInputError(
             f"{type(model).__name__} has gradient checkpointing switched on "
-            "(gradient_checkpointing_enable()): a checkpointed block saves only its inputs, "
-            "and offloading the recompute's tensors would copy them twice. Switch it off, or "
-            "offload with partial checkpointing (activation_checkpointing=0.5, offload=1.0: "
-            "the blocks not checkpointed are offloaded)."
+            "(gradient_checkpointing_enable()): its checkpoint runs outside the forward memfit "
+            "wraps, so the offload would copy the recompute's tensors, not the block's inputs. "
+            "Switch it off and checkpoint with memfit (memfit.apply, or estimate with "
+            "activation_checkpointing=True or a share such as 0.5), whose checkpointed blocks' "
+            "inputs are offloaded with checkpoints=True."
         )
     blocks = find_blocks(model)
-    free = [b for b in blocks if b not in checkpointed_blocks(model)]
-    return ActivationOffload(model, blocks, chosen_blocks(free, share), min_bytes=min_bytes)
+    wrapped = checkpointed_blocks(model)
+    if checkpoints and not wrapped:
+        raise InvalidInputError(
+            f"checkpoints=True offloads the inputs of checkpointed blocks, but none of "
+            f"{type(model).__name__}'s blocks is checkpointed by memfit. Checkpoint first "
+            "(activation_checkpointing=True or a share such as 0.5 in memfit.estimate, or a "
+            "plan through memfit.apply), or offload with checkpoints=False."
+        )
+    free = [b for b in blocks if b not in wrapped]
+    chosen = {id(b) for b in chosen_blocks(free, share)}
+    if checkpoints:
+        chosen.update(id(b) for b in wrapped)
+    offloaded = [b for b in blocks if id(b) in chosen]
+    return ActivationOffload(model, blocks, offloaded, min_bytes=min_bytes)
 
 
 def offloader_of(model: nn.Module) -> ActivationOffload | None:

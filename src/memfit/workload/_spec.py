@@ -79,6 +79,8 @@ class WorkloadOptions(TypedDict, total=False):
     activation_memory_budget: float | None
     # the share of the blocks whose saved activations go to pinned host memory (True: all)
     offload: bool | float | None
+    # the inputs of the blocks memfit checkpoints go to pinned host memory too
+    offload_checkpoints: bool | None
     world_size: int | None  # ranks of a data-parallel job (with strategy)
     strategy: str | None  # "ddp" or "fsdp2": workload._parallel
     # the user's own wrapping, fn(model, mesh) -> model, in place of the strategy's default
@@ -124,6 +126,9 @@ class Workload:
     # the share of the blocks (not checkpointed) whose saved tensors wait in pinned host memory
     # between forward and backward (workload._offload); True is read as 1.0, False as 0.0
     offload: float = 0.0
+    # the inputs checkpointed blocks keep for their recompute wait in pinned host memory too
+    # (DeepSpeed's cpu_checkpointing): below full checkpointing's memory (workload._offload)
+    offload_checkpoints: bool = False
     world_size: int = 1  # ranks of a data-parallel job; each is estimated (workload._parallel)
     strategy: str | None = None  # "ddp", "fsdp2", or None: one process, no wrapper
     # fn(model, mesh) -> model: the user's own DDP or fully_shard calls (workload._parallel)
@@ -178,6 +183,24 @@ class Workload:
         check_parallelize(self.parallelize, self.strategy)
         if self.offload:
             _check_offload_use(self)
+        if self.offload_checkpoints is None:
+            object.__setattr__(self, "offload_checkpoints", False)
+        _check_offload_checkpoints(self)
+        if (
+            self.offload_checkpoints
+            and self.activation_checkpointing is True
+            and self.enable_checkpointing is not None
+        ):
+            object.__setattr__(
+                self,
+                "notes",
+                (
+                    *self.notes,
+                    "offload_checkpoints: the blocks are checkpointed by memfit's wrapper in "
+                    "place of the model's own switch (whose checkpoint runs outside the forward "
+                    "the offload wraps); memfit.apply does the same",
+                ),
+            )
         if self.activation_memory_budget is not None:
             _check_budget_use(self)
         if self.optimizer_in_backward:
@@ -257,8 +280,9 @@ def _check_offload_use(w: Workload) -> None:
     why = (
         "inference saves no activations for a backward"
         if w.mode == "infer"
-        else "every block is checkpointed (it saves only its inputs): give a share of the "
-        "blocks to checkpoint, e.g. activation_checkpointing=0.5, and the others are offloaded"
+        else "every block is checkpointed (it saves only its inputs): offload those inputs "
+        "with offload_checkpoints=True, or give a share of the blocks to checkpoint, e.g. "
+        "activation_checkpointing=0.5, and the others are offloaded"
         if w.activation_checkpointing is True or w.activation_checkpointing == "selective"
         else "a compiled model's saved tensors are inductor's, not autograd's hooks'"
         if w.activation_memory_budget is not None
@@ -269,6 +293,34 @@ def _check_offload_use(w: Workload) -> None:
             f"offload={w.offload!r} would be ignored here: {why}. Offload copies what a "
             "training step's blocks save for the backward to pinned host memory; drop it, or "
             "estimate an eager model's training step with it."
+        )
+
+
+def _check_offload_checkpoints(w: Workload) -> None:
+    """``offload_checkpoints`` is a bool, and there are checkpointed blocks to offload."""
+    value = w.offload_checkpoints
+    if not isinstance(value, bool):
+        raise InvalidInputError(
+            f"offload_checkpoints={value!r} is not True or False: give True to offload the "
+            "inputs of the checkpointed blocks to pinned host memory."
+        )
+    if not value:
+        return
+    why = (
+        "inference saves no activations for a backward"
+        if w.mode == "infer"
+        else "a compiled model's saved tensors are inductor's, not autograd's hooks'"
+        if w.activation_memory_budget is not None
+        else "no block is checkpointed (give activation_checkpointing=True, 'selective' or a "
+        "share such as 0.5)"
+        if not w.activation_checkpointing
+        else ""
+    )
+    if why:
+        raise InvalidInputError(
+            f"offload_checkpoints=True would be ignored here: {why}. It offloads the inputs "
+            "checkpointed blocks keep for their recompute; drop it, or estimate a training "
+            "step that checkpoints its blocks."
         )
 
 

@@ -262,12 +262,14 @@ def prepare_model(
     elif fraction is not None:
         checkpoint_blocks(model, selective=False, fraction=fraction)
     elif workload.activation_checkpointing:
-        if workload.enable_checkpointing is None:  # no switch of its own: its repeated blocks
+        # no switch of its own, or its inputs offloaded (memfit's wrapping, which the offload
+        # wraps in turn): its repeated blocks
+        if workload.enable_checkpointing is None or workload.offload_checkpoints:
             checkpoint_blocks(model, selective=False)
         else:
             workload.enable_checkpointing(model)
-    if workload.offload:  # the blocks memfit does not checkpoint: after the wrapping above
-        offload_blocks(model, workload.offload)
+    if workload.offload or workload.offload_checkpoints:  # after the wrapping above
+        offload_blocks(model, workload.offload, checkpoints=workload.offload_checkpoints)
     for p in model.parameters():
         if workload.mode == "infer":
             p.requires_grad_(False)
