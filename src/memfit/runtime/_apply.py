@@ -76,7 +76,8 @@ def apply(
     a plan that found nothing that fits, and an optimizer that holds other parameters than the
     model's. ``loss_fn(model, batch) -> loss`` computes a micro-batch's loss (default: the
     model's own); ``before_step()`` runs when the gradients are complete, before the optimizer
-    steps (gradient clipping). :func:`unapply` takes every change back.
+    steps (gradient clipping). :func:`unapply` takes every change back. The CUDA cache is
+    emptied (what building the model left cached would change where the step's blocks go).
     """
     _check_parts(model, optimizer, loss_fn, None)
     _check_callables(before_step=before_step)
@@ -115,6 +116,11 @@ def apply(
         for change in reversed(done):
             change.undo()
         raise
+    if torch.cuda.is_initialized():
+        # the plan's memory is the step's in a pool without what building the model left
+        # cached: GPT-2 built on an H200 reserved 1.55 GB more at its planned step's peak
+        # (8.67 GB against 7.12 estimated, and measured after this)
+        torch.cuda.empty_cache()
     record = Applied(changes, weakref.ref(optimizer), plan.model_key)
     inner.__dict__[RECORD] = record
     step._applied = record
