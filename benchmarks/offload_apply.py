@@ -2,7 +2,8 @@
 
     PYTHONPATH=src python benchmarks/offload_apply.py --predict --out PREDICTED.json   # CPU
     PYTHONPATH=src python benchmarks/offload_apply.py --out MEASURED.json              # GPU
-    (--only PART ...: the cases whose name holds one of the parts)
+    (--only PART ...: the cases whose name holds one of the parts; --trace DIR: allocator traces;
+    --loop: memfit's own loop, as the GPU tests measure, in place of memfit.apply)
 
 ``CASES`` are candidates as the planner writes them (not chosen by a plan: on the H200 no plan
 tried chose offload, see this session's README); the first form writes each one's estimate
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -158,7 +160,41 @@ def _plan(name: str) -> Any:
     return plan, workload
 
 
-def run_case(name: str, steps: int) -> dict[str, Any]:
+def run_in_loop(name: str, trace: Path | None) -> dict[str, Any]:
+    """The case's workload measured by memfit's own loop (``measure``), as the GPU tests do."""
+    from memfit.estimator._measure import measure
+
+    plan, workload = _plan(name)
+    result, snapshot = measure(workload, record_history=trace is not None)
+    if trace is not None:
+        _dump(snapshot, trace / f"trace-loop-{_slug(name)}.pickle.gz")
+    return {
+        "case": name,
+        "path": "loop",
+        "estimate_allocated": plan.chosen.peak_allocated,
+        "estimate_reserved": plan.chosen.peak_reserved,
+        **result.to_dict(),
+    }
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name)[:60]
+
+
+def _dump(snapshot: Any, path: Path) -> None:
+    import gzip
+    import pickle
+
+    for entries in snapshot.get("device_traces", []):
+        for entry in entries:
+            entry.pop("frames", None)
+    with gzip.open(path, "wb") as fh:
+        pickle.dump(snapshot, fh)
+
+
+def run_case(
+    name: str, steps: int, trace: Path | None = None, capped: bool = True
+) -> dict[str, Any]:
     import torch
 
     import memfit
@@ -171,10 +207,11 @@ def run_case(name: str, steps: int) -> dict[str, Any]:
     row["predicted_seconds"] = plan.chosen.step_seconds
     total = plan.global_batch
     full = make_workload(case["model"], batch_size=total, seq_len=case["seq_len"], gpu="h200")
-    cap = int(plan.chosen.needed * 1.05)
-    torch.cuda.set_per_process_memory_fraction(
-        cap / torch.cuda.get_device_properties(0).total_memory
-    )
+    cap = int(plan.chosen.needed * 1.05) if capped else 0
+    if cap:
+        torch.cuda.set_per_process_memory_fraction(
+            cap / torch.cuda.get_device_properties(0).total_memory
+        )
     with torch.device("cuda"):
         model = full.build_model()
     model.train()
@@ -183,7 +220,11 @@ def run_case(name: str, steps: int) -> dict[str, Any]:
     from torch.utils._pytree import tree_map
 
     batch = tree_map(lambda v: v.cuda() if isinstance(v, torch.Tensor) else v, full.make_batch())
+    if os.environ.get("EMPTY_CACHE"):  # what the model's build left cached, given back
+        torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
+    if trace is not None:
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000)
     times = []
     for _ in range(steps):
         torch.cuda.synchronize()
@@ -191,8 +232,13 @@ def run_case(name: str, steps: int) -> dict[str, Any]:
         step(batch)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - started)
+    if trace is not None:
+        _dump(torch.cuda.memory._snapshot(), trace / f"trace-apply-{_slug(name)}.pickle.gz")
     row.update(
         cap=cap,
+        # the out-of-memory errors AutoMicrobatch recovered from, and its micro-batch after
+        incidents=[str(i) for i in step.guard.incidents],
+        micro_batch=step.micro_batch,
         changes=list(step.changes),
         step_seconds=statistics.median(times[2:]),
         all_step_seconds=[round(t, 5) for t in times],
@@ -209,9 +255,17 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=7)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--only", nargs="+", default=None, help="cases whose name has one of these")
+    parser.add_argument("--trace", type=Path, default=None, help="allocator traces to this folder")
+    parser.add_argument("--loop", action="store_true", help="memfit's own loop in place of apply")
+    parser.add_argument("--no-cap", action="store_true", help="no memory cap (default: needs+5%%)")
     args = parser.parse_args()
     if args.child:
-        print("RESULT " + json.dumps(run_case(args.child, args.steps)), flush=True)
+        row = (
+            run_in_loop(args.child, args.trace)
+            if args.loop
+            else run_case(args.child, args.steps, args.trace, not args.no_cap)
+        )
+        print("RESULT " + json.dumps(row), flush=True)
         return 0
     rows = []
     for name in CASES:
@@ -229,6 +283,9 @@ def main() -> int:
             )
         else:
             cmd = [sys.executable, __file__, "--out", str(args.out), "--child", name]
+            cmd += ["--trace", str(args.trace)] if args.trace else []
+            cmd += ["--loop"] if args.loop else []
+            cmd += ["--no-cap"] if args.no_cap else []
             proc = subprocess.run(
                 [*cmd, "--steps", str(args.steps)], capture_output=True, text=True
             )
