@@ -314,6 +314,8 @@ def estimate_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
         kwargs["activation_memory_budget"] = entry["activation_memory_budget"]
     if "offload" in entry:  # activation offload's share of the blocks (HELD_OUT_13_OFFLOAD)
         kwargs["offload"] = entry["offload"]
+    if "offload_checkpoints" in entry:  # the checkpointed blocks' inputs offloaded (session 17)
+        kwargs["offload_checkpoints"] = entry["offload_checkpoints"]
     if "strategy" in entry:  # a data-parallel rank's (HELD_OUT_14_DDP)
         kwargs["strategy"] = entry["strategy"]
         kwargs["world_size"] = entry.get("world_size", 1)
@@ -767,6 +769,20 @@ HELD_OUT_13_OFFLOAD_2: list[dict[str, Any]] = [
     },
 ]
 
+# Session 17: checkpointed blocks' inputs offloaded, measured through memfit.apply first
+# (offload_apply.py); this one's reserved was low in memfit's own loop too: align.py's subject
+ALIGN_17: list[dict[str, Any]] = [
+    {
+        "id": "vit-b16-bf16mixed-b128-ckpt-offloadckpt",
+        "model": "timm:vit_base_patch16_224",
+        "batch_size": 128,
+        "precision": "bf16-mixed",
+        "optimizer": "adamw-fused",
+        "checkpointing": True,
+        "offload_checkpoints": True,
+    },
+]
+
 # Held out for issue 14 (session 14): one DDP rank on one GPU (NCCL, a world of one), its
 # gradient buckets and their rebuild after the first backward
 HELD_OUT_14_DDP: list[dict[str, Any]] = [
@@ -1024,6 +1040,7 @@ ALL = (
     + HELD_OUT_13_BUDGET
     + HELD_OUT_13_OFFLOAD
     + HELD_OUT_13_OFFLOAD_2
+    + ALIGN_17
     + HELD_OUT_14_DDP
     + HELD_OUT_14_FSDP2
     + HELD_OUT_14_FSDP2_MP

@@ -53,3 +53,23 @@ def test_a_sharded_rank_peaks_as_estimated(strategy: str) -> None:
     real_alloc, real_res = _run(strategy, MEASURE)
     assert abs(est_alloc - real_alloc) <= 0.01 * real_alloc
     assert abs(est_res - real_res) <= 0.02 * real_res
+
+
+VALIDATE = """
+import json, os, memfit
+v = memfit.validate("gpt2", batch_size=4, seq_len=512, strategy="fsdp2", world_size=4)
+print(json.dumps([v.estimate.peak_allocated, v.estimate.peak_reserved, v.measured.peak_allocated,
+                  v.measured.peak_reserved, list(v.measured.notes), "RANK" in os.environ]))
+"""
+
+
+def test_validate_measures_rank_0_of_a_sharded_job_on_one_gpu() -> None:
+    # no group and no launcher's variables set up by the caller: validate makes the fake group
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    out = subprocess.run([sys.executable, "-c", VALIDATE], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    est_alloc, est_res, alloc, res, notes, rank_left = json.loads(out.stdout.splitlines()[-1])
+    assert abs(est_alloc - alloc) <= 0.01 * alloc
+    assert abs(est_res - res) <= 0.02 * res
+    assert notes and "rank 0 of 4 measured on this one GPU" in notes[0]
+    assert not rank_left  # the launcher's variables are put back (here: none)

@@ -144,3 +144,28 @@ def test_a_zero_strategy_without_deepspeed_says_how_to_install_it(
     monkeypatch.setitem(sys.modules, "deepspeed.runtime.engine", None)  # import fails
     with pytest.raises(memfit.MissingExtraError, match=r"pip install 'memfit\[zero\]'"):
         memfit.estimate(_gpt2, _batch, strategy="zero2", world_size=2)
+
+
+def test_a_ddp_rank_of_several_is_validated_as_one_rank() -> None:
+    from memfit.workload import parallel_group
+
+    with (
+        pytest.raises(InvalidInputError, match=r"validated as one rank.*world_size=1"),
+        parallel_group("ddp", 4, "cuda"),
+    ):
+        pass
+
+
+def test_a_sharded_rank_on_a_device_runs_on_a_fake_group_with_a_launchers_variables() -> None:
+    import os
+
+    import torch.distributed as dist
+
+    from memfit.workload import parallel_group
+
+    before = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    with parallel_group("fsdp2", 4, "cpu"):
+        assert dist.get_world_size() == 4 and dist.get_rank() == 0
+        assert os.environ["WORLD_SIZE"] == "4" and os.environ["RANK"] == "0"
+    assert not dist.is_initialized()
+    assert {k: os.environ.get(k) for k in before} == before

@@ -6,6 +6,7 @@ runs exactly the loop the trace runs (:func:`memfit.workload._step.run_steps`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from contextlib import nullcontext
@@ -19,6 +20,7 @@ from memfit._errors import NoGPUError
 from memfit.estimator._versions import Versions, installed_versions
 from memfit.trace import CompileGuard
 from memfit.workload import (
+    FAKE_RANK_NOTE,
     StepHooks,
     Workload,
     compiled_with_budget,
@@ -46,6 +48,7 @@ class Measurement:
     torch_version: str
     allocator_config: str
     versions: Versions  # of the machine that measured: torch, transformers, timm, torchvision
+    notes: tuple[str, ...] = ()  # what the measurement is not (a rank alone, say)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,7 +88,11 @@ def measure(workload: Workload, *, record_history: bool = False) -> tuple[Measur
     active = guard.active() if guard is not None else nullcontext()
     group = parallel_group(workload.strategy, workload.world_size, "cuda")
     with active, compiled_with_budget(workload.activation_memory_budget), group:
-        return _run(workload, record_history, guard)
+        measured, snapshot = _run(workload, record_history, guard)
+    if workload.strategy is not None and workload.world_size > 1:
+        note = FAKE_RANK_NOTE.format(world_size=workload.world_size)
+        measured = dataclasses.replace(measured, notes=(*measured.notes, note))
+    return measured, snapshot
 
 
 def _run(

@@ -40,6 +40,8 @@ def render_validation(result: Validation, console: Console) -> None:
             "n/a" if error is None else f"{error * 100:+.2f}%",
         )
     console.print(table)
+    for note in real.notes:
+        console.print(f"Measured: {note}.", style="yellow")
     console.print(versions_table(result.estimate.versions, real.versions))
     if result.estimate.versions.differing(real.versions):
         console.print(

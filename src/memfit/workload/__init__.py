@@ -41,6 +41,7 @@ from memfit.workload._offload import (
     offloader_of,
 )
 from memfit.workload._parallel import (
+    FAKE_RANK_NOTE,
     STRATEGIES,
     check_parallel,
     check_parallelize,
@@ -76,6 +77,7 @@ from memfit.workload._zero import ZERO
 __all__ = [
     "COMPILED_NOTE",
     "EIGHT_BIT",
+    "FAKE_RANK_NOTE",
     "IN_BACKWARD",
     "MIN_OFFLOAD_BYTES",
     "STRATEGIES",

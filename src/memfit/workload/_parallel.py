@@ -40,6 +40,7 @@ CASTS_ITSELF = ("fsdp2", *ZERO)
 
 __all__ = [
     "CASTS_ITSELF",
+    "FAKE_RANK_NOTE",
     "STRATEGIES",
     "check_parallel",
     "check_parallelize",
@@ -150,24 +151,49 @@ def _group(strategy: str | None, world_size: int, device_type: str, rank: int) -
             "This torch has no torch.distributed; DDP cannot be built. Install a torch build "
             "with distributed support (the PyPI wheels have it)."
         )
-    if device_type == "meta":
+    launcher: dict[str, str] = {}
+    if device_type == "meta" or world_size > 1:  # on a GPU: rank 0 alone, the others faked
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
+        if device_type != "meta":
+            _check_fake_rank(strategy, world_size)
+            # what a launcher sets, which DeepSpeed reads
+            launcher = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size)}
         dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     else:
-        if world_size != 1:
-            raise InvalidInputError(
-                f"world_size={world_size} cannot run in this one process: start the job with "
-                "torchrun (each rank sets up its process group) and validate there, or "
-                "validate one rank with world_size=1."
-            )
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29531")
         dist.init_process_group("nccl", rank=0, world_size=1)
+    before = {name: os.environ.get(name) for name in launcher}
+    os.environ.update(launcher)
     try:
         yield
     finally:
         dist.destroy_process_group()
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+FAKE_RANK_NOTE = (
+    "rank 0 of {world_size} measured on this one GPU, the other ranks' collectives answered by "
+    "PyTorch's fake process group: what rank 0 allocates, without NCCL's own memory (the "
+    "estimate's non-PyTorch memory counts it) and without the other GPUs"
+)
+
+
+def _check_fake_rank(strategy: str, world_size: int) -> None:
+    """A DDP rank is the same at any world size but for NCCL's memory: one NCCL rank shows it
+    all, and DDP's all-reduce hook gets nothing back from a fake group on a GPU."""
+    if strategy == "ddp":
+        raise InvalidInputError(
+            f"world_size={world_size} with strategy='ddp' is validated as one rank: a DDP rank "
+            "holds the same model, gradients and buckets at any world size, and only NCCL's "
+            "own memory grows with it. Validate with world_size=1 (one NCCL rank), or run the "
+            "job under torchrun and validate in each rank."
+        )
 
 
 def parallel_note(strategy: str, world_size: int, own: bool = False) -> str:
