@@ -10,7 +10,7 @@ import torch
 from memfit._events import Category
 from memfit._units import format_bytes
 from memfit.trace._recorder import Recorder
-from memfit.workload._host_memory import pinned_size
+from memfit.workload import pinned_size
 
 __all__ = ["OffloadTrace"]
 

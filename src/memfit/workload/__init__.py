@@ -24,6 +24,7 @@ from memfit.workload._compiled import (
 )
 from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_available, eight_bit_class
 from memfit.workload._fsdp import MetaStreams, propagation_hidden, storage_hooks
+from memfit.workload._host_memory import free_host_memory, pinned_size
 from memfit.workload._in_backward import IN_BACKWARD, OptimizerInBackward, in_backward
 from memfit.workload._memory_budget import (
     budget_in_effect,
@@ -118,6 +119,7 @@ __all__ = [
     "eight_bit_class",
     "engage",
     "find_blocks",
+    "free_host_memory",
     "in_backward",
     "make_optimizer",
     "make_workload",
@@ -132,6 +134,7 @@ __all__ = [
     "parallel_note",
     "parallelize",
     "partial_fraction",
+    "pinned_size",
     "prepare_model",
     "propagation_hidden",
     "resolve_model",
