@@ -189,3 +189,33 @@ def test_a_compiled_models_rows_show_its_activation_memory_budget():
         PlanRow(dataclasses.replace(compiled, candidate=e.candidate), 1, True, False)
     )
     assert "compile budget" not in eager["settings"]
+
+
+@pytest.mark.parametrize(
+    ("share", "checkpoints", "shown"),
+    [
+        (0.0, False, "full"),
+        (0.0, True, "full, inputs offloaded"),
+        (1.0, False, "full, rest offloaded"),
+        (0.5, True, "full, inputs offloaded, 50% of rest offloaded"),
+    ],
+)
+def test_rows_that_differ_by_activation_offload_show_it(
+    share: float, checkpoints: bool, shown: str
+) -> None:
+    # two rows that differ only in what is offloaded must not read the same
+    import dataclasses
+
+    from memfit.report._plan_text import PlanRow, candidate_cells
+
+    e = fitting_plan().candidates[0]
+    c = dataclasses.replace(
+        e.candidate, checkpointing=True, offload=share, offload_checkpoints=checkpoints
+    )
+    cells = candidate_cells(PlanRow(dataclasses.replace(e, candidate=c), 1, True, False))
+    assert cells["checkpointing"] == shown
+    assert (
+        cells["settings"]
+        .split(", ", 1)[1]
+        .startswith(shown.replace("full", "full checkpointing", 1))
+    )

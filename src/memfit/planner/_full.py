@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import torch
 
+from memfit._errors import MemfitError
 from memfit._units import format_bytes
 from memfit.estimator import estimate_workload
 from memfit.planner._model_key import model_key
@@ -90,8 +91,53 @@ def would_fit(
                 )
                 break
             shorter //= 2
-    out.append(
-        "several GPUs with sharded parameters, gradients and optimizer state (FSDP2, ZeRO): "
-        "memfit does not plan those yet"
-    )
+    out.append(_sharded(ev, smallest, usable))
     return out
+
+
+SHARDED_RANKS = (2, 4, 8)  # the FSDP2 jobs tried where nothing fits one GPU
+
+
+def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> str:
+    """Whether FSDP2 over a few GPUs of this size would fit the smallest configuration (the
+    optimizer stepping after backward, nothing offloaded: what FSDP2 is estimated with)."""
+    c = smallest.candidate
+    base = ev.base
+    if base.strategy is not None or base.mode != "train" or c.precision == "fp16-mixed":
+        return (
+            "more GPUs, each holding a share of the parameters, gradients and optimizer state: "
+            "plan with strategy='fsdp2' (or 'zero3') and world_size=N"
+        )
+    family = c.optimizer.partition("-")[0]
+    plain = dataclasses.replace(
+        c,
+        optimizer=f"{family}-fused" if family in ("adam", "adamw") else family,
+        offload=0.0,
+        offload_checkpoints=False,
+        allocator_config="",
+    )
+    needed = 0
+    for ranks in SHARDED_RANKS:
+        try:
+            trial = dataclasses.replace(
+                ev.workload(plain),
+                strategy="fsdp2",
+                world_size=ranks,
+                steps=2,
+                accumulation=min(c.accumulation, TRACED_MICRO_BATCHES),
+            )
+            estimate = estimate_workload(trial)
+        except MemfitError as exc:  # a model FSDP2 cannot shard as memfit wraps it
+            return f"more GPUs with FSDP2: not estimated here ({str(exc).split('. ')[0]})"
+        ev.traces += 1
+        needed = estimate.peak_reserved + estimate.non_pytorch
+        if needed <= usable:
+            return (
+                f"FSDP2 on {ranks} GPUs of this size: each rank then needs "
+                f"{format_bytes(needed)} ({plain.describe()}; plan it with "
+                f"strategy='fsdp2', world_size={ranks}, or --strategy fsdp2 --gpus {ranks})"
+            )
+    return (
+        f"FSDP2 on up to {SHARDED_RANKS[-1]} GPUs of this size does not fit it either "
+        f"({format_bytes(needed)} a rank on {SHARDED_RANKS[-1]})"
+    )

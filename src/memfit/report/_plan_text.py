@@ -92,6 +92,17 @@ def checkpointing_text(setting: bool | str | float) -> str:
     return str(setting)
 
 
+def offload_text(share: float, checkpoints: bool) -> str:
+    """Activation offload in a cell: ``rest offloaded`` (every block not checkpointed),
+    ``50% of rest offloaded``, ``inputs offloaded`` (the checkpointed blocks'); empty for none."""
+    parts = []
+    if checkpoints:
+        parts.append("inputs offloaded")
+    if share:
+        parts.append("rest offloaded" if share >= 1 else f"{share:.0%} of rest offloaded")
+    return ", ".join(parts)
+
+
 def allocator_text(config: str) -> str:
     """A ``PYTORCH_CUDA_ALLOC_CONF`` text in a cell: the usual ones by a short name."""
     return _ALLOCATOR_NAMES.get(config, config)
@@ -184,6 +195,9 @@ def candidate_cells(row: PlanRow) -> dict[str, str]:
     recompute = f"{'no' if ckpt == 'none' else ckpt} checkpointing"
     if c.memory_budget is not None:  # a compiled model: torch.compile's budget in its place
         ckpt = recompute = f"compile budget {c.memory_budget:g}"
+    offload = offload_text(c.offload, c.offload_checkpoints)
+    if offload:  # what waits in host memory goes with what is recomputed
+        ckpt, recompute = f"{ckpt}, {offload}", f"{recompute}, {offload}"
     settings = [c.precision, recompute, c.optimizer]
     if c.allocator_config:
         settings.append(allocator)
