@@ -84,3 +84,52 @@ def test_a_compiled_capture_sees_maybe_autocast_as_plain_autocast() -> None:
         assert isinstance(region, torch.autocast) and not region._enabled
         assert generic.maybe_autocast.__wrapped__ is original  # type: ignore[attr-defined]
     assert generic.maybe_autocast is original
+
+
+class _Patches(nn.Module):
+    """A ViT's patch embedding, reduced: a strided convolution with a bias, its output flattened
+    and transposed to tokens, a float32 class token joined in front of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(3, 64, 4, stride=4)
+        self.cls = nn.Parameter(torch.zeros(1, 1, 64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.proj(x).flatten(2).transpose(1, 2)
+        return torch.cat([self.cls.expand(x.shape[0], -1, -1), tokens], dim=1)
+
+
+def _patch_trace() -> Trace:
+    work = Workload(
+        build_model=_Patches,
+        make_batch=lambda: torch.randn(64, 3, 64, 64),
+        loss_fn=lambda m, b: m(b).float().pow(2).sum(),
+        optimizer="sgd",
+        precision="bf16-mixed",
+        steps=1,
+    )
+    return trace_workload(work, resolve_gpu("h200"))
+
+
+def test_a_transposed_gradient_is_copied_and_the_bias_gradient_summed_as_on_the_gpu() -> None:
+    allocs = _allocs(_patch_trace())
+    ops = [op for op, _, _ in allocs]
+    grad = 64 * 64 * 16 * 16 * 2  # the bf16 gradient of the convolution's output
+    # H200, ViT-B/16 b128 bf16-mixed (session 17): cuDNN's backward copies grad_output, which
+    # arrives channels-last through the transpose, to the input's contiguous layout (38.5 MB),
+    # and PyTorch sums the bias gradient over the channels-last gradient (138 MB of partials)
+    assert ("cuDNN convolution backward grad_output copy", grad, "") in [
+        (op, size, "") for op, size, _ in allocs
+    ]
+    copy = ops.index("cuDNN convolution backward grad_output copy")
+    assert ops.index("reduction partial results", copy) > ops.index("convolution_backward", copy)
+
+
+def test_cat_promotes_without_a_cast_copy_under_autocast() -> None:
+    # torch 2.11's autocast does not list cat among the ops it promotes (AT_FORALL_PROMOTE):
+    # the float32 class token and the bf16 tokens are joined by cat itself
+    allocs = _allocs(_patch_trace())
+    forward = allocs[: next(i for i, a in enumerate(allocs) if a[0] == "cat") + 1]
+    assert forward[-1][2] == "float32"
+    assert not [a for a in forward if a[0] == "_to_copy" and a[1] == 64 * 256 * 64 * 4]

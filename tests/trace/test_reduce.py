@@ -30,6 +30,27 @@ def test_small_or_wide_reductions_need_no_buffer():
     assert reduction_scratch(torch.empty(768, 64, device="meta"), [1], *H200) is None
 
 
-def test_non_contiguous_input_is_not_modelled():
-    x = torch.empty(768, 6304, device="meta").t()
-    assert reduction_scratch(x, [0], *H200) is None
+def test_a_permuted_dense_input_is_reduced_in_its_memory_order():
+    # TensorIterator reorders the dims by stride: a transposed matrix reduces as the
+    # contiguous one it views
+    x = torch.empty(6304, 768, device="meta")  # ViT-B/16 fp32 b32's bias gradient, viewed
+    assert reduction_scratch(x.t(), [1], *H200) == (38_928_384, 24)  # as from (768, 6304)
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [
+        # a convolution's bias gradient, grad.sum((0, 2, 3)) of a channels-last bf16 grad:
+        ((128, 768, 14, 14), (138_412_032, 24)),  # ViT-B/16 b128 patch embedding (session 17)
+        ((64, 768, 7, 7), (19_267_584, 24)),  # ConvNeXt-T b64 last stage (session 14)
+    ],
+)
+def test_a_channels_last_bias_gradient_matches_the_gpu(shape, expected):
+    x = torch.empty(shape, dtype=torch.bfloat16, device="meta")
+    x = x.contiguous(memory_format=torch.channels_last)
+    assert reduction_scratch(x, [0, 2, 3], *H200) == expected
+
+
+def test_an_overlapping_input_is_not_modelled():
+    x = torch.empty(768, 1, device="meta").expand(768, 6304)
+    assert reduction_scratch(x, [1], *H200) is None

@@ -60,8 +60,11 @@ _LISTS: dict[_Policy, dict[str, str]] = {
         "T": "softmax log_softmax cumprod cumsum prod sum",
         "F": "softmax log_softmax",
     },
+    # torch 2.11's AT_FORALL_PROMOTE (ATen/autocast_mode.h): cat and stack are not in it (they
+    # promote themselves, without a cast copy: ViT's class token joined to its bf16 patches)
     "promote": {
-        "torch": "addcdiv addcmul atan2 cross dot tensordot stack cat index_put scatter_add vdot",
+        "torch": "addcdiv addcmul atan2 bilinear cross dot grid_sampler tensordot index_put "
+        "scatter_add vdot",
         "T": "addcdiv addcmul atan2 cross dot index_put scatter_add",
     },
 }

@@ -20,6 +20,7 @@ import torch
 from memfit._gpus import Architecture
 from memfit._units import MiB
 from memfit.trace._cudnn import ConvWorkspaces
+from memfit.trace._layouts import channels_last
 from memfit.trace._reduce import reduction_scratch
 from memfit.trace._sdpa import backward_ran_cudnn
 
@@ -218,6 +219,10 @@ class KernelModel:
             x = args[0] if func is aten.native_layer_norm.default else args[1]
             if isinstance(x, torch.Tensor) and not x.is_contiguous():
                 return [(x.numel() * x.element_size(), "layer norm contiguous input copy")]
+        if func is aten.convolution_backward.default:
+            grad = _conv_grad_copy(args)
+            if grad:
+                return [(grad, "cuDNN convolution backward grad_output copy")]
         if func is aten.embedding_dense_backward.default:
             # Embedding.cu: grad_.contiguous() before anything else; a batch-first LSTM's input
             # gradient arrives transposed (H200, lstm-lm-bf16mixed-b32-s512: 67,108,864 bytes
@@ -255,10 +260,24 @@ class KernelModel:
         if func is not aten.convolution_backward.default:
             return None
         what = ("input gradient workspace", "weight gradient workspace", "bias gradient sum")
-        return {
+        out = {
             i: [(n, f"cuDNN convolution {what[i]}") for n in sizes]
             for i, sizes in self.convolutions.backward(args).items()
         }
+        if args[10][2] and not out.get(2):  # the bias gradient: grad_output.sum((0, 2, 3))
+            scratch = reduction_scratch(args[0], (0, 2, 3), self.sm_count, self.threads_per_sm)
+            if scratch is not None:
+                out[2] = [
+                    (scratch[0], "reduction partial results"),
+                    (scratch[1], "reduction semaphores"),
+                ]
+        return out
+
+    def copies_freed_after(self, func: Any) -> int | None:
+        """The output after which a kernel's :meth:`copies_first` are freed (None: when it
+        ends): cuDNN's backward lets its copy of grad_output go before the bias gradient,
+        which PyTorch sums outside cuDNN."""
+        return 1 if func is aten.convolution_backward.default else None
 
     def _scratch(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -301,3 +320,24 @@ class KernelModel:
                     (scratch[1], "reduction semaphores"),
                 ]
         return ()
+
+
+def _conv_grad_copy(args: tuple[Any, ...]) -> int:
+    """Bytes of the copy cuDNN's convolution backward makes of grad_output when it is not laid
+    out in the memory format the convolution runs in (channels-last if the input or the weight
+    is, else contiguous): ``grad_output.contiguous(memory_format)`` in cudnn's backward. ViT's
+    patch embedding gets its gradient back through a transpose (H200, ViT-B/16 b128 bf16: a
+    38,535,168-byte copy); 0 when none is made."""
+    grad, x, weight = args[0], args[1], args[2]
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (grad, x, weight)):
+        return 0
+    if bool(args[7]) or any(int(d) != 1 for d in args[6]):  # transposed, dilated: not measured
+        return 0
+    fmt = (
+        torch.channels_last
+        if channels_last(x) or channels_last(weight)
+        else torch.contiguous_format
+    )
+    if grad.is_contiguous(memory_format=fmt):
+        return 0
+    return int(grad.numel() * grad.element_size())

@@ -325,7 +325,12 @@ class Recorder(TorchDispatchMode):
             with _NO_FUNCTION_MODE():
                 self.costs.record(func, args, kwargs, out, self.phase)
         between = None if special is not None else self.kernels.between_outputs(func, args)
-        self._track_outputs(cuda_order(func, out), name, between)
+        early = self.kernels.copies_freed_after(func) if copies and between else None
+        self._track_outputs(
+            cuda_order(func, out), name, between, (early, copies) if early is not None else None
+        )
+        if early is not None:  # freed among the outputs, after output ``early``
+            copies = []
         if special is None:
             # a library handle's workspace is created when the kernel is first launched,
             # after the op has allocated its outputs (H200 traces)
@@ -420,16 +425,27 @@ class Recorder(TorchDispatchMode):
         return 1 if _sole_owner(new) else None
 
     def _track_outputs(
-        self, out: Any, name: str, between: dict[int, list[tuple[int, str]]] | None = None
+        self,
+        out: Any,
+        name: str,
+        between: dict[int, list[tuple[int, str]]] | None = None,
+        copies_after: tuple[int, list[int]] | None = None,
     ) -> None:
         """Record an op's outputs; ``between`` puts a kernel's scratch after output i (cuDNN's
-        backward frees the input gradient's workspace before it makes the weight gradient)."""
+        backward frees the input gradient's workspace before it makes the weight gradient);
+        ``copies_after`` = (i, blocks): the op's copies of its inputs, freed after output i."""
         if self.suspended:
+            for block in copies_after[1] if copies_after is not None else ():
+                self.free(block)
             return
         category = self.category_hint or Category.TEMPORARY
         with _NO_FUNCTION_MODE():
-            for i, item in enumerate(out if between is not None else (out,)):
+            items = list(out) if between is not None else [out]
+            for i, item in enumerate(items):
                 for t in tensors_in(item):
                     self.track(t, category, name)
                 for workspace in between.get(i, []) if between is not None else ():
                     self._scratch([workspace])  # one after the other
+                if copies_after is not None and i == min(copies_after[0], len(items) - 1):
+                    for block in copies_after[1]:
+                        self.free(block)
