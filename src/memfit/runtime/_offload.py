@@ -27,7 +27,9 @@ def offload_activations(
 
     The blocks are the ones activation checkpointing would wrap (a transformers model's
     layers, timm's and torchvision's blocks), spread evenly; blocks memfit checkpoints are
-    left out. Saved tensors smaller than ``min_bytes``, parameters and tensors that are not
+    left out of ``share`` (their inputs go with ``checkpoints=True``). Pinned host memory is
+    counted as it is taken: a copy that would leave the host less than 1 GiB free raises
+    :class:`memfit.HostMemoryError` instead. Saved tensors smaller than ``min_bytes``, parameters and tensors that are not
     dense stay on the GPU. The copies run on a side stream and come back one block ahead of
     the backward: the gradients are the ones computed without offload, and memfit's estimate
     with ``offload=share`` is what the GPU then allocates (``memfit.estimate(...,

@@ -20,6 +20,12 @@ the allocator emulator's peak is the GPU's:
   stream, when the backward reaches the output of block ``k + 1`` (or of block ``k`` itself
   when it is the last), and each is let go when autograd has used it.
 
+A checkpointed block saves only its inputs outside its recompute (``torch.utils.checkpoint``
+saves them under the hooks around it), so the same wrapping around memfit's checkpointing
+offloads exactly those inputs (``checkpoints=True``, DeepSpeed's ``cpu_checkpointing``). The
+host copies are counted as pinned (rounded up to a power of two) and refused with
+:class:`~memfit.HostMemoryError` before they would leave the host short.
+
 Everything is allocated on the compute stream: the side stream only copies, and the compute
 stream waits for its copies before it uses or reuses what they touched, so nothing needs
 ``record_stream`` (which the emulator does not model). On a device without streams (the trace's
