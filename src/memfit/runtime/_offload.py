@@ -30,8 +30,9 @@ def offload_activations(
     left out of ``share`` (their inputs go with ``checkpoints=True``). Pinned host memory is
     counted as it is taken: a copy that would leave the host less than 1 GiB free raises
     :class:`memfit.HostMemoryError` instead. Saved tensors smaller than ``min_bytes``,
-    parameters and tensors that are not dense stay on the GPU. The copies run on a side stream and come back one block ahead of
-    the backward: the gradients are the ones computed without offload, and memfit's estimate
+    parameters and tensors that are not dense stay on the GPU. The copies run on a side
+    stream and come back one block ahead of the backward: the gradients are the ones
+    computed without offload, and memfit's estimate
     with ``offload=share`` is what the GPU then allocates (``memfit.estimate(...,
     offload=share)``). It costs step time where the copies (about 55 GB/s each way on an H200)
     outlast the compute they run under: estimate both, or let ``memfit.plan`` choose.
