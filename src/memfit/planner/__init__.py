@@ -43,7 +43,7 @@ from memfit.planner._messages import (
     optimizer_step_advice,
     smaller_step_advice,
 )
-from memfit.planner._plan_result import Candidate, Evaluated, Plan
+from memfit.planner._plan_result import Candidate, Evaluated, Plan, offload_words
 
 if _typing.TYPE_CHECKING:
     from memfit.planner._model_key import model_key, unwrapped_model
@@ -108,6 +108,7 @@ __all__ = [
     "does_not_fit_message",
     "failure_fixes",
     "model_key",
+    "offload_words",
     "optimizer_step_advice",
     "plan",
     "rank",

@@ -33,14 +33,17 @@ def checkpointing_words(value: bool | str | float) -> str:
     return f"{value} checkpointing"
 
 
-def offload_words(share: float) -> str:
-    """Activation offload's share in words."""
+def offload_words(share: float, checkpoints: bool = False) -> str:
+    """Activation offload in words: the share of the blocks not checkpointed, then whether the
+    checkpointed blocks' inputs go too (``""``: no offload)."""
     rest = "the blocks not checkpointed"
-    return (
-        f"activation offload of {rest}"
-        if share >= 1
-        else f"activation offload of {share:.0%} of {rest}"
-    )
+    parts = []
+    if share:
+        of = rest if share >= 1 else f"{share:.0%} of {rest}"
+        parts.append(f"activation offload of {of}")
+    if checkpoints:
+        parts.append(CHECKPOINTS_WORDS)
+    return ", ".join(parts)
 
 
 CHECKPOINTS_WORDS = "checkpointed blocks' inputs offloaded"
@@ -101,10 +104,8 @@ class Candidate:
         parts = [f"micro-batch {self.micro_batch} x {self.accumulation}", self.precision, ckpt]
         if self.memory_budget is not None:
             parts[-1] = budget_words(self.memory_budget)  # what replaces checkpointing there
-        if self.offload:
-            parts.append(offload_words(self.offload))
-        if self.offload_checkpoints:
-            parts.append(CHECKPOINTS_WORDS)
+        if self.offload or self.offload_checkpoints:
+            parts.append(offload_words(self.offload, self.offload_checkpoints))
         parts.append(self.optimizer)
         if self.allocator_config:
             parts.append(self.allocator_config)

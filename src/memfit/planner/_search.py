@@ -17,7 +17,6 @@ from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
 from memfit.estimator import estimate_workload
 from memfit.planner._plan_result import (
-    CHECKPOINTS_WORDS,
     Candidate,
     Evaluated,
     checkpointing_words,
@@ -204,9 +203,9 @@ def changes(baseline: Candidate, c: Candidate) -> tuple[str, ...]:
     if c.memory_budget != baseline.memory_budget and c.memory_budget is not None:
         out.append(f"torch.compile activation memory budget {c.memory_budget:g}")
     if c.offload != baseline.offload:
-        out.append(offload_words(c.offload) if c.offload else "no activation offload")
+        out.append(offload_words(c.offload) or "no activation offload")
     if c.offload_checkpoints != baseline.offload_checkpoints:
-        out.append(CHECKPOINTS_WORDS if c.offload_checkpoints else "checkpointed inputs kept")
+        out.append(offload_words(0.0, True) or "checkpointed inputs kept")
     if c.optimizer != baseline.optimizer:
         out.append(f"optimizer {c.optimizer}")
     if c.allocator_config != baseline.allocator_config:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from memfit._errors import InvalidInputError
+from memfit.planner import offload_words
 from memfit.workload import (
     OptimizerInBackward,
     budget_in_effect,
@@ -345,19 +346,10 @@ class Offload(Change):
         self._model = weakref.ref(model)
         self.share = share
         self.checkpoints = checkpoints
-        parts = [
-            "the checkpointed blocks' inputs" if checkpoints else "",
-            ""
-            if not share
-            else "every block not checkpointed"
-            if share >= 1
-            else f"{share:.0%} of the blocks not checkpointed",
-        ]
-        self.text = (
-            "activation offload to pinned host memory of "
-            + " and ".join(p for p in parts if p)
-            + " (memfit's)"
-        )
+        words = offload_words(share, checkpoints)
+        if not share:  # the inputs alone: say what the offload is
+            words = f"activation offload: {words}"
+        self.text = f"{words}, to pinned host memory (memfit's)"
         self._offload: Any = None
 
     def do(self) -> None:

@@ -265,12 +265,7 @@ class KernelModel:
             for i, sizes in self.convolutions.backward(args).items()
         }
         if args[10][2] and not out.get(2):  # the bias gradient: grad_output.sum((0, 2, 3))
-            scratch = reduction_scratch(args[0], (0, 2, 3), self.sm_count, self.threads_per_sm)
-            if scratch is not None:
-                out[2] = [
-                    (scratch[0], "reduction partial results"),
-                    (scratch[1], "reduction semaphores"),
-                ]
+            out[2] = self._reduction(args[0], (0, 2, 3))
         return out
 
     def copies_freed_after(self, func: Any) -> int | None:
@@ -313,13 +308,15 @@ class KernelModel:
             dims = args[1] if len(args) > 1 and func not in _FULL_REDUCTIONS else None
             if func is aten.linalg_vector_norm.default:
                 dims = args[2] if len(args) > 2 else kwargs.get("dim")
-            scratch = reduction_scratch(args[0], dims, self.sm_count, self.threads_per_sm)
-            if scratch is not None:
-                return [
-                    (scratch[0], "reduction partial results"),
-                    (scratch[1], "reduction semaphores"),
-                ]
+            return self._reduction(args[0], dims)
         return ()
+
+    def _reduction(self, x: torch.Tensor, dims: Any) -> list[tuple[int, str]]:
+        """A CUDA reduction's partial results and semaphores (none for one within blocks)."""
+        scratch = reduction_scratch(x, dims, self.sm_count, self.threads_per_sm)
+        if scratch is None:
+            return []
+        return [(scratch[0], "reduction partial results"), (scratch[1], "reduction semaphores")]
 
 
 def _conv_grad_copy(args: tuple[Any, ...]) -> int:
