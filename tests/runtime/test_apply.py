@@ -459,3 +459,17 @@ def test_a_plan_offloading_a_model_already_offloaded_is_refused_before_any_chang
         apply(model, opt, make_plan(model, checkpointing=0.5, offload=1.0))
     assert not any("_memfit_checkpointed" in m.__dict__ for m in model.modules())
     handle.remove()
+
+
+def test_a_plan_offloading_a_model_with_its_own_checkpointing_is_refused_before_any_change():
+    # its checkpoint runs outside the forward the offload wraps: the offload would copy the
+    # recompute's tensors, not the blocks' inputs
+    model = gpt2()
+    model.gradient_checkpointing_enable()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(memfit.InvalidInputError, match="own gradient checkpointing switched on"):
+        apply(model, opt, make_plan(model, offload=1.0, optimizer="sgd-fused"))
+    assert not any(g.get("fused") for g in opt.param_groups)  # nothing was changed
+    from memfit.workload import offloader_of
+
+    assert offloader_of(model) is None and model.is_gradient_checkpointing
