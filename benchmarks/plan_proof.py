@@ -133,6 +133,8 @@ def _settings(row: dict[str, Any], chosen: dict[str, Any]) -> dict[str, Any]:
         settings["activation_memory_budget"] = chosen["activation_memory_budget"]
     if chosen.get("offload"):  # activation offload's share
         settings["offload"] = chosen["offload"]
+    if chosen.get("offload_checkpoints"):  # the checkpointed blocks' inputs offloaded too
+        settings["offload_checkpoints"] = True
     return settings
 
 
@@ -197,6 +199,7 @@ def _plan_from(data: dict[str, Any], plan_type: Any) -> Any:
             d["allocator_config"],
             d.get("activation_memory_budget"),
             d.get("offload", 0.0),
+            d.get("offload_checkpoints", False),
         )
         return Evaluated(
             c,

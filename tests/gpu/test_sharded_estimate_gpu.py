@@ -20,7 +20,7 @@ SETUP = """
 import json
 from memfit.workload import make_workload
 w = make_workload("gpt2", gpu="h200", batch_size=4, seq_len=512, strategy={strategy!r},
-                  world_size=4)
+                  world_size=4, **{options!r})
 """
 ESTIMATE = """
 from memfit.estimator._estimate import estimate_workload
@@ -37,9 +37,9 @@ print(json.dumps([m.peak_allocated, m.peak_reserved]))
 """
 
 
-def _run(strategy: str, code: str) -> list[int]:
+def _run(strategy: str, code: str, **options: object) -> list[int]:
     env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="4")  # as torchrun sets them
-    script = SETUP.format(strategy=strategy) + code
+    script = SETUP.format(strategy=strategy, options=options) + code
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.splitlines()[-1])  # type: ignore[no-any-return]
@@ -51,6 +51,19 @@ def test_a_sharded_rank_peaks_as_estimated(strategy: str) -> None:
         pytest.skip("deepspeed is not installed on this host")
     est_alloc, est_res = _run(strategy, ESTIMATE)
     real_alloc, real_res = _run(strategy, MEASURE)
+    assert abs(est_alloc - real_alloc) <= 0.01 * real_alloc
+    assert abs(est_res - real_res) <= 0.02 * real_res
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+def test_an_fsdp2_rank_with_its_shards_on_the_host_peaks_as_estimated(precision: str) -> None:
+    """FSDP2's CPU offload policy: the shards in pinned host memory, copied to the GPU for each
+    all-gather, the gradients copied back, the optimizer stepped on the host."""
+    options = {"offload_shards": True, "precision": precision}
+    est_alloc, est_res = _run("fsdp2", ESTIMATE, **options)
+    real_alloc, real_res = _run("fsdp2", MEASURE, **options)
+    kept_alloc, _ = _run("fsdp2", MEASURE, precision=precision)
+    assert real_alloc < kept_alloc  # the offload is real on the GPU too
     assert abs(est_alloc - real_alloc) <= 0.01 * real_alloc
     assert abs(est_res - real_res) <= 0.02 * real_res
 

@@ -278,14 +278,112 @@ def test_a_parallelize_memfit_cannot_estimate_is_refused(
         memfit.estimate(_gpt2, _batch, **settings)  # type: ignore[arg-type]
 
 
-def test_a_cpu_offload_policy_is_refused() -> None:
+def _offloaded(model: nn.Module, mesh: object) -> nn.Module:
+    """FSDP2 with its CPU offload policy, written by hand as a user would."""
     from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
-    def offloaded(model: nn.Module, mesh: object) -> nn.Module:
-        return fully_shard(model, mesh=mesh, offload_policy=CPUOffloadPolicy())  # type: ignore[no-any-return]
+    for block in model.transformer.h:  # type: ignore[union-attr]
+        fully_shard(block, mesh=mesh, offload_policy=CPUOffloadPolicy())
+    return fully_shard(model, mesh=mesh, offload_policy=CPUOffloadPolicy())  # type: ignore[no-any-return]
 
-    with pytest.raises(memfit.InvalidInputError, match="CPU offload policy"):
-        memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=2, parallelize=offloaded)
+
+def test_offloaded_shards_leave_the_gpu_parameters_gradients_and_states() -> None:
+    on_gpu = _trace(4)
+    offloaded = _trace(4, offload_shards=True)
+    # nothing of the model's own is on the GPU before the steps (FSDP2 moves the buffers)
+    assert _held(on_gpu, Category.PARAMETER) == _padded_shards(4)
+    assert _held(offloaded, Category.PARAMETER) == 0
+    for category in (Category.GRADIENT, Category.OPTIMIZER_STATE):
+        made = [
+            e
+            for e in offloaded.events
+            if e.kind == "alloc" and offloaded.infos[e.info].category is category
+        ]
+        assert not made, category
+    # no allocation in the optimizer's phase: it steps on the host
+    in_step = [
+        e
+        for e in offloaded.events
+        if e.kind == "alloc" and offloaded.infos[e.info].phase.endswith(".optimizer")
+    ]
+    assert not in_step
+    # each all-gather first copies its shards to the GPU: a shard-sized allocation on the
+    # all-gather's copy-in stream per parameter, which the GPU-resident run does not make
+    copies = [
+        e.size
+        for e in offloaded.events
+        if e.kind == "alloc" and e.stream != 0 and offloaded.infos[e.info].op == "clone"
+    ]
+    assert len(copies) >= len(list(_gpt2().parameters()))
+
+
+def test_offloaded_shards_estimate_less_and_say_what_the_host_holds() -> None:
+    kept = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=4)
+    est = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=4, offload_shards=True)
+    assert est.peak_allocated < kept.peak_allocated
+    assert est.workload.offload_shards and not kept.workload.offload_shards
+    note = next(n for n in est.notes if n.startswith("FSDP2's CPU offload"))
+    shards = memfit.format_bytes(_padded_shards(4))
+    # parameters and gradients: the padded shards, float32; AdamW's two states of each
+    assert f"{shards} of parameters and {shards} of gradients pinned" in note
+    assert f"{memfit.format_bytes(2 * _padded_shards(4))} of optimizer states" in note
+    assert "CPU offload policy" in est.notes[0]
+    assert "FSDP2's CPU offload" not in " ".join(kept.notes)
+
+
+def test_a_users_own_cpu_offload_policy_is_estimated_as_offload_shards() -> None:
+    mine = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=4, parallelize=_offloaded)
+    ours = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=4, offload_shards=True)
+    assert mine.peak_allocated == ours.peak_allocated
+    assert mine.peak_reserved == ours.peak_reserved
+    assert any(n.startswith("FSDP2's CPU offload") for n in mine.notes)
+
+
+def test_offloaded_shards_with_accumulation_add_up_on_the_host() -> None:
+    one = memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=2, offload_shards=True)
+    two = memfit.estimate(
+        _gpt2, _batch, strategy="fsdp2", world_size=2, offload_shards=True, accumulation=2
+    )
+    # the second micro-batch's gradient shards add into the host's: no gradient on the GPU
+    assert two.peak_allocated == pytest.approx(one.peak_allocated, rel=0.02)
+
+
+def test_cpu_offload_on_some_modules_only_is_refused() -> None:
+    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+    def some(model: nn.Module, mesh: object) -> nn.Module:
+        fully_shard(model.transformer.h[0], mesh=mesh, offload_policy=CPUOffloadPolicy())  # type: ignore[index]
+        return fully_shard(model, mesh=mesh)  # type: ignore[no-any-return]
+
+    with pytest.raises(memfit.InvalidInputError, match="to some modules and not to others"):
+        memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=2, parallelize=some)
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"offload_shards": 1}, "is not True or False"),
+        ({"offload_shards": True, "strategy": "ddp"}, "with strategy='ddp' would be ignored"),
+        ({"offload_shards": True, "strategy": None, "world_size": 1}, "strategy=None"),
+        ({"offload_shards": True, "optimizer": "adamw-in-backward"}, "inside the GPU's backward"),
+        ({"offload_shards": True, "optimizer": "adamw-8bit"}, "8-bit optimizers do not run"),
+        ({"offload_shards": True, "parallelize": _by_hand(True)}, "without a CPU offload policy"),
+    ],
+)
+def test_offload_shards_memfit_cannot_honour_is_refused(
+    settings: dict[str, object], match: str
+) -> None:
+    settings = {"strategy": "fsdp2", "world_size": 2, **settings}
+    with pytest.raises(memfit.InvalidInputError, match=match):
+        memfit.estimate(_gpt2, _batch, **settings)  # type: ignore[arg-type]
+
+
+def test_the_command_line_offloads_shards(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["estimate", "gpt2", "--batch-size", "1", "--seq-len", "64", "--gpus", "2"]
+    assert main([*args, "--strategy", "fsdp2", "--offload-shards"]) == 0
+    assert "shards on the host (CPU offload)" in capsys.readouterr().out
+    assert main([*args, "--strategy", "ddp", "--offload-shards"]) == 1
+    assert "FSDP2's CPU offload policy" in capsys.readouterr().err
 
 
 def test_a_policy_of_the_users_own_with_bf16_mixed_is_taken() -> None:

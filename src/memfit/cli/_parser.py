@@ -163,6 +163,13 @@ def _model_kind_args(p: argparse.ArgumentParser) -> None:
         "zero2 or zero3 (DeepSpeed's ZeRO stages; memfit[zero])",
     )
     p.add_argument(
+        "--offload-shards",
+        action="store_true",
+        default=None,  # None: FSDP2 keeps the shards on the GPU
+        help="with --strategy fsdp2: FSDP2's CPU offload policy, each rank's shards of the "
+        "parameters, gradients and optimizer states in host memory, the optimizer stepped there",
+    )
+    p.add_argument(
         "--activation-memory-budget",
         type=share,
         default=None,  # None: the process's torch._functorch.config setting (1.0)

@@ -223,6 +223,7 @@ def _summary(workload: Workload, trace: Trace) -> WorkloadSummary:
         offload_checkpoints=workload.offload_checkpoints,
         strategy=workload.strategy,
         world_size=workload.world_size,
+        offload_shards=workload.offload_shards,
     )
 
 

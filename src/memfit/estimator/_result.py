@@ -46,6 +46,7 @@ class WorkloadSummary:
     offload_checkpoints: bool = False  # the checkpointed blocks' inputs offloaded too
     strategy: str | None = None  # data-parallel strategy of a rank's estimate ("ddp")
     world_size: int = 1
+    offload_shards: bool = False  # FSDP2's shards on the host (its CPU offload policy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +208,7 @@ class Estimate:
                 "offload_checkpoints": self.workload.offload_checkpoints,
                 "strategy": self.workload.strategy,
                 "world_size": self.workload.world_size,
+                "offload_shards": self.workload.offload_shards,
             },
             "versions": self.versions.to_dict(),
             "units": "bytes",

@@ -118,14 +118,15 @@ def workload_fields(workload: WorkloadSummary) -> list[tuple[str, str]]:
             if workload.offload or workload.offload_checkpoints
             else []
         ),
-        *(
-            [("parallel", f"{workload.strategy.upper()}, rank of {workload.world_size}")]
-            if workload.strategy
-            else []
-        ),
+        *([("parallel", _parallel(workload))] if workload.strategy else []),
         ("allocator", workload.allocator_config or "default"),
         ("traced", steps),
     ]
+
+
+def _parallel(workload: WorkloadSummary) -> str:
+    text = f"{str(workload.strategy).upper()}, rank of {workload.world_size}"
+    return text + (", shards on the host (CPU offload)" if workload.offload_shards else "")
 
 
 def _offload(workload: WorkloadSummary) -> str:

@@ -10,17 +10,30 @@ from typing import Any
 from torch import nn
 
 from memfit._events import Category
+from memfit._units import format_bytes
 from memfit.trace._recorder import Recorder
 from memfit.workload import (
     ZERO,
     MetaStreams,
     Workload,
+    host_bytes,
+    host_stepping,
+    offloaded_shards,
     parallel_note,
     propagation_hidden,
+    shards_offloaded,
     storage_hooks,
 )
 
-__all__ = ["BUCKET_VIEW_NOTE", "claim_buffers", "rank_notes", "sharded_build", "uneven_shards"]
+__all__ = [
+    "BUCKET_VIEW_NOTE",
+    "claim_buffers",
+    "offloaded_optimizer",
+    "rank_notes",
+    "sharded_build",
+    "shards_note",
+    "uneven_shards",
+]
 
 BUCKET_VIEW_NOTE = (
     "DDP with gradient_as_bucket_view=True: the first step's gradient buckets are held through "
@@ -48,6 +61,7 @@ def sharded_build(
     recorder.pass_through = (DTensor,)
     stack.enter_context(storage_hooks(recorder.storage_allocated, recorder.storage_freed))
     stack.enter_context(propagation_hidden(recorder.paused))
+    stack.enter_context(offloaded_shards(recorder.host))
     return recorder.host()
 
 
@@ -58,6 +72,30 @@ def claim_buffers(
     if streams is not None and workload.strategy == "fsdp2":
         for buffer in model.buffers():
             recorder.claim(buffer, Category.BUFFER, "fsdp.buffer")
+
+
+def offloaded_optimizer(
+    workload: Workload, recorder: Recorder, model: nn.Module, optimizer: Any
+) -> bool:
+    """With every FSDP2 shard on the host (CPU offload), the optimizer steps there: its steps
+    run off the GPU from now on. Returns whether they do."""
+    if workload.strategy != "fsdp2" or optimizer is None or not shards_offloaded(model):
+        return False
+    host_stepping(optimizer, recorder.host)
+    return True
+
+
+def shards_note(model: nn.Module, optimizer: Any) -> str:
+    """What a rank whose FSDP2 shards are offloaded holds on the host, for the notes."""
+    params, grads, states = host_bytes(model, optimizer)
+    return (
+        "FSDP2's CPU offload: this rank's shards wait in host memory, "
+        f"{format_bytes(params + grads + states)} of it ({format_bytes(params)} of parameters "
+        f"and {format_bytes(grads)} of gradients pinned, {format_bytes(states)} of optimizer "
+        "states), none of it on the GPU; each all-gather first copies a module's shards to the "
+        "GPU, each reduce-scatter's gradient shards are copied back, and the optimizer steps "
+        "on the host (its time is not in the step-time model)"
+    )
 
 
 def uneven_shards(workload: Workload, parameters: list[Any]) -> bool:
@@ -75,7 +113,7 @@ def rank_notes(workload: Workload, bucket_views: bool) -> list[str]:
     if workload.strategy is None:
         return []
     own = workload.parallelize is not None
-    notes = [parallel_note(workload.strategy, workload.world_size, own)]
+    notes = [parallel_note(workload.strategy, workload.world_size, own, workload.offload_shards)]
     if bucket_views:
         notes.append(BUCKET_VIEW_NOTE)
     return notes

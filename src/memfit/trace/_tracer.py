@@ -42,8 +42,10 @@ from memfit.trace._modules import ModuleTracker
 from memfit.trace._offload_observer import OffloadTrace
 from memfit.trace._parallel_trace import (
     claim_buffers,
+    offloaded_optimizer,
     rank_notes,
     sharded_build,
+    shards_note,
     uneven_shards,
 )
 from memfit.trace._recorder import Recorder
@@ -425,7 +427,7 @@ def _trace(
     session.shadows.routing.policy = workload.moe_routing or "balanced"
     recorder = session.recorder
     model: nn.Module | None = None
-    bucket_views = False
+    bucket_views = on_host = False
     observer: OffloadTrace | None = None
     compile_guard = CompileGuard(workload, lambda: recorder.phase, plan)
     group = parallel_group(workload.strategy, workload.world_size, "meta", rank)
@@ -448,6 +450,7 @@ def _trace(
             session.modules.name_modules(model)
             optimizer = optimizer_for(workload, model)
             model, optimizer = engage(workload, model, optimizer)
+            on_host = offloaded_optimizer(workload, recorder, model, optimizer)
             steps_start = len(recorder.events)
             session.phases.append(("steps", steps_start))
             with generation_observed(session.shadows.generation):  # after the model's imports
@@ -467,8 +470,9 @@ def _trace(
         if recorder.costs is not None:  # the optimizer's host time grows with them
             recorder.costs.parameter_tensors = sum(p.requires_grad for p in unique.values())
         optimizer_class = type(optimizer)
+        host_note = [shards_note(model, optimizer)] if on_host else []
         del model, optimizer
-    notes = compile_guard.finish() + rank_notes(workload, bucket_views)
+    notes = compile_guard.finish() + rank_notes(workload, bucket_views) + host_note
     notes += _notes(workload, session, observer, optimizer_class)
     # what happens after the last step (the model torn down) is not part of the workload
     phases = session.phases

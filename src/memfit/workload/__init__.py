@@ -23,7 +23,15 @@ from memfit.workload._compiled import (
     whole_model_compiled,
 )
 from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_available, eight_bit_class
-from memfit.workload._fsdp import MetaStreams, propagation_hidden, storage_hooks
+from memfit.workload._fsdp import (
+    MetaStreams,
+    host_bytes,
+    host_stepping,
+    offloaded_shards,
+    propagation_hidden,
+    shards_offloaded,
+    storage_hooks,
+)
 from memfit.workload._host_memory import free_host_memory, pinned_size
 from memfit.workload._in_backward import IN_BACKWARD, OptimizerInBackward, in_backward
 from memfit.workload._memory_budget import (
@@ -120,12 +128,15 @@ __all__ = [
     "engage",
     "find_blocks",
     "free_host_memory",
+    "host_bytes",
+    "host_stepping",
     "in_backward",
     "make_optimizer",
     "make_workload",
     "memory_budget_words",
     "not_compiled_refusal",
     "offload_blocks",
+    "offloaded_shards",
     "offloader_of",
     "optimized_module_type",
     "optimizer_for",
@@ -139,6 +150,7 @@ __all__ = [
     "propagation_hidden",
     "resolve_model",
     "run_steps",
+    "shards_offloaded",
     "storage_hooks",
     "unwrap_blocks",
     "valid_checkpointing",

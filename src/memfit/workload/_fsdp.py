@@ -14,6 +14,10 @@ FSDP2 frees and reallocates an unsharded parameter's memory by resizing its stor
 ``storage_hooks``. DTensor's sharding propagation makes meta tensors of global shapes, which are
 not memory on a GPU: ``propagation_hidden`` keeps them out of the trace.
 
+FSDP2's CPU offload (``CPUOffloadPolicy``) keeps each rank's shards of the parameters, the
+gradients and the optimizer states in host memory: ``offloaded_shards`` makes the trace see
+that (``offload_shards`` is memfit's option for it).
+
 The default wrapping is what torchtitan and Hugging Face's FSDP2 path do: ``fully_shard`` on
 every module whose class the model names in ``_no_split_modules`` (innermost first), then on the
 root; a model that names none has its repeated blocks (``find_blocks``) sharded. A module that
@@ -25,7 +29,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -39,9 +43,13 @@ from memfit.workload._patching import patched
 __all__ = [
     "MetaStreams",
     "check_wrapped",
+    "host_bytes",
+    "host_stepping",
     "meta_fsdp",
+    "offloaded_shards",
     "propagation_hidden",
     "shard_model",
+    "shards_offloaded",
     "storage_hooks",
 ]
 
@@ -154,8 +162,10 @@ def meta_fsdp(streams: MetaStreams) -> Iterator[None]:
             pairs.append(
                 (module, "_get_device_handle", lambda t="cuda", o=original: device_handle(t, o))
             )
-    # sharded parameters stay on the meta device: that is what is traced
+    # sharded parameters stay on the meta device: that is what is traced (and where FSDP2
+    # offloads them, on the host: ``offloaded_shards``)
     pairs.append((FSDPParamGroup, "_validate_no_meta_params", lambda self: None))
+    pairs.append((FSDPParamGroup, "_validate_cpu_offload_params", lambda self: None))
     with patched(pairs):
         yield
 
@@ -190,6 +200,116 @@ def storage_hooks(
 
 
 @contextmanager
+def offloaded_shards(host: Callable[[], AbstractContextManager[Any]]) -> Iterator[None]:
+    """FSDP2's CPU offload on the meta device, where ``host`` makes tensors that are not on the
+    GPU. A GPU run keeps an offloaded parameter's shard in pinned host memory, copies it to the
+    GPU for each all-gather (the copy lives until the all-gather's input is built), and copies
+    each reduce-scattered gradient shard back to the host; the optimizer then steps on the host
+    (``host_stepping``). On the meta device none of those copies happen by themselves (the shard
+    is already "on" the device, and a meta tensor cannot be copied to the host), so here: the
+    shards are made inside ``host``, each all-gather's input is a fresh copy of the shard, and a
+    new gradient shard is replaced by one made inside ``host`` once the reduction has built it,
+    after which the GPU's reduce-scatter output goes as it does on a GPU."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
+
+    param_class = _fsdp_param.FSDPParam
+    init = param_class._init_sharded_param
+    inputs: Any = param_class.all_gather_inputs  # a property
+    reduce = getattr(_fsdp_param_group, "foreach_reduce")  # noqa: B009 (not exported)
+    sharded = _fsdp_param.ShardedState.SHARDED
+
+    def init_sharded(self: Any, *args: Any, **kwargs: Any) -> None:
+        with host() if self.offload_to_cpu else nullcontext():
+            init(self, *args, **kwargs)
+
+    def gather_inputs(self: Any) -> list[torch.Tensor]:
+        if not (self.offload_to_cpu and self.sharded_state == sharded):
+            return inputs.fget(self)  # type: ignore[no-any-return]
+        kept = self._sharded_param_data
+        self._sharded_param_data = kept.clone()  # the shard's copy to the GPU
+        try:
+            return inputs.fget(self)  # type: ignore[no-any-return]
+        finally:
+            self._sharded_param_data = kept
+
+    def reduce_to_host(fsdp_params: list[Any], *args: Any, **kwargs: Any) -> Any:
+        offloaded = [p for p in fsdp_params if p.offload_to_cpu]
+        before = {id(p): p.sharded_param.grad for p in offloaded}
+        for p in offloaded:  # no copy to the host, which a meta tensor cannot make
+            p.offload_to_cpu = False
+        try:
+            out = reduce(fsdp_params, *args, **kwargs)
+        finally:
+            for p in offloaded:
+                p.offload_to_cpu = True
+        for p in offloaded:
+            grad = p.sharded_param.grad
+            if grad is not None and grad is not before[id(p)]:  # a new gradient: the host's
+                with host():
+                    local = torch.empty_like(grad._local_tensor)
+                p.sharded_param.grad = p.to_sharded_dtensor(local)
+        return out
+
+    with patched(
+        [
+            (param_class, "_init_sharded_param", init_sharded),
+            (param_class, "all_gather_inputs", property(gather_inputs)),
+            (_fsdp_param_group, "foreach_reduce", reduce_to_host),
+        ]
+    ):
+        yield
+
+
+def shards_offloaded(model: nn.Module) -> bool | None:
+    """Whether FSDP2 offloads ``model``'s shards to the host: True for every group, False for
+    none (or no FSDP2), None for some but not all."""
+    from torch.distributed.fsdp import FSDPModule
+
+    groups = [
+        g
+        for g in (_fsdp_group(m) for m in model.modules() if isinstance(m, FSDPModule))
+        if g is not None and g.fsdp_params
+    ]
+    flags = {bool(getattr(p, "offload_to_cpu", False)) for g in groups for p in g.fsdp_params}
+    if len(flags) > 1:
+        return None
+    return flags == {True}
+
+
+def host_stepping(optimizer: Any, host: Callable[[], AbstractContextManager[Any]]) -> None:
+    """``optimizer.step`` runs inside ``host`` from now on: with every shard on the host, FSDP2's
+    CPU offload steps the optimizer there, its states and temporaries in host memory."""
+    for one in optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]:
+        step = one.step
+
+        def on_host(*args: Any, _step: Any = step, **kwargs: Any) -> Any:
+            with host():
+                return _step(*args, **kwargs)
+
+        one.step = on_host
+
+
+def host_bytes(model: nn.Module, optimizer: Any) -> tuple[int, int, int]:
+    """What a rank whose shards FSDP2 offloads holds in host memory: the shards of the
+    parameters and of their gradients (both pinned), and the optimizer's states."""
+    from torch.distributed.fsdp import FSDPModule
+
+    params = grads = states = 0
+    for group in (_fsdp_group(m) for m in model.modules() if isinstance(m, FSDPModule)):
+        for p in group.fsdp_params if group is not None else ():
+            data = p._sharded_param_data
+            params += data.numel() * data.element_size()
+            grads += data.numel() * data.element_size() if p.sharded_param.requires_grad else 0
+    for one in optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]:
+        for state in getattr(one, "state", {}).values():
+            for t in state.values():
+                if isinstance(t, torch.Tensor) and t.dim() > 0:
+                    local = getattr(t, "_local_tensor", t)
+                    states += local.numel() * local.element_size()
+    return params, grads, states
+
+
+@contextmanager
 def propagation_hidden(paused: Callable[[], AbstractContextManager[Any]]) -> Iterator[None]:
     """DTensor's sharding propagation runs inside ``paused``: it makes meta tensors of each
     operand's global shape to infer the result's, which a GPU makes on the meta device too
@@ -213,16 +333,25 @@ def propagation_hidden(paused: Callable[[], AbstractContextManager[Any]]) -> Ite
         yield
 
 
-def shard_model(model: nn.Module, mesh: Any, mixed: torch.dtype | None = None) -> nn.Module:
+def shard_model(
+    model: nn.Module, mesh: Any, mixed: torch.dtype | None = None, offload: bool = False
+) -> nn.Module:
     """``fully_shard`` as torchtitan and Hugging Face apply it: each module of a class in
     ``_no_split_modules``, innermost first, else the repeated blocks; then the root. With
     ``mixed``, torchtitan's mixed precision: parameters all-gathered in ``mixed``, gradients
-    reduced in float32 (no autocast: the step runs in ``mixed`` as the parameters are)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    reduced in float32 (no autocast: the step runs in ``mixed`` as the parameters are). With
+    ``offload``, FSDP2's ``CPUOffloadPolicy`` on every group (torchtitan's ``cpu_offload``)."""
+    from torch.distributed.fsdp import (
+        CPUOffloadPolicy,
+        MixedPrecisionPolicy,
+        OffloadPolicy,
+        fully_shard,
+    )
 
     policy = MixedPrecisionPolicy(
         param_dtype=mixed, reduce_dtype=torch.float32 if mixed is not None else None
     )
+    where = CPUOffloadPolicy() if offload else OffloadPolicy()
 
     wanted = set(getattr(model, "_no_split_modules", None) or ())
     named = [m for m in model.modules() if m is not model and type(m).__name__ in wanted]
@@ -232,8 +361,8 @@ def shard_model(model: nn.Module, mesh: Any, mixed: torch.dtype | None = None) -
         # a module holding a parameter tied to one outside it (BERT's word embeddings, tied to
         # its language-model head) is left to the root's group: FSDP2 refuses to split them
         if not any(id(p) in tied for p in block.parameters()):
-            fully_shard(block, mesh=mesh, mp_policy=policy)
-    fully_shard(model, mesh=mesh, mp_policy=policy)
+            fully_shard(block, mesh=mesh, mp_policy=policy, offload_policy=where)
+    fully_shard(model, mesh=mesh, mp_policy=policy, offload_policy=where)
     return model
 
 
@@ -246,10 +375,12 @@ def _tied_parameters(model: nn.Module) -> set[int]:
     return {key for key, count in holders.items() if count > 1}
 
 
-def check_wrapped(model: object, strategy: str, mixed: torch.dtype | None) -> None:
+def check_wrapped(
+    model: object, strategy: str, mixed: torch.dtype | None, offload: bool = False
+) -> None:
     """What a user's ``parallelize`` returned is the strategy it was given for, with nothing
-    memfit would estimate wrongly: FSDP2 modules for ``fsdp2`` (none offloading to the CPU),
-    in the mixed precision asked for."""
+    memfit would estimate wrongly: FSDP2 modules for ``fsdp2`` (all or none of them offloading
+    to the CPU, as ``offload`` says), in the mixed precision asked for."""
     from torch.nn.parallel import DistributedDataParallel
 
     if not isinstance(model, nn.Module):
@@ -274,11 +405,20 @@ def check_wrapped(model: object, strategy: str, mixed: torch.dtype | None) -> No
             "strategy='fsdp2': call fully_shard(module, mesh=mesh) on its blocks and root."
         )
     groups = [g for g in map(_fsdp_group, sharded) if g is not None]
-    if any(getattr(p, "offload_to_cpu", False) for g in groups for p in g.fsdp_params):
+    offloaded = shards_offloaded(model)
+    if offloaded is None:
         raise InvalidInputError(
-            "parallelize applied FSDP2 with a CPU offload policy, which memfit does not "
-            "estimate yet: its shards would be counted on the GPU. Estimate without "
-            "offload_policy (an upper bound on the GPU's memory)."
+            "parallelize applied FSDP2's CPU offload policy to some modules and not to others, "
+            "which memfit does not estimate (the optimizer steps on the host only when every "
+            "shard is there): pass offload_policy=CPUOffloadPolicy() to every fully_shard call, "
+            "or to none."
+        )
+    if offload and not offloaded:
+        raise InvalidInputError(
+            "offload_shards=True, and parallelize applied FSDP2 without a CPU offload policy: "
+            "the shards would be estimated on the host where your job keeps them on the GPU. "
+            "Pass offload_policy=CPUOffloadPolicy() to your fully_shard calls, or drop "
+            "offload_shards (a wrapping of yours that offloads is read as it is)."
         )
     policies = [getattr(g, "mp_policy", None) for g in groups]
     if (

@@ -42,6 +42,7 @@ __all__ = [
     "CASTS_ITSELF",
     "FAKE_RANK_NOTE",
     "STRATEGIES",
+    "check_offload_shards",
     "check_parallel",
     "check_parallelize",
     "parallel_group",
@@ -87,6 +88,39 @@ def check_parallel(
             f"strategy={strategy!r} with mode='infer' would be ignored: DDP's buckets hold "
             "gradients, and inference has none. Drop strategy and world_size, or give "
             "strategy='fsdp2' to shard the parameters."
+        )
+
+
+def check_offload_shards(offload: object, strategy: str | None, optimizer: object) -> None:
+    """``offload_shards`` is a bool, given with FSDP2 and an optimizer that can step on the
+    host."""
+    if not isinstance(offload, bool):
+        raise InvalidInputError(
+            f"offload_shards={offload!r} is not True or False: give True to keep each rank's "
+            "shards of the parameters, gradients and optimizer states in host memory "
+            "(FSDP2's CPUOffloadPolicy), or False."
+        )
+    if not offload:
+        return
+    if strategy != "fsdp2":
+        raise InvalidInputError(
+            f"offload_shards=True with strategy={strategy!r} would be ignored: it is FSDP2's "
+            "CPU offload policy. Give strategy='fsdp2' (and world_size=N), or drop "
+            "offload_shards"
+            + (" (DeepSpeed's own offload is not estimated yet)." if strategy in ZERO else ".")
+        )
+    name = str(optimizer) if isinstance(optimizer, str) else ""
+    if name.endswith("-8bit") or "in-backward" in name:
+        raise InvalidInputError(
+            f"offload_shards=True with optimizer={name!r} is not estimated: with its shards "
+            "offloaded FSDP2 steps the optimizer on the host, where "
+            + (
+                "bitsandbytes' 8-bit optimizers do not run"
+                if name.endswith("-8bit")
+                else "a step in backward would run inside the GPU's backward pass"
+            )
+            + ". Give optimizer='adamw' (or another that steps after backward), or drop "
+            "offload_shards."
         )
 
 
@@ -196,9 +230,10 @@ def _check_fake_rank(strategy: str, world_size: int) -> None:
         )
 
 
-def parallel_note(strategy: str, world_size: int, own: bool = False) -> str:
+def parallel_note(strategy: str, world_size: int, own: bool = False, offload: bool = False) -> str:
     """What a data-parallel estimate assumed, for its notes (``own``: the model was wrapped
-    by the user's ``parallelize``, not by memfit's default)."""
+    by the user's ``parallelize``, not by memfit's default; ``offload``: FSDP2's shards on the
+    host)."""
     ranks = f"{world_size} rank{'s' if world_size > 1 else ''}"
     nccl = (
         "NCCL's own device memory counted as one rank's on an H200 (490 MiB; more ranks take "
@@ -231,8 +266,14 @@ def parallel_note(strategy: str, world_size: int, own: bool = False) -> str:
         return (
             f"FSDP2 on {ranks}: fully_shard on each block the model names in "
             "_no_split_modules (else its repeated blocks), then on the root, with FSDP2's "
-            f"defaults; every rank holds 1/{world_size} of the parameters, gradients and "
-            "optimizer states, all-gathers a block's parameters to run it, and runs this step "
+            + ("defaults but its CPU offload policy" if offload else "defaults")
+            + f"; every rank holds 1/{world_size} of the parameters, gradients and "
+            + (
+                "optimizer states (on the host), all-gathers"
+                if offload
+                else "optimizer states, all-gathers"
+            )
+            + " a block's parameters to run it, and runs this step "
             "on its own batch (rank 0 traced on a fake process group; the model is built on "
             "the host, as with torchtitan's meta-device init, so no rank holds it whole); "
             "mixed precision, if asked, is FSDP2's policy as torchtitan sets it (parameters "
@@ -251,21 +292,22 @@ def parallelize(
     device_type: str,
     mixed: torch.dtype | None = None,
     fn: Callable[[nn.Module, Any], nn.Module] | None = None,
+    offload: bool = False,
 ) -> nn.Module:
     """``model`` wrapped as ``strategy`` does (DDP with its defaults, FSDP2 as ``shard_model``,
-    in ``mixed`` precision by its policy), or by the user's ``fn(model, mesh)``; on the meta
-    device the fake group's all-reduce is answered with the bucket, as NCCL's in-place one
-    leaves it."""
+    in ``mixed`` precision by its policy, its shards on the host with ``offload``), or by the
+    user's ``fn(model, mesh)``; on the meta device the fake group's all-reduce is answered with
+    the bucket, as NCCL's in-place one leaves it."""
     from torch.nn.parallel import DistributedDataParallel
 
     if fn is not None:
         wrapped = fn(model, _mesh(device_type))
-        check_wrapped(wrapped, strategy, mixed)
+        check_wrapped(wrapped, strategy, mixed, offload)
         if isinstance(wrapped, DistributedDataParallel) and device_type == "meta":
             _answer_in_place(wrapped)
         return wrapped
     if strategy == "fsdp2":
-        return shard_model(model, _mesh(device_type), mixed)
+        return shard_model(model, _mesh(device_type), mixed, offload)
     if strategy in ZERO:  # DeepSpeed wraps model and optimizer together (optimizer_for)
         return model
 

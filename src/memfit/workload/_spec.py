@@ -30,7 +30,12 @@ from memfit.workload._compiled import check_compiled_setting
 from memfit.workload._in_backward import in_backward
 from memfit.workload._memory_budget import check_memory_budget
 from memfit.workload._offload import check_offload
-from memfit.workload._parallel import CASTS_ITSELF, check_parallel, check_parallelize
+from memfit.workload._parallel import (
+    CASTS_ITSELF,
+    check_offload_shards,
+    check_parallel,
+    check_parallelize,
+)
 
 __all__ = [
     "Batch",
@@ -83,6 +88,8 @@ class WorkloadOptions(TypedDict, total=False):
     offload_checkpoints: bool | None
     world_size: int | None  # ranks of a data-parallel job (with strategy)
     strategy: str | None  # "ddp" or "fsdp2": workload._parallel
+    # FSDP2's CPU offload: each rank's shards (parameters, gradients, optimizer states) on the host
+    offload_shards: bool | None
     # the user's own wrapping, fn(model, mesh) -> model, in place of the strategy's default
     parallelize: Callable[[nn.Module, Any], nn.Module] | None
 
@@ -131,6 +138,8 @@ class Workload:
     offload_checkpoints: bool = False
     world_size: int = 1  # ranks of a data-parallel job; each is estimated (workload._parallel)
     strategy: str | None = None  # "ddp", "fsdp2", or None: one process, no wrapper
+    # FSDP2's CPUOffloadPolicy: each rank's shards and the optimizer step on the host
+    offload_shards: bool = False
     # fn(model, mesh) -> model: the user's own DDP or fully_shard calls (workload._parallel)
     parallelize: Callable[[nn.Module, Any], nn.Module] | None = None
 
@@ -181,6 +190,9 @@ class Workload:
         object.__setattr__(self, "offload", check_offload(self.offload))
         check_parallel(self.world_size, self.strategy, self.mode, self.precision)
         check_parallelize(self.parallelize, self.strategy)
+        if self.offload_shards is None:
+            object.__setattr__(self, "offload_shards", False)
+        check_offload_shards(self.offload_shards, self.strategy, self.optimizer)
         if self.offload:
             _check_offload_use(self)
         if self.offload_checkpoints is None:

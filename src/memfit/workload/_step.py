@@ -280,6 +280,7 @@ def prepare_model(
             torch.device(build_device).type,
             workload.mixed_dtype,
             workload.parallelize,
+            workload.offload_shards,
         )
     return model
 
