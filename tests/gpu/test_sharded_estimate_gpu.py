@@ -63,6 +63,10 @@ def test_an_fsdp2_rank_with_its_shards_on_the_host_peaks_as_estimated(precision:
     est_alloc, est_res = _run("fsdp2", ESTIMATE, **options)
     real_alloc, real_res = _run("fsdp2", MEASURE, **options)
     kept_alloc, _ = _run("fsdp2", MEASURE, precision=precision)
+    print(
+        f"offload {precision}: estimated {est_alloc} / {est_res}, measured {real_alloc} / "
+        f"{real_res}, shards on the GPU {kept_alloc}"
+    )
     assert real_alloc < kept_alloc  # the offload is real on the GPU too
     assert abs(est_alloc - real_alloc) <= 0.01 * real_alloc
     assert abs(est_res - real_res) <= 0.02 * real_res
