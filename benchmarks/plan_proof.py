@@ -135,6 +135,9 @@ def _settings(row: dict[str, Any], chosen: dict[str, Any]) -> dict[str, Any]:
         settings["offload"] = chosen["offload"]
     if chosen.get("offload_checkpoints"):  # the checkpointed blocks' inputs offloaded too
         settings["offload_checkpoints"] = True
+    notes = row["plan"].get("notes", [])
+    if any("the whole batch the step is given" in n for n in notes):  # planned with it held
+        settings["batch_held"] = True
     return settings
 
 

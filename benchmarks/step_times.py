@@ -85,6 +85,7 @@ def measure(
     from memfit.workload import (
         StepHooks,
         compiled_with_budget,
+        held_batch_sizes,
         make_workload,
         optimizer_for,
         prepare_model,
@@ -104,6 +105,10 @@ def measure(
         torch.cuda.reset_peak_memory_stats()
         net = prepare_model(workload, "cuda")
         optimizer = optimizer_for(workload, net)
+        # the caller's whole batch, held through the steps (``batch_held``), as the trace does
+        held = [
+            torch.empty(n, dtype=torch.uint8, device="cuda") for n in held_batch_sizes(workload)
+        ]
         marks: list[float] = []  # each step's first input phase, then the end
         started: set[str] = set()
 
@@ -128,7 +133,7 @@ def measure(
             peak_allocated=torch.cuda.max_memory_allocated(),
             peak_reserved=torch.cuda.max_memory_reserved(),
         )
-        del net, optimizer
+        del net, optimizer, held
     except Exception as exc:  # kept in the results; the next configuration runs
         row["error"] = f"{type(exc).__name__}: {exc}"[:600]
         row["traceback"] = traceback.format_exc()[-2000:]

@@ -316,6 +316,8 @@ def estimate_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
         kwargs["offload"] = entry["offload"]
     if "offload_checkpoints" in entry:  # the checkpointed blocks' inputs offloaded (session 17)
         kwargs["offload_checkpoints"] = entry["offload_checkpoints"]
+    if "batch_held" in entry:  # the caller's batch held through the step (session 18)
+        kwargs["batch_held"] = entry["batch_held"]
     if "strategy" in entry:  # a data-parallel rank's (HELD_OUT_14_DDP)
         kwargs["strategy"] = entry["strategy"]
         kwargs["world_size"] = entry.get("world_size", 1)
@@ -783,6 +785,22 @@ ALIGN_17: list[dict[str, Any]] = [
     },
 ]
 
+# Session 18: the step memfit.apply returns, given ResNet-50's whole batch on the GPU
+# (``apply_trace.py`` records it; ``batch_held`` counts the batch the caller holds)
+ALIGN_18: list[dict[str, Any]] = [
+    {
+        "id": "resnet50-bf16mixed-b64x2-ckpt-offloadckpt-held",
+        "model": "tv:resnet50",
+        "batch_size": 64,
+        "accumulation": 2,
+        "precision": "bf16-mixed",
+        "optimizer": "adamw-fused",
+        "checkpointing": True,
+        "offload_checkpoints": True,
+        "batch_held": True,
+    },
+]
+
 # Held out for issue 14 (session 14): one DDP rank on one GPU (NCCL, a world of one), its
 # gradient buckets and their rebuild after the first backward
 HELD_OUT_14_DDP: list[dict[str, Any]] = [
@@ -1041,6 +1059,7 @@ ALL = (
     + HELD_OUT_13_OFFLOAD
     + HELD_OUT_13_OFFLOAD_2
     + ALIGN_17
+    + ALIGN_18
     + HELD_OUT_14_DDP
     + HELD_OUT_14_FSDP2
     + HELD_OUT_14_FSDP2_MP

@@ -435,3 +435,45 @@ def test_the_planner_plans_an_fsdp2_rank() -> None:
     )
     assert plan.chosen is not None
     assert any("one rank of FSDP2 on 4" in n and "shards" in n for n in plan.notes)
+
+
+def _deep() -> nn.Module:
+    """151M parameters in 12 blocks: their optimizer states outweigh a short step's
+    activations."""
+    import transformers
+
+    config = transformers.GPT2Config(
+        n_layer=12, n_embd=1024, n_head=8, vocab_size=1000, bos_token_id=0, eos_token_id=0
+    )
+    return transformers.GPT2LMHeadModel(config)
+
+
+def test_a_plan_nothing_fits_names_fsdp2_with_its_cpu_offload_where_that_fits() -> None:
+    plan = memfit.plan(
+        _deep,
+        batch_of=lambda n: token_batch(n, 64),
+        budget="2GiB",
+        global_batch=1,
+        strategy="fsdp2",
+        world_size=2,
+        precisions=["bf16-mixed"],
+        checkpointing=[True],
+        optimizers=["adamw-fused"],
+        offloads=(),
+    )
+    assert plan.chosen is None
+    line = next(n for n in plan.would_fit if "CPU offload policy" in n)
+    assert "FSDP2 on 2 GPUs of this size with its CPU offload policy" in line
+    assert "--offload-shards" in line
+    needed = memfit.estimate(
+        _deep,
+        batch_of=lambda n: token_batch(n, 64),
+        batch_size=1,
+        strategy="fsdp2",
+        world_size=2,
+        precision="bf16-mixed",
+        activation_checkpointing=True,
+        optimizer="adamw-fused",
+        offload_shards=True,
+    )
+    assert memfit.format_bytes(needed.peak_reserved + needed.non_pytorch) in line

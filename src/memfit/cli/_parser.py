@@ -163,6 +163,15 @@ def _model_kind_args(p: argparse.ArgumentParser) -> None:
         "zero2 or zero3 (DeepSpeed's ZeRO stages; memfit[zero])",
     )
     p.add_argument(
+        "--batch-held",
+        dest="batch_held",
+        action=argparse.BooleanOptionalAction,
+        default=None,  # None: estimate lets each micro-batch's inputs go; plan holds the batch
+        help="your loop holds the whole batch on the GPU while the step runs (it moved the batch "
+        "there, then called the step): counted through the step (memfit plan's default; "
+        "--no-batch-held: the inputs go after each micro-batch's forward, estimate's default)",
+    )
+    p.add_argument(
         "--offload-shards",
         action="store_true",
         default=None,  # None: FSDP2 keeps the shards on the GPU

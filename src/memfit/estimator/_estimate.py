@@ -224,6 +224,7 @@ def _summary(workload: Workload, trace: Trace) -> WorkloadSummary:
         strategy=workload.strategy,
         world_size=workload.world_size,
         offload_shards=workload.offload_shards,
+        batch_held=workload.batch_held,
     )
 
 

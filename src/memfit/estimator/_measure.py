@@ -25,6 +25,7 @@ from memfit.workload import (
     Workload,
     compiled_with_budget,
     engage,
+    held_batch_sizes,
     optimizer_for,
     parallel_group,
     prepare_model,
@@ -116,6 +117,8 @@ def _run(
         autocast=lambda dtype: torch.autocast("cuda", dtype=dtype),
         grad_scaler=lambda: torch.amp.GradScaler("cuda"),
     )
+    # the caller's batch, held through the steps as the trace holds it (``batch_held``)
+    held = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in held_batch_sizes(workload)]
     start = time.perf_counter()
     run_steps(workload, model, optimizer, hooks)
     torch.cuda.synchronize()
@@ -123,6 +126,7 @@ def _run(
     snapshot = torch.cuda.memory._snapshot() if record_history else None
     if record_history:
         torch.cuda.memory._record_memory_history(enabled=None)
+    del held
     nvml = _nvml_process_memory()
     reserved_now = torch.cuda.memory_reserved()
     result = Measurement(

@@ -47,6 +47,7 @@ class WorkloadSummary:
     strategy: str | None = None  # data-parallel strategy of a rank's estimate ("ddp")
     world_size: int = 1
     offload_shards: bool = False  # FSDP2's shards on the host (its CPU offload policy)
+    batch_held: bool = False  # the caller holds the whole batch on the GPU through the step
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +210,7 @@ class Estimate:
                 "strategy": self.workload.strategy,
                 "world_size": self.workload.world_size,
                 "offload_shards": self.workload.offload_shards,
+                "batch_held": self.workload.batch_held,
             },
             "versions": self.versions.to_dict(),
             "units": "bytes",

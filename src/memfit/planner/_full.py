@@ -12,8 +12,8 @@ from memfit._errors import MemfitError
 from memfit._units import format_bytes
 from memfit.estimator import estimate_workload
 from memfit.planner._model_key import model_key
-from memfit.planner._plan_result import Evaluated
-from memfit.planner._search import TRACED_MICRO_BATCHES, Evaluator
+from memfit.planner._plan_result import Candidate, Evaluated
+from memfit.planner._search import TRACED_MICRO_BATCHES, Evaluator, shortened
 from memfit.workload import Workload
 
 __all__ = ["FULL_CHECK_LIMIT", "check_chosen", "model_key_of", "would_fit"]
@@ -74,12 +74,10 @@ def would_fit(
             c = smallest.candidate
             short = remake(shorter).with_batch_size(c.micro_batch)
             trial = dataclasses.replace(
-                ev.workload(c),
+                shortened(ev.workload(c), min(c.accumulation, TRACED_MICRO_BATCHES)),
                 make_batch=short.make_batch,
                 batch_of=short.batch_of,
                 seq_len=shorter,
-                steps=2,
-                accumulation=min(c.accumulation, TRACED_MICRO_BATCHES),
             )
             estimate = estimate_workload(trial)
             ev.traces += 1
@@ -100,14 +98,10 @@ SHARDED_RANKS = (2, 4, 8)  # the FSDP2 jobs tried where nothing fits one GPU
 
 def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> str:
     """Whether FSDP2 over a few GPUs of this size would fit the smallest configuration (the
-    optimizer stepping after backward, nothing offloaded: what FSDP2 is estimated with)."""
+    optimizer stepping after backward, nothing offloaded: what FSDP2 is estimated with), and
+    failing that, FSDP2 with its shards on the host (its CPU offload policy)."""
     c = smallest.candidate
     base = ev.base
-    if base.strategy is not None or base.mode != "train" or c.precision == "fp16-mixed":
-        return (
-            "more GPUs, each holding a share of the parameters, gradients and optimizer state: "
-            "plan with strategy='fsdp2' (or 'zero3') and world_size=N"
-        )
     family = c.optimizer.partition("-")[0]
     plain = dataclasses.replace(
         c,
@@ -116,28 +110,61 @@ def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> str:
         offload_checkpoints=False,
         allocator_config="",
     )
+    if base.strategy == "fsdp2" and not base.offload_shards and base.mode == "train":
+        return _offloaded(ev, plain, usable, base.world_size) or (
+            f"FSDP2 with its CPU offload policy on {base.world_size} GPUs does not fit it "
+            "either; more GPUs (world_size=N)"
+        )
+    if base.strategy is not None or base.mode != "train" or c.precision == "fp16-mixed":
+        return (
+            "more GPUs, each holding a share of the parameters, gradients and optimizer state: "
+            "plan with strategy='fsdp2' (or 'zero3') and world_size=N"
+        )
     needed = 0
     for ranks in SHARDED_RANKS:
         try:
-            trial = dataclasses.replace(
-                ev.workload(plain),
-                strategy="fsdp2",
-                world_size=ranks,
-                steps=2,
-                accumulation=min(c.accumulation, TRACED_MICRO_BATCHES),
-            )
-            estimate = estimate_workload(trial)
+            needed = _rank_needs(ev, plain, ranks, offload=False)
         except MemfitError as exc:  # a model FSDP2 cannot shard as memfit wraps it
             return f"more GPUs with FSDP2: not estimated here ({str(exc).split('. ')[0]})"
-        ev.traces += 1
-        needed = estimate.peak_reserved + estimate.non_pytorch
         if needed <= usable:
             return (
                 f"FSDP2 on {ranks} GPUs of this size: each rank then needs "
                 f"{format_bytes(needed)} ({plain.describe()}; plan it with "
                 f"strategy='fsdp2', world_size={ranks}, or --strategy fsdp2 --gpus {ranks})"
             )
-    return (
+    return _offloaded(ev, plain, usable, SHARDED_RANKS[-1]) or (
         f"FSDP2 on up to {SHARDED_RANKS[-1]} GPUs of this size does not fit it either "
-        f"({format_bytes(needed)} a rank on {SHARDED_RANKS[-1]})"
+        f"({format_bytes(needed)} a rank on {SHARDED_RANKS[-1]}), nor with its CPU offload "
+        "policy"
     )
+
+
+def _offloaded(ev: Evaluator, plain: Candidate, usable: int, ranks: int) -> str | None:
+    """FSDP2 on ``ranks`` GPUs with the shards on the host, where it fits; else None."""
+    try:
+        needed = _rank_needs(ev, plain, ranks, offload=True)
+    except MemfitError:
+        return None
+    if needed > usable:
+        return None
+    return (
+        f"FSDP2 on {ranks} GPUs of this size with its CPU offload policy: each rank then needs "
+        f"{format_bytes(needed)} of the GPU ({plain.describe()}), its shards and optimizer "
+        "states in host memory (the estimate's note says how much) and the optimizer stepped "
+        "there, whose time memfit does not predict; estimate it with strategy='fsdp2', "
+        f"world_size={ranks}, offload_shards=True (--strategy fsdp2 --gpus {ranks} "
+        "--offload-shards)"
+    )
+
+
+def _rank_needs(ev: Evaluator, plain: Candidate, ranks: int, *, offload: bool) -> int:
+    """What one FSDP2 rank of ``plain`` needs: peak reserved and the memory outside PyTorch."""
+    trial = dataclasses.replace(
+        shortened(ev.workload(plain), min(plain.accumulation, TRACED_MICRO_BATCHES)),
+        strategy="fsdp2",
+        world_size=ranks,
+        offload_shards=offload,
+    )
+    estimate = estimate_workload(trial)
+    ev.traces += 1
+    return estimate.peak_reserved + estimate.non_pytorch

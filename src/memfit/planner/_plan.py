@@ -154,7 +154,8 @@ def _search(
 ) -> tuple[Plan, Evaluator, str | None, str]:
     """The search behind :func:`plan`: the plan, the evaluator (its traces) and the
     calibration's note and source."""
-    given: WorkloadOptions = {**options, "gpu": gpu}
+    # the step memfit.apply returns is given the whole batch, which the caller holds meanwhile
+    given: WorkloadOptions = {"batch_held": True, **options, "gpu": gpu}
     base = make_workload(model, batch, batch_of=batch_of, **given)
     _check_plannable(base)
     total = global_batch if global_batch is not None else base.batch_size
@@ -196,6 +197,12 @@ def _search(
     result = _assemble(ev, base, gpu, usable, margin, total, baseline, remake)
     if space["compiled"][0]:
         result.notes.append(compiled_plan_note(space))
+    if base.batch_held:
+        result.notes.append(
+            "each candidate's memory counts the whole batch the step is given, which your loop "
+            "holds on the GPU while the step runs (the step memfit.apply returns splits it into "
+            "the micro-batches); batch_held=False (--no-batch-held) leaves it out"
+        )
     if base.strategy is not None:  # the memory is a rank's; the time has no collectives
         held = "gradient buckets" if base.strategy == "ddp" else "shards and all-gathers"
         result.notes.append(

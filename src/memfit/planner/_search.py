@@ -57,11 +57,22 @@ def step_time_of(workload: Workload, costs: StepCosts, traced: int, gpu: GPU) ->
     return _predict(workload, costs, traced, calibration_for(gpu)[0])
 
 
+def shortened(workload: Workload, micro_batches: int) -> Workload:
+    """``workload`` traced for two steps of ``micro_batches`` of its micro-batches, the batch
+    its caller holds (``batch_held``) still the whole step's."""
+    return dataclasses.replace(
+        workload,
+        accumulation=micro_batches,
+        held_micro_batches=workload.held_micro_batches or workload.accumulation,
+        steps=2,
+    )
+
+
 def _short_trace(workload: Workload, gpu: GPU) -> tuple[Trace, int]:
     """The trace of two steps of ``workload`` with at most two of its micro-batches, costs
     counted, and the micro-batches it ran."""
     traced = min(workload.accumulation, TRACED_MICRO_BATCHES)
-    short = dataclasses.replace(workload, accumulation=traced, steps=2)
+    short = shortened(workload, traced)
     return trace_workload(short, gpu, costs=True), traced
 
 

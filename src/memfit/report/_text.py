@@ -109,6 +109,7 @@ def workload_fields(workload: WorkloadSummary) -> list[tuple[str, str]]:
         ("model", workload.model),
         ("parameters", format_count(workload.parameters)),
         *batch,
+        *([("batch held", "by the caller, through the step")] if workload.batch_held else []),
         ("mode", workload.mode),
         ("precision", workload.precision),
         ("optimizer", workload.optimizer or "none"),

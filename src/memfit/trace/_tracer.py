@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from memfit._errors import InvalidInputError, MemfitError
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit._gpus import GPU
+from memfit._units import format_bytes
 from memfit.trace import _autocast
 from memfit.trace._compiled import CaptureNeeded, CompileGuard
 from memfit.trace._compiled_capture import CompiledPlan, capture_compiled
@@ -58,6 +59,7 @@ from memfit.workload import (
     Workload,
     cast_inputs,
     engage,
+    held_batch_sizes,
     offloader_of,
     optimizer_for,
     parallel_group,
@@ -415,6 +417,7 @@ def _trace(
     # later steps are copies of step 1 in memfit's own loop (a user's step or a compiled model's
     # may differ from one step to the next)
     # (and DDP's: its reducer may rebuild its gradient buckets after the first backward)
+    held = held_batch_sizes(workload)  # before the batches are watched for repeats
     session.repeat.enabled = (
         REPEAT_STEPS and workload.step_fn is None and plan is None and workload.strategy is None
     )
@@ -453,6 +456,8 @@ def _trace(
             on_host = offloaded_optimizer(workload, recorder, model, optimizer)
             steps_start = len(recorder.events)
             session.phases.append(("steps", steps_start))
+            for nbytes in held:  # the caller's batch: alive through every step, never freed
+                recorder.alloc(nbytes, Category.INPUT, "batch held by the caller")
             with generation_observed(session.shadows.generation):  # after the model's imports
                 _run_with_activation_marks(workload, model, optimizer, session.hooks(), recorder)
         except (MemfitError, MemoryError):
@@ -474,6 +479,11 @@ def _trace(
         del model, optimizer
     notes = compile_guard.finish() + rank_notes(workload, bucket_views) + host_note
     notes += _notes(workload, session, observer, optimizer_class)
+    if held:
+        notes.append(
+            f"the step's caller holds its whole batch on the GPU through the step "
+            f"({format_bytes(sum(held))}, counted from the first step on; batch_held)"
+        )
     # what happens after the last step (the model torn down) is not part of the workload
     phases = session.phases
     end = next((i for name, i in reversed(phases) if name == "end"), len(recorder.events))

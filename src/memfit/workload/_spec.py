@@ -90,6 +90,9 @@ class WorkloadOptions(TypedDict, total=False):
     strategy: str | None  # "ddp" or "fsdp2": workload._parallel
     # FSDP2's CPU offload: each rank's shards (parameters, gradients, optimizer states) on the host
     offload_shards: bool | None
+    # the step's caller holds its whole batch on the GPU through the step (a training loop's
+    # batch variable): counted beside what the step makes
+    batch_held: bool | None
     # the user's own wrapping, fn(model, mesh) -> model, in place of the strategy's default
     parallelize: Callable[[nn.Module, Any], nn.Module] | None
 
@@ -140,6 +143,13 @@ class Workload:
     strategy: str | None = None  # "ddp", "fsdp2", or None: one process, no wrapper
     # FSDP2's CPUOffloadPolicy: each rank's shards and the optimizer step on the host
     offload_shards: bool = False
+    # the caller holds the whole batch (every micro-batch of a step) on the GPU through the
+    # step, as a loop that moves its batch to the GPU and then calls the step does; False: the
+    # step makes each micro-batch's inputs and lets them go after its forward (memfit's loop)
+    batch_held: bool = False
+    # with batch_held: the micro-batches the held batch is made of (0: ``accumulation``); a
+    # trace that runs fewer micro-batches than the step has (the planner's) keeps the step's
+    held_micro_batches: int = 0
     # fn(model, mesh) -> model: the user's own DDP or fully_shard calls (workload._parallel)
     parallelize: Callable[[nn.Module, Any], nn.Module] | None = None
 
@@ -193,6 +203,14 @@ class Workload:
         if self.offload_shards is None:
             object.__setattr__(self, "offload_shards", False)
         check_offload_shards(self.offload_shards, self.strategy, self.optimizer)
+        if self.batch_held is None:
+            object.__setattr__(self, "batch_held", False)
+        if not isinstance(self.batch_held, bool):
+            raise InvalidInputError(
+                f"batch_held={self.batch_held!r} is not True or False: give True when your loop "
+                "holds the whole batch on the GPU while the step runs (it moved the batch there "
+                "first), or False."
+            )
         if self.offload:
             _check_offload_use(self)
         if self.offload_checkpoints is None:

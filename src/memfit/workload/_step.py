@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_flatten
 
 from memfit._errors import InvalidInputError
 from memfit.workload._checkpoint import checkpoint_blocks
@@ -224,6 +225,18 @@ def _run_user_step(
         del out
         return
     workload.step_fn(model, batch, optimizer)
+
+
+def held_batch_sizes(workload: Workload) -> list[int]:
+    """With ``batch_held``: the bytes of each tensor of the whole batch the caller holds on the
+    GPU through a step (each of a micro-batch's tensors, as the step's inputs are cast, times
+    the micro-batches of a step: the batch that is split into them); else nothing."""
+    if not workload.batch_held:
+        return []
+    made = cast_inputs(workload.make_batch(), workload.param_dtype)
+    leaves = [t for t in tree_flatten(made)[0] if isinstance(t, torch.Tensor)]
+    parts = workload.held_micro_batches or workload.accumulation
+    return [t.numel() * t.element_size() * parts for t in leaves if t.numel()]
 
 
 def cast_inputs(batch: Batch, dtype: torch.dtype) -> Batch:
