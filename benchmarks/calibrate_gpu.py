@@ -55,6 +55,15 @@ TINY: dict[str, dict[str, Any]] = {
     "bert-tiny": {"batch_size": 2, "seq_len": 32},
     "resnet18-tiny": {"batch_size": 2},
 }
+# the same tiny models deeper (``--only tiny-deep``, session 18): with two depths each, a
+# phase's host seconds split into a cost per op and what the phase costs whatever its ops
+# (a transformers model's Python around its layers, the backward's start), which the two-layer
+# models alone fold into the cost per op
+TINY_DEEP: dict[str, dict[str, Any]] = {
+    "gpt2-tiny-8": {"batch_size": 2, "seq_len": 32, "layers": 8},
+    "bert-tiny-8": {"batch_size": 2, "seq_len": 32, "layers": 8},
+    "resnet34-tiny": {"batch_size": 2},
+}
 
 
 def gpu_seconds(fn: Any, reps: int = 20, repeats: int = 5) -> float:
@@ -453,12 +462,12 @@ def input_rates() -> dict[str, float]:
 def tiny_workload(name: str, steps: int) -> Any:
     from memfit.workload import make_workload
 
-    settings = dict(TINY[name])
-    if name == "resnet18-tiny":
+    settings = dict({**TINY, **TINY_DEEP}[name])
+    if name.startswith("resnet"):
         import torchvision
 
         def build() -> torch.nn.Module:
-            return torchvision.models.resnet18(num_classes=10)
+            return getattr(torchvision.models, name.partition("-")[0])(num_classes=10)
 
         def images() -> Any:
             return (torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,)))
@@ -469,14 +478,15 @@ def tiny_workload(name: str, steps: int) -> Any:
         return make_workload(build, images, loss_fn=loss, steps=steps, gpu="h200")
     import transformers as tf
 
-    if name == "gpt2-tiny":
+    layers = settings.get("layers", 2)
+    if name.startswith("gpt2"):
         config: Any = tf.GPT2Config(
-            n_layer=2, n_embd=64, n_head=2, vocab_size=512, bos_token_id=0, eos_token_id=0
+            n_layer=layers, n_embd=64, n_head=2, vocab_size=512, bos_token_id=0, eos_token_id=0
         )
         cls: Any = tf.GPT2LMHeadModel
     else:
         config = tf.BertConfig(
-            num_hidden_layers=2,
+            num_hidden_layers=layers,
             hidden_size=64,
             num_attention_heads=2,
             intermediate_size=256,
@@ -535,9 +545,9 @@ TINY_VARIANTS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def tiny_rows() -> list[dict[str, Any]]:
+def tiny_rows(models: dict[str, dict[str, Any]] = TINY) -> list[dict[str, Any]]:
     rows = []
-    for name in TINY:
+    for name in models:
         for variant_name, variant in TINY_VARIANTS:
             try:
                 phases = tiny_phases(name, variant)
@@ -616,7 +626,7 @@ def _rates(points: list[list[float]]) -> str:
     return " ".join(f"{p[0] / p[1] / 1e12:.0f}" for p in points) + " TFLOP/s"
 
 
-PARTS = ("mm", "mm_align", "conv", "attn", "mem", "host", "tiny", "pinned")
+PARTS = ("mm", "mm_align", "conv", "attn", "mem", "host", "tiny", "tiny-deep", "pinned")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -685,6 +695,8 @@ def main(argv: list[str] | None = None) -> int:
         result["input_seconds_per_byte"] = input_rates()
     if "tiny" in parts:
         result["tiny"] = tiny_rows()
+    if "tiny-deep" in parts:
+        result["tiny_deep"] = tiny_rows(TINY_DEEP)
     if "pinned" in parts:
         result["pinned"] = pinned_rates()
     result["meta"]["seconds"] = round(time.time() - started, 1)

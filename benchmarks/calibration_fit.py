@@ -108,14 +108,19 @@ def fit_host(rows: list[TinyRow]) -> dict[str, float]:
             if phase != "optimizer" and row.ops.get(phase):
                 per.setdefault(f"{phase}:{row.style}", []).append(seconds / row.ops[phase])
     host = {k: statistics.median(v) for k, v in per.items()}
+    fixed = fit_fixed(rows, host)
     extra: dict[str, list[float]] = {}
     for row in rows:
         for phase, seconds in row.seconds.items():
             calls = row.convs.get(phase, 0)
             if calls and phase != "optimizer" and row.style in PER_CONV_STYLES:
-                left = seconds - host[f"{phase}:{row.style}"] * row.ops[phase]
+                key = f"{phase}:{row.style}"
+                left = seconds - fixed.get(key, 0.0) - host[key] * row.ops[phase]
                 extra.setdefault(f"{phase}:conv:{row.style}", []).append(left / calls)
     host.update({k: max(0.0, statistics.median(v)) for k, v in extra.items()})
+    for key, value in fixed.items():  # forward:fixed:checkpointed (forward:fixed for eager)
+        phase, _, style = key.partition(":")
+        host[f"{phase}:fixed:{style}"] = value
     for key in [k for k in host if k.endswith(":eager")]:
         host[key.removesuffix(":eager")] = host.pop(key)
     optimizer = [r for r in rows if "optimizer" in r.seconds]
@@ -125,6 +130,36 @@ def fit_host(rows: list[TinyRow]) -> dict[str, float]:
     host["optimizer_param"], host["optimizer"] = float(per_param), float(per_op)
     host["default"] = host["forward"]
     return host
+
+
+FIXED_PHASES = ("forward", "backward")
+
+
+def fit_fixed(rows: list[TinyRow], host: dict[str, float]) -> dict[str, float]:
+    """Where the rows hold the same tiny models at two depths (``calibrate_gpu.py --only
+    tiny-deep``): per ``phase:style`` of :data:`FIXED_PHASES`, what a phase costs the host
+    whatever its ops and the cost per op, by least squares of seconds on ops over the models
+    without convolutions (a convolution's extra is fitted after, on top); ``host`` takes the
+    new cost per op, and the fixed part is returned. A negative fixed part (no such cost seen)
+    keeps the median per op, with none."""
+    fixed: dict[str, float] = {}
+    for key in list(host):
+        phase, _, style = key.partition(":")
+        if phase not in FIXED_PHASES:
+            continue
+        points = [
+            (row.ops[phase], row.seconds[phase])
+            for row in rows
+            if row.style == style and row.ops.get(phase) and not row.convs.get(phase)
+        ]
+        if len({ops for ops, _ in points}) < 2:
+            continue
+        a = np.array([[1.0, ops] for ops, _ in points])
+        t = np.array([seconds for _, seconds in points])
+        base, per_op = np.linalg.lstsq(a, t, rcond=None)[0]
+        if base > 0 and per_op > 0:
+            fixed[key], host[key] = float(base), float(per_op)
+    return fixed
 
 
 def fit_optimizer_host(rows: list[dict[str, Any]], host: dict[str, float]) -> dict[str, float]:
@@ -249,6 +284,12 @@ def main() -> int:
         help="optimizer_host.py's file: the host's cost per tensor of each optimizer variant",
     )
     parser.add_argument(
+        "--host-calibration",
+        type=Path,
+        help="take the tiny workloads (both depths) from this file alone: one call to the GPU "
+        "host, whose CPU's speed the fit then rests on",
+    )
+    parser.add_argument(
         "--op-profile",
         type=Path,
         help="op_profile.py's directory: each memory-bound family's share of the bandwidth",
@@ -258,7 +299,8 @@ def main() -> int:
     shipped = shipped_curves(runs)
     measured = [run for run in runs if "kernel_floor_seconds" in run][-1]
     rows = []
-    for row in [row for run in runs for row in run.get("tiny", ())]:
+    tiny_runs = [json.loads(args.host_calibration.read_text())] if args.host_calibration else runs
+    for row in [r for run in tiny_runs for r in (*run.get("tiny", ()), *run.get("tiny_deep", ()))]:
         if "phase_seconds" not in row:
             continue
         settings = json.dumps(row["settings"], sort_keys=True)

@@ -139,6 +139,13 @@ class Calibration:
         host = self.host
         return host.get(f"{phase}:{style}", host.get(phase, host["default"]))
 
+    def host_fixed(self, phase: str, style: str) -> float:
+        """The host's seconds a phase of one micro-batch costs whatever its ops (a model's
+        Python around its layers, the backward's start): ``phase:fixed:style``, else
+        ``phase:fixed`` (eager's), else none (a calibration fitted without it)."""
+        host = self.host
+        return host.get(f"{phase}:fixed:{style}", host.get(f"{phase}:fixed", 0.0))
+
     def optimizer_param(self, variant: str = "") -> float:
         """The host's seconds per parameter tensor of an optimizer step (on top of its ops):
         a foreach or fused step loops over the tensors in Python; stepped in backward
@@ -236,6 +243,7 @@ def step_time(
             continue
         scale = wanted / traced if phase in _MICRO else 1.0
         lane = _Lane(calibration)
+        lane.host += calibration.host_fixed(phase, style) * traced if phase in _MICRO else 0.0
         lane.issue(cost.ops, phase, style, copies=phase == "input")
         if phase == "backward" and in_backward:
             # each parameter's update is issued as backward completes its gradient: on the
