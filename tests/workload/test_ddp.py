@@ -27,8 +27,11 @@ def test_a_ddp_rank_holds_its_gradient_buckets_besides_the_step() -> None:
     plain = memfit.estimate(_gpt2, _batch, gpu="H200")
     ddp = memfit.estimate(_gpt2, _batch, gpu="H200", strategy="ddp", world_size=4)
     grads = sum(p.numel() * 4 for p in _gpt2().parameters())
-    # one flat fp32 bucket of every gradient, held from DDP's construction on
-    assert ddp.peak_allocated - plain.peak_allocated == pytest.approx(grads, abs=2**20)
+    # one flat fp32 bucket of every gradient, held from DDP's construction on, and in the
+    # second step the first step's too (NCCL's watchdog may hold them until then: measured)
+    assert ddp.peak_allocated - plain.peak_allocated == pytest.approx(2 * grads, abs=2**20)
+    one = memfit.estimate(_gpt2, _batch, gpu="H200", strategy="ddp", world_size=4, steps=1)
+    assert one.peak_allocated - plain.peak_allocated <= grads + 2**20
     assert any(n.startswith("DDP on 4 ranks") for n in ddp.notes)
     assert not dist.is_initialized()  # the fake group lived as long as the trace
 

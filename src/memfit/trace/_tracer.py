@@ -439,7 +439,7 @@ def _trace(
             building = sharded_build(workload, streams, recorder, sharded)  # FSDP2: off the GPU
             model = compile_guard.checked_model(prepare_model(workload, "meta", building))
             claim_buffers(workload, streams, recorder, model)
-            bucket_views = bool(getattr(model, "gradient_as_bucket_view", False))
+            bucket_views = hasattr(model, "gradient_as_bucket_view")  # DDP: its buckets held
             offload = offloader_of(model)
             if offload is not None:
                 observer = OffloadTrace(
