@@ -140,7 +140,7 @@ def fit_fixed(rows: list[TinyRow], host: dict[str, float]) -> dict[str, float]:
     tiny-deep``): per ``phase:style`` of :data:`FIXED_PHASES`, what a phase costs the host
     whatever its ops and the cost per op, by least squares of seconds on ops over the models
     without convolutions (a convolution's extra is fitted after, on top); ``host`` takes the
-    new cost per op, and the fixed part is returned. A negative fixed part (no such cost seen)
+    new cost per op, and the fixed part is returned. A fixed part under a microsecond (none seen)
     keeps the median per op, with none."""
     fixed: dict[str, float] = {}
     for key in list(host):
@@ -157,7 +157,7 @@ def fit_fixed(rows: list[TinyRow], host: dict[str, float]) -> dict[str, float]:
         a = np.array([[1.0, ops] for ops, _ in points])
         t = np.array([seconds for _, seconds in points])
         base, per_op = np.linalg.lstsq(a, t, rcond=None)[0]
-        if base > 0 and per_op > 0:
+        if base > 1e-6 and per_op > 0:  # a microsecond or more: not rounding
             fixed[key], host[key] = float(base), float(per_op)
     return fixed
 
