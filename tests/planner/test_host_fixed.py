@@ -46,9 +46,10 @@ def test_two_depths_split_a_phase_into_a_fixed_part_and_a_cost_per_op(fit: Any) 
     assert host["forward:fixed"] == pytest.approx(1000 * US)
     assert host["backward"] == pytest.approx(10 * US)
     assert "backward:fixed" not in host  # none seen: the median per op stays
-    # one depth alone cannot tell them apart: the median per op, as before
-    alone = fit.fit_host([r for r in rows if "-8" not in r.model])
+    # one op count alone cannot tell them apart: the median per op, as before
+    alone = fit.fit_host([r for r in rows if r.model == "gpt2"])
     assert "forward:fixed" not in alone
+    assert alone["forward"] == pytest.approx(25 * US)
 
 
 def test_the_fixed_part_is_paid_once_per_micro_batch_of_a_phase() -> None:
