@@ -23,7 +23,6 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from memfit._errors import InvalidInputError, MemfitError
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit._gpus import GPU
-from memfit._units import format_bytes
 from memfit.trace import _autocast
 from memfit.trace._compiled import CaptureNeeded, CompileGuard
 from memfit.trace._compiled_capture import CompiledPlan, capture_compiled
@@ -53,6 +52,7 @@ from memfit.trace._recorder import Recorder
 from memfit.trace._repeat import StepRepeat, Tallies
 from memfit.trace._rnn import RnnHooks, flatten_like_cuda
 from memfit.trace._shadow import ShadowValues
+from memfit.trace._trace_notes import trace_notes
 from memfit.trace._user_step import StepWatch, amp_as_on_cuda
 from memfit.workload import (
     StepHooks,
@@ -69,10 +69,6 @@ from memfit.workload import (
 
 __all__ = ["REPEAT_STEPS", "Trace", "trace_workload"]
 
-IN_BACKWARD_NOTE = (
-    "the optimizer stepped each parameter in backward, one fused update as its gradient was "
-    "complete, and freed the gradient then"
-)
 _COMPILED_OFFLOAD = (
     "offload={offload!r} cannot be estimated for a torch.compile'd model: what its forward "
     "saves is inductor's plan, which saved-tensor hooks do not see as eager blocks do. Drop "
@@ -478,12 +474,7 @@ def _trace(
         host_note = [shards_note(model, optimizer)] if on_host else []
         del model, optimizer
     notes = compile_guard.finish() + rank_notes(workload, bucket_views) + host_note
-    notes += _notes(workload, session, observer, optimizer_class)
-    if held:
-        notes.append(
-            f"the step's caller holds its whole batch on the GPU through the step "
-            f"({format_bytes(sum(held))}, counted from the first step on; batch_held)"
-        )
+    notes += trace_notes(workload, session, observer, optimizer_class, sum(held))
     # what happens after the last step (the model torn down) is not part of the workload
     phases = session.phases
     end = next((i for name, i in reversed(phases) if name == "end"), len(recorder.events))
@@ -501,27 +492,6 @@ def _trace(
         costs=session.recorder.costs,
         uneven_shards=uneven,
     )
-
-
-def _notes(
-    workload: Workload, session: _Session, observer: OffloadTrace | None, optimizer_class: type
-) -> list[str]:
-    """What the trace assumed or answered, beside the compile's and the rank's notes."""
-    notes: list[str] = []
-    if observer is not None:
-        notes.append(observer.note())
-    if workload.step_fn is not None:
-        notes += _step_notes(workload, session.user_autocast)
-    if workload.optimizer_in_backward:
-        notes.append(IN_BACKWARD_NOTE)
-    if str(workload.optimizer).endswith("-8bit"):
-        notes.append(_eight_bit_note(optimizer_class))
-    notes += [f"attention ran {n} x {b}" for b, n in sorted(session.backends.items())]
-    notes += sorted(set(session.shadows.guesses))
-    notes += session.shadows.routing.notes(asked=workload.moe_routing)
-    notes += session.recorder.kernels.convolutions.notes()
-    notes += sorted(session.rnn_notes)
-    return notes
 
 
 def _run_with_activation_marks(
@@ -554,22 +524,6 @@ def _run_with_activation_marks(
             "optimizer state and its memory is an inference step's. Call backward in the "
             "step, or estimate it with mode='infer' and step_fn(model, batch)."
         )
-
-
-def _eight_bit_note(cls: type) -> str:
-    """Which 8-bit optimizer the estimate traced, and its package's version."""
-    package = cls.__module__.partition(".")[0]
-    version = getattr(sys.modules.get(package), "__version__", "?")
-    return f"8-bit optimizer states: {package} {version}'s {cls.__name__}, as traced"
-
-
-def _step_notes(workload: Workload, autocast: set[str]) -> list[str]:
-    """What the user's step decided that the settings do not show."""
-    dtype = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[workload.precision]
-    ran = (
-        f"under torch.autocast ({', '.join(sorted(autocast))})" if autocast else "without autocast"
-    )
-    return [f"your step function ran as written, {ran}, on {dtype} parameters"]
 
 
 def _owner(name: str) -> str:
