@@ -3,6 +3,7 @@ the meta device with a fake process group, stand-in streams and the model built 
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -330,6 +331,8 @@ def test_offloaded_shards_estimate_less_and_say_what_the_host_holds() -> None:
     # parameters and gradients: the padded shards, float32; AdamW's two states of each
     assert f"{shards} of parameters and {shards} of gradients pinned" in note
     assert f"{memfit.format_bytes(2 * _padded_shards(4))} of optimizer states" in note
+    assert est.host_memory == 4 * _padded_shards(4) and kept.host_memory == 0
+    assert json.loads(est.to_json())["host_memory"] == est.host_memory
     assert "CPU offload policy" in est.notes[0]
     assert "FSDP2's CPU offload" not in " ".join(kept.notes)
 
@@ -480,3 +483,4 @@ def test_a_plan_nothing_fits_names_fsdp2_with_its_cpu_offload_where_that_fits() 
         offload_shards=True,
     )
     assert memfit.format_bytes(needed.peak_reserved + needed.non_pytorch) in line
+    assert f"and {memfit.format_bytes(needed.host_memory)} of host memory" in line

@@ -143,6 +143,7 @@ def estimate_workload(
         versions=installed_versions(),
         ranks=ranks,
         peak_rank=peak_rank,
+        host_memory=trace.host_memory,
     )
 
 

@@ -121,6 +121,9 @@ class Estimate:
     # above are the largest rank's, ``peak_rank``
     ranks: tuple[RankPeak, ...] = ()
     peak_rank: int = 0
+    # host memory the step needs besides the GPU's: a rank's offloaded FSDP2 shards and
+    # optimizer states (``offload_shards``); 0 where nothing waits there
+    host_memory: int = 0
 
     @property
     def total(self) -> int:
@@ -236,6 +239,7 @@ class Estimate:
             "least_capacity": self.least_capacity,
             "alloc_retries": self.alloc_retries,
             "peak_rank": self.peak_rank,
+            "host_memory": self.host_memory,
             "ranks": [
                 {
                     "rank": r.rank,

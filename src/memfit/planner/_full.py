@@ -123,7 +123,7 @@ def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> str:
     needed = 0
     for ranks in SHARDED_RANKS:
         try:
-            needed = _rank_needs(ev, plain, ranks, offload=False)
+            needed = _rank_needs(ev, plain, ranks, offload=False)[0]
         except MemfitError as exc:  # a model FSDP2 cannot shard as memfit wraps it
             return f"more GPUs with FSDP2: not estimated here ({str(exc).split('. ')[0]})"
         if needed <= usable:
@@ -142,23 +142,24 @@ def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> str:
 def _offloaded(ev: Evaluator, plain: Candidate, usable: int, ranks: int) -> str | None:
     """FSDP2 on ``ranks`` GPUs with the shards on the host, where it fits; else None."""
     try:
-        needed = _rank_needs(ev, plain, ranks, offload=True)
+        needed, host = _rank_needs(ev, plain, ranks, offload=True)
     except MemfitError:
         return None
     if needed > usable:
         return None
     return (
         f"FSDP2 on {ranks} GPUs of this size with its CPU offload policy: each rank then needs "
-        f"{format_bytes(needed)} of the GPU ({plain.describe()}), its shards and optimizer "
-        "states in host memory (the estimate's note says how much) and the optimizer stepped "
-        "there, whose time memfit does not predict; estimate it with strategy='fsdp2', "
+        f"{format_bytes(needed)} of the GPU ({plain.describe()}) and {format_bytes(host)} of "
+        "host memory for its shards and optimizer states, the optimizer stepped there (its "
+        "time memfit does not predict); estimate it with strategy='fsdp2', "
         f"world_size={ranks}, offload_shards=True (--strategy fsdp2 --gpus {ranks} "
         "--offload-shards)"
     )
 
 
-def _rank_needs(ev: Evaluator, plain: Candidate, ranks: int, *, offload: bool) -> int:
-    """What one FSDP2 rank of ``plain`` needs: peak reserved and the memory outside PyTorch."""
+def _rank_needs(ev: Evaluator, plain: Candidate, ranks: int, *, offload: bool) -> tuple[int, int]:
+    """What one FSDP2 rank of ``plain`` needs of the GPU (peak reserved and the memory outside
+    PyTorch) and of the host (its offloaded shards and optimizer states)."""
     trial = dataclasses.replace(
         shortened(ev.workload(plain), min(plain.accumulation, TRACED_MICRO_BATCHES)),
         strategy="fsdp2",
@@ -167,4 +168,4 @@ def _rank_needs(ev: Evaluator, plain: Candidate, ranks: int, *, offload: bool) -
     )
     estimate = estimate_workload(trial)
     ev.traces += 1
-    return estimate.peak_reserved + estimate.non_pytorch
+    return estimate.peak_reserved + estimate.non_pytorch, estimate.host_memory

@@ -60,6 +60,7 @@ from memfit.workload import (
     cast_inputs,
     engage,
     held_batch_sizes,
+    host_bytes,
     offloader_of,
     optimizer_for,
     parallel_group,
@@ -96,6 +97,8 @@ class Trace:
     # FSDP2: a parameter whose dim 0 does not split evenly over the ranks (the last ranks'
     # shards are then smaller than rank 0's, and may allocate differently); ZeRO: always
     uneven_shards: bool = False
+    # host memory the rank's offloaded FSDP2 shards and optimizer states take (0: none)
+    host_memory: int = 0
 
 
 @contextmanager
@@ -427,6 +430,7 @@ def _trace(
     recorder = session.recorder
     model: nn.Module | None = None
     bucket_views = on_host = False
+    host_memory = 0
     observer: OffloadTrace | None = None
     compile_guard = CompileGuard(workload, lambda: recorder.phase, plan)
     group = parallel_group(workload.strategy, workload.world_size, "meta", rank)
@@ -471,6 +475,7 @@ def _trace(
         if recorder.costs is not None:  # the optimizer's host time grows with them
             recorder.costs.parameter_tensors = sum(p.requires_grad for p in unique.values())
         optimizer_class = type(optimizer)
+        host_memory = sum(host_bytes(model, optimizer)) if on_host else 0
         host_note = [shards_note(model, optimizer)] if on_host else []
         del model, optimizer
     notes = compile_guard.finish() + rank_notes(workload, bucket_views) + host_note
@@ -491,6 +496,7 @@ def _trace(
         traced_again=session.repeat.refused,
         costs=session.recorder.costs,
         uneven_shards=uneven,
+        host_memory=host_memory,
     )
 
 
