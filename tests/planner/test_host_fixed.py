@@ -4,9 +4,6 @@ without it (the shipped one) charges none."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,19 +11,7 @@ from step_time_data import US, calibration, costs
 
 from memfit.planner import calibration_for, step_time
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 MEM = ("mem", 0, 0)
-
-
-@pytest.fixture(scope="module")
-def fit() -> Iterator[Any]:
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import calibration_fit
-
-        yield calibration_fit
-    finally:
-        sys.path.remove(str(BENCHMARKS))
 
 
 def _row(fit: Any, model: str, ops: int, forward: float) -> Any:

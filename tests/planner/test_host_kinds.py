@@ -4,9 +4,6 @@ calibrations fitted before it (no ``phase:conv`` key) behaving as they did."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,19 +11,6 @@ from step_time_data import US, calibration, costs
 
 from memfit._gpus import resolve_gpu
 from memfit.planner import Calibration, calibration_for, step_time
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-@pytest.fixture(scope="module")
-def fit() -> Iterator[Any]:
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import calibration_fit
-
-        yield calibration_fit
-    finally:
-        sys.path.remove(str(BENCHMARKS))
 
 
 def row(fit: Any, model: str, style: str, convs: int, **seconds: float) -> Any:

@@ -76,8 +76,8 @@ def test_a_short_trace_of_the_planner_holds_the_whole_steps_batch() -> None:
     assert shortened(short, 1).held_micro_batches == 8  # shortened again: still the step's
 
 
-def test_the_planner_counts_the_batch_the_applied_step_is_given() -> None:
-    plan = memfit.plan(
+def _plan(**options: object) -> memfit.Plan:
+    return memfit.plan(
         _convnet,
         batch_of=_images,
         loss_fn=_loss,
@@ -88,26 +88,19 @@ def test_the_planner_counts_the_batch_the_applied_step_is_given() -> None:
         optimizers=["adamw"],
         offloads=(),
         workers=1,
+        **options,  # type: ignore[arg-type]
     )
+
+
+def test_the_planner_counts_the_batch_the_applied_step_is_given() -> None:
+    plan = _plan()
     assert plan.chosen is not None
     settings = plan.chosen.candidate.settings()
     held = _estimate(**{**settings, "batch_held": True})
     assert plan.chosen.peak_allocated == held.peak_allocated
     # said where it counts, and off when asked
     assert any("the whole batch the step is given" in n for n in plan.notes)
-    free = memfit.plan(
-        _convnet,
-        batch_of=_images,
-        loss_fn=_loss,
-        budget="1GiB",
-        global_batch=16,
-        precisions=["fp32"],
-        checkpointing=[False],
-        optimizers=["adamw"],
-        offloads=(),
-        workers=1,
-        batch_held=False,
-    )
+    free = _plan(batch_held=False)
     assert free.chosen is not None and free.chosen.peak_allocated < plan.chosen.peak_allocated
 
 

@@ -16,7 +16,6 @@ from memfit.workload import (
     ZERO,
     MetaStreams,
     Workload,
-    host_bytes,
     host_stepping,
     offloaded_shards,
     parallel_note,
@@ -85,9 +84,9 @@ def offloaded_optimizer(
     return True
 
 
-def shards_note(model: nn.Module, optimizer: Any) -> str:
-    """What a rank whose FSDP2 shards are offloaded holds on the host, for the notes."""
-    params, grads, states = host_bytes(model, optimizer)
+def shards_note(params: int, grads: int, states: int) -> str:
+    """What a rank whose FSDP2 shards are offloaded holds on the host (:func:`host_bytes`), for
+    the notes."""
     return (
         "FSDP2's CPU offload: this rank's shards wait in host memory, "
         f"{format_bytes(params + grads + states)} of it ({format_bytes(params)} of parameters "
@@ -108,12 +107,12 @@ def uneven_shards(workload: Workload, parameters: list[Any]) -> bool:
     )
 
 
-def rank_notes(workload: Workload, bucket_views: bool) -> list[str]:
+def rank_notes(workload: Workload) -> list[str]:
     """What the estimate of a data-parallel rank assumed."""
     if workload.strategy is None:
         return []
     own = workload.parallelize is not None
     notes = [parallel_note(workload.strategy, workload.world_size, own, workload.offload_shards)]
-    if bucket_views:
+    if workload.strategy == "ddp":  # its first buckets held through the second step
         notes.append(BUCKET_VIEW_NOTE)
     return notes

@@ -429,8 +429,8 @@ def _trace(
     session.shadows.routing.policy = workload.moe_routing or "balanced"
     recorder = session.recorder
     model: nn.Module | None = None
-    bucket_views = on_host = False
-    host_memory = 0
+    on_host = False
+    host = (0, 0, 0)  # what the offloaded shards hold on the host: workload._fsdp.host_bytes
     observer: OffloadTrace | None = None
     compile_guard = CompileGuard(workload, lambda: recorder.phase, plan)
     group = parallel_group(workload.strategy, workload.world_size, "meta", rank)
@@ -439,7 +439,6 @@ def _trace(
             building = sharded_build(workload, streams, recorder, sharded)  # FSDP2: off the GPU
             model = compile_guard.checked_model(prepare_model(workload, "meta", building))
             claim_buffers(workload, streams, recorder, model)
-            bucket_views = hasattr(model, "gradient_as_bucket_view")  # DDP: its buckets held
             offload = offloader_of(model)
             if offload is not None:
                 observer = OffloadTrace(
@@ -475,10 +474,11 @@ def _trace(
         if recorder.costs is not None:  # the optimizer's host time grows with them
             recorder.costs.parameter_tensors = sum(p.requires_grad for p in unique.values())
         optimizer_class = type(optimizer)
-        host_memory = sum(host_bytes(model, optimizer)) if on_host else 0
-        host_note = [shards_note(model, optimizer)] if on_host else []
+        if on_host:
+            host = host_bytes(model, optimizer)
         del model, optimizer
-    notes = compile_guard.finish() + rank_notes(workload, bucket_views) + host_note
+    notes = compile_guard.finish() + rank_notes(workload)
+    notes += [shards_note(*host)] if on_host else []
     notes += trace_notes(workload, session, observer, optimizer_class, sum(held))
     # what happens after the last step (the model torn down) is not part of the workload
     phases = session.phases
@@ -496,7 +496,7 @@ def _trace(
         traced_again=session.repeat.refused,
         costs=session.recorder.costs,
         uneven_shards=uneven,
-        host_memory=host_memory,
+        host_memory=sum(host),
     )
 
 

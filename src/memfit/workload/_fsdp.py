@@ -260,17 +260,19 @@ def offloaded_shards(host: Callable[[], AbstractContextManager[Any]]) -> Iterato
         yield
 
 
+def _groups(model: nn.Module) -> list[Any]:
+    """The parameter groups of the modules ``fully_shard`` was applied to in ``model``."""
+    from torch.distributed.fsdp import FSDPModule
+
+    found = (_fsdp_group(m) for m in model.modules() if isinstance(m, FSDPModule))
+    return [g for g in found if g is not None]
+
+
 def shards_offloaded(model: nn.Module) -> bool | None:
     """Whether FSDP2 offloads ``model``'s shards to the host: True for every group, False for
     none (or no FSDP2), None for some but not all."""
-    from torch.distributed.fsdp import FSDPModule
-
-    groups = [
-        g
-        for g in (_fsdp_group(m) for m in model.modules() if isinstance(m, FSDPModule))
-        if g is not None and g.fsdp_params
-    ]
-    flags = {bool(getattr(p, "offload_to_cpu", False)) for g in groups for p in g.fsdp_params}
+    params = [p for g in _groups(model) for p in g.fsdp_params]
+    flags = {bool(getattr(p, "offload_to_cpu", False)) for p in params}
     if len(flags) > 1:
         return None
     return flags == {True}
@@ -292,11 +294,9 @@ def host_stepping(optimizer: Any, host: Callable[[], AbstractContextManager[Any]
 def host_bytes(model: nn.Module, optimizer: Any) -> tuple[int, int, int]:
     """What a rank whose shards FSDP2 offloads holds in host memory: the shards of the
     parameters and of their gradients (both pinned), and the optimizer's states."""
-    from torch.distributed.fsdp import FSDPModule
-
     params = grads = states = 0
-    for group in (_fsdp_group(m) for m in model.modules() if isinstance(m, FSDPModule)):
-        for p in group.fsdp_params if group is not None else ():
+    for group in _groups(model):
+        for p in group.fsdp_params:
             data = p._sharded_param_data
             params += data.numel() * data.element_size()
             grads += data.numel() * data.element_size() if p.sharded_param.requires_grad else 0
@@ -404,7 +404,7 @@ def check_wrapped(
             "parallelize returned a model with no module fully_shard was applied to, with "
             "strategy='fsdp2': call fully_shard(module, mesh=mesh) on its blocks and root."
         )
-    groups = [g for g in map(_fsdp_group, sharded) if g is not None]
+    groups = _groups(model)
     offloaded = shards_offloaded(model)
     if offloaded is None:
         raise InvalidInputError(

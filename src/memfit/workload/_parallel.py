@@ -33,6 +33,7 @@ from torch import nn
 from memfit._choices import STRATEGIES
 from memfit._errors import InvalidInputError
 from memfit.workload._fsdp import MetaStreams, check_wrapped, meta_fsdp, shard_model
+from memfit.workload._in_backward import in_backward
 from memfit.workload._zero import ZERO, check_zero, meta_accelerator
 
 # the strategies whose own mixed precision replaces autocast (FSDP2's policy, DeepSpeed's bf16)
@@ -110,7 +111,7 @@ def check_offload_shards(offload: object, strategy: str | None, optimizer: objec
             + (" (DeepSpeed's own offload is not estimated yet)." if strategy in ZERO else ".")
         )
     name = str(optimizer) if isinstance(optimizer, str) else ""
-    if name.endswith("-8bit") or "in-backward" in name:
+    if name.endswith("-8bit") or in_backward(name):
         raise InvalidInputError(
             f"offload_shards=True with optimizer={name!r} is not estimated: with its shards "
             "offloaded FSDP2 steps the optimizer on the host, where "
@@ -328,7 +329,7 @@ def _answer_in_place(ddp: Any) -> None:
         "bucket": dist.GradBucket,  # type: ignore[attr-defined]
         "return": torch.futures.Future[torch.Tensor],
     }
-    stash = _FirstBuckets(True)  # with bucket views or without: measured both ways (session 18)
+    stash = _FirstBuckets()  # with bucket views or without: measured both ways (session 18)
     ddp.register_comm_hook(stash, _in_place)
     ddp.register_forward_pre_hook(stash.forward_started)
     # its timing statistics are CPU's or CUDA's only: on meta it warns from C++, on stderr
@@ -371,13 +372,12 @@ class _FirstBuckets:
     rebuild, as in session 17): when NCCL lets them go is the watchdog's timing, so the trace
     holds them with or without bucket views, the higher of the two."""
 
-    def __init__(self, on: bool) -> None:
-        self.on = on
+    def __init__(self) -> None:
         self.held: list[torch.Tensor] = []
         self.forwards = -1  # forwards since the first all-reduce (-1: none yet)
 
     def keep(self, buffer: torch.Tensor) -> None:
-        if self.on and self.forwards <= 0:
+        if self.forwards <= 0:
             self.forwards = 0
             self.held.append(buffer)
 
