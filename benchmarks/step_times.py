@@ -85,7 +85,7 @@ def measure(
     from memfit.workload import (
         StepHooks,
         compiled_with_budget,
-        held_batch_sizes,
+        held_view_on,
         make_workload,
         optimizer_for,
         prepare_model,
@@ -105,10 +105,6 @@ def measure(
         torch.cuda.reset_peak_memory_stats()
         net = prepare_model(workload, "cuda")
         optimizer = optimizer_for(workload, net)
-        # the caller's whole batch, held through the steps (``batch_held``), as the trace does
-        held = [
-            torch.empty(n, dtype=torch.uint8, device="cuda") for n in held_batch_sizes(workload)
-        ]
         marks: list[float] = []  # each step's first input phase, then the end
         started: set[str] = set()
 
@@ -124,6 +120,8 @@ def measure(
             autocast=lambda dtype: torch.autocast("cuda", dtype=dtype),
             grad_scaler=lambda: torch.amp.GradScaler("cuda"),
             phase=phase,
+            # the caller's whole batch, held through the steps (``batch_held``), as traced
+            held_view=held_view_on(workload, "cuda"),
         )
         run_steps(workload, net, optimizer, hooks)
         times = [b - a for a, b in itertools.pairwise(marks)]
@@ -133,7 +131,7 @@ def measure(
             peak_allocated=torch.cuda.max_memory_allocated(),
             peak_reserved=torch.cuda.max_memory_reserved(),
         )
-        del net, optimizer, held
+        del net, optimizer, hooks
     except Exception as exc:  # kept in the results; the next configuration runs
         row["error"] = f"{type(exc).__name__}: {exc}"[:600]
         row["traceback"] = traceback.format_exc()[-2000:]

@@ -25,7 +25,7 @@ from memfit.workload import (
     Workload,
     compiled_with_budget,
     engage,
-    held_batch_sizes,
+    held_view_on,
     optimizer_for,
     parallel_group,
     prepare_model,
@@ -118,7 +118,7 @@ def _run(
         grad_scaler=lambda: torch.amp.GradScaler("cuda"),
     )
     # the caller's batch, held through the steps as the trace holds it (``batch_held``)
-    held = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in held_batch_sizes(workload)]
+    hooks.held_view = held_view_on(workload, "cuda")
     start = time.perf_counter()
     run_steps(workload, model, optimizer, hooks)
     torch.cuda.synchronize()
@@ -126,7 +126,7 @@ def _run(
     snapshot = torch.cuda.memory._snapshot() if record_history else None
     if record_history:
         torch.cuda.memory._record_memory_history(enabled=None)
-    del held
+    hooks.held_view = None  # the caller's batch let go
     nvml = _nvml_process_memory()
     reserved_now = torch.cuda.memory_reserved()
     result = Measurement(

@@ -99,6 +99,8 @@ class Trace:
     uneven_shards: bool = False
     # host memory the rank's offloaded FSDP2 shards and optimizer states take (0: none)
     host_memory: int = 0
+    # events before which the traced code emptied the cache (``torch.cuda.empty_cache()``)
+    empty_cache_at: tuple[int, ...] = ()
 
 
 @contextmanager
@@ -196,6 +198,22 @@ class _EmulatedGradScaler:
 
     def update(self) -> None:
         pass
+
+
+@contextmanager
+def _empty_cache_recorded(recorder: Recorder) -> Iterator[None]:
+    """``torch.cuda.empty_cache()`` called by the traced code is an event of the trace (no
+    CUDA here, so torch's own would do nothing)."""
+    saved = torch.cuda.empty_cache, torch.cuda.memory.empty_cache
+
+    def empty_cache() -> None:
+        recorder.empty_cache()
+
+    torch.cuda.empty_cache = torch.cuda.memory.empty_cache = empty_cache
+    try:
+        yield
+    finally:
+        torch.cuda.empty_cache, torch.cuda.memory.empty_cache = saved
 
 
 def _to_meta_with_shadow(shadows: ShadowValues, seen: list[str]) -> Any:
@@ -301,8 +319,15 @@ class _Session:
 
     def hooks(self) -> StepHooks:
         rec = self.recorder
+        to_device = _to_meta_with_shadow(self.shadows, self.batch)
+
+        def held_view(batch: Any) -> Any:  # a slice of the held batch (its blocks: _trace)
+            with rec.host():
+                return to_device(batch)
+
         return StepHooks(
-            to_device=_to_meta_with_shadow(self.shadows, self.batch),
+            to_device=to_device,
+            held_view=held_view,
             autocast=lambda dtype: _autocast.EmulatedAutocast("cuda", dtype),
             grad_scaler=_EmulatedGradScaler,
             phase=self.set_phase,
@@ -346,6 +371,7 @@ class _Session:
             stack.enter_context(_autocast_emulated())
             stack.enter_context(meta_autocast_as_cuda())
             stack.enter_context(amp_as_on_cuda(self.user_autocast))
+            stack.enter_context(_empty_cache_recorded(self.recorder))
             stack.enter_context(python_function_reentry())
             stack.enter_context(self.modules.active())
             stack.enter_context(self.function_mode)
@@ -497,6 +523,7 @@ def _trace(
         costs=session.recorder.costs,
         uneven_shards=uneven,
         host_memory=sum(host),
+        empty_cache_at=tuple(i for i in recorder.empty_cache_at if i < end),
     )
 
 

@@ -6,6 +6,7 @@ see the same program. Only the device, the autocast and the grad scaler are pass
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from memfit._errors import InvalidInputError
 from memfit.workload._checkpoint import checkpoint_blocks
@@ -98,6 +99,9 @@ class StepHooks:
     repeat: Callable[[int, nn.Module], bool] = lambda step, model: False
     # True when step N's next ``count`` micro-batches were reproduced from its second (a trace)
     repeat_micro_batches: Callable[[int, int], bool] = lambda step, count: False
+    # with ``batch_held``: the micro-batch as views of the batch the caller holds on the GPU,
+    # which takes no new memory (``None``: moved like any other, ``to_device``)
+    held_view: Callable[[Batch], Batch] | None = None
 
 
 def run_steps(
@@ -148,7 +152,12 @@ def _steps(
                     f"make_batch returned None for {workload.name}: the batch factory must "
                     "return the batch (a tensor, tuple or dict); is a 'return' missing?"
                 )
-            batch = hooks.to_device(cast_inputs(made, workload.param_dtype))
+            if workload.batch_held and hooks.held_view is not None:
+                # a slice of the caller's batch, cast (a copy) only for pure low precision, as
+                # memfit.apply's step casts each micro-batch it cuts from the batch it is given
+                batch = cast_inputs(hooks.held_view(made), workload.param_dtype)
+            else:
+                batch = hooks.to_device(cast_inputs(made, workload.param_dtype))
             hooks.phase(f"step{step}.forward")
             if workload.step_fn is not None:
                 _run_user_step(workload, model, batch, optimizer, hooks)
@@ -229,14 +238,46 @@ def _run_user_step(
 
 def held_batch_sizes(workload: Workload) -> list[int]:
     """With ``batch_held``: the bytes of each tensor of the whole batch the caller holds on the
-    GPU through a step (each of a micro-batch's tensors, as the step's inputs are cast, times
-    the micro-batches of a step: the batch that is split into them); else nothing."""
+    GPU through a step (each of a micro-batch's tensors, as ``make_batch`` makes them, times
+    the micro-batches of a step: the batch that is split into them); else nothing. The
+    caller's dtypes: a pure low-precision step casts each micro-batch as it runs."""
     if not workload.batch_held:
         return []
-    made = cast_inputs(workload.make_batch(), workload.param_dtype)
-    leaves = [t for t in tree_flatten(made)[0] if isinstance(t, torch.Tensor)]
+    leaves = [t for t in tree_flatten(workload.make_batch())[0] if isinstance(t, torch.Tensor)]
     parts = workload.held_micro_batches or workload.accumulation
     return [t.numel() * t.element_size() * parts for t in leaves if t.numel()]
+
+
+def held_view_on(workload: Workload, device: torch.device | str) -> Callable[[Batch], Batch] | None:
+    """With ``batch_held``: a real run's ``held_view``, which hands out the micro-batches of
+    :func:`held_batch_on` in turn (and holds them while it lives); else None."""
+    parts = held_batch_on(workload, device)
+    if not parts:
+        return None
+    turn = itertools.count()
+    return lambda batch: parts[next(turn) % len(parts)]
+
+
+def held_batch_on(workload: Workload, device: torch.device | str) -> list[Batch]:
+    """With ``batch_held``: a step's micro-batches as views of one batch on ``device``, a
+    tensor per leaf as a caller's batch is (the bytes :func:`held_batch_sizes` counts); else
+    nothing."""
+    if not workload.batch_held:
+        return []
+    parts = workload.held_micro_batches or workload.accumulation
+    made = [tree_flatten(workload.make_batch()) for _ in range(parts)]
+    spec = made[0][1]
+    columns = []
+    for position, first in enumerate(made[0][0]):
+        pieces = [leaves[position] for leaves, _ in made]
+        if isinstance(first, torch.Tensor) and first.dim() > 0:
+            whole = torch.cat(pieces).to(device)
+            columns.append(list(whole.split([p.shape[0] for p in pieces])))
+        elif isinstance(first, torch.Tensor):  # a scalar: one per micro-batch
+            columns.append([p.to(device) for p in pieces])
+        else:
+            columns.append(pieces)
+    return [tree_unflatten([c[i] for c in columns], spec) for i in range(parts)]
 
 
 def cast_inputs(batch: Batch, dtype: torch.dtype) -> Batch:
