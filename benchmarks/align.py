@@ -86,7 +86,7 @@ def real_events(path: Path) -> tuple[list[tuple[str, int, int, str]], int, int]:
 def traced_events(workload_id: str) -> tuple[list[tuple[str, int, int, str]], int, int, int]:
     """The trace's (kind, block, rounded size, op@module/phase) events, peaks, first step index."""
     from memfit._gpus import resolve_gpu
-    from memfit.allocator import replay
+    from memfit.allocator import AllocatorReplay, ReplayOps
     from memfit.trace import trace_workload
     from memfit.workload import make_workload
 
@@ -115,7 +115,12 @@ def traced_events(workload_id: str) -> tuple[list[tuple[str, int, int, str]], in
             info = tr.infos[ev.info]
             where = f"{info.op} @{info.module} [{info.phase}] {info.dtype}{list(info.shape)}"
         out.append((ev.kind, ev.block, ev.size, where))
-    rep = replay(tr.events, entry.get("allocator_config", ""))
+    # replayed as the estimate replays it: the cache emptied where the steps start and where
+    # the traced code emptied it
+    rep = AllocatorReplay(entry.get("allocator_config", ""))
+    rep.run(
+        ReplayOps.from_events(tr.events, empty_cache_before=(*tr.empty_cache_at, tr.steps_start))
+    )
     return out, rep.peak_allocated, rep.peak_reserved, tr.steps_start
 
 
@@ -187,10 +192,11 @@ def _replayed_reserved(path: Path) -> int:
     driver placed segments, which no estimate can know (benchmarks/results/README.md).
     """
     import memfit.snapshot
-    from memfit.allocator import replay
+    from memfit.snapshot._replay import build_ops, run_replay
+    from memfit.snapshot._timeline import trace_timeline
 
-    snap = memfit.snapshot.load(path)
-    return replay(snap.events(), snap.config).peak_reserved
+    snap = memfit.snapshot.load(path)  # with the trace's empty_cache calls where it shows them
+    return run_replay(build_ops(trace_timeline(snap)), snap.config).peak_reserved
 
 
 def main() -> int:

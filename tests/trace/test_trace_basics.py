@@ -9,6 +9,7 @@ from torch import nn
 from memfit import Category, estimate
 from memfit._gpus import resolve_gpu
 from memfit.trace import trace_workload
+from memfit.workload import make_workload
 from memfit.workload._step import Workload
 
 H200 = resolve_gpu("h200")
@@ -94,3 +95,39 @@ def test_two_steps_peak_is_not_lower_than_one():
 def test_pure_low_precision_halves_parameters(precision):
     est = estimate(mlp, lambda: torch.randn(64, 1024), precision=precision)
     assert est.by_category[Category.PARAMETER] == PARAM_BYTES // 2
+
+
+def _step_with_a_scratch(empty: bool):  # type: ignore[no-untyped-def]
+    """A user's step that frees a 96 MiB scratch buffer, maybe empties the cache, then takes
+    a 160 MiB one: cached, the first segment cannot hold the second, so both are reserved."""
+
+    def step(model, batch, optimizer):  # type: ignore[no-untyped-def]
+        device = next(model.parameters()).device
+        scratch = torch.empty(96 * 2**20, dtype=torch.uint8, device=device)
+        del scratch
+        if empty:
+            torch.cuda.empty_cache()
+        scratch = torch.empty(160 * 2**20, dtype=torch.uint8, device=device)
+        del scratch
+        model(batch).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    return step
+
+
+def test_a_steps_empty_cache_frees_the_cached_segments_in_the_replay():
+    def est(empty: bool):  # type: ignore[no-untyped-def]
+        step = _step_with_a_scratch(empty)
+        return estimate(mlp, _batch64, step_fn=step, gpu="h200", optimizer="sgd", steps=1)
+
+    kept, emptied = est(False), est(True)
+    assert kept.peak_allocated == emptied.peak_allocated
+    assert kept.peak_reserved - emptied.peak_reserved == 96 * 2**20
+    workload = make_workload(mlp, _batch64, step_fn=_step_with_a_scratch(True), steps=1)
+    trace = trace_workload(workload, H200)
+    assert len(trace.empty_cache_at) == 1 and trace.empty_cache_at[0] > trace.steps_start
+
+
+def _batch64() -> torch.Tensor:
+    return torch.randn(64, 1024)

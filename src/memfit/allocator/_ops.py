@@ -52,10 +52,13 @@ class ReplayOps:
 
     @classmethod
     def from_events(
-        cls, events: Iterable[MemoryEvent], *, empty_cache_before: int | None = None
+        cls,
+        events: Iterable[MemoryEvent],
+        *,
+        empty_cache_before: int | Iterable[int] | None = None,
     ) -> ReplayOps:
-        """The ops of a trace of events, with one ``empty_cache`` before event
-        ``empty_cache_before`` (when there is such an event).
+        """The ops of a trace of events, with an ``empty_cache`` before event
+        ``empty_cache_before`` (or before each of several; where there is such an event).
 
         An event that is malformed whatever happened before it (an unknown kind, a size or
         stream that is not an int >= 0) ends the ops, and its message becomes ``invalid``;
@@ -66,8 +69,14 @@ class ReplayOps:
         size: list[int] = []
         stream: list[int] = []
         invalid = None
+        if empty_cache_before is None:
+            empties: set[int] = set()
+        elif isinstance(empty_cache_before, int):
+            empties = {empty_cache_before}
+        else:
+            empties = set(empty_cache_before)
         for index, event in enumerate(events):
-            if index == empty_cache_before:
+            if index in empties:
                 kind.append(EMPTY_CACHE)
                 block.append(0)
                 size.append(0)

@@ -21,8 +21,10 @@ TOLERANCE = 64 << 20  # bytes: the bisection stops this close to the answer (fro
 
 def replay_ops(trace: Trace) -> ReplayOps:
     """The ops that replay ``trace``: its events, with the cache emptied where the steps start,
-    as ``memfit validate`` (and a fresh job) does."""
-    return ReplayOps.from_events(trace.events, empty_cache_before=trace.steps_start)
+    as ``memfit validate`` (and a fresh job) does, and wherever the traced code emptied it."""
+    return ReplayOps.from_events(
+        trace.events, empty_cache_before=(*trace.empty_cache_at, trace.steps_start)
+    )
 
 
 def retries_within(trace: Trace, config: AllocatorConfig, capacity: int) -> int | None:

@@ -97,6 +97,9 @@ class Recorder(TorchDispatchMode):
         self.pass_through: tuple[type, ...] = ()
         self._host_depth = 0
         self._off_device: set[int] = set()  # storages made off the GPU (``host``)
+        # the events before which the traced code emptied the cache (torch.cuda.empty_cache:
+        # DeepSpeed's ZeRO does while it builds its flat buffers)
+        self.empty_cache_at: list[int] = []
 
     # -- allocation bookkeeping ------------------------------------------------------------
     def _key(self, storage: torch.UntypedStorage) -> int:
@@ -146,6 +149,12 @@ class Recorder(TorchDispatchMode):
 
     def info(self, block: int) -> AllocationInfo:
         return self.infos[self._block_info[block]]
+
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()`` ran here: the replay frees the cached segments."""
+        at = len(self.events)
+        if not self.empty_cache_at or self.empty_cache_at[-1] != at:
+            self.empty_cache_at.append(at)
 
     @contextlib.contextmanager
     def host(self) -> Iterator[None]:
