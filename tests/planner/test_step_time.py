@@ -49,8 +49,26 @@ def test_micro_batch_phases_scale_to_the_wanted_accumulation() -> None:
     four = step_time(
         costs(forward=ops, optimizer=ops), calibration(), style="eager", micro_batches=(1, 4)
     )
-    assert four.phases["forward"] == pytest.approx(4 * one.phases["forward"])
+    # a host-bound micro-batch: the host issues the next one while the GPU runs the last op
+    # of this one (1 us), so only the last micro-batch's tail shows
+    assert one.phases["forward"] == pytest.approx(100 * US + 1 * US)
+    assert four.phases["forward"] == pytest.approx(4 * 100 * US + 1 * US)
     assert four.phases["optimizer"] == pytest.approx(one.phases["optimizer"])
+    half = step_time(costs(forward=ops), calibration(), style="eager", micro_batches=(2, 3))
+    assert half.phases["forward"] == pytest.approx(1.5 * 100 * US + 1 * US)  # 1.5 repeats
+
+
+def test_the_host_issues_the_next_phase_while_the_gpu_runs_the_last() -> None:
+    # a GPU-bound forward (one 2 ms product) then a host-bound backward (100 ops of 10 us):
+    # loss.backward() starts issuing while the product runs, as eager PyTorch does
+    got = step_time(
+        costs(forward=[("mm:bf16", int(1e12), 0)], backward=[("mem", 0, 0)] * 100),
+        calibration(),
+        style="eager",
+    )
+    # the backward's kernels (1 us each) queue behind the product, which ends at 10 us + 2 ms
+    # while the host has issued them all by 1,010 us
+    assert got.seconds == pytest.approx(10 * US + 2000 * US + 100 * 1 * US)
 
 
 def test_the_host_cost_follows_the_phase_and_the_style_of_step() -> None:

@@ -232,35 +232,54 @@ def step_time(
     it, is left out: a user's data loader does that, beside the step).
     """
     traced, wanted = micro_batches
-    host = gpu = 0.0
+    shown = [
+        (phase, cost)
+        for phase in _ORDER
+        if (cost := costs.phases.get(f"step{step}.{phase}")) is not None
+        and not (in_backward and phase == "optimizer")
+        and not (batch_on_gpu and phase == "input")
+    ]
+    update = costs.phases.get(f"step{step}.optimizer") if in_backward else None
+    lane = _Lane(calibration)
     phases: dict[str, float] = {}
-    busy_gpu = busy_host = 0.0
-    for phase in _ORDER:
-        cost = costs.phases.get(f"step{step}.{phase}")
-        if cost is None or (in_backward and phase == "optimizer"):
-            continue
-        if batch_on_gpu and phase == "input":
-            continue
-        scale = wanted / traced if phase in _MICRO else 1.0
-        lane = _Lane(calibration)
-        lane.host += calibration.host_fixed(phase, style) * traced if phase in _MICRO else 0.0
+
+    def run(phase: str, cost: Any, share: float = 1.0) -> None:
+        """Issue one phase where the last one left off: the host runs ahead of the GPU across
+        phases (``loss.backward()`` starts while the forward's kernels still run)."""
+        before = lane.end
+        if phase in _MICRO:
+            lane.spend(calibration.host_fixed(phase, style) * traced)
         lane.issue(cost.ops, phase, style, copies=phase == "input")
         if phase == "backward" and in_backward:
             # each parameter's update is issued as backward completes its gradient: on the
             # host between backward's ops, on the GPU between its kernels (the host's cost of
             # it hides under a GPU-bound backward). Scaled with backward: one micro-batch
-            update = costs.phases.get(f"step{step}.optimizer")
             lane.issue(update.ops if update else [], "optimizer", style)
-            lane.host += costs.parameter_tensors * calibration.optimizer_param("in-backward")
+            lane.spend(costs.parameter_tensors * calibration.optimizer_param("in-backward"))
         if phase == "optimizer":
             variant = "8bit" if eight_bit else ""
-            lane.host += costs.parameter_tensors * calibration.optimizer_param(variant)
-        busy_host += lane.host * scale
-        busy_gpu += lane.busy * scale
-        took = lane.end * scale
-        phases[phase] = took
-        host = gpu = max(host, gpu) + took
-    return StepTime(max(host, gpu), busy_gpu, busy_host, phases)
+            lane.spend(costs.parameter_tensors * calibration.optimizer_param(variant))
+        phases[phase] = phases.get(phase, 0.0) + (lane.end - before) * share
+
+    # the traced micro-batches run as many times as the step's need; a fraction of a repeat
+    # counts that share of the last one's time
+    repeats = wanted / traced
+    last = repeats - math.ceil(repeats) + 1
+    for n in range(math.ceil(repeats)):
+        share = last if n == math.ceil(repeats) - 1 else 1.0
+        marks = (lane.end, lane.host_busy, lane.busy)
+        for phase, cost in shown:
+            if phase in _MICRO:
+                run(phase, cost, share)
+        if share < 1.0:  # only ``share`` of the last repeat: take the rest back
+            back = 1.0 - share
+            lane.shift(-(lane.end - marks[0]) * back)
+            lane.host_busy -= (lane.host_busy - marks[1]) * back
+            lane.busy -= (lane.busy - marks[2]) * back
+    for phase, cost in shown:
+        if phase not in _MICRO:
+            run(phase, cost)
+    return StepTime(lane.end, lane.busy, lane.host_busy, phases)
 
 
 class _Lane:
@@ -270,6 +289,7 @@ class _Lane:
     def __init__(self, calibration: Calibration) -> None:
         self.calibration = calibration
         self.host = self.gpu = self.busy = 0.0
+        self.host_busy = 0.0  # the host's own seconds, without its waits for the GPU
         self.copy = 0.0  # activation offload's side stream: when its last copy is done
         self._events: dict[str, float] = {}
 
@@ -283,9 +303,21 @@ class _Lane:
         elif name == "copy_wait":
             self.gpu = max(self.gpu, self._events.get(event, 0.0))
         else:
-            self.host += per_op
+            self.spend(per_op)
             start = max(self.copy, self.gpu, self.host)
             self.copy = start + self.calibration.copy_seconds(name, nbytes)
+
+    def spend(self, seconds: float) -> None:
+        """The host works ``seconds`` more."""
+        self.host += seconds
+        self.host_busy += seconds
+
+    def shift(self, seconds: float) -> None:
+        """Every clock moved by ``seconds``."""
+        self.host += seconds
+        self.gpu += seconds
+        self.copy += seconds
+        self._events = {k: v + seconds for k, v in self._events.items()}
 
     @property
     def end(self) -> float:
@@ -302,15 +334,15 @@ class _Lane:
             if is_copy(kind):
                 self._side_stream(kind, nbytes, per_op)
                 continue
-            self.host += per_op
+            self.spend(per_op)
             if copies and kind.startswith("mem"):
-                self.host += nbytes / 2 * cal.h2d  # read on the host, written on the GPU
+                self.spend(nbytes / 2 * cal.h2d)  # read on the host, written on the GPU
                 continue
             if kind == "sync":
                 self.host = max(self.host, self.gpu)
                 continue
             if per_conv and kind.startswith(_CONVOLUTIONS):
-                self.host += per_conv
+                self.spend(per_conv)
             run = cal.gpu_seconds(kind, flops, nbytes)
             if run:
                 self.gpu = max(self.gpu, self.host) + run
