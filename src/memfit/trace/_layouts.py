@@ -2,7 +2,8 @@
 
 The meta convolution always returns NCHW-contiguous tensors, but on a GPU cuDNN runs a 2-d
 convolution in channels-last when its input or weight is channels-last
-(``cudnn_conv_suggest_memory_format``), and so returns channels-last outputs and gradients.
+(``cudnn_conv_suggest_memory_format``), and so returns channels-last outputs and gradients;
+otherwise contiguous gradients, where the meta backward follows its grad_output's layout.
 Sizes are the same either way; what changes is which later ops see a contiguous tensor, and so
 which of them copy (layer norm makes a contiguous copy of its input: ConvNeXt's permuted
 ``(N, H, W, C)`` view is contiguous on the GPU, after the stem's LayerNorm2d turned the
@@ -44,18 +45,26 @@ def _as_channels_last(t: Any) -> Any:
         return _EMPTY(tuple(t.shape), stride, dtype=t.dtype, device="meta")
 
 
+def _as_contiguous(t: Any) -> Any:
+    if not isinstance(t, torch.Tensor) or t.device.type != "meta" or t.is_contiguous():
+        return t
+    with torch._C.DisableTorchFunction():
+        return torch.empty(tuple(t.shape), dtype=t.dtype, device="meta")
+
+
 def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
     """``out`` as the CUDA kernel would lay it out (a new meta tensor where it differs)."""
     if func is aten.convolution.default:
         if channels_last(args[0]) or channels_last(args[1]):
             return _as_channels_last(out)
         return out
-    if (
-        func is aten.convolution_backward.default
-        and isinstance(out, tuple)
-        and (channels_last(args[1]) or channels_last(args[2]))
-    ):
-        return (_as_channels_last(out[0]), _as_channels_last(out[1]), *out[2:])
+    if func is aten.convolution_backward.default and isinstance(out, tuple):
+        if channels_last(args[1]) or channels_last(args[2]):
+            return (_as_channels_last(out[0]), _as_channels_last(out[1]), *out[2:])
+        # the meta kernel follows a channels-last grad_output (ViT's patch embedding, read back
+        # through a transpose); cuDNN follows the input and the weight: contiguous gradients,
+        # which autograd then keeps as the weight's .grad (no copy into the weight's layout)
+        return (_as_contiguous(out[0]), _as_contiguous(out[1]), *out[2:])
     if (
         func is aten._scaled_dot_product_efficient_attention_backward.default
         and isinstance(out, tuple)
