@@ -107,3 +107,48 @@ def test_offloaded_checkpoints_take_a_larger_micro_batch_than_full_checkpointing
 def test_offloads_that_are_no_list_of_shares_are_refused(value: object) -> None:
     with pytest.raises(InvalidInputError, match=r"offload"):
         _plan(offloads=value)
+
+
+class _Evaluator:
+    """The planner's evaluator with made-up step times: offloaded, a bf16-mixed step is faster
+    than an fp32 one (half the bytes to copy), 10 ms more per block still recomputed."""
+
+    def __init__(self, starts: list[tuple[str, float, float]]) -> None:
+        from types import SimpleNamespace
+
+        from memfit.planner._plan_result import Candidate, Evaluated
+
+        self.calibration = SimpleNamespace(pinned=True)
+        self.seen: dict[Candidate, Evaluated] = {}
+        self._evaluated = Evaluated
+        for precision, share, seconds in starts:
+            c = Candidate(2, 4, precision, share, "adamw-fused")
+            self.seen[c] = Evaluated(c, 0, 0, 0, seconds, 1.0, None, "host", True, ())
+
+    def evaluate(self, candidates: list[object]) -> list[object]:
+        for c in candidates:
+            if c not in self.seen:
+                kept = round(c.checkpointing * 12) if c.checkpointing else 0  # type: ignore[attr-defined]
+                base = 0.60 if c.precision == "bf16-mixed" else 0.70  # type: ignore[attr-defined]
+                self.seen[c] = self._evaluated(
+                    c, 0, 0, 0, base + 0.01 * kept, 1.0, None, "host", True, ()
+                )
+        return [self.seen[c] for c in candidates]
+
+
+def test_offload_is_searched_from_each_precision_that_ties_with_the_fastest() -> None:
+    from memfit.planner._offload_search import search_offload
+
+    # Qwen2.5-0.5B at 12 GiB (session 19): fp32 with 75% of the blocks checkpointed 1% ahead
+    # of bf16-mixed with 92%; offloaded, bf16-mixed's steps are the faster
+    ev = _Evaluator([("fp32", 0.75, 0.951), ("bf16-mixed", 0.9167, 0.960), ("fp16", 1.0, 2.0)])
+    search_offload(ev, {"offload": (1.0,), "blocks": (12,)}, None)  # type: ignore[arg-type]
+    offloaded = {
+        (c.precision, c.checkpointing)
+        for c in ev.seen
+        if c.offload  # type: ignore[attr-defined]
+    }
+    assert ("bf16-mixed", False) in offloaded and ("fp32", False) in offloaded
+    assert not any(p == "fp16" for p, _ in offloaded)  # not within the tie
+    best = min((e for c, e in ev.seen.items() if c.offload), key=lambda e: e.step_seconds)
+    assert best.candidate.precision == "bf16-mixed"
