@@ -801,6 +801,45 @@ ALIGN_18: list[dict[str, Any]] = [
     },
 ]
 
+# Held out after session 19's trace changes: convolutions whose output is read back through a
+# permute or transpose (their gradients' layout), a batch held through accumulated steps
+HELD_OUT_19: list[dict[str, Any]] = [
+    {
+        "id": "swin-t-bf16mixed-b64",
+        "model": "timm:swin_tiny_patch4_window7_224",
+        "batch_size": 64,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "deit-s-bf16mixed-b128-ckpt",
+        "model": "timm:deit_small_patch16_224",
+        "batch_size": 128,
+        "precision": "bf16-mixed",
+        "checkpointing": True,
+    },
+    {
+        "id": "tv-swin-t-fp32-b32",
+        "model": "tv:swin_t",
+        "batch_size": 32,
+    },
+    {
+        "id": "beit-b-bf16mixed-b64-x2-held",
+        "model": "timm:beit_base_patch16_224",
+        "batch_size": 64,
+        "accumulation": 2,
+        "precision": "bf16-mixed",
+        "optimizer": "adamw-fused",
+        "batch_held": True,
+    },
+    {
+        "id": "vit-b16-fp32-b32-x4-held",
+        "model": "timm:vit_base_patch16_224",
+        "batch_size": 32,
+        "accumulation": 4,
+        "batch_held": True,
+    },
+]
+
 # Held out for issue 14 (session 14): one DDP rank on one GPU (NCCL, a world of one), its
 # gradient buckets and their rebuild after the first backward
 HELD_OUT_14_DDP: list[dict[str, Any]] = [
@@ -1060,6 +1099,7 @@ ALL = (
     + HELD_OUT_13_OFFLOAD_2
     + ALIGN_17
     + ALIGN_18
+    + HELD_OUT_19
     + HELD_OUT_14_DDP
     + HELD_OUT_14_FSDP2
     + HELD_OUT_14_FSDP2_MP
