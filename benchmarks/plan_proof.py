@@ -5,6 +5,7 @@ the best configuration an exhaustive GPU trial finds (``plan_trials.py``).
     PYTHONPATH=src python benchmarks/plan_proof.py plan --out PLANS.json [--only MODEL ...]
     # on the GPU: run each plan's configuration under the budget
     PYTHONPATH=src python benchmarks/plan_proof.py measure PLANS.json --out MEASURED.json
+        [--only MODEL[@BUDGET] ...] [--history DIR]  # DIR: each applied step's allocator history
     # anywhere: the table
     python benchmarks/plan_proof.py compare PLANS.json MEASURED.json TRIALS_DIR [--out FILE.md]
 
@@ -168,6 +169,11 @@ def _applied(row: dict[str, Any], steps: int) -> dict[str, Any]:
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         plan = _plan_from(row["plan"], Plan)
         step = memfit.apply(model, optimizer, plan, loss_fn=workload.loss_fn)
+        history = os.environ.get("MEMFIT_PROOF_HISTORY")  # ``measure --history DIR``
+        if history:  # no Python stacks: with them torch 2.11 breaks a checkpointed backward
+            torch.cuda.memory._record_memory_history(
+                context=None, stacks="python", max_entries=2_000_000
+            )
         times = []
         for _ in range(steps):
             batch = _to_cuda(workload.make_batch())
@@ -182,6 +188,13 @@ def _applied(row: dict[str, Any], steps: int) -> dict[str, Any]:
             peak_allocated=torch.cuda.max_memory_allocated(),
             peak_reserved=torch.cuda.max_memory_reserved(),
         )
+        if history:
+            import gzip
+            import pickle
+
+            with gzip.open(history, "wb") as f:
+                pickle.dump(torch.cuda.memory._snapshot(), f)
+            torch.cuda.memory._record_memory_history(enabled=None)
     except Exception as exc:  # an OOM is the result, not a crash
         result["error"] = f"{type(exc).__name__}: {exc}"[:600]
     return result
@@ -243,12 +256,22 @@ def _to_cuda(batch: Any) -> Any:
     return tree_map(lambda t: t.cuda() if isinstance(t, torch.Tensor) else t, batch)
 
 
-def measure_all(plans: Path, out: Path, steps: int) -> None:
+def measure_all(
+    plans: Path,
+    out: Path,
+    steps: int,
+    only: list[str] | None = None,
+    history: Path | None = None,
+) -> None:
+    """``only``: the plans of these models, or of ``MODEL@BUDGET``; ``history``: a directory
+    for the allocator history of each applied step (``apply-MODEL-BUDGET.pickle.gz``)."""
     import torch
 
     rows = json.loads(plans.read_text())["rows"]
     measured = []
     for i, row in enumerate(rows):
+        if only and row["model"] not in only and f"{row['model']}@{row['budget']}" not in only:
+            continue
         if row["plan"]["chosen"] is None:
             measured.append({"model": row["model"], "budget": row["budget"], "skipped": "no plan"})
             continue
@@ -256,6 +279,10 @@ def measure_all(plans: Path, out: Path, steps: int) -> None:
         alloc = row["plan"]["chosen"]["allocator_config"]
         if alloc:
             env["PYTORCH_CUDA_ALLOC_CONF"] = alloc
+        if history is not None:
+            history.mkdir(parents=True, exist_ok=True)
+            name = f"apply-{row['model']}-{row['budget']}".replace(":", "_").replace("/", "_")
+            env["MEMFIT_PROOF_HISTORY"] = str(history / f"{name}.pickle.gz")
         cmd = [
             sys.executable,
             __file__,
@@ -298,12 +325,13 @@ def main() -> int:
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--index", type=int)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--history", type=Path, help="measure: record each applied step here")
     parser.add_argument("--compiled", action="store_true", help="plan COMPILED_CASES")
     args = parser.parse_args()
     if args.what == "plan":
         make_plans(args.out, args.only, args.compiled)
     elif args.what == "measure":
-        measure_all(args.paths[0], args.out, args.steps)
+        measure_all(args.paths[0], args.out, args.steps, args.only, args.history)
     elif args.what == "child":
         row = json.loads(args.paths[0].read_text())["rows"][args.index]
         print("RESULT " + json.dumps(measure_one(row, args.steps)))
