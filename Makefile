@@ -38,18 +38,20 @@ $(VENV_CPU)/.memfit-installed: pyproject.toml
 test-cpu-build: $(VENV_CPU)/.memfit-installed
 	$(VENV_CPU)/bin/python -m pytest -n 2 -q
 
-# memfit.configure / stats / doctor with the real TensorFlow and JAX (CPU builds), which the
-# suites above do not install.
+# What the suites above do not install: memfit.configure / stats / doctor with the real
+# TensorFlow and JAX (CPU builds), and DeepSpeed's ZeRO traced and run on gloo processes
+# (built without its kernels).
 VENV_FW := .venv-frameworks
 $(VENV_FW)/.memfit-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FW)
 	$(VENV_FW)/bin/python -m pip install -q --upgrade pip
-	$(VENV_FW)/bin/python -m pip install -q 'torch==2.13.0' -e '.[test,cpu-frameworks]'
+	DS_BUILD_OPS=0 $(VENV_FW)/bin/python -m pip install -q 'torch==2.13.0' \
+		-e '.[test,cpu-frameworks,zero]' 'transformers>=4.57'
 	touch $@
 
 test-frameworks: $(VENV_FW)/.memfit-installed
 	$(VENV_FW)/bin/python -m pytest -n 2 -q tests/monitor/test_frameworks_real.py \
-		tests/monitor/test_configure.py tests/monitor/test_doctor.py
+		tests/monitor/test_configure.py tests/monitor/test_doctor.py tests/workload/test_zero.py
 
 clean:
 	rm -rf $(VENV) $(VENV_CPU) $(VENV_FW) build *.egg-info src/*.egg-info
