@@ -240,46 +240,66 @@ def step_time(
         and not (batch_on_gpu and phase == "input")
     ]
     update = costs.phases.get(f"step{step}.optimizer") if in_backward else None
-    lane = _Lane(calibration)
-    phases: dict[str, float] = {}
-
-    def run(phase: str, cost: Any, share: float = 1.0) -> None:
-        """Issue one phase where the last one left off: the host runs ahead of the GPU across
-        phases (``loss.backward()`` starts while the forward's kernels still run)."""
-        before = lane.end
-        if phase in _MICRO:
-            lane.spend(calibration.host_fixed(phase, style) * traced)
-        lane.issue(cost.ops, phase, style, copies=phase == "input")
-        if phase == "backward" and in_backward:
-            # each parameter's update is issued as backward completes its gradient: on the
-            # host between backward's ops, on the GPU between its kernels (the host's cost of
-            # it hides under a GPU-bound backward). Scaled with backward: one micro-batch
-            lane.issue(update.ops if update else [], "optimizer", style)
-            lane.spend(costs.parameter_tensors * calibration.optimizer_param("in-backward"))
-        if phase == "optimizer":
-            variant = "8bit" if eight_bit else ""
-            lane.spend(costs.parameter_tensors * calibration.optimizer_param(variant))
-        phases[phase] = phases.get(phase, 0.0) + (lane.end - before) * share
-
+    issuer = _Issuer(costs, calibration, style, traced, update, in_backward, eight_bit)
+    micro = [(phase, cost) for phase, cost in shown if phase in _MICRO]
     # the traced micro-batches run as many times as the step's need; a fraction of a repeat
     # counts that share of the last one's time
     repeats = wanted / traced
     last = repeats - math.ceil(repeats) + 1
     for n in range(math.ceil(repeats)):
-        share = last if n == math.ceil(repeats) - 1 else 1.0
+        issuer.repeat(micro, last if n == math.ceil(repeats) - 1 else 1.0)
+    for phase, cost in shown:
+        if phase not in _MICRO:
+            issuer.run(phase, cost)
+    lane = issuer.lane
+    return StepTime(lane.end, lane.busy, lane.host_busy, issuer.phases)
+
+
+@dataclass
+class _Issuer:
+    """A step's phases issued one after another on one :class:`_Lane`: the host runs ahead of
+    the GPU across phases (``loss.backward()`` starts while the forward's kernels still run)."""
+
+    costs: StepCosts
+    calibration: Calibration
+    style: str
+    traced: int
+    update: Any  # the optimizer's ops, issued in backward (``in_backward``)
+    in_backward: bool
+    eight_bit: bool
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.lane = _Lane(self.calibration)
+
+    def run(self, phase: str, cost: Any, share: float = 1.0) -> None:
+        lane, cal = self.lane, self.calibration
+        before = lane.end
+        if phase in _MICRO:
+            lane.spend(cal.host_fixed(phase, self.style) * self.traced)
+        lane.issue(cost.ops, phase, self.style, copies=phase == "input")
+        if phase == "backward" and self.in_backward:
+            # each parameter's update is issued as backward completes its gradient: on the
+            # host between backward's ops, on the GPU between its kernels (the host's cost of
+            # it hides under a GPU-bound backward). Scaled with backward: one micro-batch
+            lane.issue(self.update.ops if self.update else [], "optimizer", self.style)
+            lane.spend(self.costs.parameter_tensors * cal.optimizer_param("in-backward"))
+        if phase == "optimizer":
+            variant = "8bit" if self.eight_bit else ""
+            lane.spend(self.costs.parameter_tensors * cal.optimizer_param(variant))
+        self.phases[phase] = self.phases.get(phase, 0.0) + (lane.end - before) * share
+
+    def repeat(self, micro: list[tuple[str, Any]], share: float) -> None:
+        """The traced micro-batches' phases once more; only ``share`` of them counts."""
+        lane = self.lane
         marks = (lane.end, lane.host_busy, lane.busy)
-        for phase, cost in shown:
-            if phase in _MICRO:
-                run(phase, cost, share)
-        if share < 1.0:  # only ``share`` of the last repeat: take the rest back
+        for phase, cost in micro:
+            self.run(phase, cost, share)
+        if share < 1.0:  # take the rest back
             back = 1.0 - share
             lane.shift(-(lane.end - marks[0]) * back)
             lane.host_busy -= (lane.host_busy - marks[1]) * back
             lane.busy -= (lane.busy - marks[2]) * back
-    for phase, cost in shown:
-        if phase not in _MICRO:
-            run(phase, cost)
-    return StepTime(lane.end, lane.busy, lane.host_busy, phases)
 
 
 class _Lane:
