@@ -840,6 +840,33 @@ HELD_OUT_19: list[dict[str, Any]] = [
     },
 ]
 
+# Session 19: two plans whose applied steps (a new batch moved to the GPU before each step)
+# peaked above the plan; ``plan_proof.py measure --history`` records them for align.py
+ALIGN_19: list[dict[str, Any]] = [
+    {
+        "id": "resnet50-plan-2560MiB",
+        "model": "tv:resnet50",
+        "batch_size": 64,
+        "accumulation": 2,
+        "precision": "bf16-mixed",
+        "optimizer": "adamw-fused",
+        "checkpointing": True,
+        "offload_checkpoints": True,
+        "batch_held": True,
+        "allocator_config": "expandable_segments:True",
+    },
+    {
+        "id": "vit-b16-plan-4GiB",
+        "model": "timm:vit_base_patch16_224",
+        "batch_size": 128,
+        "precision": "bf16-mixed",
+        "optimizer": "adamw-fused",
+        "checkpointing": True,
+        "batch_held": True,
+        "allocator_config": "expandable_segments:True",
+    },
+]
+
 # Held out for issue 14 (session 14): one DDP rank on one GPU (NCCL, a world of one), its
 # gradient buckets and their rebuild after the first backward
 HELD_OUT_14_DDP: list[dict[str, Any]] = [
@@ -1100,6 +1127,7 @@ ALL = (
     + ALIGN_17
     + ALIGN_18
     + HELD_OUT_19
+    + ALIGN_19
     + HELD_OUT_14_DDP
     + HELD_OUT_14_FSDP2
     + HELD_OUT_14_FSDP2_MP
