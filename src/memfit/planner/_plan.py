@@ -539,7 +539,12 @@ def _assemble(
     baseline: Evaluated,
     remake: Callable[[int], Workload] | None,
 ) -> Plan:
-    from memfit.planner._full import check_chosen, model_key_of, would_fit
+    from memfit.planner._full import (
+        check_chosen,
+        faster_by_freeing_note,
+        model_key_of,
+        would_fit,
+    )
 
     ranked = _ranked(ev)
     notes: list[str] = []
@@ -551,6 +556,9 @@ def _assemble(
     chosen = ranked[0] if ranked and ranked[0].fits else None
     if chosen is not None and chosen.bound == "host":
         notes.append(HOST_BOUND_NOTE)
+    if chosen is not None:
+        note = faster_by_freeing_note(ev, chosen, SPEED_TIE)
+        notes += [note] if note else []
     smallest = ranked[0] if ranked and chosen is None else None  # least memory comes first
     shortfall = smallest.needed - usable if smallest is not None else 0
     hints = would_fit(ev, smallest, usable, remake) if smallest is not None else []
