@@ -86,7 +86,8 @@ def real_events(path: Path) -> tuple[list[tuple[str, int, int, str]], int, int]:
 def traced_events(workload_id: str) -> tuple[list[tuple[str, int, int, str]], int, int, int]:
     """The trace's (kind, block, rounded size, op@module/phase) events, peaks, first step index."""
     from memfit._gpus import resolve_gpu
-    from memfit.allocator import AllocatorReplay, ReplayOps
+    from memfit.allocator import AllocatorReplay
+    from memfit.estimator._pressure import replay_ops
     from memfit.trace import trace_workload
     from memfit.workload import make_workload
 
@@ -115,12 +116,8 @@ def traced_events(workload_id: str) -> tuple[list[tuple[str, int, int, str]], in
             info = tr.infos[ev.info]
             where = f"{info.op} @{info.module} [{info.phase}] {info.dtype}{list(info.shape)}"
         out.append((ev.kind, ev.block, ev.size, where))
-    # replayed as the estimate replays it: the cache emptied where the steps start and where
-    # the traced code emptied it
     rep = AllocatorReplay(entry.get("allocator_config", ""))
-    rep.run(
-        ReplayOps.from_events(tr.events, empty_cache_before=(*tr.empty_cache_at, tr.steps_start))
-    )
+    rep.run(replay_ops(tr))  # as the estimate replays it
     return out, rep.peak_allocated, rep.peak_reserved, tr.steps_start
 
 

@@ -843,16 +843,9 @@ HELD_OUT_19: list[dict[str, Any]] = [
 # Session 19: two plans whose applied steps (a new batch moved to the GPU before each step)
 # peaked above the plan; ``plan_proof.py measure --history`` records them for align.py
 ALIGN_19: list[dict[str, Any]] = [
-    {
+    {  # session 18's step under the plan's allocator setting
+        **ALIGN_18[0],
         "id": "resnet50-plan-2560MiB",
-        "model": "tv:resnet50",
-        "batch_size": 64,
-        "accumulation": 2,
-        "precision": "bf16-mixed",
-        "optimizer": "adamw-fused",
-        "checkpointing": True,
-        "offload_checkpoints": True,
-        "batch_held": True,
         "allocator_config": "expandable_segments:True",
     },
     {

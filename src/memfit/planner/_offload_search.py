@@ -106,7 +106,7 @@ def search_offload(
                     break
                 best = took
         if progress is not None:
-            progress(done, len(starts), "activation offload searched")
+            progress(done, len(chains), "activation offload searched")
 
 
 def search_checkpoint_offload(
