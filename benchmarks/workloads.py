@@ -860,6 +860,52 @@ ALIGN_19: list[dict[str, Any]] = [
     },
 ]
 
+# Session 20: Qwen2.5-0.5B 8 x 1 fully checkpointed, which plan_versus ran under the 16 GiB cap
+# at 15.5e9 bytes reserved (expandable segments) where memfit estimated 16.7e9; with and
+# without expandable segments, and two more checkpointed text steps held out beside it
+ALIGN_20: list[dict[str, Any]] = [
+    {
+        "id": "qwen05-bf16mixed-b8-s512-ckpt-expandable",
+        "model": "qwen2.5-0.5b",
+        "batch_size": 8,
+        "seq_len": 512,
+        "precision": "bf16-mixed",
+        "optimizer": "adamw-fused",
+        "checkpointing": True,
+        "allocator_config": "expandable_segments:True",
+    },
+    {
+        "id": "qwen05-bf16mixed-b8-s512-ckpt",
+        "model": "qwen2.5-0.5b",
+        "batch_size": 8,
+        "seq_len": 512,
+        "precision": "bf16-mixed",
+        "optimizer": "adamw-fused",
+        "checkpointing": True,
+    },
+]
+HELD_OUT_20: list[dict[str, Any]] = [
+    {
+        "id": "tinyllama-bf16mixed-b4-s1024-ckpt-expandable",
+        "model": "tinyllama-1.1b",
+        "batch_size": 4,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "optimizer": "adamw-fused",
+        "checkpointing": True,
+        "allocator_config": "expandable_segments:True",
+    },
+    {
+        "id": "gpt2-bf16mixed-b16-s1024-ckpt-expandable",
+        "model": "gpt2",
+        "batch_size": 16,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "checkpointing": True,
+        "allocator_config": "expandable_segments:True",
+    },
+]
+
 # Held out for issue 14 (session 14): one DDP rank on one GPU (NCCL, a world of one), its
 # gradient buckets and their rebuild after the first backward
 HELD_OUT_14_DDP: list[dict[str, Any]] = [
@@ -1121,6 +1167,8 @@ ALL = (
     + ALIGN_18
     + HELD_OUT_19
     + ALIGN_19
+    + ALIGN_20
+    + HELD_OUT_20
     + HELD_OUT_14_DDP
     + HELD_OUT_14_FSDP2
     + HELD_OUT_14_FSDP2_MP
