@@ -5,7 +5,8 @@ the best configuration an exhaustive GPU trial finds (``plan_trials.py``).
     PYTHONPATH=src python benchmarks/plan_proof.py plan --out PLANS.json [--only MODEL ...]
     # on the GPU: run each plan's configuration under the budget
     PYTHONPATH=src python benchmarks/plan_proof.py measure PLANS.json --out MEASURED.json
-        [--only MODEL[@BUDGET] ...] [--history DIR]  # DIR: each applied step's allocator history
+        [--only MODEL[@BUDGET] ...] [--history DIR]  # DIR: each loop's and applied step's
+                                                      # allocator history
     # anywhere: the table
     python benchmarks/plan_proof.py compare PLANS.json MEASURED.json TRIALS_DIR [--out FILE.md]
 
@@ -114,9 +115,19 @@ def measure_one(row: dict[str, Any], steps: int) -> dict[str, Any]:
         cap / torch.cuda.get_device_properties(0).total_memory
     )
     settings = _settings(row, chosen)
-    out: dict[str, Any] = {"cap": cap, "loop": measure(row["model"], settings, steps)}
-    if not row.get("loop_only"):  # a contender run beside the plan: memfit's loop only
-        # what the loop's run left behind goes first (session 19: ResNet-50's checkpointed
+    out: dict[str, Any] = {"cap": cap}
+    part = os.environ.get("MEMFIT_PROOF_PART", "both")  # measure_all: one process each
+    if part in ("both", "loop"):
+        history = os.environ.get("MEMFIT_PROOF_LOOP_HISTORY")  # ``measure --history DIR``
+        if history:
+            torch.cuda.memory._record_memory_history(
+                context=None, stacks="python", max_entries=2_000_000
+            )
+        out["loop"] = measure(row["model"], settings, steps)
+        if history:
+            _dump_history(history)
+    if part in ("both", "applied") and not row.get("loop_only"):  # a contender: the loop only
+        # what a loop's run left behind goes first (session 19: ResNet-50's checkpointed
         # blocks' parameters, 94 MB, were still allocated when the applied steps began);
         # whatever a collection does not free is recorded
         gc.collect()
@@ -181,7 +192,7 @@ def _applied(row: dict[str, Any], steps: int) -> dict[str, Any]:
             torch.cuda.memory._record_memory_history(
                 context=None, stacks="python", max_entries=2_000_000
             )
-        times = []
+        times, retries = [], []
         for _ in range(steps):
             batch = _to_cuda(workload.make_batch())
             torch.cuda.synchronize()
@@ -189,22 +200,32 @@ def _applied(row: dict[str, Any], steps: int) -> dict[str, Any]:
             step(batch)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - started)
+            retries.append(torch.cuda.memory_stats().get("num_alloc_retries", 0))
         result.update(
             step_seconds=statistics.median(times[2:]),
             all_step_seconds=[round(t, 5) for t in times],
+            # the allocator's cache frees after each step, counted from the model's build
+            alloc_retries=retries,
             peak_allocated=torch.cuda.max_memory_allocated(),
             peak_reserved=torch.cuda.max_memory_reserved(),
         )
         if history:
-            import gzip
-            import pickle
-
-            with gzip.open(history, "wb") as f:
-                pickle.dump(torch.cuda.memory._snapshot(), f)
-            torch.cuda.memory._record_memory_history(enabled=None)
+            _dump_history(history)
     except Exception as exc:  # an OOM is the result, not a crash
         result["error"] = f"{type(exc).__name__}: {exc}"[:600]
     return result
+
+
+def _dump_history(path: str) -> None:
+    """The allocator's history since recording began, to ``path``; recording stops."""
+    import gzip
+    import pickle
+
+    import torch
+
+    with gzip.open(path, "wb") as f:
+        pickle.dump(torch.cuda.memory._snapshot(), f)
+    torch.cuda.memory._record_memory_history(enabled=None)
 
 
 def _plan_from(data: dict[str, Any], plan_type: Any) -> Any:
@@ -235,6 +256,8 @@ def _plan_from(data: dict[str, Any], plan_type: Any) -> Any:
             d["bound"],
             d["fits"],
             tuple(d["changes"]),
+            runs_in=d.get("runs_in"),
+            cache_frees=d.get("cache_frees", 0),
         )
 
     return plan_type(
@@ -290,6 +313,9 @@ def measure_all(
             history.mkdir(parents=True, exist_ok=True)
             name = f"apply-{row['model']}-{row['budget']}".replace(":", "_").replace("/", "_")
             env["MEMFIT_PROOF_HISTORY"] = str(history / f"{name}.pickle.gz")
+            env["MEMFIT_PROOF_LOOP_HISTORY"] = str(history / f"{name}.pickle.gz").replace(
+                "apply-", "loop-"
+            )
         cmd = [
             sys.executable,
             __file__,
@@ -300,9 +326,17 @@ def measure_all(
             "--steps",
             str(steps),
         ]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-        got = json.loads(line[7:]) if line else {"error": proc.stderr[-1500:]}
+        # memfit's loop and the applied step each in a fresh process, as a user's job runs:
+        # in one process (sessions 18-19) the applied step's reserved peak depended on what the
+        # loop left allocated (65 MiB of handles' workspaces in the expandable segment of
+        # ResNet-50's and ViT-B/16's plans: 80 MiB more mapped)
+        got: dict[str, Any] = {}
+        for part in ("loop", "applied"):
+            proc = subprocess.run(
+                cmd, env={**env, "MEMFIT_PROOF_PART": part}, capture_output=True, text=True
+            )
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+            got.update(json.loads(line[7:]) if line else {part: {"error": proc.stderr[-1500:]}})
         measured.append({"model": row["model"], "budget": row["budget"], **got})
         loop = got.get("loop", {})
         applied = got.get("applied", {})

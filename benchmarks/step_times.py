@@ -108,12 +108,15 @@ def measure(
         marks: list[float] = []  # each step's first input phase, then the end
         started: set[str] = set()
 
+        retries: list[int] = []  # the allocator's cache frees so far, at each step's start
+
         def phase(label: str) -> None:
             step = label.partition(".")[0]
             if label == "end" or (label.endswith(".input") and step not in started):
                 started.add(step)
                 torch.cuda.synchronize()
                 marks.append(time.perf_counter())
+                retries.append(torch.cuda.memory_stats().get("num_alloc_retries", 0))
 
         hooks = StepHooks(
             to_device=lambda b: tree_map(_on_gpu, b),
@@ -130,6 +133,7 @@ def measure(
             all_step_seconds=[round(t, 5) for t in times],
             peak_allocated=torch.cuda.max_memory_allocated(),
             peak_reserved=torch.cuda.max_memory_reserved(),
+            alloc_retries=retries[1:],  # after each step
         )
         del net, optimizer, hooks
     except Exception as exc:  # kept in the results; the next configuration runs

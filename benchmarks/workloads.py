@@ -883,6 +883,17 @@ ALIGN_20: list[dict[str, Any]] = [
         "optimizer": "adamw-fused",
         "checkpointing": True,
     },
+    {  # session 19's plan for 12 GiB: memfit's loop peaked 3.2% above it in session 20
+        "id": "qwen05-plan-12GiB",
+        "model": "qwen2.5-0.5b",
+        "batch_size": 2,
+        "seq_len": 512,
+        "accumulation": 4,
+        "precision": "bf16-mixed",
+        "optimizer": "adamw-fused",
+        "offload": 1.0,
+        "batch_held": True,
+    },
 ]
 HELD_OUT_20: list[dict[str, Any]] = [
     {

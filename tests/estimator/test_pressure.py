@@ -89,3 +89,29 @@ def test_the_verdict_says_when_a_step_fits_only_by_freeing_the_cache():
     # below what it needs: it does not fit, short by the difference from the need
     short = memfit.estimate(model, batch, loss_fn=loss, gpu=f"{verdict.needed - (1 << 20)}B")
     assert not short.fits().fits and short.fits().needed == verdict.needed
+
+
+def test_the_cache_frees_are_counted_step_by_step():
+    # four steps of ResNet-18: with room to spare none frees its cache; halfway between the
+    # least capacity and the peak reserved the first step frees it once and the layout it
+    # leaves serves the rest (the step settles); at the least capacity every step frees it
+    from memfit.estimator import retries_by_step, retries_within
+
+    def batch():
+        return torch.randn(1, 3, 224, 224).expand(32, -1, -1, -1), torch.randint(0, 10, (32,))
+
+    def loss(model, b):
+        return torch.nn.functional.cross_entropy(model(b[0]), b[1])
+
+    work = Workload(lambda: torchvision.models.resnet18(num_classes=10), batch, loss, steps=4)
+    trace = trace_workload(work, resolve_gpu("h100"))
+    config = AllocatorConfig()
+    allocated, reserved = _peaks(trace, config)
+    least = least_capacity(trace, config, allocated, reserved)
+    assert retries_by_step(trace, config, reserved) == [0, 0, 0, 0]
+    settling = retries_by_step(trace, config, (least + reserved) // 2)
+    assert settling is not None and settling[0] > 0 and settling[-2:] == [0, 0]
+    tight = retries_by_step(trace, config, least)
+    assert tight is not None and all(tight)
+    assert sum(tight) == retries_within(trace, config, least)
+    assert retries_by_step(trace, config, allocated - 1) is None

@@ -174,6 +174,13 @@ def add_plan_parser(
         "partial and full",
     )
     p.add_argument(
+        "--no-cache-freeing",
+        action="store_true",
+        help="keep to configurations that fit with the allocator's cache kept (default: a "
+        "faster one that runs in the budget by the allocator freeing its cache in its first "
+        "steps only may be chosen)",
+    )
+    p.add_argument(
         "--workers",
         type=positive_int,
         default=None,
@@ -234,6 +241,8 @@ def _plan_options(args: argparse.Namespace) -> dict[str, Any]:
         "workers": args.workers,
     }
     options.update({k: v for k, v in given.items() if v is not None})
+    if args.no_cache_freeing:
+        options["cache_freeing"] = False
     if args.no_checkpointing_search:
         options["checkpointing"] = (options.get("activation_checkpointing") or False,)
     return options

@@ -21,7 +21,12 @@ if _typing.TYPE_CHECKING:
         module_group,
     )
     from memfit.estimator._measure import Measurement, measure
-    from memfit.estimator._pressure import least_capacity, retries_within, runs_within
+    from memfit.estimator._pressure import (
+        least_capacity,
+        retries_by_step,
+        retries_within,
+        runs_within,
+    )
     from memfit.estimator._validate import Validation, local_gpu, validate
 
 _LAZY = {
@@ -32,6 +37,7 @@ _LAZY = {
     "Measurement": "_measure",
     "measure": "_measure",
     "least_capacity": "_pressure",
+    "retries_by_step": "_pressure",
     "retries_within": "_pressure",
     "runs_within": "_pressure",
     "Validation": "_validate",
@@ -72,6 +78,7 @@ __all__ = [
     "measure",
     "module_group",
     "quiet_libraries",
+    "retries_by_step",
     "retries_within",
     "runs_within",
     "validate",

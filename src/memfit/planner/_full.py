@@ -19,7 +19,6 @@ from memfit.workload import Workload
 __all__ = [
     "FULL_CHECK_LIMIT",
     "check_chosen",
-    "faster_by_freeing_note",
     "model_key_of",
     "would_fit",
 ]
@@ -50,42 +49,6 @@ def check_chosen(ev: Evaluator, chosen: Evaluated) -> tuple[Evaluated, str | Non
     )
     ev.seen[c] = checked
     return checked, None
-
-
-def faster_by_freeing_note(ev: Evaluator, chosen: Evaluated, tie: float) -> str | None:
-    """Where the fastest candidate faster than ``chosen`` (by more than ``tie``) needs more
-    than the budget running free but runs within it by the allocator freeing its cache when
-    the GPU is full (``least_capacity``), a note that says so. Not chosen: such a step frees
-    and maps memory again each step, and runs closer to an out-of-memory error; the user can
-    give it the budget. (Qwen2.5-0.5B at 16 GiB, session 19: 8 x 1 fully checkpointed, 16.34
-    GiB running free, ran under the 16 GiB cap in 150 ms against the plan's 283.)"""
-    faster = [
-        e
-        for e in ev.seen.values()
-        if not e.fits
-        and e.step_seconds < chosen.step_seconds * (1 - tie)
-        and e.peak_allocated + (e.needed - e.peak_reserved) <= ev.usable
-    ]
-    if not faster:
-        return None
-    best = min(faster, key=lambda e: (e.step_seconds, e.needed))  # expandable, if a tie
-    context = best.needed - best.peak_reserved
-    estimate = estimate_workload(
-        dataclasses.replace(ev.workload(best.candidate), steps=2), with_least_capacity=True
-    )
-    ev.traces += 1
-    least = estimate.least_capacity
-    if least is None or least + context > ev.usable:
-        return None
-    return (
-        f"{best.candidate.describe()} is predicted {chosen.step_seconds / best.step_seconds:.1f}x "
-        f"as fast ({best.step_seconds * 1e3:.0f} ms a step) and needs "
-        f"{format_bytes(best.needed)} with its cache kept, more than the "
-        f"{format_bytes(ev.usable)} usable; it runs in {format_bytes(least + context)} only "
-        "because the allocator frees its cache and retries when the GPU is full, each step: "
-        "not chosen (slower steps where that is costly, and no room to spare); memfit.estimate "
-        "with its settings says how often, and a larger budget would choose it"
-    )
 
 
 def model_key_of(workload: Workload) -> str:

@@ -84,6 +84,7 @@ def plan(
     progress: Progress | None = None,
     workers: int | None = None,
     batch_of: Callable[[int], Any] | None = None,
+    cache_freeing: bool = True,
     **options: Unpack[WorkloadOptions],
 ) -> Plan:
     """The fastest configuration of a training step that fits ``budget``, chosen on the CPU.
@@ -99,7 +100,10 @@ def plan(
     ``precisions`` says otherwise. ``offloads``: the shares of the blocks not checkpointed
     whose saved tensors are offloaded to pinned host memory, tried with fewer blocks
     checkpointed than the fastest plan without (default ``(1.0,)``; ``()``: no offload).
-    ``margin`` is the share of the budget kept free.
+    ``margin`` is the share of the budget kept free. ``cache_freeing``: a faster configuration
+    that needs more than the budget running free may be chosen where the allocator, freeing its
+    cache when the GPU is full, runs it within the budget and frees the cache in its first steps
+    only (``planner._settle``); False keeps to configurations that fit with their cache kept.
     ``batch_of(n)`` makes a batch of ``n`` samples (for a model object: the planner tries
     several micro-batch sizes). ``workers``: processes tracing at once (default: the cores, at
     most 4). ``progress`` is called as ``progress(done, total, what)`` as the search goes.
@@ -123,6 +127,7 @@ def plan(
             progress,
             workers,
             batch_of,
+            cache_freeing,
             options,
         )
     return dataclasses.replace(
@@ -150,6 +155,7 @@ def _search(
     progress: Progress | None,
     workers: int | None,
     batch_of: Callable[[int], Any] | None,
+    cache_freeing: bool,
     options: WorkloadOptions,
 ) -> tuple[Plan, Evaluator, str | None, str]:
     """The search behind :func:`plan`: the plan, the evaluator (its traces) and the
@@ -194,7 +200,7 @@ def _search(
             shorter: WorkloadOptions = {**given, "seq_len": seq_len}
             return make_workload(model, None, **shorter)
 
-    result = _assemble(ev, base, gpu, usable, margin, total, baseline, remake)
+    result = _assemble(ev, base, gpu, usable, margin, total, baseline, remake, cache_freeing)
     if space["compiled"][0]:
         result.notes.append(compiled_plan_note(space))
     if base.batch_held:
@@ -538,13 +544,10 @@ def _assemble(
     total: int,
     baseline: Evaluated,
     remake: Callable[[int], Workload] | None,
+    cache_freeing: bool,
 ) -> Plan:
-    from memfit.planner._full import (
-        check_chosen,
-        faster_by_freeing_note,
-        model_key_of,
-        would_fit,
-    )
+    from memfit.planner._full import check_chosen, model_key_of, would_fit
+    from memfit.planner._settle import settled_choice
 
     ranked = _ranked(ev)
     notes: list[str] = []
@@ -554,11 +557,13 @@ def _assemble(
         if not checked.fits:  # its full accumulation took more: the next one that fits
             ranked = _ranked(ev)
     chosen = ranked[0] if ranked and ranked[0].fits else None
+    settled, note = settled_choice(ev, chosen, SPEED_TIE) if cache_freeing else (None, None)
+    notes += [note] if note else []
+    if settled is not None:
+        ranked = _ranked(ev)
+        chosen = ranked[0]
     if chosen is not None and chosen.bound == "host":
         notes.append(HOST_BOUND_NOTE)
-    if chosen is not None:
-        note = faster_by_freeing_note(ev, chosen, SPEED_TIE)
-        notes += [note] if note else []
     smallest = ranked[0] if ranked and chosen is None else None  # least memory comes first
     shortfall = smallest.needed - usable if smallest is not None else 0
     hints = would_fit(ev, smallest, usable, remake) if smallest is not None else []
@@ -612,4 +617,4 @@ def _choice(fitting: list[Evaluated], usable: int) -> Evaluated:
     best = fitting[0].step_seconds
     tied = [e for e in fitting if e.step_seconds <= best * (1 + SPEED_TIE)]
     step = max(1, usable // 100)
-    return min(tied, key=lambda e: (len(e.changes), e.needed // step, e.step_seconds))
+    return min(tied, key=lambda e: (len(e.changes), e.footprint // step, e.step_seconds))

@@ -25,6 +25,7 @@ from memfit.report._plan_text import (
     candidate_cells,
     chosen_lines,
     compact_columns,
+    needs_caption,
     nothing_fits_lines,
     plan_columns,
     plan_footer,
@@ -32,7 +33,6 @@ from memfit.report._plan_text import (
     plan_title,
     shown_rows,
 )
-from memfit.report._text import UNITS_CAPTION
 
 if TYPE_CHECKING:
     from memfit.planner import Plan
@@ -103,7 +103,7 @@ def _table(plan: Plan, rows: list[PlanRow], width: int) -> Table:
         box=box.SIMPLE_HEAD,
         title=plan_title(plan),
         title_justify="left",
-        caption=f"needs: {UNITS_CAPTION}" + ("; ▶ the chosen plan" if plan.fits else ""),
+        caption=needs_caption(plan, rows) + ("; ▶ the chosen plan" if plan.fits else ""),
         caption_justify="left",
     )
     compact = any(h == SETTINGS_COLUMN for h, _ in columns)

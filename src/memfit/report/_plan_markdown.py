@@ -11,6 +11,7 @@ from memfit.report._plan_text import (
     budget_cells,
     candidate_cells,
     chosen_lines,
+    needs_caption,
     nothing_fits_lines,
     plan_columns,
     plan_footer,
@@ -18,7 +19,6 @@ from memfit.report._plan_text import (
     plan_title,
     shown_rows,
 )
-from memfit.report._text import UNITS_CAPTION
 
 if TYPE_CHECKING:
     from memfit.planner import Plan
@@ -67,7 +67,9 @@ def plan_markdown(plan: Plan, *, show_all: bool = False) -> str:
     rows = shown_rows(plan_rows(plan), show_all)
     table = _table(plan, rows)
     out += ["", *table, ""]
-    out.append(f"needs: {UNITS_CAPTION}." + (" The chosen plan is in bold." if plan.fits else ""))
+    out.append(
+        needs_caption(plan, rows) + "." + (" The chosen plan is in bold." if plan.fits else "")
+    )
     out += [
         "",
         *(

@@ -1,8 +1,9 @@
 """Draw a plan (:class:`memfit.planner.Plan`) as a PNG: every candidate's memory against its
 predicted step time, the Pareto front, the budget, the chosen one.
 
-Memory (``needed``, GiB) runs along x and step time (ms) up y, so that the budget is a vertical
-line and the best candidates sit low and left of it. Candidates that fit are filled dots, those
+Memory (``footprint``: what a step needs, or what it runs in once the allocator has freed its
+cache; GiB) runs along x and step time (ms) up y, so that the budget is a vertical line and
+the best candidates sit low and left of it. Candidates that fit are filled dots, those
 that do not hollow ones; the front (no other candidate is both smaller and faster) is a line.
 matplotlib is an optional extra (``memfit[plot]``), imported only here; the figure has its own
 Agg canvas, so pyplot's state and backend stay as the user left them.
@@ -30,7 +31,7 @@ _CHOSEN_COLOR = "#2e7d32"
 
 
 def _xy(points: list[Evaluated]) -> tuple[list[float], list[float]]:
-    return [e.needed / GiB for e in points], [e.step_seconds * 1e3 for e in points]
+    return [e.footprint / GiB for e in points], [e.step_seconds * 1e3 for e in points]
 
 
 def _candidates(ax: Any, plan: Plan) -> None:
@@ -77,7 +78,7 @@ def _budget(ax: Any, plan: Plan) -> None:
 
 
 def _mark(ax: Any, e: Evaluated, text: str, color: str, offset: tuple[int, int]) -> None:
-    x, y = e.needed / GiB, e.step_seconds * 1e3
+    x, y = e.footprint / GiB, e.step_seconds * 1e3
     ax.scatter([x], [y], s=110, marker="*", color=color, zorder=5)
     ax.annotate(
         text,

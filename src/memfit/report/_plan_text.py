@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memfit._units import format_bytes
+from memfit.report._text import UNITS_CAPTION
 
 if TYPE_CHECKING:  # the planner's package imports torch; rendering needs only the fields
     from memfit.planner import Candidate, Evaluated, Plan
 
 __all__ = [
     "ALLOCATOR_COLUMN",
+    "FREED_MARK",
     "PLAN_COLUMNS",
     "PLAN_ROWS",
     "SETTINGS",
@@ -34,6 +36,7 @@ __all__ = [
     "chosen_lines",
     "compact_columns",
     "has_tokens",
+    "needs_caption",
     "nothing_fits_lines",
     "plan_columns",
     "plan_footer",
@@ -139,6 +142,9 @@ def budget_text(plan: Plan) -> str:
     )
 
 
+FREED_MARK = "↺"  # the needs cell of a step that fits by freeing the cache in its first steps
+
+
 def budget_cells(plan: Plan, headers: list[str]) -> list[str]:
     """The row of the budget line, between the rows that fit and those that do not: its name
     under the rank, the usable memory under ``needs``."""
@@ -209,7 +215,7 @@ def candidate_cells(row: PlanRow) -> dict[str, str]:
         "optimizer": c.optimizer,
         "allocator": allocator,
         SETTINGS_COLUMN: ", ".join(settings),
-        "needs": format_bytes(e.needed),
+        "needs": format_bytes(e.footprint) + (f" {FREED_MARK}" if e.runs_in is not None else ""),
         "step ms": ms_text(e.step_seconds),
         "samples/s": rate_text(e.samples_per_second),
         "tokens/s": rate_text(e.tokens_per_second),
@@ -260,10 +266,14 @@ def chosen_lines(plan: Plan) -> tuple[str, list[str]]:
     c = plan.chosen
     if c is None:
         raise ValueError("chosen_lines needs a plan that fits")
-    head = (
-        f"Chosen: {c.candidate.describe()}. It needs {format_bytes(c.needed)} of the "
-        f"{format_bytes(plan.usable)} usable; {_speed(c)}."
-    )
+    needs = f"It needs {format_bytes(c.needed)} of the {format_bytes(plan.usable)} usable"
+    if c.runs_in is not None:
+        needs = (
+            f"It runs in {format_bytes(c.runs_in)} of the {format_bytes(plan.usable)} usable once "
+            f"the allocator has freed its cache ({_times(c.cache_frees)}, in its first steps; "
+            f"{format_bytes(c.needed)} with its cache kept)"
+        )
+    head = f"Chosen: {c.candidate.describe()}. {needs}; {_speed(c)}."
     base = plan.baseline
     if base is not None and base.candidate != c.candidate:
         if base.fits:
@@ -281,6 +291,21 @@ def chosen_lines(plan: Plan) -> tuple[str, list[str]]:
     if not changes:
         changes = ["nothing: your configuration is the fastest that fits"]
     return head, changes
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
+
+
+def needs_caption(plan: Plan, rows: list[PlanRow]) -> str:
+    """What the ``needs`` column means: :data:`UNITS_CAPTION`, and the mark of a step that
+    runs in less than it reserves running free when one is shown."""
+    if any(r.evaluated.runs_in is not None for r in rows):
+        return (
+            f"needs: {UNITS_CAPTION}; {FREED_MARK}: runs in that only by the allocator freeing "
+            "its cache in the first steps"
+        )
+    return f"needs: {UNITS_CAPTION}"
 
 
 def nothing_fits_lines(plan: Plan) -> tuple[str, list[str]]:
