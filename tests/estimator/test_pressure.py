@@ -115,3 +115,33 @@ def test_the_cache_frees_are_counted_step_by_step():
     assert tight is not None and all(tight)
     assert sum(tight) == retries_within(trace, config, least)
     assert retries_by_step(trace, config, allocated - 1) is None
+
+
+def test_a_memory_fraction_refuses_the_whole_request_where_a_full_gpu_maps_the_rest():
+    # expandable segments: 80 MiB mapped, the last 40 free; a 60 MiB request maps only 20 more
+    # on a GPU with 100 MiB, but torch's fraction check counts the whole request (80 + 60 >
+    # 100): the cache is freed and the request retried; the layout it leaves serves the next
+    # steps
+    from memfit._events import MemoryEvent
+    from memfit.estimator import retries_by_step
+    from memfit.trace import Trace
+
+    mib = 1 << 20
+    events, phases = [], []
+    for step in (1, 2, 3):
+        phases.append((f"step{step}.forward", len(events)))
+        base = 10 * step
+        events += [
+            MemoryEvent("alloc", base, 40 * mib),
+            MemoryEvent("alloc", base + 1, 40 * mib),
+            MemoryEvent("free", base + 1, 40 * mib),
+            MemoryEvent("alloc", base + 2, 60 * mib),
+            MemoryEvent("free", base + 2, 60 * mib),
+            MemoryEvent("free", base, 40 * mib),
+        ]
+    trace = Trace(events=events, infos=[], phases=phases, steps_start=0, parameters=0)
+    config = AllocatorConfig.parse("expandable_segments:True")
+    assert retries_by_step(trace, config, 100 * mib) == [0, 0, 0]
+    assert retries_by_step(trace, config, 100 * mib, as_fraction=True) == [1, 0, 0]
+    assert retries_by_step(trace, config, 90 * mib) is None
+    assert retries_by_step(trace, config, 90 * mib, as_fraction=True) is None

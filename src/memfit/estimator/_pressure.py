@@ -11,6 +11,7 @@ and the peak reserved (which always runs).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from memfit.allocator import AllocatorConfig, AllocatorReplay, ReplayOps
@@ -45,16 +46,32 @@ def _retries(ops: ReplayOps, config: AllocatorConfig, capacity: int) -> int | No
     return replay.num_alloc_retries if replay.run(ops) else None
 
 
-def retries_by_step(trace: Trace, config: AllocatorConfig, capacity: int) -> list[int] | None:
+def retries_by_step(
+    trace: Trace, config: AllocatorConfig, capacity: int, *, as_fraction: bool = False
+) -> list[int] | None:
     """How many times the allocator frees its cache and retries in each of the traced steps
     (the setup counted with the first) while the run completes with at most ``capacity`` bytes
     reserved; None if it cannot. A step that frees its cache only in its first steps settles:
-    the layout it is left with serves the later ones (Qwen2.5-0.5B 8 x 1 fully checkpointed
-    under a 16 GiB cap: once in four steps)."""
+    the layout it is left with serves the later ones.
+
+    ``as_fraction``: the limit is set as ``torch.cuda.set_per_process_memory_fraction`` sets
+    it, which refuses a new segment when the reserved bytes and the whole request exceed it,
+    even where expandable segments would map only part of the request; a GPU that is full
+    refuses only the pages it cannot map. Qwen2.5-0.5B 8 x 1 fully checkpointed with expandable
+    segments under a 16 GiB budget frees its cache once in four steps on a GPU that size, and in
+    every step under the fraction (as it did on an H200, session 20: four in five steps)."""
+    if as_fraction:
+        total = max(capacity, 1) * 64  # any device larger than the limit: the fraction is exact
+        config = dataclasses.replace(config, per_process_memory_fraction=capacity / total)
     starts = _step_starts(trace)
     counts = []
     for end in [*starts[1:], len(trace.events)]:
-        retries = _retries(replay_ops(trace, end), config, capacity)
+        ops = replay_ops(trace, end)
+        if as_fraction:
+            replay = AllocatorReplay(config, None, device_total=total)
+            retries = replay.num_alloc_retries if replay.run(ops) else None
+        else:
+            retries = _retries(ops, config, capacity)
         if retries is None:
             return None
         counts.append(retries)
