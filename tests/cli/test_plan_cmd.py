@@ -77,7 +77,7 @@ def test_flags_reach_the_planner(capsys, monkeypatch):
     argv = ["plan", "gpt2", "-b", "32", "-s", "1024", "--budget", "h100", "--global-batch"]
     argv += ["256", "--margin", "0.1", "--precisions", "fp32,bf16-mixed,fp32"]
     argv += ["--selective-checkpointing", "--no-checkpointing-search", "-o", "adamw-fused"]
-    assert main([*argv, "--workers", "3", "--json"]) == 0
+    assert main([*argv, "--workers", "3", "--no-cache-freeing", "--json"]) == 0
     (call,) = planner.calls
     assert call["model"] == "gpt2"
     assert call["budget"].name.startswith("H100")
@@ -89,6 +89,7 @@ def test_flags_reach_the_planner(capsys, monkeypatch):
     assert call["optimizer"] == "adamw-fused"
     assert "mode" not in call and callable(call["progress"])
     assert call["workers"] == 3
+    assert call["cache_freeing"] is False
 
 
 def test_unset_search_settings_keep_the_planners_defaults(capsys, monkeypatch):
@@ -98,6 +99,7 @@ def test_unset_search_settings_keep_the_planners_defaults(capsys, monkeypatch):
     assert call["budget"].total == 24 * GiB
     for name in ("global_batch", "margin", "precisions", "checkpointing", "batch_size", "workers"):
         assert name not in call
+    assert "cache_freeing" not in call  # the planner's default: it may free the cache
 
 
 def test_help_lists_plan_and_its_flags(capsys):

@@ -219,3 +219,22 @@ def test_rows_that_differ_by_activation_offload_show_it(
         .split(", ", 1)[1]
         .startswith(shown.replace("full", "full checkpointing", 1))
     )
+
+
+def test_a_chosen_step_that_runs_by_freeing_the_cache_shows_what_it_runs_in():
+    import dataclasses
+
+    plan = fitting_plan()
+    assert plan.chosen is not None
+    settled = dataclasses.replace(
+        plan.chosen, needed=plan.usable + 2**30, runs_in=plan.usable - 2**30, cache_frees=1
+    )
+    plan = dataclasses.replace(plan, chosen=settled, candidates=[settled, *plan.candidates[1:]])
+    text = _text(plan)
+    head = " ".join(text[: text.index("Plan for gpt2")].split())
+    assert "It runs in 21.80 GiB of the 22.80 GiB usable once the allocator has freed" in head
+    assert "(once, in its first steps; 23.80 GiB with its cache kept)" in head
+    assert "21.80 GiB ↺" in text and "↺: runs in that only by the allocator freeing" in text
+    markdown = plan_markdown(plan)
+    assert "21.80 GiB ↺" in markdown and "↺: runs in that only" in markdown
+    assert json.loads(plan.to_json())["chosen"]["runs_in"] == plan.usable - 2**30
