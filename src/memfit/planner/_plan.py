@@ -546,7 +546,7 @@ def _assemble(
     remake: Callable[[int], Workload] | None,
     cache_freeing: bool,
 ) -> Plan:
-    from memfit.planner._full import check_chosen, model_key_of, would_fit
+    from memfit.planner._full import check_chosen, margin_note, model_key_of, would_fit
     from memfit.planner._settle import settled_choice
 
     ranked = _ranked(ev)
@@ -564,6 +564,8 @@ def _assemble(
         chosen = ranked[0]
     if chosen is not None and chosen.bound == "host":
         notes.append(HOST_BOUND_NOTE)
+    if chosen is not None and (note := margin_note(ev, chosen, SPEED_TIE)):
+        notes.append(note)
     smallest = ranked[0] if ranked and chosen is None else None  # least memory comes first
     shortfall = smallest.needed - usable if smallest is not None else 0
     hints = would_fit(ev, smallest, usable, remake) if smallest is not None else []
