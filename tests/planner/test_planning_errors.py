@@ -65,6 +65,12 @@ def test_workers_that_are_no_number_of_processes_are_refused(workers: Any) -> No
         planned(workers=workers)
 
 
+@pytest.mark.parametrize("cache_freeing", ["no", 0, None])
+def test_cache_freeing_that_is_not_a_bool_is_refused(cache_freeing: Any) -> None:
+    with pytest.raises(InvalidInputError, match=r"cache_freeing=.* is not True or False"):
+        planned(cache_freeing=cache_freeing)
+
+
 def test_inference_is_not_planned() -> None:
     with pytest.raises(InvalidInputError, match=r"mode='infer'.*memfit\.estimate"):
         plan(model(), batch_of=batch_of, budget="1GiB", batch_size=4, mode="infer", workers=1)

@@ -111,6 +111,11 @@ def plan(
     started = time.perf_counter()
     gpu, usable = _budget(budget, margin)
     _check_workers(workers)
+    if not isinstance(cache_freeing, bool):
+        raise InvalidInputError(
+            f"cache_freeing={cache_freeing!r} is not True or False: give False to keep to "
+            "configurations that fit with the allocator's cache kept, or leave it out."
+        )
     with quiet_libraries(), gc_paused():  # model libraries' chatter; no GC over the traces
         result, ev, note, source = _search(
             model,
