@@ -79,6 +79,8 @@ def settled_choice(
             runs_in=least + context,
             cache_frees=sum(per_step),
             peak_allocated=max(e.peak_allocated, estimate.peak_allocated),
+            peak_reserved=max(e.peak_reserved, estimate.peak_reserved),
+            needed=max(e.needed, estimate.peak_reserved + context),
         )
         ev.seen[e.candidate] = settled
         return settled, _settled_note(ev, settled, chosen, per_step, capped)
