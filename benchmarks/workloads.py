@@ -863,26 +863,22 @@ ALIGN_19: list[dict[str, Any]] = [
 # Session 20: Qwen2.5-0.5B 8 x 1 fully checkpointed, which plan_versus ran under the 16 GiB cap
 # at 15.5e9 bytes reserved (expandable segments) where memfit estimated 16.7e9; with and
 # without expandable segments, and two more checkpointed text steps held out beside it
+_QWEN_CKPT: dict[str, Any] = {
+    "id": "qwen05-bf16mixed-b8-s512-ckpt",
+    "model": "qwen2.5-0.5b",
+    "batch_size": 8,
+    "seq_len": 512,
+    "precision": "bf16-mixed",
+    "optimizer": "adamw-fused",
+    "checkpointing": True,
+}
 ALIGN_20: list[dict[str, Any]] = [
     {
+        **_QWEN_CKPT,
         "id": "qwen05-bf16mixed-b8-s512-ckpt-expandable",
-        "model": "qwen2.5-0.5b",
-        "batch_size": 8,
-        "seq_len": 512,
-        "precision": "bf16-mixed",
-        "optimizer": "adamw-fused",
-        "checkpointing": True,
         "allocator_config": "expandable_segments:True",
     },
-    {
-        "id": "qwen05-bf16mixed-b8-s512-ckpt",
-        "model": "qwen2.5-0.5b",
-        "batch_size": 8,
-        "seq_len": 512,
-        "precision": "bf16-mixed",
-        "optimizer": "adamw-fused",
-        "checkpointing": True,
-    },
+    _QWEN_CKPT,
     {  # session 19's plan for 12 GiB: memfit's loop peaked 3.2% above it in session 20
         "id": "qwen05-plan-12GiB",
         "model": "qwen2.5-0.5b",

@@ -12,6 +12,7 @@ and the peak reserved (which always runs).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 
 from memfit.allocator import AllocatorConfig, AllocatorReplay, ReplayOps
@@ -23,16 +24,14 @@ _STEP = re.compile(r"step\d+")
 TOLERANCE = 64 << 20  # bytes: the bisection stops this close to the answer (from above)
 
 
-def replay_ops(trace: Trace, end: int | None = None) -> ReplayOps:
-    """The ops that replay ``trace`` (its events before ``end``, default all): its events, with
-    the cache emptied where the steps start, as ``memfit validate`` (and a fresh job) does, and
-    wherever the traced code emptied it."""
-    empties = (*trace.empty_cache_at, trace.steps_start)
-    if end is None:
-        return ReplayOps.from_events(trace.events, empty_cache_before=empties)
-    return ReplayOps.from_events(
-        trace.events[:end], empty_cache_before=[i for i in empties if i < end]
-    )
+def replay_ops(trace: Trace) -> ReplayOps:
+    """The ops that replay ``trace``: its events, with the cache emptied where the steps start,
+    as ``memfit validate`` (and a fresh job) does, and wherever the traced code emptied it."""
+    return ReplayOps.from_events(trace.events, empty_cache_before=_empties(trace))
+
+
+def _empties(trace: Trace) -> tuple[int, ...]:
+    return (*trace.empty_cache_at, trace.steps_start)
 
 
 def retries_within(trace: Trace, config: AllocatorConfig, capacity: int) -> int | None:
@@ -62,20 +61,23 @@ def retries_by_step(
     every step under the fraction (as it did on an H200, session 20: four in five steps)."""
     if as_fraction:
         total = max(capacity, 1) * 64  # any device larger than the limit: the fraction is exact
-        config = dataclasses.replace(config, per_process_memory_fraction=capacity / total)
-    starts = _step_starts(trace)
+        fraction = dataclasses.replace(config, per_process_memory_fraction=capacity / total)
+        replay = AllocatorReplay(fraction, None, device_total=total)
+    else:
+        replay = AllocatorReplay(config, capacity)
+    empties = _empties(trace)
+    bounds = [*_step_starts(trace), len(trace.events)]
     counts = []
-    for end in [*starts[1:], len(trace.events)]:
-        ops = replay_ops(trace, end)
-        if as_fraction:
-            replay = AllocatorReplay(config, None, device_total=total)
-            retries = replay.num_alloc_retries if replay.run(ops) else None
-        else:
-            retries = _retries(ops, config, capacity)
-        if retries is None:
+    for start, end in itertools.pairwise(bounds):  # one replay, a step at a time
+        ops = ReplayOps.from_events(
+            trace.events[start:end],
+            empty_cache_before=[i - start for i in empties if start <= i < end],
+        )
+        before = replay.num_alloc_retries
+        if not replay.run(ops):
             return None
-        counts.append(retries)
-    return [b - a for a, b in zip([0, *counts], counts, strict=False)]
+        counts.append(replay.num_alloc_retries - before)
+    return counts
 
 
 def _step_starts(trace: Trace) -> list[int]:
