@@ -505,11 +505,17 @@ def tiny_phases(name: str, variant: dict[str, Any], steps: int = 12) -> dict[str
     """Median seconds of each phase of the steady steps (3 onwards) of a tiny workload."""
     import dataclasses
 
+    return phase_seconds(dataclasses.replace(tiny_workload(name, steps), **variant))
+
+
+def phase_seconds(workload: Any, first: int = 3) -> dict[str, float]:
+    """Median seconds of each phase of a workload's steps from ``first`` on, in memfit's loop
+    on the GPU, the GPU synchronized at each phase boundary (a host-bound step's phases are
+    then the host's seconds)."""
     from torch.utils._pytree import tree_map
 
     from memfit.workload import StepHooks, optimizer_for, prepare_model, run_steps
 
-    workload = dataclasses.replace(tiny_workload(name, steps), **variant)
     net = prepare_model(workload, "cuda")
     optimizer = optimizer_for(workload, net)
     marks: list[tuple[str, float]] = []
@@ -528,7 +534,7 @@ def tiny_phases(name: str, variant: dict[str, Any], steps: int = 12) -> dict[str
     per: dict[str, list[float]] = {}
     for (label, t0), (_, t1) in itertools.pairwise(marks):
         step, _, what = label.partition(".")
-        if step.startswith("step") and int(step[4:]) >= 3:
+        if step.startswith("step") and int(step[4:]) >= first:
             per.setdefault(what, []).append(t1 - t0)
     return {k: statistics.median(v) for k, v in per.items()}
 
