@@ -28,6 +28,15 @@ Python loops over the parameters), by least squares over every tiny row. Stepped
 each parameter tensor is a ``step()`` call of its own, and bitsandbytes' 8-bit states loop in
 Python: ``optimizer_host.py`` measures the host's time of each apart from the GPU's
 (``--optimizer-host FILE``), and :func:`fit_optimizer_host` fits its cost per tensor.
+
+Since session 21 the host's cost of an op in every phase but the optimizer's comes from real
+models (``--host-costs``: ``host_costs.py``'s counted file, six models at a batch of one, where
+the GPU waits on the host), pooled (:func:`fit_host`), without fixed parts
+(``--no-fixed-parts``: on real models they fitted 5-30 ms a phase and predicted the step times
+worse). The tiny workloads' costs per op were 30% above what five held-out real models' phases
+took on the same host (GPT-2-medium, RoBERTa, T5-small, ConvNeXt-T, EfficientNet-B0; the refit:
+median error 15%, no bias). ``--offload-steps`` fits offload's host cost per copy
+(:func:`fit_copy_host`) on offloaded steps measured at full size.
 """
 
 from __future__ import annotations
@@ -88,9 +97,14 @@ def op_counts(model: str, settings_json: str) -> tuple[dict[str, int], dict[str,
 
 
 PER_CONV_STYLES = ("eager", "fp32")
+# a phase with fewer convolution calls than this does not fit their extra: ViT-B/16's one (its
+# patch embedding) would be charged its whole phase's noise (314 us a call, session 21)
+MIN_CONV_CALLS = 10
 
 
-def fit_host(rows: list[TinyRow]) -> dict[str, float]:
+def fit_host(
+    rows: list[TinyRow], fixed_parts: bool = True, pooled: bool = False
+) -> dict[str, float]:
     """The host's seconds per op by ``phase:style`` (eager's under the bare phase), per
     convolution call on top by ``phase:conv:style`` (eager's ``phase:conv``), and the
     optimizer's per op and per parameter tensor. Two steps: the base per op is the median over
@@ -101,19 +115,32 @@ def fit_host(rows: list[TinyRow]) -> dict[str, float]:
     an extra of their own (:data:`PER_CONV_STYLES`): what checkpointed ResNet-18 steps leave is
     10-20x eager's per convolution, the cost of checkpointing each block rather than of a cuDNN
     call, fitted on two or three rows, and over-predicted ResNet-50's checkpointed steps by up to
-    43%; those styles pay eager's extra per convolution."""
-    per: dict[str, list[float]] = {}
+    43%; those styles pay eager's extra per convolution.
+
+    ``pooled`` (real models' rows, ``host_costs.py``, session 21): the base per op is the rows'
+    seconds over their ops, pooled (a model of many ops, as the language models that planning
+    is for, weighs more), over the rows without convolutions; the extra per convolution is fitted
+    in every style, on the real convolutional network's own checkpointed steps. A phase with
+    fewer than :data:`MIN_CONV_CALLS` convolutions fits no extra. ``fixed_parts``: with rows at
+    two depths, a part of each phase whatever its ops (:func:`fit_fixed`)."""
+    per: dict[str, list[tuple[float, int]]] = {}
     for row in rows:
         for phase, seconds in row.seconds.items():
             if phase != "optimizer" and row.ops.get(phase):
-                per.setdefault(f"{phase}:{row.style}", []).append(seconds / row.ops[phase])
-    host = {k: statistics.median(v) for k, v in per.items()}
-    fixed = fit_fixed(rows, host)
+                if pooled and row.convs.get(phase, 0) >= MIN_CONV_CALLS:
+                    continue  # the base from models without convolutions, their extra after
+                per.setdefault(f"{phase}:{row.style}", []).append((seconds, row.ops[phase]))
+    if pooled:  # the rows' seconds over their ops: a model of many ops weighs more
+        host = {k: sum(t for t, _ in v) / sum(n for _, n in v) for k, v in per.items()}
+    else:
+        host = {k: statistics.median(t / n for t, n in v) for k, v in per.items()}
+    fixed = fit_fixed(rows, host) if fixed_parts else {}
     extra: dict[str, list[float]] = {}
     for row in rows:
         for phase, seconds in row.seconds.items():
             calls = row.convs.get(phase, 0)
-            if calls and phase != "optimizer" and row.style in PER_CONV_STYLES:
+            styled = pooled or row.style in PER_CONV_STYLES  # real models: every style's own
+            if calls >= MIN_CONV_CALLS and phase != "optimizer" and styled:
                 key = f"{phase}:{row.style}"
                 left = seconds - fixed.get(key, 0.0) - host[key] * row.ops[phase]
                 extra.setdefault(f"{phase}:conv:{row.style}", []).append(left / calls)
@@ -124,6 +151,9 @@ def fit_host(rows: list[TinyRow]) -> dict[str, float]:
     for key in [k for k in host if k.endswith(":eager")]:
         host[key.removesuffix(":eager")] = host.pop(key)
     optimizer = [r for r in rows if "optimizer" in r.seconds]
+    if not optimizer:  # real models' rows (host_costs.py): their optimizer is the GPU's
+        host["default"] = host["forward"]
+        return host
     a = np.array([[r.params, r.ops["optimizer"]] for r in optimizer], dtype=float)
     t = np.array([r.seconds["optimizer"] for r in optimizer])
     per_param, per_op = np.linalg.lstsq(a, t, rcond=None)[0]
@@ -160,6 +190,66 @@ def fit_fixed(rows: list[TinyRow], host: dict[str, float]) -> dict[str, float]:
         if base > 1e-6 and per_op > 0:  # a microsecond or more: not rounding
             fixed[key], host[key] = float(base), float(per_op)
     return fixed
+
+
+def real_rows(path: Path) -> list[TinyRow]:
+    """``host_costs.py``'s rows of the models it fits on (``host_costs.FITTED``), counted
+    (``host_costs.py count``): per phase the host's own seconds (``issue_seconds``: at a batch
+    of one the GPU waits on the host), the optimizer's left out (a 1.1B-parameter model's update
+    is the GPU's even then)."""
+    from host_costs import FITTED
+
+    rows = []
+    for row in json.loads(path.read_text())["rows"]:
+        if row["model"] not in FITTED or "counts" not in row or "error" in row["counts"]:
+            continue
+        counts = row["counts"]
+        seconds = {k: v for k, v in row["issue_seconds"].items() if k != "optimizer"}
+        ops = {k: v["ops"] for k, v in counts.items() if k in seconds}
+        convs = {k: v["convs"] for k, v in counts.items() if k in seconds}
+        params = counts["_"]["parameter_tensors"]
+        rows.append(TinyRow(row["model"], STYLES[row["variant"]], seconds, ops, convs, params))
+    return rows
+
+
+MIN_COPIES = 100  # offloaded steps with fewer copies than this do not fit their host cost
+
+
+def fit_copy_host(path: Path, calibration: dict[str, Any]) -> float:
+    """The host's seconds on top of an op's for each of activation offload's copies
+    (``host["copy"]``), from ``host_costs.py validate``'s offloaded rows: per row with at
+    least :data:`MIN_COPIES` copies in a step, the cost that makes the predicted step the
+    measured one (the model is linear in it while the step waits on the host), the median."""
+    from memfit._gpus import resolve_gpu
+    from memfit.planner import Calibration, candidate_costs
+    from memfit.planner._search import _predict
+    from memfit.trace import is_copy
+    from memfit.workload import make_workload
+
+    gpu = resolve_gpu("h200")
+    at = {
+        x: Calibration.from_dict({**calibration, "host": {**calibration["host"], "copy": x}})
+        for x in (0.0, 1e-4)
+    }
+    fitted = []
+    for line in path.open():
+        row = json.loads(line)
+        settings = row["settings"]
+        if not row.get("step_seconds") or not settings.get("offload"):
+            continue
+        workload = make_workload(row["model"], gpu="h200", **settings)
+        costs, traced = candidate_costs(workload, gpu)
+        step = [c for n, c in costs.phases.items() if n.startswith("step2.")]
+        copies = sum(is_copy(k) and k in ("d2h", "h2d") for c in step for k, _, _ in c.ops)
+        if copies < MIN_COPIES:
+            continue
+        t0, t1 = (_predict(workload, costs, traced, cal).seconds for cal in at.values())
+        x = (row["step_seconds"] - t0) / (t1 - t0) * 1e-4
+        print(f"copy: {row['model']} {settings} {copies} copies: {x * 1e6:.1f} us", flush=True)
+        fitted.append(x)
+    if not fitted:
+        raise SystemExit(f"{path}: no offloaded row with {MIN_COPIES} copies or more")
+    return max(0.0, statistics.median(fitted))
 
 
 def fit_optimizer_host(rows: list[dict[str, Any]], host: dict[str, float]) -> dict[str, float]:
@@ -290,6 +380,25 @@ def main() -> int:
         "host, whose CPU's speed the fit then rests on",
     )
     parser.add_argument(
+        "--host-costs",
+        type=Path,
+        help="host_costs.py's counted file: the host's cost of an op in each phase but the "
+        "optimizer's fitted on real models at a batch of one (session 21) in place of the "
+        "tiny workloads, which keep the optimizer's",
+    )
+    parser.add_argument(
+        "--offload-steps",
+        type=Path,
+        help="host_costs.py validate's rows: offload's host cost per copy from the offloaded "
+        "steps among them",
+    )
+    parser.add_argument(
+        "--no-fixed-parts",
+        dest="fixed_parts",
+        action="store_false",
+        help="with --host-costs: a cost per op alone, no part of a phase whatever its ops",
+    )
+    parser.add_argument(
         "--op-profile",
         type=Path,
         help="op_profile.py's directory: each memory-bound family's share of the bandwidth",
@@ -309,6 +418,10 @@ def main() -> int:
         rows.append(TinyRow(row["model"], style, row["phase_seconds"], ops, convs, params))
         print(f"{row['model']:14s} {row['variant']:26s} ops {ops} convolutions {convs}", flush=True)
     host = fit_host(rows)
+    if args.host_costs is not None:  # forward, backward, input, zero_grad from real models
+        real = fit_host(real_rows(args.host_costs), fixed_parts=args.fixed_parts, pooled=True)
+        kept = {k: v for k, v in host.items() if k.startswith("optimizer")}
+        host = {**real, **kept}
     if args.optimizer_host is not None:
         rows = json.loads(args.optimizer_host.read_text())["rows"]
         host.update(fit_optimizer_host(rows, host))
@@ -333,6 +446,9 @@ def main() -> int:
         out["pinned_seconds_per_byte"] = {k: pinned[-1][k] for k in ("d2h", "h2d")}
     if args.op_profile is not None:
         out["mem_factors"] = fit_mem_factors(args.op_profile, out)
+    if args.offload_steps is not None:
+        out["host"]["copy"] = round(fit_copy_host(args.offload_steps, out), 9)
+        print(f"host copy {out['host']['copy'] * 1e6:7.2f} us")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     for k, v in sorted(host.items()):

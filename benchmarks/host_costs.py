@@ -51,7 +51,14 @@ MODELS: dict[str, dict[str, Any]] = {
     "timm:convnext_tiny": {"batch_size": 1},
     "tv:efficientnet_b0": {"batch_size": 1},
 }
-FITTED = ("gpt2", "bert-base-uncased", "qwen2.5-0.5b", "tinyllama-1.1b", "tv:resnet50")
+FITTED = (
+    "gpt2",
+    "bert-base-uncased",
+    "qwen2.5-0.5b",
+    "tinyllama-1.1b",
+    "tv:resnet50",
+    "timm:vit_base_patch16_224",
+)
 STEPS = 10
 
 
@@ -258,7 +265,7 @@ def main() -> int:
     c.add_argument("measured", type=Path)
     c.add_argument("--out", type=Path, required=True)
     v = sub.add_parser("validate")
-    v.add_argument("versus", type=Path, nargs="+", help="plan_versus.py results")
+    v.add_argument("versus", type=Path, nargs="*", help="plan_versus.py results")
     v.add_argument("--out", type=Path, required=True)
     v.add_argument("--only", nargs="*")
     v.add_argument("--child")

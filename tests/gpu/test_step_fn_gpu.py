@@ -142,9 +142,11 @@ def test_a_compiled_step_under_an_activation_memory_budget_matches_the_gpu(
 
 # session 13 (H200, torch 2.11): the GPU reserved 3.90 GB where the estimate said 3.00 GB; since
 # the estimate covers a first run that tunes Triton kernels without timing padded matmuls (and
-# cuDNN attention's backward workspace), 3.89 GB; not run on the GPU again
+# cuDNN attention's backward workspace), 3.89 GB. What the first run reserves depends on what
+# its autotuning timed fastest: 3.90 GB in session 13, 3.73 GB in session 21 (the suite on six
+# workers), so the estimate, the most-reserving of the first runs it traces, may be above
 def test_a_compiled_step_under_an_activation_memory_budget_reserves_as_estimated(
     budget_zero: tuple[list[int], list[int]],
 ):
     _, (_, est_res, _, real_res) = budget_zero
-    assert abs(est_res - real_res) <= 0.03 * real_res
+    assert 0.97 * real_res <= est_res <= 1.06 * real_res

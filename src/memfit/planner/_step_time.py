@@ -155,6 +155,12 @@ class Calibration:
         host = self.host
         return host.get(f"optimizer_param:{variant}", host["optimizer_param"])
 
+    def host_per_copy(self) -> float:
+        """The host's seconds on top of an op's for each of activation offload's copies (its
+        saved-tensor hooks' Python around the copy: a pinned buffer taken, the tensor kept);
+        none in calibrations fitted before it."""
+        return self.host.get("copy", 0.0)
+
     def host_per_conv(self, phase: str, style: str) -> float:
         """The host's seconds on top of :meth:`host_seconds` for a convolution call (forward
         or backward) in ``phase`` of a step of ``style``: ``phase:conv:style``, else
@@ -323,7 +329,7 @@ class _Lane:
         elif name == "copy_wait":
             self.gpu = max(self.gpu, self._events.get(event, 0.0))
         else:
-            self.spend(per_op)
+            self.spend(per_op + self.calibration.host_per_copy())
             start = max(self.copy, self.gpu, self.host)
             self.copy = start + self.calibration.copy_seconds(name, nbytes)
 
