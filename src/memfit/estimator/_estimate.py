@@ -18,6 +18,7 @@ from memfit.estimator._gc import gc_frozen, gc_paused
 from memfit.estimator._pressure import least_capacity, replay_ops, retries_within
 from memfit.estimator._quiet import quiet_libraries
 from memfit.estimator._result import Estimate, RankPeak, Timeline, WorkloadSummary
+from memfit.estimator._setup_cache import setup_cache_note
 from memfit.estimator._versions import installed_versions
 from memfit.trace import Trace, trace_workload
 from memfit.workload import Workload, WorkloadOptions, make_workload
@@ -135,7 +136,12 @@ def estimate_workload(
         peak_phase=info[2],
         timeline=Timeline(allocated, reserved, phases),
         gpu=gpu,
-        notes=[*workload.notes, *trace.notes, *_rank_notes(ranks, peak_rank)],
+        notes=[
+            *workload.notes,
+            *trace.notes,
+            *_rank_notes(ranks, peak_rank),
+            *setup_cache_note(trace, config, max(reserved, default=0)),
+        ],
         trace_seconds=trace.seconds,
         least_capacity=least,
         alloc_retries=retries,
