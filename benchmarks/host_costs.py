@@ -4,6 +4,7 @@
     PYTHONPATH=src python benchmarks/host_costs.py measure --out FILE.json [--only MODEL ...]
     PYTHONPATH=src python benchmarks/host_costs.py count FILE.json --out COUNTS.json
     PYTHONPATH=src python benchmarks/host_costs.py validate VERSUS.json ... --out FILE.jsonl
+    PYTHONPATH=src python benchmarks/host_costs.py check COUNTS.json [--calibration NAME=FILE ...]
 
 The shipped calibration divides tiny two-layer models' phase seconds by the ops their traces
 dispatch. Full-size models differ from them in the Python around their ops: Qwen2.5-0.5B's steps
@@ -18,7 +19,8 @@ the CPU) traces each measured configuration as the calibration fit does and writ
 the ops, the views among them, the convolution calls and the module calls (forward hooks), so
 that a fit can weigh each. ``validate`` (on the GPU) runs every configuration earlier
 ``plan_versus.py`` calls ran, at its full size, uncapped, its batch on the GPU: the step times a
-refitted model is checked against, on the same host as the host costs.
+refitted model is checked against, on the same host as the host costs. ``check`` (on the CPU)
+predicts the held-out models' phases from their counts under each calibration given.
 """
 
 from __future__ import annotations
@@ -211,6 +213,48 @@ def count(args: argparse.Namespace) -> int:
     return 0
 
 
+def check(args: argparse.Namespace) -> int:
+    """The held-out models' phases (those not in :data:`FITTED`) against each calibration's
+    host time for their ops: the cost per op of the phase and style, a convolution's extra, a
+    fixed part where the calibration has one. Printed per row and summed up: the median
+    absolute error, the share within 15% and the median signed error."""
+    from calibration_fit import STYLES
+
+    from memfit._gpus import resolve_gpu
+    from memfit.planner import Calibration
+    from memfit.planner._step_time import calibration_for
+
+    calibrations = {"shipped": calibration_for(resolve_gpu("h200"))[0]}
+    for spec in args.calibration:
+        name, _, path = spec.partition("=")
+        calibrations[name] = Calibration.from_dict(json.loads(Path(path).read_text()))
+    errors: dict[str, list[float]] = {name: [] for name in calibrations}
+    for row in json.loads(args.counted.read_text())["rows"]:
+        counts = row.get("counts", {})
+        if row["model"] in FITTED or not counts or "error" in counts:
+            continue
+        style = STYLES[row["variant"]]
+        line = f"{row['model'][:18]:18s} {style:12s}"
+        for phase in ("forward", "backward"):
+            n, measured = counts[phase], row["issue_seconds"][phase]
+            for name, cal in calibrations.items():
+                predicted = (
+                    cal.host_fixed(phase, style)
+                    + cal.host_seconds(phase, style) * n["ops"]
+                    + cal.host_per_conv(phase, style) * n["convs"]
+                )
+                errors[name].append(predicted / measured - 1)
+                line += f" {phase[:3]} {name} {100 * errors[name][-1]:+4.0f}%"
+        print(line)
+    for name, errs in errors.items():
+        print(
+            f"{name}: median |error| {100 * statistics.median(map(abs, errs)):.1f}%, within 15% "
+            f"{sum(abs(e) <= 0.15 for e in errs)}/{len(errs)}, median signed "
+            f"{100 * statistics.median(errs):+.1f}%"
+        )
+    return 0
+
+
 def configurations(paths: list[Path]) -> dict[str, list[dict[str, Any]]]:
     """The distinct configurations ``plan_versus.py`` ran (plans and contenders), by model."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -270,8 +314,12 @@ def main() -> int:
     v.add_argument("--only", nargs="*")
     v.add_argument("--child")
     v.add_argument("--child-settings")
+    k = sub.add_parser("check")
+    k.add_argument("counted", type=Path, help="count's output")
+    k.add_argument("--calibration", nargs="*", default=[], help="NAME=FILE")
     args = parser.parse_args()
-    return {"measure": measure, "count": count, "validate": validate}[args.command](args)
+    commands = {"measure": measure, "count": count, "validate": validate, "check": check}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":
