@@ -58,3 +58,17 @@ def test_hf_config_without_model_type(tmp_path):
     cfg.write_text("{}")
     with pytest.raises(InvalidInputError, match="no 'model_type'"):
         resolve_model(f"hf:{cfg}")
+
+
+def test_each_build_of_a_hugging_face_name_gets_its_own_config():
+    # transformers keeps the config it is given: shared, a checkpointed build's use_cache=False
+    # reached every later build, and the planner's candidates after a checkpointed one lost
+    # GPT-2's KV cache (300 MB at 8 x 1024) from their estimates (session 21)
+    from memfit.workload import make_workload
+
+    workload = make_workload("gpt2", batch_size=2, seq_len=64)
+    first = workload.build_model()
+    first.config.use_cache = False
+    second = workload.build_model()
+    assert second.config is not first.config
+    assert second.config.use_cache is True

@@ -7,6 +7,7 @@ No weights are downloaded or allocated.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import importlib
 import importlib.util
@@ -162,7 +163,12 @@ def _hf_recipe(name: str, config_dict: dict[str, Any], task: str, **extra: Any) 
     auto = getattr(transformers, _HF_TASKS[task])
 
     def build() -> nn.Module:
-        return auto.from_config(config, dtype=torch.float32)  # type: ignore[no-any-return]
+        # each model its own config: transformers keeps the one it is given, and a model
+        # checkpointed once sets its use_cache to False, which took GPT-2's KV cache (300 MB at
+        # 8 x 1024) out of every later build's step (the planner's candidates after a
+        # checkpointed one, session 21)
+        fresh = copy.deepcopy(config)
+        return auto.from_config(fresh, dtype=torch.float32)  # type: ignore[no-any-return]
 
     if extra.get("config_file"):
         build = _config_build(build, source)
