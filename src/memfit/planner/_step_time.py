@@ -40,7 +40,7 @@ __all__ = ["HOST_BOUND_NOTE", "Calibration", "StepTime", "calibration_for", "ste
 HOST_BOUND_NOTE = (
     "the chosen step waits on the host (Python issuing its many small kernels), not on the "
     "GPU: its seconds depend on the CPU that runs it (the same host-bound steps took up to "
-    "1.7x longer on one H200 machine than on another); the ranking holds better than the "
+    "2x longer on one H200 machine than on another); the ranking holds better than the "
     "seconds"
 )
 
