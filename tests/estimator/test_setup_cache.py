@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -51,5 +52,6 @@ def test_a_model_that_leaves_a_segment_cached_at_build_is_noted_with_the_kept_pe
 
 
 def test_a_model_whose_build_leaves_nothing_that_raises_the_peak_gets_no_note():
+    pytest.importorskip("torchvision")
     estimate = memfit.estimate("tv:resnet18", gpu="h200", batch_size=8)
     assert not [n for n in estimate.notes if n.startswith("building the model leaves")]
