@@ -418,7 +418,9 @@ def main() -> int:
         rows.append(TinyRow(row["model"], style, row["phase_seconds"], ops, convs, params))
         print(f"{row['model']:14s} {row['variant']:26s} ops {ops} convolutions {convs}", flush=True)
     host = fit_host(rows)
+    host_date = None
     if args.host_costs is not None:  # forward, backward, input, zero_grad from real models
+        host_date = json.loads(args.host_costs.read_text())["meta"]["date"]
         real = fit_host(real_rows(args.host_costs), fixed_parts=args.fixed_parts, pooled=True)
         kept = {k: v for k, v in host.items() if k.startswith("optimizer")}
         host = {**real, **kept}
@@ -432,7 +434,8 @@ def main() -> int:
     out = {
         "key": args.key,
         "gpu": meta["gpu"],
-        "source": f"measured {meta['date']}, torch {meta['torch']}, CUDA {meta['cuda']}",
+        "source": f"measured {meta['date']}, torch {meta['torch']}, CUDA {meta['cuda']}"
+        + (f"; host costs {host_date}" if host_date else ""),
         "command": " ".join(sys.argv),
         "curves": shipped["curves"],
         **{k: v for k, v in shipped.items() if k != "curves"},
