@@ -505,24 +505,26 @@ def tiny_phases(name: str, variant: dict[str, Any], steps: int = 12) -> dict[str
     """Median seconds of each phase of the steady steps (3 onwards) of a tiny workload."""
     import dataclasses
 
-    return phase_seconds(dataclasses.replace(tiny_workload(name, steps), **variant))
+    return phase_times(dataclasses.replace(tiny_workload(name, steps), **variant))[0]
 
 
-def phase_seconds(workload: Any, first: int = 3) -> dict[str, float]:
+def phase_times(workload: Any, first: int = 3) -> tuple[dict[str, float], dict[str, float]]:
     """Median seconds of each phase of a workload's steps from ``first`` on, in memfit's loop
     on the GPU, the GPU synchronized at each phase boundary (a host-bound step's phases are
-    then the host's seconds)."""
+    then the host's seconds); and the median seconds until the host had issued each phase's
+    last op (before that synchronization: the host's own time)."""
     from torch.utils._pytree import tree_map
 
     from memfit.workload import StepHooks, optimizer_for, prepare_model, run_steps
 
     net = prepare_model(workload, "cuda")
     optimizer = optimizer_for(workload, net)
-    marks: list[tuple[str, float]] = []
+    marks: list[tuple[str, float, float]] = []  # label, issued, synchronized
 
     def phase(label: str) -> None:
+        issued = time.perf_counter()
         torch.cuda.synchronize()
-        marks.append((label, time.perf_counter()))
+        marks.append((label, issued, time.perf_counter()))
 
     hooks = StepHooks(
         to_device=lambda b: tree_map(lambda t: t.cuda() if isinstance(t, torch.Tensor) else t, b),
@@ -531,12 +533,17 @@ def phase_seconds(workload: Any, first: int = 3) -> dict[str, float]:
         phase=phase,
     )
     run_steps(workload, net, optimizer, hooks)
-    per: dict[str, list[float]] = {}
-    for (label, t0), (_, t1) in itertools.pairwise(marks):
+    seconds: dict[str, list[float]] = {}
+    issue: dict[str, list[float]] = {}
+    for (label, _, start), (_, issued, done) in itertools.pairwise(marks):
         step, _, what = label.partition(".")
         if step.startswith("step") and int(step[4:]) >= first:
-            per.setdefault(what, []).append(t1 - t0)
-    return {k: statistics.median(v) for k, v in per.items()}
+            seconds.setdefault(what, []).append(done - start)
+            issue.setdefault(what, []).append(issued - start)
+    return (
+        {k: statistics.median(v) for k, v in seconds.items()},
+        {k: statistics.median(v) for k, v in issue.items()},
+    )
 
 
 TINY_VARIANTS: list[tuple[str, dict[str, Any]]] = [

@@ -31,7 +31,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -65,49 +64,19 @@ STEPS = 10
 
 
 def measure_model(model: str) -> list[dict[str, Any]]:
-    import itertools
-
     import torch
-    from calibrate_gpu import TINY_VARIANTS
+    from calibrate_gpu import TINY_VARIANTS, phase_times
     from host_probe import probe_seconds
-    from torch.utils._pytree import tree_map
 
-    from memfit.workload import StepHooks, make_workload, optimizer_for, prepare_model, run_steps
+    from memfit.workload import make_workload
 
     rows = []
     for name, variant in TINY_VARIANTS:
         row: dict[str, Any] = {"model": model, "variant": name, "settings": variant}
         try:
             workload = make_workload(model, gpu="h200", steps=STEPS, **MODELS[model], **variant)
-            net = prepare_model(workload, "cuda")
-            optimizer = optimizer_for(workload, net)
-            marks: list[tuple[str, float, float]] = []  # label, issued, synchronized
-
-            def phase(label: str, marks: list[tuple[str, float, float]] = marks) -> None:
-                issued = time.perf_counter()
-                torch.cuda.synchronize()
-                marks.append((label, issued, time.perf_counter()))
-
-            hooks = StepHooks(
-                to_device=lambda b: tree_map(
-                    lambda t: t.cuda() if isinstance(t, torch.Tensor) else t, b
-                ),
-                autocast=lambda dtype: torch.autocast("cuda", dtype=dtype),
-                grad_scaler=lambda: torch.amp.GradScaler("cuda"),
-                phase=phase,
-            )
-            run_steps(workload, net, optimizer, hooks)
-            seconds: dict[str, list[float]] = {}
-            issue: dict[str, list[float]] = {}
-            for (label, _, start), (_, issued, done) in itertools.pairwise(marks):
-                step, _, what = label.partition(".")
-                if step.startswith("step") and int(step[4:]) >= 3:
-                    seconds.setdefault(what, []).append(done - start)
-                    issue.setdefault(what, []).append(issued - start)
-            row["seconds"] = {k: statistics.median(v) for k, v in seconds.items()}
-            row["issue_seconds"] = {k: statistics.median(v) for k, v in issue.items()}
+            row["seconds"], row["issue_seconds"] = phase_times(workload)
             row["host_probe_seconds"] = probe_seconds()
-            del net, optimizer, hooks
         except Exception as exc:  # kept; the next configuration runs
             row["error"] = f"{type(exc).__name__}: {exc}"[:600]
             row["traceback"] = traceback.format_exc()[-1500:]
@@ -127,19 +96,13 @@ def measure(args: argparse.Namespace) -> int:
     if args.child:
         print("ROWS " + json.dumps(measure_model(args.child)))
         return 0
+    from step_times import child_rows
+
     rows: list[dict[str, Any]] = []
     for model in MODELS:
-        if args.only and model not in args.only:
-            continue
-        cmd = [sys.executable, __file__, "measure", "--out", str(args.out), "--child", model]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        sys.stdout.write("".join(ln + "\n" for ln in proc.stdout.splitlines() if "ROWS" not in ln))
-        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ROWS ")), None)
-        if line is None:
-            rows.append({"model": model, "error": proc.stderr[-3000:]})
-            print(f"{model}: ERROR {proc.stderr[-300:]}", flush=True)
-        else:
-            rows.extend(json.loads(line[5:]))
+        if not args.only or model in args.only:
+            cmd = [sys.executable, __file__, "measure", "--out", str(args.out), "--child", model]
+            rows.extend(child_rows(cmd, model))
     meta = {
         "date": dt.date.today().isoformat(),
         "gpu": torch.cuda.get_device_name(),
@@ -158,7 +121,6 @@ def counts_of(model: str, settings: dict[str, Any]) -> dict[str, dict[str, int]]
     in a real eager run on the CPU: a checkpointed backward calls its blocks again); and the
     parameter tensors (under ``_``)."""
     import torch
-    from torch.utils._pytree import tree_map
 
     from memfit._gpus import resolve_gpu
     from memfit.trace import trace_workload
@@ -178,7 +140,7 @@ def counts_of(model: str, settings: dict[str, Any]) -> dict[str, dict[str, int]]
 
     net = prepare_model(workload, "cpu")
     hooks = StepHooks(
-        to_device=lambda b: tree_map(lambda t: t, b),
+        to_device=lambda b: b,
         autocast=lambda dtype: torch.autocast("cpu", dtype=dtype),
         grad_scaler=lambda: torch.amp.GradScaler("cpu", enabled=False),
         phase=phase,

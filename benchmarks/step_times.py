@@ -161,6 +161,21 @@ def _on_gpu(value: Any) -> Any:
     return value.to("cuda") if isinstance(value, torch.Tensor) else value
 
 
+def child_rows(cmd: list[str], model: str) -> list[dict[str, Any]]:
+    """Run ``cmd``, a child process measuring ``model``, and return the rows it printed on its
+    ``ROWS`` line (its other output passed on); one row with its error if it printed none."""
+    import subprocess
+
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    sys.stdout.write("".join(ln + "\n" for ln in proc.stdout.splitlines() if "ROWS" not in ln))
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ROWS ")), None)
+    if line is None:
+        print(f"{model}: ERROR {proc.stderr[-300:]}", flush=True)
+        return [{"model": model, "error": proc.stderr[-3000:]}]
+    rows: list[dict[str, Any]] = json.loads(line[5:])
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -173,7 +188,6 @@ def main() -> int:
         rows = run_case(args.child, CASES[args.child], args.steps, args.variants)
         print("ROWS " + json.dumps(rows))
         return 0
-    import subprocess
 
     import torch
 
@@ -185,14 +199,7 @@ def main() -> int:
         cmd += ["--steps", str(args.steps)]
         if args.variants:
             cmd += ["--variants", *args.variants]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        sys.stdout.write("".join(ln + "\n" for ln in proc.stdout.splitlines() if "ROWS" not in ln))
-        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ROWS ")), None)
-        if line is None:
-            rows.append({"model": model, "error": proc.stderr[-3000:]})
-            print(f"{model}: ERROR {proc.stderr[-300:]}", flush=True)
-        else:
-            rows.extend(json.loads(line[5:]))
+        rows.extend(child_rows(cmd, model))
     meta = {
         "date": dt.date.today().isoformat(),
         "gpu": torch.cuda.get_device_name(),

@@ -80,6 +80,7 @@ def estimate_workload(
     capacity: int | None = None,
     tight_verdict: bool = False,
     trace: Trace | None = None,
+    setup_note: bool = True,
 ) -> Estimate:
     """Trace and replay one workload (the work behind :func:`estimate`). With
     ``with_least_capacity``, also the least memory it runs in (``estimator._pressure``) and,
@@ -87,7 +88,8 @@ def estimate_workload(
     ``tight_verdict``, both are found when the free-running peak does not fit the workload's
     GPU, so that the verdict can say whether the step fits by freeing the cache. ``trace``: the
     workload's trace, made already (the planner replays one trace under several allocator
-    settings)."""
+    settings). ``setup_note``: the note on a loop that keeps the setup's cache, a second replay
+    where the setup leaves some (searches that keep no notes leave it out)."""
     config = workload.allocator
     gpu = workload.gpu
     target = gpu or resolve_gpu(_DEFAULT_GPU)
@@ -140,7 +142,7 @@ def estimate_workload(
             *workload.notes,
             *trace.notes,
             *_rank_notes(ranks, peak_rank),
-            *setup_cache_note(trace, config, max(reserved, default=0)),
+            *(setup_cache_note(trace, config, max(reserved, default=0)) if setup_note else []),
         ],
         trace_seconds=trace.seconds,
         least_capacity=least,

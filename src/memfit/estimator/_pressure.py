@@ -24,10 +24,13 @@ _STEP = re.compile(r"step\d+")
 TOLERANCE = 64 << 20  # bytes: the bisection stops this close to the answer (from above)
 
 
-def replay_ops(trace: Trace) -> ReplayOps:
+def replay_ops(trace: Trace, *, setup_cache_kept: bool = False) -> ReplayOps:
     """The ops that replay ``trace``: its events, with the cache emptied where the steps start,
-    as ``memfit validate`` (and a fresh job) does, and wherever the traced code emptied it."""
-    return ReplayOps.from_events(trace.events, empty_cache_before=_empties(trace))
+    as ``memfit validate`` (and a fresh job) does, and wherever the traced code emptied it.
+    ``setup_cache_kept``: not where the steps start (a loop that keeps what the setup left
+    cached, ``estimator._setup_cache``)."""
+    empties = trace.empty_cache_at if setup_cache_kept else _empties(trace)
+    return ReplayOps.from_events(trace.events, empty_cache_before=empties)
 
 
 def _empties(trace: Trace) -> tuple[int, ...]:

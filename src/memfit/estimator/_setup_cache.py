@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from memfit._units import MiB, format_bytes
 from memfit.allocator import AllocatorConfig, AllocatorReplay, Recording, ReplayOps
+from memfit.estimator._pressure import replay_ops
 from memfit.trace import Trace
 
 __all__ = ["kept_setup_peak", "setup_cache_note"]
@@ -36,8 +37,7 @@ def kept_setup_peak(trace: Trace, config: AllocatorConfig) -> int:
     allocated: list[int] = []
     reserved: list[int] = []
     replay = AllocatorReplay(config)
-    ops = ReplayOps.from_events(trace.events, empty_cache_before=trace.empty_cache_at)
-    replay.run(ops, record=Recording(allocated, reserved))
+    replay.run(replay_ops(trace, setup_cache_kept=True), record=Recording(allocated, reserved))
     return max(reserved[trace.steps_start :], default=replay.reserved)
 
 

@@ -157,7 +157,9 @@ class Evaluator:
         step_flops = micro_flops * first.accumulation // traced
         for i, c in enumerate(candidates):
             w = self.workload(c)
-            estimate = estimate_workload(dataclasses.replace(w, accumulation=traced), trace=trace)
+            estimate = estimate_workload(
+                dataclasses.replace(w, accumulation=traced), trace=trace, setup_note=False
+            )
             self.seen[c] = self._evaluated(
                 c,
                 estimate.peak_allocated,

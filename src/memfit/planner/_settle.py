@@ -69,7 +69,7 @@ def settled_choice(
         if any(per_step[-2:]):
             every_step = every_step or e
             continue
-        estimate = estimate_workload(workload, trace=trace)
+        estimate = estimate_workload(workload, trace=trace, setup_note=False)
         least = least_capacity(
             trace, workload.allocator, estimate.peak_allocated, estimate.peak_reserved
         )
