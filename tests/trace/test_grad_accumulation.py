@@ -80,6 +80,21 @@ def _llama() -> nn.Module:
     return _Pooled(transformers.LlamaModel(config))
 
 
+class _Tied(nn.Module):
+    """An output layer sharing the embedding's weight (GPT-2, Qwen2.5-0.5B): its gradient
+    arrives as a view, the embedding's as a fresh tensor, and the engine sums them out of
+    place (an H200 trace of Qwen2.5-0.5B: one vocabulary-sized tensor per backward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(100, 64)
+        self.head = nn.Linear(64, 100, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.emb(ids))
+
+
 class _Pooled(nn.Module):
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
@@ -96,8 +111,9 @@ class _Pooled(nn.Module):
         (_resnet18, lambda: torch.randn(2, 3, 64, 64)),
         (_bert, lambda: torch.randint(0, 100, (2, 16))),
         (_llama, lambda: torch.randint(0, 100, (2, 16))),
+        (_Tied, lambda: torch.randint(0, 100, (2, 16))),
     ],
-    ids=["linear-residual", "resnet18", "bert", "llama"],
+    ids=["linear-residual", "resnet18", "bert", "llama", "tied-embedding"],
 )
 def test_trace_adds_gradients_out_of_place_exactly_where_a_plain_run_does(
     build: Callable[[], nn.Module], batch: Callable[[], torch.Tensor]

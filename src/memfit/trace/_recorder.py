@@ -302,10 +302,8 @@ class Recorder(TorchDispatchMode):
             return NotImplemented  # the subclass runs it as ops on its plain tensors
         if func is _ADD:
             with _NO_FUNCTION_MODE():
-                into = self._accumulates_into(args, kwargs)
-            if into is not None:
-                func = _ADD_INPLACE
-                args = args if into == 0 else (args[1], args[0])
+                if self._accumulates_in_place(args, kwargs):
+                    func = _ADD_INPLACE
         elif func is _INDEX_PUT:
             with _NO_FUNCTION_MODE():
                 if self._scatters_into_fresh_zeros(args, kwargs):
@@ -398,18 +396,20 @@ class Recorder(TorchDispatchMode):
         made_by = self._made_by.get(self._key(zeros.untyped_storage()))
         return made_by == node._sequence_nr() and _sole_owner(zeros)
 
-    def _accumulates_into(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
-        """Whether this ``add`` is the autograd engine summing two gradients of one input, which
-        a real run does in place: into the buffered gradient (0) or the arriving one (1).
+    def _accumulates_in_place(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether this ``add`` is the autograd engine summing two gradients of one input into
+        the one it buffered first, which a real run does in place.
 
-        The engine adds in place into a tensor it holds the only reference to, storage and all
-        (input_buffer.cpp): the buffered gradient first, else the arriving one; a view (which
-        shares its base's storage: the input gradient of a linear layer without a bias, reshaped
-        back to 3-d, as Llama's projections deliver it) is neither, so the sum of two views is
-        a new tensor (TinyLlama on an H200: one per attention block and one per MLP). Under any
-        Python dispatch mode, this mode included, the engine takes the out-of-place path, so
-        the trace would allocate a gradient-sized tensor per junction (every residual
-        connection) that the GPU never allocates.
+        The engine adds in place only into the buffered gradient, and only when it holds the
+        only reference to it, storage and all (input_buffer.cpp); else the sum is a new tensor,
+        even where the arriving gradient is one it could have reused. A view (which shares its
+        base's storage) is never added into: the input gradient of a linear layer without a
+        bias, reshaped back to 3-d, as Llama's projections deliver it (TinyLlama on an H200:
+        one sum per attention block and one per MLP), and the weight gradient of an output
+        layer tied to the embedding (Qwen2.5-0.5B on an H200: one vocabulary-sized sum per
+        backward). Under any Python dispatch mode, this mode included, the engine takes the
+        out-of-place path, so the trace would allocate a gradient-sized tensor per junction
+        (every residual connection) that the GPU never allocates.
         """
         if (
             torch.is_grad_enabled()
@@ -417,21 +417,19 @@ class Recorder(TorchDispatchMode):
             or len(args) != 2
             or not self.phase.endswith("backward")
         ):
-            return None
+            return False
         old, new = args
         if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor)):
-            return None
+            return False
         if old.shape != new.shape or old.dtype != new.dtype or old.device.type != "meta":
-            return None
+            return False
         node = torch._C._current_autograd_node()
         if node is None:
-            return None
+            return False
         made_by = self._made_by.get(self._key(old.untyped_storage()))
         if made_by is None or made_by == node._sequence_nr():
-            return None  # not the engine's buffer
-        if _sole_owner(old):
-            return 0
-        return 1 if _sole_owner(new) else None
+            return False  # not the engine's buffer
+        return _sole_owner(old)
 
     def _track_outputs(
         self,
