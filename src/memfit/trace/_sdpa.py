@@ -109,15 +109,11 @@ def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[to
     backend = choose_backend(q, k, v, attn_mask, sm, enable_gqa, dropout_p)
     need_lse = q.requires_grad or k.requires_grad or v.requires_grad
     bool_mask = attn_mask is not None and attn_mask.dtype == torch.bool
-    if backend in ("cudnn", "efficient") and bool_mask:
-        # the fused kernels take an additive mask: SDPA makes one of the query's dtype with
-        # where(mask, 0, -inf) from two scalar tensors, held until the call returns (H200
-        # traces, torch 2.11: Mistral-7B's sliding-window mask, 64 MiB per layer at s4096)
-        zero, neg_inf = (
-            torch.full((), x, dtype=q.dtype, device=q.device) for x in (0.0, -math.inf)
-        )
-        attn_mask = torch.where(attn_mask, zero, neg_inf)
-        del zero, neg_inf
+    if backend in ("cudnn", "efficient", "math") and bool_mask:
+        # the kernels but flash take an additive mask: SDPA makes one of the query's dtype
+        # before it calls them, held until the call returns (H200 traces, torch 2.11:
+        # Mistral-7B's sliding-window mask, 64 MiB per layer at s4096)
+        attn_mask = _additive(attn_mask, q.dtype)
     if backend == "cudnn" and not need_lse:
         # the philox seed and offset, the output, and no log-sum-exp without gradients; the
         # seed and offset go when the call returns
@@ -174,6 +170,16 @@ def _like_query(q: torch.Tensor, dim: int) -> torch.Tensor:
     return q.new_empty((b, h, s, dim))
 
 
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask made additive as SDPA makes it: ``where(mask, 0, -inf)`` from two
+    scalar tensors, which go once it is made (the C++ makes its arguments right to left)."""
+    neg_inf = torch.full((), -math.inf, dtype=dtype, device=mask.device)
+    zero = torch.full((), 0.0, dtype=dtype, device=mask.device)
+    additive = torch.where(mask, zero, neg_inf)
+    del zero, neg_inf
+    return additive
+
+
 def _math(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -184,36 +190,53 @@ def _math(
     scale: float | None,
     enable_gqa: bool,
 ) -> torch.Tensor:
-    """The math kernel op by op, as ``_scaled_dot_product_attention_math`` runs it on CUDA.
+    """The math kernel op by op, as ``_scaled_dot_product_attention_math`` runs it on CUDA
+    (torch 2.11): in its order, with its C++ locals held until it returns.
 
     Run here rather than through the composite so that its dropout is CUDA's fused one (a
-    1-byte mask); on meta the composite would keep a mask of the attention's dtype.
+    1-byte mask) and its mask is added in place (under any Python dispatch mode the composite
+    adds it out of place); on meta the composite would also keep a dropout mask of the
+    attention's dtype. The order matters to the caching allocator, not only the sizes: with
+    the key and value expanded before the query was scaled and the causal mask made after the
+    scores, an H200 trace of Qwen2.5-0.5B in float32 left its 20 MiB segments packed
+    differently and reserved 20 MiB more than the replay.
     """
-    if enable_gqa and k.shape[-3] != q.shape[-3]:
-        rep = q.shape[-3] // k.shape[-3]
-        k = k.repeat_interleave(rep, dim=-3)
-        v = v.repeat_interleave(rep, dim=-3)
     origin = q.dtype
-    if origin in _HALF:
-        # the math kernel keeps half inputs in float32 for accuracy (the default while
-        # allow_fp16_bf16_reduction_math_sdp is off), and casts the results back
-        q, k, v = q.float(), k.float(), v.float()
+    # the math kernel keeps half inputs in float32 for accuracy (the default while
+    # allow_fp16_bf16_reduction_math_sdp is off), and casts the results back
+    qf, kf, vf = (x.float() for x in (q, k, v)) if origin in _HALF else (q, k, v)
     factor = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
-    attn = torch.matmul(q * factor, k.transpose(-2, -1) * factor)
+    query = qf * factor
     if is_causal:
         causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-        attn_mask = causal
+        attn_mask = _additive(causal, qf.dtype)
+        del causal
+    key, value = kf, vf
+    if enable_gqa and k.shape[-3] != q.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]
+        key, value = kf.repeat_interleave(rep, dim=-3), vf.repeat_interleave(rep, dim=-3)
+    attn = torch.matmul(query, key.transpose(-2, -1) * factor)
     if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            attn_mask = torch.zeros_like(attn_mask, dtype=attn.dtype).masked_fill_(
-                ~attn_mask, float("-inf")
-            )
         attn = attn.add_(attn_mask)
-    attn = torch.ops.aten._safe_softmax(attn, -1)
+    attn = _safe_softmax(attn)
     if dropout_p > 0.0:
         attn = torch.ops.aten.native_dropout(attn, dropout_p, True)[0]
-    out = torch.matmul(attn, v)
-    if origin != out.dtype:
-        out = out.to(origin)
-        attn.to(origin)  # the kernel also returns the weights in the input dtype; SDPA drops them
+    # the C++ evaluates the returned pair right to left: the weights are cast back first;
+    # its locals go in the reverse of their making, the weights (returned, dropped by SDPA) last
+    weights = attn.to(origin)
+    out = torch.matmul(attn, value).to(origin)
+    del attn, key, value, query, vf, kf, qf, attn_mask, weights
+    return out
+
+
+def _safe_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """``_safe_softmax`` as CUDA runs it: the softmax, then the rows that are all ``-inf``
+    found, with a boolean of the scores' size, one per row and a scalar that go at once (H200
+    traces, torch 2.11: a 7 MiB boolean per layer for Qwen2.5-0.5B at 2 x 512 in float32)."""
+    out: torch.Tensor = torch.ops.aten._safe_softmax(scores, -1)
+    with torch.no_grad():
+        masked = scores.eq(-math.inf)
+        rows = masked.all(dim=-1, keepdim=True)
+        zero = torch.zeros((), dtype=out.dtype, device=out.device)
+        del zero, rows, masked
     return out
