@@ -3,8 +3,11 @@
     PYTHONPATH=src python benchmarks/align.py ID TRACE.pickle.gz [--min-mib 1] [--show 8]
         [--context 6] [--from-step] [--dump FILE]
 
-``ID`` is a workload of ``benchmarks/workloads.py``; ``TRACE`` is the snapshot that
-``gpu_measure.py --traces`` saved for it (``torch.cuda.memory._snapshot()``, gzipped or not).
+``ID`` is a workload of ``benchmarks/workloads.py``, or
+``plan:PLANS.json:MODEL@BUDGET:STEPS``, the chosen plan of ``plan_proof.py``'s row run for STEPS
+steps through memfit's loop, as ``plan_proof.py measure --history`` records it
+(``loop-*.pickle.gz``); ``TRACE`` is the snapshot that ``gpu_measure.py --traces`` saved for
+it (``torch.cuda.memory._snapshot()``, gzipped or not).
 Both sequences are reduced to the allocations of at least ``--min-mib`` MiB and their frees,
 each written as ``+SIZE`` / ``-SIZE`` (the bytes requested, before the allocator rounds
 them; ``--round`` compares them rounded to 512 bytes, as the allocator sees them), and aligned
@@ -92,11 +95,13 @@ def traced_events(workload_id: str) -> tuple[list[tuple[str, int, int, str]], in
     from memfit.workload import make_workload
 
     gpu = resolve_gpu("h200")
+    entry: dict = {}
     if workload_id.startswith("parallelize_gpu:"):  # a case of parallelize_gpu.py
         import parallelize_gpu
 
-        entry: dict = {}
         workload = parallelize_gpu._workload(workload_id.partition(":")[2])
+    elif workload_id.startswith("plan:"):
+        workload, entry = _plan_workload(workload_id)
     else:
         found = next((e for e in ALL if e["id"] == workload_id), None)
         if found is None:
@@ -119,6 +124,28 @@ def traced_events(workload_id: str) -> tuple[list[tuple[str, int, int, str]], in
     rep = AllocatorReplay(entry.get("allocator_config", ""))
     rep.run(replay_ops(tr))  # as the estimate replays it
     return out, rep.peak_allocated, rep.peak_reserved, tr.steps_start
+
+
+def _plan_workload(spec: str) -> tuple[Any, dict]:
+    """``plan:PLANS.json:MODEL@BUDGET:STEPS``: the plan's step as ``plan_proof.py``'s loop runs
+    it, and its allocator setting (as ``entry["allocator_config"]``)."""
+    import plan_proof
+
+    from memfit.workload import make_workload
+
+    _, path, which, steps = spec.split(":", 3)
+    model, _, budget = which.rpartition("@")
+    rows = json.loads(Path(path).read_text())["rows"]
+    row = next((r for r in rows if r["model"] == model and r["budget"] == budget), None)
+    if row is None or row["plan"]["chosen"] is None:
+        raise SystemExit(f"no chosen plan for {which!r} in {path}")
+    chosen = row["plan"]["chosen"]
+    settings = plan_proof._settings(row, chosen)
+    alloc = chosen["allocator_config"]
+    workload = make_workload(
+        model, steps=int(steps), gpu="h200", allocator_config=alloc, **settings
+    )
+    return workload, {"allocator_config": alloc}
 
 
 def _after_allocs(
