@@ -298,6 +298,13 @@ class KernelModel:
             return [_fused_backward_workspace(q, args[2], int(q.shape[2]), int(q.shape[3]))]
         if func is aten.embedding_dense_backward.default:
             return _embedding_backward_scratch(args)
+        if func is aten._softmax_backward_data.default:
+            # SoftMax.cu multiplies the gradient by the output into a temporary once the input
+            # gradient is allocated (H200 traces, torch 2.11: one scores-sized tensor after every
+            # attention's softmax backward, Qwen2.5-0.5B and TinyLlama-1.1B in float32)
+            grad, output = args[0], args[1]
+            size = grad.numel() * torch.promote_types(grad.dtype, output.dtype).itemsize
+            return [(size, "softmax backward grad x output")]
         if func is aten.multinomial.default:
             return _multinomial_scratch(args, kwargs)
         if func is aten.native_layer_norm_backward.default:
