@@ -22,8 +22,16 @@ VOCAB = 8000
 
 
 def gpt2() -> nn.Module:
+    # the output layer not tied to the embedding: a tied one's two gradients are summed out of
+    # place at the end of backward, the peak of this small model stepped in backward or not
     config = transformers.GPT2Config(
-        n_layer=4, n_embd=512, n_head=4, vocab_size=VOCAB, bos_token_id=0, eos_token_id=0
+        n_layer=4,
+        n_embd=512,
+        n_head=4,
+        vocab_size=VOCAB,
+        bos_token_id=0,
+        eos_token_id=0,
+        tie_word_embeddings=False,
     )
     return transformers.GPT2LMHeadModel(config)
 

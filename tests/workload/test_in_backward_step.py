@@ -53,7 +53,10 @@ def test_stepped_in_backward_the_gradients_leave_the_peak_and_the_state_stays() 
     grads = 4 * _params()
     # a small batch: the step peaks with every gradient held, or with none of them
     assert after.by_category[Category.GRADIENT] == grads
-    assert during.by_category.get(Category.GRADIENT, 0) < grads // 10
+    # at its peak only the tied embedding's gradient is held: the head's and the embedding's
+    # are summed out of place at the end of backward, as torch does; every other gradient
+    # left with its parameter's update
+    assert during.by_category.get(Category.GRADIENT, 0) <= 4 * 8000 * 256 < grads // 2
     state = during.by_category[Category.OPTIMIZER_STATE]
     assert state == after.by_category[Category.OPTIMIZER_STATE] >= 2 * grads  # exp_avg, _sq
     # less by the gradients backward has not reached, not all of them: the tied embedding's
