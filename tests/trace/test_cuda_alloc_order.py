@@ -140,3 +140,27 @@ def test_softmax_backward_takes_a_temporary_after_its_gradient():
     grad, temp, freed = events[at], events[at + 1], events[at + 2]
     assert temp.kind == "alloc" and temp.size == grad.size == 32 * 64 * 4
     assert freed.kind == "free" and freed.block == temp.block
+
+
+class _TokenTypes(torch.nn.Module):
+    """BERT's token type ids: a buffer of one row expanded over the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(2, 64)
+        self.register_buffer("ids", torch.zeros(1, 512, dtype=torch.long), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.emb(self.ids.expand(x.shape[0], -1)) + x
+
+
+def test_an_embedding_of_expanded_indices_copies_them_before_its_output():
+    # at::embedding flattens its indices with reshape, a copy where they are expanded: H200
+    # traces of BERT-large inference (torch 2.11), 262,144 bytes at 64 x 512, then the output
+    trace = _trace(_TokenTypes, lambda: torch.randn(8, 512, 64), lambda m, x: m(x).sum())
+    events = [e for e in trace.events if e.info is None or trace.infos[e.info].phase != "setup"]
+    at = next(i for i, e in enumerate(events) if e.kind == "alloc" and e.size == 8 * 512 * 8)
+    copy, out = events[at], events[at + 1]
+    assert trace.infos[copy.info].op == "embedding indices flattened"
+    assert out.kind == "alloc" and out.size == 8 * 512 * 64 * 4
+    assert any(e.kind == "free" and e.block == copy.block for e in events[at + 2 :])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from memfit.trace._sdpa import choose_backend
@@ -184,6 +185,22 @@ def test_cudnn_without_gradients_makes_no_log_sum_exp():
 def test_cudnn_with_gradients_saves_a_log_sum_exp():
     trace, (b, h, s, _) = _attention_trace(grad=True)
     assert b * h * s * 4 in _sizes(trace, "_scaled_dot_product_flash_attention")
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_cudnn_takes_a_256_byte_workspace_after_its_outputs(grad):
+    # every cuDNN attention call in the H200 traces (torch 2.11): the seed and offset, the
+    # output (and the log-sum-exp when training), then 256 bytes allocated and freed at once
+    trace, _ = _attention_trace(grad=grad)
+    events = trace.events
+    at = [
+        i
+        for i, e in enumerate(events)
+        if e.kind == "alloc" and e.size == 256 and trace.infos[e.info].phase == "step1.forward"
+    ]
+    assert len(at) == 1
+    assert events[at[0] + 1].kind == "free" and events[at[0] + 1].block == events[at[0]].block
+    assert events[at[0] - 1].kind == "alloc"  # right after the call's outputs
 
 
 def test_a_boolean_mask_becomes_an_additive_one_for_the_call():
