@@ -123,7 +123,7 @@ def test_a_memory_fraction_refuses_the_whole_request_where_a_full_gpu_maps_the_r
     # 100): the cache is freed and the request retried; the layout it leaves serves the next
     # steps
     from memfit._events import MemoryEvent
-    from memfit.estimator import retries_by_step
+    from memfit.estimator import released_by_step, retries_by_step
     from memfit.trace import Trace
 
     mib = 1 << 20
@@ -143,5 +143,8 @@ def test_a_memory_fraction_refuses_the_whole_request_where_a_full_gpu_maps_the_r
     config = AllocatorConfig.parse("expandable_segments:True")
     assert retries_by_step(trace, config, 100 * mib) == [0, 0, 0]
     assert retries_by_step(trace, config, 100 * mib, as_fraction=True) == [1, 0, 0]
+    # the free gives the 40 free MiB back to the driver (the 60 MiB request maps them again)
+    assert released_by_step(trace, config, 100 * mib) == [0, 0, 0]
+    assert released_by_step(trace, config, 100 * mib, as_fraction=True) == [40 * mib, 0, 0]
     assert retries_by_step(trace, config, 90 * mib) is None
     assert retries_by_step(trace, config, 90 * mib, as_fraction=True) is None

@@ -23,6 +23,7 @@ if _typing.TYPE_CHECKING:
     from memfit.estimator._measure import Measurement, measure
     from memfit.estimator._pressure import (
         least_capacity,
+        released_by_step,
         retries_by_step,
         retries_within,
         runs_within,
@@ -37,6 +38,7 @@ _LAZY = {
     "Measurement": "_measure",
     "measure": "_measure",
     "least_capacity": "_pressure",
+    "released_by_step": "_pressure",
     "retries_by_step": "_pressure",
     "retries_within": "_pressure",
     "runs_within": "_pressure",
@@ -78,6 +80,7 @@ __all__ = [
     "measure",
     "module_group",
     "quiet_libraries",
+    "released_by_step",
     "retries_by_step",
     "retries_within",
     "runs_within",

@@ -18,7 +18,16 @@ import re
 from memfit.allocator import AllocatorConfig, AllocatorReplay, ReplayOps
 from memfit.trace import Trace
 
-__all__ = ["least_capacity", "replay_ops", "retries_by_step", "retries_within", "runs_within"]
+__all__ = [
+    "least_capacity",
+    "released_by_step",
+    "replay_ops",
+    "retries_by_step",
+    "retries_within",
+    "runs_within",
+]
+
+_RELEASES = ("segment_free", "segment_unmap")
 
 _STEP = re.compile(r"step\d+")
 TOLERANCE = 64 << 20  # bytes: the bisection stops this close to the answer (from above)
@@ -62,6 +71,24 @@ def retries_by_step(
     refuses only the pages it cannot map. Qwen2.5-0.5B 8 x 1 fully checkpointed with expandable
     segments under a 16 GiB budget frees its cache once in four steps on a GPU that size, and in
     every step under the fraction (as it did on an H200, session 20: four in five steps)."""
+    steps = _by_step(trace, config, capacity, as_fraction)
+    return None if steps is None else [retries for retries, _ in steps]
+
+
+def released_by_step(
+    trace: Trace, config: AllocatorConfig, capacity: int, *, as_fraction: bool = False
+) -> list[int] | None:
+    """The bytes of cache the allocator gives back to the driver in each traced step, as
+    :func:`retries_by_step` replays it (the setup's own ``empty_cache`` counted with the first
+    step); None if the run cannot complete. What a step frees to retry it maps again later."""
+    steps = _by_step(trace, config, capacity, as_fraction)
+    return None if steps is None else [released for _, released in steps]
+
+
+def _by_step(
+    trace: Trace, config: AllocatorConfig, capacity: int, as_fraction: bool
+) -> list[tuple[int, int]] | None:
+    """Each step's cache frees and the bytes they released, in one replay."""
     if as_fraction:
         total = max(capacity, 1) * 64  # any device larger than the limit: the fraction is exact
         fraction = dataclasses.replace(config, per_process_memory_fraction=capacity / total)
@@ -70,17 +97,18 @@ def retries_by_step(
         replay = AllocatorReplay(config, capacity)
     empties = _empties(trace)
     bounds = [*_step_starts(trace), len(trace.events)]
-    counts = []
+    steps = []
     for start, end in itertools.pairwise(bounds):  # one replay, a step at a time
         ops = ReplayOps.from_events(
             trace.events[start:end],
             empty_cache_before=[i - start for i in empties if start <= i < end],
         )
-        before = replay.num_alloc_retries
+        retries, seen = replay.num_alloc_retries, len(replay.segment_events)
         if not replay.run(ops):
             return None
-        counts.append(replay.num_alloc_retries - before)
-    return counts
+        released = sum(e.size for e in replay.segment_events[seen:] if e.action in _RELEASES)
+        steps.append((replay.num_alloc_retries - retries, released))
+    return steps
 
 
 def _step_starts(trace: Trace) -> list[int]:
