@@ -332,3 +332,34 @@ def test_a_mask_lives_until_the_attention_backward_when_training():
     freed = next(i for i, e in enumerate(trace.events) if e.kind == "free" and e.block == block)
     workspace = next(i for i, op in enumerate(infos) if "fused attention backward" in op)
     assert where < workspace < freed
+
+
+def test_the_note_says_why_float32_grouped_query_attention_runs_the_math_kernel():
+    # Qwen2.5-0.5B and TinyLlama-1.1B in float32 on an H200: the math kernel in every layer,
+    # which keeps the whole scores; the memory-efficient kernel takes no grouped heads
+    from memfit import estimate
+
+    class Grouped(torch.nn.Module):
+        def __init__(self, kv_heads):
+            super().__init__()
+            self.kv_heads = kv_heads
+            self.q = torch.nn.Linear(64, 8 * 16)
+            self.kv = torch.nn.Linear(64, 2 * kv_heads * 16)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q = self.q(x).view(b, s, 8, 16).transpose(1, 2)
+            k, v = self.kv(x).view(b, s, 2, self.kv_heads, 16).permute(2, 0, 3, 1, 4)
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True, enable_gqa=self.kv_heads != 8
+            )
+
+    def batch():
+        return torch.randn(2, 128, 64)
+
+    grouped = estimate(lambda: Grouped(2), batch, gpu="h200")
+    assert any("grouped-query attention in float32" in n for n in grouped.notes)
+    plain = estimate(lambda: Grouped(8), batch, gpu="h200")
+    assert any(n.startswith("attention ran") and n.endswith("x efficient") for n in plain.notes)
+    half = estimate(lambda: Grouped(2), batch, precision="bf16-mixed", gpu="h200")
+    assert not any("grouped-query" in n for n in half.notes)

@@ -22,7 +22,7 @@ import torch
 
 from memfit._gpus import Architecture
 
-__all__ = ["choose_backend", "run_sdpa"]
+__all__ = ["GROUPED_MATH", "backend_label", "choose_backend", "run_sdpa"]
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -60,19 +60,53 @@ def choose_backend(
     if _strided_rows(attn_mask):
         # neither fused kernel takes it (H200, torch 2.11)
         return "math"
+    if same_heads and _efficient_takes(q, k, v, arch, grad):
+        return "efficient"
+    return "math"
+
+
+def _efficient_takes(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, arch: Architecture, grad: bool
+) -> bool:
+    """Whether the memory-efficient kernel takes these dtypes and head dims (it takes no
+    grouped heads: the caller checks those)."""
+    head_dim = q.shape[-1]
     align = 8 if q.dtype in _HALF else 4
     max_backward_dim = arch.efficient_backward_max_head_dim
-    if (
+    return (
         arch.runs_efficient_attention
         and q.dtype in (*_HALF, torch.float32)
         and q.dtype == k.dtype == v.dtype
         and head_dim % align == 0
         and v.shape[-1] % align == 0
-        and same_heads
         and not (grad and max_backward_dim is not None and head_dim > max_backward_dim)
+    )
+
+
+GROUPED_MATH = (
+    "math: grouped-query attention in float32, which the memory-efficient kernel does not take, "
+    "so each call keeps its (batch, heads, queries, keys) scores; bf16 or fp16 runs a fused "
+    "kernel"
+)
+
+
+def backend_label(backend: str, args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> str:
+    """The backend as the estimate's note names it: the math kernel with why it ran where
+    grouped heads alone kept the memory-efficient kernel out (Qwen2.5-0.5B and TinyLlama in
+    float32 on an H200: the scores of every layer, 29-268 MB each)."""
+    q, k, v = (
+        _arg(args, kwargs, i, name, None) for i, name in enumerate(("query", "key", "value"))
+    )
+    if backend != "math" or not all(
+        isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)
     ):
-        return "efficient"
-    return "math"
+        return backend
+    if q.dtype != torch.float32 or q.shape[1] == k.shape[1]:
+        return backend
+    if _strided_rows(_arg(args, kwargs, 3, "attn_mask", None)):
+        return backend
+    grad = bool(q.requires_grad or k.requires_grad or v.requires_grad)
+    return GROUPED_MATH if _efficient_takes(q, k, v, Architecture(sm), grad) else backend
 
 
 def _cudnn_takes(
