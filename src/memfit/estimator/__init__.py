@@ -22,6 +22,7 @@ if _typing.TYPE_CHECKING:
     )
     from memfit.estimator._measure import Measurement, measure
     from memfit.estimator._pressure import (
+        frees_by_step,
         least_capacity,
         released_by_step,
         retries_by_step,
@@ -37,6 +38,7 @@ _LAZY = {
     "module_group": "_estimate",
     "Measurement": "_measure",
     "measure": "_measure",
+    "frees_by_step": "_pressure",
     "least_capacity": "_pressure",
     "released_by_step": "_pressure",
     "retries_by_step": "_pressure",
@@ -73,6 +75,7 @@ __all__ = [
     "as_workload",
     "estimate",
     "estimate_workload",
+    "frees_by_step",
     "gc_paused",
     "installed_versions",
     "least_capacity",

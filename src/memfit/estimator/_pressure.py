@@ -19,6 +19,7 @@ from memfit.allocator import AllocatorConfig, AllocatorReplay, ReplayOps
 from memfit.trace import Trace
 
 __all__ = [
+    "frees_by_step",
     "least_capacity",
     "released_by_step",
     "replay_ops",
@@ -71,7 +72,7 @@ def retries_by_step(
     refuses only the pages it cannot map. Qwen2.5-0.5B 8 x 1 fully checkpointed with expandable
     segments under a 16 GiB budget frees its cache once in four steps on a GPU that size, and in
     every step under the fraction (as it did on an H200, session 20: four in five steps)."""
-    steps = _by_step(trace, config, capacity, as_fraction)
+    steps = frees_by_step(trace, config, capacity, as_fraction=as_fraction)
     return None if steps is None else [retries for retries, _ in steps]
 
 
@@ -81,14 +82,15 @@ def released_by_step(
     """The bytes of cache the allocator gives back to the driver in each traced step, as
     :func:`retries_by_step` replays it (the setup's own ``empty_cache`` counted with the first
     step); None if the run cannot complete. What a step frees to retry it maps again later."""
-    steps = _by_step(trace, config, capacity, as_fraction)
+    steps = frees_by_step(trace, config, capacity, as_fraction=as_fraction)
     return None if steps is None else [released for _, released in steps]
 
 
-def _by_step(
-    trace: Trace, config: AllocatorConfig, capacity: int, as_fraction: bool
+def frees_by_step(
+    trace: Trace, config: AllocatorConfig, capacity: int, *, as_fraction: bool = False
 ) -> list[tuple[int, int]] | None:
-    """Each step's cache frees and the bytes they released, in one replay."""
+    """Each traced step's cache frees and the bytes they gave back, from one replay: what
+    :func:`retries_by_step` and :func:`released_by_step` each take a part of."""
     if as_fraction:
         total = max(capacity, 1) * 64  # any device larger than the limit: the fraction is exact
         fraction = dataclasses.replace(config, per_process_memory_fraction=capacity / total)

@@ -21,12 +21,7 @@ from __future__ import annotations
 import dataclasses
 
 from memfit._units import format_bytes
-from memfit.estimator import (
-    estimate_workload,
-    least_capacity,
-    released_by_step,
-    retries_by_step,
-)
+from memfit.estimator import estimate_workload, frees_by_step, least_capacity, retries_by_step
 from memfit.planner._full import FULL_CHECK_LIMIT
 from memfit.planner._plan_result import Evaluated
 from memfit.planner._search import TRACED_MICRO_BATCHES, Evaluator, shortened
@@ -68,7 +63,7 @@ def settled_choice(
         ev.traces += 1
         per_step = retries_by_step(trace, workload.allocator, room - context)
         # and under a process's memory fraction, which refuses more: it must run there too
-        capped = retries_by_step(trace, workload.allocator, room - context, as_fraction=True)
+        capped = frees_by_step(trace, workload.allocator, room - context, as_fraction=True)
         if per_step is None or capped is None:
             continue
         if any(per_step[-2:]):
@@ -88,12 +83,7 @@ def settled_choice(
             needed=max(e.needed, estimate.peak_reserved + context),
         )
         ev.seen[e.candidate] = settled
-        released = (
-            released_by_step(trace, workload.allocator, room - context, as_fraction=True)
-            if any(capped[-2:])
-            else None
-        )
-        return settled, _settled_note(ev, settled, chosen, per_step, capped, released)
+        return settled, _settled_note(ev, settled, chosen, per_step, capped)
     if every_step is None:
         return None, None
     return None, _every_step_note(ev, every_step, chosen)
@@ -113,8 +103,7 @@ def _settled_note(
     e: Evaluated,
     chosen: Evaluated | None,
     per_step: list[int],
-    capped: list[int],
-    released: list[int] | None,
+    capped: list[tuple[int, int]],
 ) -> str:
     frees = sum(per_step)
     first = next(i for i, n in enumerate(per_step, 1) if n)
@@ -133,23 +122,23 @@ def _settled_note(
         f"steps with {SETTLE_MARGIN:.0%} more kept free); chosen because {faster}. memfit.apply "
         "guards it against the out-of-memory error a busier GPU would raise; plan with "
         "cache_freeing=False (--no-cache-freeing) to keep to steps that fit with their cache"
-        + _fraction_words(capped, released)
+        + _fraction_words(capped)
     )
 
 
-def _fraction_words(capped: list[int], released: list[int] | None) -> str:
+def _fraction_words(capped: list[tuple[int, int]]) -> str:
     """What a process held to the budget by ``torch.cuda.set_per_process_memory_fraction``
-    sees instead: that limit refuses a whole request where a full GPU maps what is left."""
-    if not any(capped[-2:]):
+    sees instead (``capped``: each step's cache frees and the bytes they gave back there): that
+    limit refuses a whole request where a full GPU maps what is left."""
+    if not any(retries for retries, _ in capped[-2:]):
         return ""
-    given_back = (
-        f", giving back {format_bytes(released[-1])} that it maps again" if released else ""
-    )
+    retries, released = capped[-1]
     return (
         f". Held to the budget by torch.cuda.set_per_process_memory_fraction instead of by a GPU "
-        f"that size, it frees its cache in every step ({capped[-1]} in the last{given_back}): "
-        "it still runs, but slower than its predicted time says (on an H200 one such free of "
-        "2.4 GiB, waiting for the GPU, unmapping and mapping again, took 18-19 ms)"
+        f"that size, it frees its cache in every step ({retries} in the last, giving back "
+        f"{format_bytes(released)} that it maps again): it still runs, but slower than its "
+        "predicted time says (on an H200 one such free of 2.4 GiB, waiting for the GPU, "
+        "unmapping and mapping again, took 18-19 ms)"
     )
 
 

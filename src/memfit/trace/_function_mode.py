@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 from memfit.trace import _autocast
 from memfit.trace._host_data import HOST_DATA_FUNCS, from_host_data
 from memfit.trace._rnn import LSTM_FUNCTION, RnnHooks, cudnn_lstm, cudnn_lstm_autocast
-from memfit.trace._sdpa import backend_label, run_sdpa
+from memfit.trace._sdpa import run_sdpa
 
 __all__ = ["TraceFunctionMode", "python_function_reentry"]
 
@@ -204,7 +204,7 @@ class TraceFunctionMode(TorchFunctionMode):
             with self, _autocast.suspended():
                 out, backend = run_sdpa(args, kwargs, self.sm)
             if self.on_sdpa is not None:
-                self.on_sdpa(backend_label(backend, args, kwargs, self.sm))
+                self.on_sdpa(backend)
             return out
         if func is LSTM_FUNCTION and self.rnn is not None:
             if state.enabled:  # autocast's own cuDNN wrapper: fp16, whatever autocast's dtype

@@ -22,7 +22,7 @@ import torch
 
 from memfit._gpus import Architecture
 
-__all__ = ["GROUPED_MATH", "backend_label", "choose_backend", "run_sdpa"]
+__all__ = ["GROUPED_MATH", "choose_backend", "run_sdpa"]
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -90,20 +90,20 @@ GROUPED_MATH = (
 )
 
 
-def backend_label(backend: str, args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> str:
+def _label(
+    backend: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    sm: int,
+) -> str:
     """The backend as the estimate's note names it: the math kernel with why it ran where
     grouped heads alone kept the memory-efficient kernel out (Qwen2.5-0.5B and TinyLlama in
     float32 on an H200: the scores of every layer, 29-268 MB each)."""
-    q, k, v = (
-        _arg(args, kwargs, i, name, None) for i, name in enumerate(("query", "key", "value"))
-    )
-    if backend != "math" or not all(
-        isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)
-    ):
+    if backend != "math" or q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return backend
-    if q.dtype != torch.float32 or q.shape[1] == k.shape[1]:
-        return backend
-    if _strided_rows(_arg(args, kwargs, 3, "attn_mask", None)):
+    if q.dtype != torch.float32 or q.shape[1] == k.shape[1] or _strided_rows(attn_mask):
         return backend
     grad = bool(q.requires_grad or k.requires_grad or v.requires_grad)
     return GROUPED_MATH if _efficient_takes(q, k, v, Architecture(sm), grad) else backend
@@ -133,7 +133,8 @@ def _strided_rows(attn_mask: torch.Tensor | None) -> bool:
 
 
 def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[torch.Tensor, str]:
-    """Run SDPA with the backend the target GPU would choose; returns (output, backend)."""
+    """Run SDPA with the backend the target GPU would choose; returns (output, the backend as
+    the estimate's note names it)."""
     q, k, v = args[0], args[1], args[2]
     attn_mask = _arg(args, kwargs, 3, "attn_mask", None)
     dropout_p = float(_arg(args, kwargs, 4, "dropout_p", 0.0))
@@ -141,6 +142,7 @@ def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[to
     scale = _arg(args, kwargs, 6, "scale", None)
     enable_gqa = bool(kwargs.get("enable_gqa", False))
     backend = choose_backend(q, k, v, attn_mask, sm, enable_gqa, dropout_p)
+    label = _label(backend, q, k, v, attn_mask, sm)
     need_lse = q.requires_grad or k.requires_grad or v.requires_grad
     bool_mask = attn_mask is not None and attn_mask.dtype == torch.bool
     if backend in ("cudnn", "efficient", "math") and bool_mask:
@@ -155,7 +157,7 @@ def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[to
         out_only = _like_query(q, v.shape[-1])
         _cudnn_workspace(q.device)
         del seeds
-        return out_only, backend
+        return out_only, label
     if backend in ("cudnn", "flash"):
         # both take fewer key/value heads natively (GQA): no expanded copies; a mask changes
         # what is computed, not what is allocated, but cuDNN's backward needs it: SDPA keeps
@@ -167,7 +169,7 @@ def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[to
         )
         if backend == "cudnn":
             _cudnn_workspace(q.device)
-        return out[0], backend
+        return out[0], label
     if backend == "efficient":
         if attn_mask is not None:
             # SDPA expands the mask to (batch, heads, q, k): a learned bias broadcast over the
@@ -177,8 +179,8 @@ def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[to
         out = torch.ops.aten._scaled_dot_product_efficient_attention(
             q, k, v, attn_mask, need_lse, dropout_p, is_causal, scale=scale
         )
-        return out[0], backend
-    return _math(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa), backend
+        return out[0], label
+    return _math(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa), label
 
 
 def _cudnn_workspace(device: torch.device) -> None:
