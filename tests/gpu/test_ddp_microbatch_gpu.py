@@ -13,7 +13,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-import torch.nn.functional as F
+from tiny_lm import TinyLM as _TinyLM
+from tiny_lm import next_token_loss
 
 pytestmark = [
     pytest.mark.gpu,
@@ -25,26 +26,13 @@ pytestmark = [
 WORLD, BATCH, SEQ, VOCAB, STEPS = 2, 16, 512, 8192, 2
 
 
-class TinyLM(torch.nn.Module):
-    """A torch-only language model (no transformers needed on the GPU machine)."""
-
+class TinyLM(_TinyLM):
     def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = torch.nn.Embedding(VOCAB, 512)
-        layer = torch.nn.TransformerEncoderLayer(
-            512, 8, dim_feedforward=2048, dropout=0.0, batch_first=True
-        )
-        self.body = torch.nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False)
-        self.head = torch.nn.Linear(512, VOCAB)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(self.embed(ids)))
+        super().__init__(VOCAB, layers=6)
 
 
 def loss_fn(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    logits = model(ids[:, :-1])
-    return F.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
+    return next_token_loss(model, ids, VOCAB)
 
 
 def _batches(rank: int) -> list[torch.Tensor]:

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from rank_batches import rank_batches
 
 import memfit
 from memfit.runtime import InjectOOM
@@ -41,17 +42,7 @@ def loss_fn(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Ten
 
 def batches() -> list[list[dict[str, torch.Tensor]]]:
     """``out[step][rank]``, the same on every process."""
-    g = torch.Generator().manual_seed(7)
-    return [
-        [
-            {
-                "x": torch.randn(n, 6, generator=g, dtype=torch.float64),
-                "y": torch.randint(3, (n,), generator=g),
-            }
-            for n in sizes
-        ]
-        for sizes in SIZES
-    ]
+    return rank_batches(SIZES)
 
 
 def _worker(rank: int, store: str, out: str) -> None:

@@ -161,8 +161,9 @@ def test_every_rank_is_given_and_the_last_is_traced_too() -> None:
     assert [r.traced for r in even.ranks] == [True, False, False, False]  # one trace
 
 
-def test_automicrobatch_refuses_a_model_sharded_over_ranks() -> None:
-    # a rank that runs out of memory mid-step would leave the others in a collective: refused
+def test_automicrobatch_guards_a_model_sharded_over_ranks_and_apply_refuses_it() -> None:
+    # the guard splits ahead of each step there (tests/runtime/test_fsdp2_microbatch.py);
+    # memfit.apply and memfit.fit change unsharded models only: refused before any change
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -171,10 +172,47 @@ def test_automicrobatch_refuses_a_model_sharded_over_ranks() -> None:
     try:
         model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
         fully_shard(model, mesh=DeviceMesh("cpu", [0, 1]))
-        with pytest.raises(memfit.InvalidInputError, match="FSDP2 over several ranks"):
-            memfit.AutoMicrobatch(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        guard = memfit.AutoMicrobatch(model, opt, keep_free=0.1, cost_fn=len)
+        assert guard._sharded is not None and guard._sharded.keep_free == 0.1
+        with pytest.raises(memfit.InvalidInputError, match=r"keep_free=0\.7 is not a share"):
+            memfit.AutoMicrobatch(model, opt, keep_free=0.7)
+        with pytest.raises(memfit.InvalidInputError, match="FSDP2 shards over several ranks"):
+            memfit.fit(model, opt, budget="24GiB", batch=torch.ones(8, 8))
+        weights = [p.detach().clone() for p in model.parameters()]
+        with pytest.raises(memfit.InvalidInputError, match=r"memfit\.apply does not take"):
+            memfit.apply(model, opt, object())  # type: ignore[arg-type]
+        assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
     finally:
         dist.destroy_process_group()
+
+
+def test_the_split_ahead_options_are_refused_off_fsdp2() -> None:
+    model = nn.Linear(4, 2)
+    with pytest.raises(memfit.InvalidInputError, match="cost_fn is used only for a model FSDP2"):
+        memfit.AutoMicrobatch(model, torch.optim.SGD(model.parameters(), lr=0.1), cost_fn=len)
+
+
+def test_a_micro_batch_is_bounded_by_the_tightest_measured_one() -> None:
+    from memfit.runtime._sharded import ShardedSplit, largest_rows
+
+    split = ShardedSplit(nn.Linear(4, 2), None, None)
+    assert split.bound(10.0) is None  # nothing measured: the first step runs as given
+    split.measured = [(8.0, 256.0, 5_000), (2.0, 256.0, 3_000)]
+    # more rows of the same length: each scales with the rows (a constant part only overstates)
+    assert split.bound(16.0, 256.0) == min(10_000, 24_000)
+    # fewer rows: never above what a larger measured one took
+    assert split.bound(4.0, 256.0) == min(5_000, 6_000)
+    assert split.bound(1.0, 256.0) == 3_000
+    # shorter rows take no less memory a row; longer ones up to the square of the length more
+    assert split.bound(8.0, 128.0) == min(5_000, 12_000)
+    assert split.bound(2.0, 512.0) == min(5_000, 12_000)
+    assert split.bound(4.0, 1024.0) == min(40_000, 96_000)
+    split.kept = 100  # the gradients, kept between micro-batches: added to every bound
+    assert split.bound(1.0, 256.0) == 3_100
+    assert largest_rows({"ids": torch.ones(2, 8), "mask": torch.ones(2), "n": 3}) == (2.0, 8.0)
+    with_cost = ShardedSplit(nn.Linear(4, 2), lambda b: 3 * len(b), None)
+    assert with_cost.size([1, 2]) == (6.0, 1.0)
 
 
 def _by_hand(reshard: bool, policy: bool = False):  # type: ignore[no-untyped-def]

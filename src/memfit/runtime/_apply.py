@@ -38,7 +38,8 @@ from memfit.runtime._changes import (
     checkpointing_on,
     own_switch,
 )
-from memfit.runtime._microbatch import LossFn, _check_callables, _check_parts
+from memfit.runtime._guard_checks import check_callables, check_parts, refuse_sharded
+from memfit.runtime._microbatch import LossFn
 from memfit.runtime._planned_step import AUTOCAST, PURE, PlannedStep
 from memfit.workload import (
     EIGHT_BIT,
@@ -79,8 +80,9 @@ def apply(
     steps (gradient clipping). :func:`unapply` takes every change back. The CUDA cache is
     emptied (what building the model left cached would change where the step's blocks go).
     """
-    _check_parts(model, optimizer, loss_fn, None)
-    _check_callables(before_step=before_step)
+    check_parts(model, optimizer, loss_fn, None)
+    refuse_sharded(model, "memfit.apply")
+    check_callables(before_step=before_step)
     if not isinstance(plan, Plan):
         raise InvalidInputError(
             f"plan={type(plan).__name__} is not a memfit Plan: pass what memfit.plan(...) "

@@ -17,7 +17,8 @@ from torch import nn
 from memfit._errors import InvalidInputError
 from memfit._gpus import GPU, resolve_gpu
 from memfit.runtime._apply import apply
-from memfit.runtime._microbatch import LossFn, _check_parts
+from memfit.runtime._guard_checks import check_parts, refuse_sharded
+from memfit.runtime._microbatch import LossFn
 from memfit.runtime._planned_step import PlannedStep
 from memfit.runtime._split import batch_size
 
@@ -99,7 +100,8 @@ def fit(
     """
     from memfit.planner import plan as make_plan
 
-    _check_parts(model, optimizer, loss_fn, None)
+    check_parts(model, optimizer, loss_fn, None)
+    refuse_sharded(model, "memfit.fit")
     if batch is None:
         raise InvalidInputError(
             "memfit.fit needs an example batch to plan with: fit(model, optimizer, loss_fn, "

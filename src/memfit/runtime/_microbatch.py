@@ -18,10 +18,10 @@ number), and dropout (its random numbers are drawn in another order).
 
 from __future__ import annotations
 
+import contextlib
 import gc
-import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Literal
 
@@ -29,6 +29,7 @@ import torch
 
 from memfit._errors import InvalidInputError, UnrecoverableOOMError
 from memfit.runtime._distributed import unwrap
+from memfit.runtime._guard_checks import check_callables, check_parts, default_loss
 from memfit.runtime._incident import (
     Action,
     MemoryFacts,
@@ -37,7 +38,8 @@ from memfit.runtime._incident import (
     logger,
     memory_facts,
 )
-from memfit.runtime._report import optimizer_message, too_small_message
+from memfit.runtime._report import optimizer_message, sharded_message, too_small_message
+from memfit.runtime._sharded import CostFn, ShardedSplit, sharded_over_ranks
 from memfit.runtime._split import SplitFn, batch_size, parts_needed, split_batch
 
 __all__ = ["AutoMicrobatch", "LossFn", "auto_microbatch"]
@@ -46,18 +48,6 @@ LossFn = Callable[[torch.nn.Module, Any], torch.Tensor]
 Reduction = Literal["mean", "sum"]
 _CODES: dict[Phase, int] = {"forward": 1, "backward": 2, "optimizer": 3}  # 0: no failure
 _PHASE_OF: dict[int, Phase] = {code: phase for phase, code in _CODES.items()}
-
-
-def _default_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
-    """``model(**batch)`` for a mapping, else ``model(batch)``; its ``.loss`` or the tensor."""
-    out = model(**batch) if isinstance(batch, Mapping) else model(batch)
-    loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", out)
-    if not isinstance(loss, torch.Tensor):
-        raise InvalidInputError(
-            f"The model returned a {type(out).__name__} with no loss, and AutoMicrobatch was "
-            "given no loss_fn. Give loss_fn(model, batch) -> scalar loss tensor."
-        )
-    return loss
 
 
 def _first_line(exc: BaseException) -> str:
@@ -73,85 +63,6 @@ class _Failure:
         self.phase = phase
         self.message = message
         self.memory = memory
-
-
-def _sharded_over_ranks(model: torch.nn.Module) -> bool:
-    """Whether ``model`` holds a module FSDP2 shards, in a job of more than one rank."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return False
-    from torch.distributed.fsdp import FSDPModule
-
-    return any(isinstance(m, FSDPModule) for m in model.modules())
-
-
-def _check_parts(model: Any, optimizer: Any, loss_fn: Any, scaler: Any) -> None:
-    """Refuse, at construction, what would fail only at the first step."""
-    if not isinstance(model, torch.nn.Module):
-        raise InvalidInputError(
-            f"AutoMicrobatch needs a torch.nn.Module as model, not {_what(model)}: pass the "
-            "model itself, e.g. AutoMicrobatch(model, optimizer, loss_fn)."
-        )
-    if _sharded_over_ranks(model):
-        raise InvalidInputError(
-            "AutoMicrobatch cannot guard a model sharded with FSDP2 over several ranks: its "
-            "forward and backward all-gather and reduce-scatter, so a rank that runs out of "
-            "memory mid-step leaves the others waiting in a collective it never joins, and the "
-            "job hangs instead of retrying. Estimate the step with memfit.estimate(..., "
-            "strategy='fsdp2', world_size=N) and choose the micro-batch before the run, or "
-            "guard a DDP model (its collectives run outside the micro-batches)."
-        )
-    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-        raise InvalidInputError(
-            f"optimizer={_what(optimizer)} is not a torch.optim.Optimizer: AutoMicrobatch steps "
-            "the optimizer you built, so pass it, e.g. torch.optim.SGD(model.parameters(), "
-            "lr=0.01), or None and call backward_only(batch) then step it yourself."
-        )
-    if loss_fn is not None:
-        if not callable(loss_fn):
-            raise InvalidInputError(
-                f"loss_fn={_what(loss_fn)} is not callable: give a function "
-                "loss_fn(model, batch) -> scalar loss tensor, or None to use model(**batch).loss."
-            )
-        if not _accepts(loss_fn, 2):
-            raise InvalidInputError(
-                f"loss_fn {getattr(loss_fn, '__name__', loss_fn)!s} cannot be called as "
-                "loss_fn(model, batch): AutoMicrobatch calls it with the model and a "
-                "(micro-)batch. Define it as def loss_fn(model, batch): ..."
-            )
-    if scaler is not None and not all(
-        callable(getattr(scaler, name, None)) for name in ("scale", "step", "update", "unscale_")
-    ):
-        raise InvalidInputError(
-            f"scaler={_what(scaler)} is not a gradient scaler: pass torch.amp.GradScaler() "
-            "(for fp16 mixed precision), or leave it out."
-        )
-
-
-def _check_callables(**functions: Any) -> None:
-    for name, fn in functions.items():
-        if fn is not None and not callable(fn):
-            raise InvalidInputError(
-                f"{name}={_what(fn)} is not callable: give a function, or leave it out."
-            )
-
-
-def _accepts(fn: Callable[..., Any], n: int) -> bool:
-    """Whether ``fn`` can be called with ``n`` positional arguments (True where unknown)."""
-    try:
-        inspect.signature(fn).bind(*range(n))
-    except TypeError:
-        return False
-    except ValueError:  # no signature (some builtins): the call will tell
-        return True
-    return True
-
-
-def _what(value: Any) -> str:
-    text = repr(value)
-    text = text if len(text) <= 40 else text[:37] + "..."
-    return f"{text} (a {type(value).__name__})"
 
 
 class AutoMicrobatch:
@@ -182,6 +93,13 @@ class AutoMicrobatch:
 
     With ``DistributedDataParallel`` every rank retries together with the same micro-batch size
     (see ``memfit.runtime._distributed``); ``loss_fn`` is then given the wrapped module.
+    With a model FSDP2 shards over several ranks nothing can be retried (a rank that fails
+    mid-step leaves the others in a collective): the guard splits each batch before its step,
+    every rank the same count, from the memory measured in earlier steps (see
+    ``memfit.runtime._sharded``); ``keep_free`` is the share of the GPU (or of its memory
+    fraction) kept free, default 5%, and ``cost_fn(batch) -> number`` what memory grows with
+    (default: the rows and row length of the batch's largest tensor). Both are refused for other
+    models.
     An out-of-memory error that splitting cannot fix (a micro-batch of ``min_microbatch``
     samples, or the optimizer step) raises :class:`memfit.UnrecoverableOOMError` with a memory
     report and what to change, after clearing the gradients.
@@ -206,10 +124,16 @@ class AutoMicrobatch:
         on_incident: Callable[[MicrobatchIncident], object] | None = None,
         example_batch: Any = None,
         microbatch_size: int | None = None,
+        cost_fn: CostFn | None = None,
+        keep_free: float | None = None,
     ) -> None:
-        _check_parts(model, optimizer, loss_fn, scaler)
-        _check_callables(
-            split_fn=split_fn, size_fn=size_fn, before_step=before_step, on_incident=on_incident
+        check_parts(model, optimizer, loss_fn, scaler)
+        check_callables(
+            split_fn=split_fn,
+            size_fn=size_fn,
+            before_step=before_step,
+            on_incident=on_incident,
+            cost_fn=cost_fn,
         )
         if type(min_microbatch) is not int or min_microbatch < 1:
             raise InvalidInputError(
@@ -236,7 +160,8 @@ class AutoMicrobatch:
         self.optimizer = optimizer
         self.scaler = scaler
         self._module, self._comm = unwrap(model)
-        self._loss_fn: LossFn = loss_fn or _default_loss
+        self._sharded = _sharded_split(model, cost_fn, keep_free)
+        self._loss_fn: LossFn = loss_fn or default_loss
         self._split_fn = split_fn
         self._size_fn = size_fn
         self._min = min_microbatch
@@ -385,15 +310,17 @@ class AutoMicrobatch:
             if size == 0:
                 continue
             share = 1.0 if len(chunks) == 1 or self._reduction == "sum" else size / n
-            self._phase = "forward"
-            loss = self._loss_fn(self._module, chunk)
-            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                raise InvalidInputError(
-                    "loss_fn must return the loss as a scalar tensor; it returned "
-                    f"{type(loss).__name__} {tuple(getattr(loss, 'shape', ()))}."
-                )
-            self._phase = "backward"
-            self._backward(loss if share == 1.0 else loss * share)
+            watch = self._sharded.watch(chunk) if self._sharded else contextlib.nullcontext()
+            with watch:
+                self._phase = "forward"
+                loss = self._loss_fn(self._module, chunk)
+                if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                    raise InvalidInputError(
+                        "loss_fn must return the loss as a scalar tensor; it returned "
+                        f"{type(loss).__name__} {tuple(getattr(loss, 'shape', ()))}."
+                    )
+                self._phase = "backward"
+                self._backward(loss if share == 1.0 else loss * share)
             part = loss.detach() if share == 1.0 else loss.detach() * share
             total = part if total is None else total + part
         if total is None:
@@ -435,6 +362,8 @@ class AutoMicrobatch:
         return code, largest
 
     def _accumulate(self, batch: Any, n: int) -> torch.Tensor:
+        if self._sharded is not None:
+            return self._accumulate_sharded(self._sharded, batch, n)
         if self._comm is not None:
             self._comm.broadcast_buffers()
         growing = self._limit is not None and self._wait is not None and self._clean >= self._wait
@@ -454,6 +383,29 @@ class AutoMicrobatch:
             self._release()
             limit = self._failed(code, failure, n, biggest, limit, largest, growing)
             growing, retried = False, True
+
+    def _accumulate_sharded(self, sharded: ShardedSplit, batch: Any, n: int) -> torch.Tensor:
+        """FSDP2: the micro-batch count agreed before the step, no retry (``_sharded``)."""
+        first = not sharded.measured
+        parts = sharded.parts(batch, n, parts_needed(n, self._limit), self._split)
+        chunks, sizes = self._split(batch, n, parts)
+        if 0 in sizes:
+            raise InvalidInputError(
+                f"split_fn returned an empty micro-batch ({sizes} samples): under FSDP2 every "
+                "rank runs each micro-batch's forward and backward together, so none may be "
+                "empty."
+            )
+        self._biggest = max(sizes)
+        sharded.begin_step()
+        try:
+            return self._run(chunks, sizes, n)
+        except torch.OutOfMemoryError as exc:
+            failure = _Failure(self._phase, _first_line(exc), self._memory())
+            exc.__traceback__ = None  # its frames hold the activations
+        self._release()
+        code = _CODES[failure.phase]
+        incident = self._record(code, failure, n, self._biggest, None, "fatal")
+        raise UnrecoverableOOMError(sharded_message(incident, parts, first), incident)
 
     def _succeeded(self, limit: int | None, growing: bool, retried: bool) -> None:
         if not growing:
@@ -543,8 +495,9 @@ class AutoMicrobatch:
             failure = _Failure("optimizer", _first_line(exc), self._memory())
             exc.__traceback__ = None
         code = 0 if failure is None else _CODES["optimizer"]
-        if self._comm is not None:
-            code = self._comm.max_ints([code])[0]
+        agree = self._comm or self._sharded
+        if agree is not None:
+            code = agree.max_ints([code])[0]
         if code == 0:
             return
         self._release()
@@ -553,6 +506,24 @@ class AutoMicrobatch:
             getattr(self.scaler, "_per_optimizer_states", {}).clear()
         incident = self._record(code, failure, n, self._biggest, None, "fatal")
         raise UnrecoverableOOMError(optimizer_message(incident, type(optimizer).__name__), incident)
+
+
+def _sharded_split(
+    model: torch.nn.Module, cost_fn: CostFn | None, keep_free: float | None
+) -> ShardedSplit | None:
+    """The split ahead of each step for a model FSDP2 shards over several ranks; refuses its
+    options for any other model rather than ignore them."""
+    if sharded_over_ranks(model):
+        return ShardedSplit(model, cost_fn, keep_free)
+    given = [name for name, v in (("cost_fn", cost_fn), ("keep_free", keep_free)) if v is not None]
+    if given:
+        raise InvalidInputError(
+            f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} used only for a model "
+            "FSDP2 shards over several ranks, which this is not: there the guard splits batches "
+            "before each step from measured memory; elsewhere it splits after an out-of-memory "
+            "error. Leave them out."
+        )
+    return None
 
 
 def auto_microbatch(

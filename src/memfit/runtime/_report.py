@@ -9,7 +9,7 @@ from __future__ import annotations
 from memfit.planner import optimizer_step_advice, smaller_step_advice
 from memfit.runtime._incident import MemoryFacts, MicrobatchIncident
 
-__all__ = ["optimizer_message", "too_small_message"]
+__all__ = ["optimizer_message", "sharded_message", "too_small_message"]
 
 
 def _memory(memory: MemoryFacts | None) -> str:
@@ -39,6 +39,30 @@ def too_small_message(incident: MicrobatchIncident, min_microbatch: int, grown: 
         + ". The gradients of the failed step were cleared and the parameters are unchanged; "
         "the guard can go on with the next batch"
         + (" (it also stopped growing micro-batches back)." if grown else ".")
+    )
+
+
+def sharded_message(incident: MicrobatchIncident, parts: int, first: bool) -> str:
+    """The error for an out-of-memory error inside an FSDP2 step (never retried)."""
+    if first:
+        how = "whole" if parts == 1 else f"in {parts} micro-batches (microbatch_size)"
+        why = f"This was the first step, with nothing measured yet: it ran {how}"
+    else:
+        many = f"{parts} micro-batch" + ("es" if parts > 1 else "")
+        why = (
+            f"The guard had split this batch into {many} from the memory it measured in "
+            "earlier steps; this step took more than those bounded"
+        )
+    return (
+        f"CUDA ran out of memory in the {incident.phase} at step {incident.step} on this rank "
+        f"of an FSDP2 job (a batch of {incident.batch_size} samples, micro-batches of at most "
+        f"{incident.microbatch_before}). {_memory(incident.memory)} Under FSDP2 the guard "
+        "cannot retry: the other ranks wait in an all-gather or reduce-scatter this rank will "
+        f"not join, so the job has to stop. {why}. What to change: start with a smaller "
+        "microbatch_size= (memfit.estimate(..., strategy='fsdp2', world_size=N) gives a "
+        "micro-batch's peak on each rank), keep more of the GPU free with keep_free=, or give "
+        "cost_fn= where memory grows faster than the batch's largest tensor (attention that "
+        "keeps its scores grows with the square of the sequence)."
     )
 
 
