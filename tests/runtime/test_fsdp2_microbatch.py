@@ -94,12 +94,13 @@ def _worker(rank: int, store: str, out: str) -> None:
     guard = memfit.AutoMicrobatch(net, opt, loss_fn)
     calls: list[int] = []
     net.register_forward_pre_hook(lambda *_: calls.append(len(calls)))
-    parts = []
+    parts, sizes = [], []
     for step in batches():
         before = len(calls)
         guard.step(step[rank])
         parts.append(len(calls) - before)
-    info: dict[str, object] = {"parts": parts, "incidents": len(guard.incidents)}
+        sizes.append(guard.microbatch_size)
+    info: dict[str, object] = {"parts": parts, "incidents": len(guard.incidents), "sizes": sizes}
     full = {k: v.full_tensor().detach() for k, v in net.named_parameters()}
     torch.save(full, Path(out) / f"params{rank}.pt")
     # an out-of-memory error in a step, on both ranks at the same point: raised, not retried
@@ -134,6 +135,9 @@ def test_fsdp2_ranks_split_ahead_together_and_match_the_unsplit_run(tmp_path: Pa
         # step 2: rank 1 needs 3 parts (6 samples: 36,500 bytes bound), rank 0 holds 3 samples
         assert info["parts"] == [1, 2, 3]
         assert info["incidents"] == 0
+    # the largest micro-batch each step used: whole; 4 -> 2 and 8 -> 4; 3 -> 1 and 16 -> 6
+    assert [info["sizes"] for info in infos] == [[None, 2, 1], [None, 4, 6]]
+    for info in infos:
         assert info["fatal"] == ["fatal", "forward"]
         assert "FSDP2" in info["error"] and "cannot retry" in info["error"]
         assert "microbatch_size=" in info["error"]

@@ -186,7 +186,10 @@ class AutoMicrobatch:
 
     @property
     def microbatch_size(self) -> int | None:
-        """The largest micro-batch (samples) currently used; ``None`` while batches run whole."""
+        """The largest micro-batch (samples) currently used; ``None`` while batches run whole.
+        Under FSDP2 (split before each step), the last step's."""
+        if self._sharded is not None and self._steps:
+            return self._biggest if self._sharded.last_parts > 1 else self._limit
         return self._limit
 
     @property
