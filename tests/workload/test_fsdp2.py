@@ -187,6 +187,27 @@ def test_automicrobatch_guards_a_model_sharded_over_ranks_and_apply_refuses_it()
         dist.destroy_process_group()
 
 
+def test_the_guard_agrees_over_every_dimension_of_an_hsdp_mesh() -> None:
+    # HSDP: shards over one dimension, replicas over the other; all four ranks run the
+    # model's collectives, so the split is agreed over both dimensions' groups
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        mesh = DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("replicate", "shard"))
+        model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
+        fully_shard(model, mesh=mesh)
+        guard = memfit.AutoMicrobatch(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        assert guard._sharded is not None
+        groups = guard._sharded.groups
+        assert [dist.get_process_group_ranks(g) for g in groups] == [[0, 2], [0, 1]]
+        assert guard._sharded.max_ints([3, -5]) == [3, -5]
+    finally:
+        dist.destroy_process_group()
+
+
 def test_the_split_ahead_options_are_refused_off_fsdp2() -> None:
     model = nn.Linear(4, 2)
     with pytest.raises(memfit.InvalidInputError, match="cost_fn is used only for a model FSDP2"):

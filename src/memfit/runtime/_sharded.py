@@ -157,6 +157,17 @@ def _device_of(model: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+def _groups_of(model: torch.nn.Module) -> list[Any]:
+    """The process groups of the mesh FSDP2 shards ``model`` over, one per mesh dimension
+    (shard, and replicate under HSDP): the ranks that run its collectives, and so must agree.
+    The default group where no parameter is a DTensor on a mesh."""
+    for p in model.parameters():
+        mesh = getattr(p, "device_mesh", None)
+        if mesh is not None:
+            return [mesh.get_group(dim) for dim in range(mesh.ndim)]
+    return [None]
+
+
 class ShardedSplit:
     """Chooses each step's micro-batch count, the same on every rank, from measured rises."""
 
@@ -178,6 +189,7 @@ class ShardedSplit:
         self.cost_fn = cost_fn
         self.keep_free = DEFAULT_KEEP_FREE if keep_free is None else float(keep_free)
         self.device = _device_of(model)
+        self.groups = _groups_of(model)
         self.meter = meter_for(self.device, self.keep_free)
         # (rows, elements a row, its own rise over its start) of the micro-batches that ran
         self.measured: list[tuple[float, float, int]] = []
@@ -189,9 +201,10 @@ class ShardedSplit:
     # -- the collectives ----------------------------------------------------------------------
 
     def max_ints(self, values: list[int]) -> list[int]:
-        """The element-wise maximum of ``values`` over every rank of the job."""
+        """The element-wise maximum of ``values`` over the ranks of the model's mesh."""
         t = torch.tensor(values, dtype=torch.int64, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        for group in self.groups:  # over each dimension in turn: the whole mesh's maximum
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
         return [int(v) for v in t.tolist()]
 
     # -- the bound ----------------------------------------------------------------------------
