@@ -187,6 +187,27 @@ def test_automicrobatch_guards_a_model_sharded_over_ranks_and_apply_refuses_it()
         dist.destroy_process_group()
 
 
+def test_a_model_sharded_after_the_guard_was_built_is_split_ahead_not_retried() -> None:
+    # a plan for FSDP2: memfit.apply (the guard is built), then fully_shard; at its first step
+    # the guard finds the shards and splits ahead, as if built after them
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
+        guard = memfit.AutoMicrobatch(
+            model, torch.optim.SGD(model.parameters(), lr=0.1), lambda m, b: m(b).sum()
+        )
+        assert guard._sharded is None
+        fully_shard(model, mesh=DeviceMesh("cpu", [0, 1]))
+        guard.step(torch.ones(4, 8))
+        assert guard._sharded is not None and guard._sharded.last_parts == 1
+    finally:
+        dist.destroy_process_group()
+
+
 def test_the_guard_agrees_over_every_dimension_of_an_hsdp_mesh() -> None:
     # HSDP: shards over one dimension, replicas over the other; all four ranks run the
     # model's collectives, so the split is agreed over both dimensions' groups
@@ -500,6 +521,7 @@ def test_the_planner_plans_an_fsdp2_rank() -> None:
     )
     assert plan.chosen is not None
     assert any("one rank of FSDP2 on 4" in n and "shards" in n for n in plan.notes)
+    assert any("splits each batch before it runs" in n for n in plan.notes)
 
 
 def _deep() -> nn.Module:

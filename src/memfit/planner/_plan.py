@@ -220,7 +220,13 @@ def _search(
             f"planned one rank of {base.strategy.upper()} on {base.world_size}: each "
             f"candidate's memory is a rank's (its {held} and NCCL's memory included); the step "
             "times leave out the collectives, and memfit.apply does not wrap the model in "
-            f"{base.strategy.upper()} (wrap it yourself, after apply)"
+            f"{base.strategy.upper()} (wrap it yourself, after apply"
+            + (
+                "; the step apply returns then splits each batch before it runs, every rank "
+                "alike, rather than after an out-of-memory error)"
+                if base.strategy == "fsdp2"
+                else ")"
+            )
         )
     return result, ev, calibration_note, calibration.source
 

@@ -161,6 +161,7 @@ class AutoMicrobatch:
         self.scaler = scaler
         self._module, self._comm = unwrap(model)
         self._sharded = _sharded_split(model, cost_fn, keep_free)
+        self._looked = self._sharded is not None  # whether FSDP2 was looked for since
         self._loss_fn: LossFn = loss_fn or default_loss
         self._split_fn = split_fn
         self._size_fn = size_fn
@@ -365,6 +366,12 @@ class AutoMicrobatch:
         return code, largest
 
     def _accumulate(self, batch: Any, n: int) -> torch.Tensor:
+        if not self._looked:
+            # a model sharded after the guard was built (memfit.apply, then fully_shard, as a
+            # plan for FSDP2 says): split ahead there too, never retry mid-step
+            self._looked = True
+            if self._comm is None and sharded_over_ranks(self.model):
+                self._sharded = ShardedSplit(self.model, None, None)
         if self._sharded is not None:
             return self._accumulate_sharded(self._sharded, batch, n)
         if self._comm is not None:
@@ -524,7 +531,7 @@ def _sharded_split(
             f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} used only for a model "
             "FSDP2 shards over several ranks, which this is not: there the guard splits batches "
             "before each step from measured memory; elsewhere it splits after an out-of-memory "
-            "error. Leave them out."
+            "error. Leave them out, or build the guard after fully_shard."
         )
     return None
 
