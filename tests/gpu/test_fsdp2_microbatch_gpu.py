@@ -168,7 +168,7 @@ def test_the_cuda_meter_bounds_real_micro_batches_within_a_fraction(tmp_path: Pa
             # 16 rows 4x as long as any measured: bound as if a row took up to 16x, so 2 rows a
             # micro-batch fit the room of 2.5x the 16 short rows' rise
             assert split.bound(*split.size(long)) > room
-            parts = split.parts(long, BATCH, 1, _split)
+            parts = split.parts(long, BATCH, 1, _split, BATCH)
             assert parts == 8
             before = split.bound(2.0, 1024.0)  # predicted before the long rows ever ran
             run(long, parts)
@@ -176,7 +176,7 @@ def test_the_cuda_meter_bounds_real_micro_batches_within_a_fraction(tmp_path: Pa
             # every micro-batch, the later ones beside the first one's gradients, within it
             assert split.last_peak <= before <= room, (split.last_peak, before, room)
             # measured once at that length, the next such batch is bounded by it: fewer parts
-            again = split.parts(long, BATCH, 1, _split)
+            again = split.parts(long, BATCH, 1, _split, BATCH)
             assert 2 <= again < parts
             before = split.bound(*split.size(long.tensor_split(again)[0]))
             run(long, again)

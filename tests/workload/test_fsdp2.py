@@ -208,6 +208,37 @@ def test_a_model_sharded_after_the_guard_was_built_is_split_ahead_not_retried() 
         dist.destroy_process_group()
 
 
+def test_the_count_is_the_fewest_that_fit_and_no_more_than_a_rank_may_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from memfit.runtime._sharded import ShardedSplit
+
+    class Meter:
+        def room(self) -> int:
+            return 1_500
+
+    def split(batch: torch.Tensor, n: int, parts: int) -> tuple[list[torch.Tensor], list[int]]:
+        chunks = list(batch.tensor_split(parts))
+        return chunks, [len(c) for c in chunks]
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        ahead = ShardedSplit(nn.Linear(6, 2), None, None)
+        ahead.meter = Meter()  # type: ignore[assignment]
+        ahead.measured = [(4.0, 6.0, 1_000)]
+        batch = torch.ones(16, 6)
+        # 8 rows bound at 2,000, over the room; 6 rows (16 in 3) at 1,500
+        assert ahead.parts(batch, 16, 1, split, 16) == 3
+        assert not caplog.records
+        # micro-batches of at least 8 samples: 2 at most, which may not fit: said, and run
+        assert ahead.parts(batch, 16, 1, split, 16 // 8) == 2
+        assert "may run out of memory" in caplog.records[-1].getMessage()
+    finally:
+        dist.destroy_process_group()
+
+
 def test_the_guard_agrees_over_every_dimension_of_an_hsdp_mesh() -> None:
     # HSDP: shards over one dimension, replicas over the other; all four ranks run the
     # model's collectives, so the split is agreed over both dimensions' groups

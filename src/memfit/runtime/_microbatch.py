@@ -397,7 +397,8 @@ class AutoMicrobatch:
     def _accumulate_sharded(self, sharded: ShardedSplit, batch: Any, n: int) -> torch.Tensor:
         """FSDP2: the micro-batch count agreed before the step, no retry (``_sharded``)."""
         first = not sharded.measured
-        parts = sharded.parts(batch, n, parts_needed(n, self._limit), self._split)
+        most = n // self._min  # micro-batches of at least min_microbatch samples
+        parts = sharded.parts(batch, n, parts_needed(n, self._limit), self._split, most)
         chunks, sizes = self._split(batch, n, parts)
         if 0 in sizes:
             raise InvalidInputError(

@@ -236,34 +236,43 @@ class ShardedSplit:
         bound = max((self.bound(*self.size(c)) or 0) for c in chunks)
         return bound <= room
 
-    def _needed(self, batch: Any, n: int, least: int, split: Splitter) -> int:
-        """The fewest parts (at least ``least``) whose largest is bounded within the room."""
+    def _needed(
+        self, batch: Any, n: int, least: int, most: int, split: Splitter
+    ) -> tuple[int, bool]:
+        """The fewest parts (``least`` to ``most``) whose largest is bounded within the room,
+        and whether those fit (``most`` that do not, where none do)."""
         if self.meter is None or not self.measured:
-            return least
+            return least, True
         room = self.meter.room()
         if self._fits(batch, n, least, split, room):
-            return least
-        low, high = least, n  # low does not fit; n is the most there can be
+            return least, True
+        if least >= most or not self._fits(batch, n, most, split, room):
+            return most, False
+        low, high = least, most  # low does not fit, high does
         while high - low > 1:
             middle = (low + high) // 2
             if self._fits(batch, n, middle, split, room):
                 high = middle
             else:
                 low = middle
-        return high
+        return high, True
 
-    def parts(self, batch: Any, n: int, least: int, split: Splitter) -> int:
-        """This step's micro-batch count, agreed by every rank."""
-        needed = self._needed(batch, n, min(least, n), split)
-        agreed, negative = self.max_ints([needed, -n])
-        fewest = -negative  # the fewest samples any rank holds
-        if agreed > fewest:
+    def parts(self, batch: Any, n: int, least: int, split: Splitter, most: int) -> int:
+        """This step's micro-batch count, agreed by every rank: at least ``least`` and, on
+        every rank, at most its ``most`` (its samples, fewer with a smallest micro-batch)."""
+        most = max(1, min(most, n))
+        needed, fits = self._needed(batch, n, min(least, most), most, split)
+        agreed, negative, over = self.max_ints([needed, -most, int(not fits)])
+        fewest = -negative  # the most micro-batches every rank can run
+        if agreed > fewest or over:
             logger.warning(
-                "AutoMicrobatch (FSDP2): %d micro-batches are needed by the memory measured so "
-                "far, but a rank holds only %d samples; running %d, which may not fit",
+                "AutoMicrobatch (FSDP2): by the memory measured so far a rank needs %d "
+                "micro-batches%s, but every rank can run only %d (its samples, or "
+                "min_microbatch): running %d, which may run out of memory",
                 agreed,
+                " or more" if over else "",
                 fewest,
-                fewest,
+                min(agreed, fewest),
             )
         parts = min(agreed, fewest)
         if parts > least:
