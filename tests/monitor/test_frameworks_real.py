@@ -136,7 +136,10 @@ def test_tensorflow_gets_its_variables_and_its_limit_hook_at_import():
             "started": numbers.started("tensorflow"),
             "late": [(a.setting, a.status) for a in late.actions], "rows": rows,
         }))
-        """
+        """,
+        # TensorFlow's CPU allocator keeps statistics only as a BFC allocator, its default only
+        # where oneDNN is on (not on an AMD EPYC): asked for here so that the numbers are real
+        TF_CPU_ALLOCATOR_USE_BFC="true",
     )
     assert out["actions"] == [
         ["growth", "set", "TF_FORCE_GPU_ALLOW_GROWTH=true"],
@@ -159,6 +162,32 @@ def test_tensorflow_gets_its_variables_and_its_limit_hook_at_import():
         None,
     )
     assert row["in_use"] >= 512 * 512 * 4 * 2 and row["peak"] >= row["in_use"], row
+
+
+@needs_tf
+def test_a_tensorflow_device_that_keeps_no_statistics_has_a_row_without_numbers():
+    # TensorFlow's CPU allocator without BFC (its default on an AMD CPU) refuses
+    # get_memory_info; stats() and publishing must not fail for it
+    out = _run(
+        """
+        import json
+        import tensorflow as tf
+        import memfit
+        tf.ones((64, 64))
+        try:
+            tf.config.experimental.get_memory_info("/device:CPU:0")
+            refused = False
+        except ValueError:
+            refused = True
+        print(json.dumps({"refused": refused,
+                          "rows": [r.to_dict() for r in memfit.stats("tensorflow")]}))
+        """,
+        TF_CPU_ALLOCATOR_USE_BFC="false",
+    )
+    (row,) = out["rows"]
+    assert row["device"] == "cpu:0"
+    if out["refused"]:
+        assert (row["in_use"], row["peak"]) == (None, None)
 
 
 @needs_jax

@@ -136,7 +136,7 @@ def _tensorflow_stats() -> list[dict[str, Any]]:
     for kind in ("GPU", "CPU"):
         physical = tf.config.list_physical_devices(kind)
         for ordinal, device in enumerate(tf.config.list_logical_devices(kind)):
-            info = tf.config.experimental.get_memory_info(device.name)
+            info = _tensorflow_memory_info(tf, device.name)
             limit = None
             if kind == "GPU" and ordinal < len(physical):
                 configs = tf.config.get_logical_device_configuration(physical[ordinal]) or []
@@ -154,6 +154,18 @@ def _tensorflow_stats() -> list[dict[str, Any]]:
                 )
             )
     return out
+
+
+def _tensorflow_memory_info(tf: Any, name: str) -> dict[str, Any]:
+    """TensorFlow's current and peak bytes of a device; nothing where its allocator keeps no
+    statistics. TensorFlow 2.21's CPU allocator keeps them only as a BFC allocator, which it is
+    where oneDNN is on (an Intel CPU, or ``TF_CPU_ALLOCATOR_USE_BFC=true``) and is not on an
+    AMD EPYC: there it raises ``ValueError: Allocator stats not available``."""
+    try:
+        info = tf.config.experimental.get_memory_info(name)
+    except ValueError:
+        return {}
+    return dict(info)
 
 
 def _jax_stats() -> list[dict[str, Any]]:
