@@ -137,8 +137,8 @@ def test_tensorflow_gets_its_variables_and_its_limit_hook_at_import():
             "late": [(a.setting, a.status) for a in late.actions], "rows": rows,
         }))
         """,
-        # TensorFlow's CPU allocator keeps statistics only as a BFC allocator, its default only
-        # where oneDNN is on (not on an AMD EPYC): asked for here so that the numbers are real
+        # TensorFlow's CPU allocator keeps statistics as a BFC allocator, not its default on
+        # every CPU (not on CI's AMD EPYC): asked for here so that the numbers are real
         TF_CPU_ALLOCATOR_USE_BFC="true",
     )
     assert out["actions"] == [
@@ -166,7 +166,7 @@ def test_tensorflow_gets_its_variables_and_its_limit_hook_at_import():
 
 @needs_tf
 def test_a_tensorflow_device_that_keeps_no_statistics_has_a_row_without_numbers():
-    # TensorFlow's CPU allocator without BFC (its default on an AMD CPU) refuses
+    # TensorFlow's CPU allocator without BFC (its default on CI's AMD EPYC) refuses
     # get_memory_info; stats() and publishing must not fail for it
     out = _run(
         """

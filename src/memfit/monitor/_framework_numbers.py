@@ -158,9 +158,10 @@ def _tensorflow_stats() -> list[dict[str, Any]]:
 
 def _tensorflow_memory_info(tf: Any, name: str) -> dict[str, Any]:
     """TensorFlow's current and peak bytes of a device; nothing where its allocator keeps no
-    statistics. TensorFlow 2.21's CPU allocator keeps them only as a BFC allocator, which it is
-    where oneDNN is on (an Intel CPU, or ``TF_CPU_ALLOCATOR_USE_BFC=true``) and is not on an
-    AMD EPYC: there it raises ``ValueError: Allocator stats not available``."""
+    statistics. TensorFlow 2.21's CPU allocator keeps them as a BFC allocator
+    (``TF_CPU_ALLOCATOR_USE_BFC=true``); on the AMD EPYC that runs this project's CI it is not
+    one by default and raises ``ValueError: Allocator stats not available``, where earlier CI
+    machines gave numbers."""
     try:
         info = tf.config.experimental.get_memory_info(name)
     except ValueError:
