@@ -3,6 +3,8 @@ guard splits before each step from the memory it measured (a meter whose rise is
 to the micro-batch, given here, since a CPU has no CUDA counters); both ranks run the same
 number of micro-batches whatever their own batch needs, and end with the parameters of an
 unsplit run. An out-of-memory error is not retried: it raises on the rank, with what to change.
+A GPT-2 of two sharded blocks shows the rule for longer sequences: split finely the first time,
+then by what that step measured.
 """
 
 from __future__ import annotations
@@ -146,3 +148,106 @@ def test_fsdp2_ranks_split_ahead_together_and_match_the_unsplit_run(tmp_path: Pa
         params = torch.load(tmp_path / f"params{rank}.pt")
         for name, value in ref.items():
             torch.testing.assert_close(params[name], value, rtol=1e-10, atol=1e-12, msg=name)
+
+
+# a real model: GPT-2 (2 small blocks, each sharded, then the root), sequences of two lengths
+LM_STEPS = [((4, 32), (4, 32)), ((4, 32), (4, 64)), ((4, 32), (4, 64))]  # (rows, length)
+LM_ROOM = 300_000  # the fake meter's room; a micro-batch rises 1,000 bytes a token
+
+
+def _lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    FakeMeter.cost = batch["input_ids"].numel()
+    return model(**batch).loss
+
+
+def _lm_batches() -> list[list[dict[str, torch.Tensor]]]:
+    g = torch.Generator().manual_seed(3)
+    out = []
+    for step in LM_STEPS:
+        ranks = []
+        for rows, length in step:
+            ids = torch.randint(0, 1000, (rows, length), generator=g)
+            ranks.append({"input_ids": ids, "labels": ids})
+        out.append(ranks)
+    return out
+
+
+def _gpt2() -> torch.nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=2,
+        n_embd=32,
+        n_head=2,
+        vocab_size=1000,
+        n_positions=64,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,  # no dropout: the runs must agree
+    )
+    return GPT2LMHeadModel(config).double()
+
+
+class LMMeter(FakeMeter):
+    def room(self) -> int:
+        return LM_ROOM
+
+    def reading(self) -> tuple[int, int, int]:
+        return 0, 1_000 * FakeMeter.cost, 0
+
+
+def _lm_worker(rank: int, store: str, out: str) -> None:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    from memfit.runtime import _sharded
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{store}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=timedelta(seconds=60),
+    )
+    _sharded.meter_for = lambda device, keep_free: LMMeter()  # type: ignore[assignment]
+    mesh = DeviceMesh("cpu", list(range(WORLD)))
+    model = _gpt2()
+    for block in model.transformer.h:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = memfit.AutoMicrobatch(model, opt, _lm_loss)
+    parts = []
+    for step in _lm_batches():
+        guard.step(step[rank])
+        parts.append(guard._sharded.last_parts if guard._sharded else None)
+    full = {k: v.full_tensor().detach() for k, v in model.named_parameters()}
+    torch.save(full, Path(out) / f"lm{rank}.pt")
+    (Path(out) / f"lm{rank}.json").write_text(json.dumps(parts))
+    dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+def test_gpt2_sharded_splits_a_longer_sequence_finely_once_then_by_its_measurement(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("transformers")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.spawn(_lm_worker, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD, join=True)
+    for rank in range(WORLD):
+        # step 1 whole (4 x 32 measured: 128,000); step 2: rank 1's rows twice as long, bound
+        # as if 4x a row, so 2 rows a micro-batch (256,000 <= 300,000) on both ranks; step 3,
+        # the same batch again, bound by its own measurement (2 x 64 rose 128,000): whole
+        assert json.loads((tmp_path / f"lm{rank}.json").read_text()) == [1, 2, 1]
+    model = _gpt2()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in _lm_batches():  # the unsplit update: the mean over ranks of each rank's loss
+        opt.zero_grad(set_to_none=True)
+        (sum(model(**b).loss for b in step) / WORLD).backward()
+        opt.step()
+    for rank in range(WORLD):
+        got = torch.load(tmp_path / f"lm{rank}.pt")
+        for name, value in model.named_parameters():
+            diff = float((got[name] - value.detach()).abs().max())
+            assert diff < 1e-10, (name, diff)
