@@ -134,12 +134,8 @@ def _plan_workload(spec: str) -> tuple[Any, dict]:
     from memfit.workload import make_workload
 
     _, path, which, steps = spec.split(":", 3)
-    model, _, budget = which.rpartition("@")
-    rows = json.loads(Path(path).read_text())["rows"]
-    row = next((r for r in rows if r["model"] == model and r["budget"] == budget), None)
-    if row is None or row["plan"]["chosen"] is None:
-        raise SystemExit(f"no chosen plan for {which!r} in {path}")
-    chosen = row["plan"]["chosen"]
+    row = plan_proof.chosen_row(Path(path), which)
+    model, chosen = row["model"], row["plan"]["chosen"]
     settings = plan_proof._settings(row, chosen)
     alloc = chosen["allocator_config"]
     workload = make_workload(

@@ -24,16 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from plan_proof import _settings
-
-
-def _row(plans: Path, which: str) -> dict[str, Any]:
-    model, _, budget = which.rpartition("@")
-    rows = json.loads(plans.read_text())["rows"]
-    found = [r for r in rows if r["model"] == model and r["budget"] == budget]
-    if not found or found[0]["plan"]["chosen"] is None:
-        raise SystemExit(f"no chosen plan for {which} in {plans}")
-    return found[0]
+from plan_proof import _settings, chosen_row
 
 
 def child(row: dict[str, Any], steps: int, rounds: int) -> list[dict[str, Any]]:
@@ -66,7 +57,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--child", action="store_true")
     args = parser.parse_args()
-    row = _row(args.plans, args.which)
+    row = chosen_row(args.plans, args.which)
     if args.child:
         print("RESULT " + json.dumps(child(row, args.steps, args.rounds)))
         return 0

@@ -137,6 +137,16 @@ def measure_one(row: dict[str, Any], steps: int) -> dict[str, Any]:
     return out
 
 
+def chosen_row(plans: Path, which: str) -> dict[str, Any]:
+    """The row of ``plans`` for ``MODEL@BUDGET``; exits where it has no chosen plan."""
+    model, _, budget = which.rpartition("@")
+    rows = json.loads(plans.read_text())["rows"]
+    row = next((r for r in rows if r["model"] == model and r["budget"] == budget), None)
+    if row is None or row["plan"]["chosen"] is None:
+        raise SystemExit(f"no chosen plan for {which!r} in {plans}")
+    return row
+
+
 def _settings(row: dict[str, Any], chosen: dict[str, Any]) -> dict[str, Any]:
     case = _case(row)
     settings = {

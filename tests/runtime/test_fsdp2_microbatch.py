@@ -20,6 +20,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from rank_batches import rank_batches
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
 
 import memfit
 from memfit.runtime import InjectOOM
@@ -73,10 +75,8 @@ def batches() -> list[list[dict[str, torch.Tensor]]]:
     return rank_batches(SIZES)
 
 
-def _worker(rank: int, store: str, out: str) -> None:
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import fully_shard
-
+def _join(rank: int, store: str, meter: FakeMeter) -> DeviceMesh:
+    """This rank in the gloo job, the guard given ``meter``; the mesh of every rank."""
     from memfit.runtime import _sharded
 
     dist.init_process_group(
@@ -86,9 +86,13 @@ def _worker(rank: int, store: str, out: str) -> None:
         world_size=WORLD,
         timeout=timedelta(seconds=60),
     )
+    _sharded.meter_for = lambda device, keep_free: meter  # type: ignore[assignment]
+    return DeviceMesh("cpu", list(range(WORLD)))
+
+
+def _worker(rank: int, store: str, out: str) -> None:
+    mesh = _join(rank, store, FakeMeter())
     torch.use_deterministic_algorithms(True)
-    _sharded.meter_for = lambda device, keep_free: FakeMeter()  # type: ignore[assignment]
-    mesh = DeviceMesh("cpu", list(range(WORLD)))
     net = Net().double()
     fully_shard(net.first, mesh=mesh)
     fully_shard(net, mesh=mesh)
@@ -198,20 +202,7 @@ class LMMeter(FakeMeter):
 
 
 def _lm_worker(rank: int, store: str, out: str) -> None:
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import fully_shard
-
-    from memfit.runtime import _sharded
-
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{store}",
-        rank=rank,
-        world_size=WORLD,
-        timeout=timedelta(seconds=60),
-    )
-    _sharded.meter_for = lambda device, keep_free: LMMeter()  # type: ignore[assignment]
-    mesh = DeviceMesh("cpu", list(range(WORLD)))
+    mesh = _join(rank, store, LMMeter())
     model = _gpt2()
     for block in model.transformer.h:
         fully_shard(block, mesh=mesh)

@@ -21,11 +21,22 @@ registered communication hook (e.g. fp16 compression) is not used.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["Comm", "unwrap"]
+__all__ = ["Comm", "all_max", "unwrap"]
+
+
+def all_max(values: list[int], device: torch.device, groups: list[Any]) -> list[int]:
+    """The element-wise maximum of ``values`` over the ranks of ``groups``, reduced over each
+    in turn (the dimensions of a mesh; ``None`` is the default group)."""
+    t = torch.tensor(values, dtype=torch.int64, device=device)
+    for group in groups:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return [int(v) for v in t.tolist()]
 
 
 class Comm:
@@ -42,9 +53,7 @@ class Comm:
 
     def max_ints(self, values: list[int]) -> list[int]:
         """The element-wise maximum of ``values`` over the ranks."""
-        t = torch.tensor(values, dtype=torch.int64, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
-        return [int(v) for v in t.tolist()]
+        return all_max(values, self.device, [self.group])
 
     def broadcast_buffers(self) -> None:
         if not self.sync_buffers:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from memfit._errors import InvalidInputError
+from memfit.runtime._sharded import sharded_over_ranks
 
 __all__ = ["check_callables", "check_parts", "default_loss", "refuse_sharded"]
 
@@ -88,8 +89,6 @@ def _what(value: Any) -> str:
 def refuse_sharded(model: torch.nn.Module, what: str) -> None:
     """``memfit.apply`` and ``memfit.fit`` change an unsharded model; refuse one FSDP2 shards
     over several ranks before anything changes."""
-    from memfit.runtime._sharded import sharded_over_ranks
-
     if sharded_over_ranks(model):
         raise InvalidInputError(
             f"{what} does not take a model FSDP2 shards over several ranks: its changes "

@@ -26,9 +26,9 @@ measured:
    first, and its gradients are 67 MB.
 3. Each rank takes the fewest micro-batches whose largest is bounded within its room (free
    device memory and its own cache, within ``set_per_process_memory_fraction``'s cap, less
-   ``keep_free`` of the device or of that cap), and all ranks then run the
-   largest count any rank needs (one all-reduce of two integers per step), never more than the
-   fewest samples any rank holds.
+   ``keep_free`` of the device or of that cap), and all ranks then run the largest count any
+   rank needs (one all-reduce of three integers per step, over each dimension of the model's
+   mesh), never more than every rank can run (its samples, fewer with ``min_microbatch``).
 
 The first step has nothing measured: it runs whole, or in micro-batches of ``microbatch_size``
 (a plan's, or one ``memfit.estimate(..., strategy="fsdp2")`` says fits). An out-of-memory error
@@ -53,6 +53,7 @@ import torch.distributed as dist
 from torch.utils._pytree import tree_leaves
 
 from memfit._errors import InvalidInputError
+from memfit.runtime._distributed import all_max
 
 __all__ = [
     "CostFn",
@@ -202,10 +203,7 @@ class ShardedSplit:
 
     def max_ints(self, values: list[int]) -> list[int]:
         """The element-wise maximum of ``values`` over the ranks of the model's mesh."""
-        t = torch.tensor(values, dtype=torch.int64, device=self.device)
-        for group in self.groups:  # over each dimension in turn: the whole mesh's maximum
-            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-        return [int(v) for v in t.tolist()]
+        return all_max(values, self.device, self.groups)
 
     # -- the bound ----------------------------------------------------------------------------
 
