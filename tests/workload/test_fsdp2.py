@@ -260,6 +260,42 @@ def test_the_guard_agrees_over_every_dimension_of_an_hsdp_mesh() -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"keep_free": "5%"}, r"keep_free='5%' is not a share of the GPU"),
+        ({"keep_free": True}, r"keep_free=True is not a share of the GPU"),
+        ({"keep_free": -0.1}, r"keep_free=-0\.1 is not a share of the GPU"),
+        ({"cost_fn": 3}, r"cost_fn=3 \(a int\) is not callable"),
+    ],
+)
+def test_bad_split_ahead_options_are_refused_before_a_step(
+    options: dict[str, object], message: str
+) -> None:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
+        fully_shard(model, mesh=DeviceMesh("cpu", [0, 1]))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with pytest.raises(memfit.InvalidInputError, match=message):
+            memfit.AutoMicrobatch(model, opt, **options)  # type: ignore[arg-type]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_cost_fn_that_returns_no_size_is_named() -> None:
+    from memfit.runtime._sharded import ShardedSplit
+
+    for bad in (-1.0, "big", None):
+        split = ShardedSplit(nn.Linear(4, 2), lambda batch, bad=bad: bad, None)
+        with pytest.raises(memfit.InvalidInputError, match="cost_fn returned"):
+            split.size(torch.ones(2, 4))
+
+
 def test_the_split_ahead_options_are_refused_off_fsdp2() -> None:
     model = nn.Linear(4, 2)
     with pytest.raises(memfit.InvalidInputError, match="cost_fn is used only for a model FSDP2"):
