@@ -257,3 +257,21 @@ def test_a_precision_whose_floor_cannot_tie_the_fastest_is_not_searched(
     assert {e.candidate.precision for e in result.candidates} == {"bf16-mixed"}
     monkeypatch.setattr(_plan, "calibration_for", real)  # measured rates: fp32 is searched
     assert "fp32" in {e.candidate.precision for e in small_plan().candidates}
+
+
+def test_the_global_batch_alone_is_the_step_you_would_run() -> None:
+    # a model name and no batch_size: the workload is the whole global batch at once, and the
+    # plan searches the micro-batches that divide it (before, make_workload asked for a batch)
+    result = plan(
+        "tv:resnet18",
+        budget="8GiB",
+        global_batch=8,
+        precisions=("fp32",),
+        checkpointing=(False,),
+        optimizers=("adamw",),
+        workers=1,
+    )
+    assert result.global_batch == 8
+    assert result.chosen is not None
+    c = result.chosen.candidate
+    assert c.micro_batch * c.accumulation == 8

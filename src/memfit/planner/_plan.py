@@ -167,6 +167,9 @@ def _search(
     calibration's note and source."""
     # the step memfit.apply returns is given the whole batch, which the caller holds meanwhile
     given: WorkloadOptions = {"batch_held": True, **options, "gpu": gpu}
+    if global_batch is not None and batch is None and given.get("batch_size") is None:
+        # a model name and the global batch alone: the step you would run is the whole batch
+        given["batch_size"] = global_batch
     base = make_workload(model, batch, batch_of=batch_of, **given)
     _check_plannable(base)
     total = global_batch if global_batch is not None else base.batch_size
