@@ -245,8 +245,8 @@ def test_a_precision_whose_floor_cannot_tie_the_fastest_is_not_searched(
 
     real = _plan.calibration_for
 
-    def slow_fp32(gpu: Any) -> Any:  # fp32 products a million times slower than measured
-        calibration, note = real(gpu)
+    def slow_fp32(gpu: Any, path: Any = None) -> Any:  # fp32 products a million times slower
+        calibration, note = real(gpu, path)
         curves = dict(calibration.curves)
         curves["mm:fp32"] = tuple((w, t * 1e6) for w, t in curves["mm:fp32"])
         return dataclasses.replace(calibration, curves=curves), note

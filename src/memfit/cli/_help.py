@@ -37,6 +37,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "memfit plan gpt2 -b 16 -s 1024 --gpu a100-40g --precisions fp32,bf16-mixed "
         "--plot plan.png",
     ),
+    "calibrate": (
+        "memfit calibrate",
+        "memfit calibrate --quick --out a100.json  # then: memfit plan ... --calibration a100.json",
+    ),
     "validate": (
         "memfit validate gpt2 -b 4 -s 1024",
         "memfit validate resnet50 -b 64 -p bf16-mixed --json",

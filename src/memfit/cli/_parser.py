@@ -6,6 +6,7 @@ import argparse
 from importlib.metadata import PackageNotFoundError, version
 
 from memfit._choices import COMPILED_CHOICES, MOE_ROUTINGS, OPTIMIZERS, PRECISIONS, STRATEGIES
+from memfit.cli._calibrate_cmd import add_calibrate_parser
 from memfit.cli._doctor_cmd import add_doctor_parser
 from memfit.cli._export_cmd import add_export_parser
 from memfit.cli._help import HelpFormatter, block_fraction, epilog, positive_int, share
@@ -253,6 +254,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     _workload_args(val)
     add_plan_parser(sub, _workload_args)
+    add_calibrate_parser(sub)
     add_snapshot_parser(sub)
     add_run_parser(sub)
     add_watch_parser(sub)

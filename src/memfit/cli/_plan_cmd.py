@@ -181,6 +181,13 @@ def add_plan_parser(
         "steps only may be chosen)",
     )
     p.add_argument(
+        "--calibration",
+        default=None,
+        metavar="FILE",
+        help="step-time rates from FILE (memfit calibrate --out FILE); default: this "
+        "machine's calibration of the GPU type if memfit calibrate saved one, else memfit's",
+    )
+    p.add_argument(
         "--workers",
         type=positive_int,
         default=None,
@@ -222,6 +229,10 @@ def _check_flags(args: argparse.Namespace) -> None:
             "estimate --mode infer --gpu ... for inference."
         )
     check_workload_flags(args)
+    if args.calibration is not None:
+        from memfit.planner.calibration import read_calibration
+
+        read_calibration(args.calibration)  # a missing or wrong file, before the search
 
 
 def _plan_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -239,6 +250,7 @@ def _plan_options(args: argparse.Namespace) -> dict[str, Any]:
         "memory_budgets": args.memory_budgets,
         "offloads": args.offloads,
         "workers": args.workers,
+        "calibration": args.calibration,
     }
     options.update({k: v for k, v in given.items() if v is not None})
     if args.no_cache_freeing:

@@ -15,6 +15,7 @@ micro-batches, is estimated in full before it is returned.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -85,6 +86,7 @@ def plan(
     workers: int | None = None,
     batch_of: Callable[[int], Any] | None = None,
     cache_freeing: bool = True,
+    calibration: str | os.PathLike[str] | None = None,
     **options: Unpack[WorkloadOptions],
 ) -> Plan:
     """The fastest configuration of a training step that fits ``budget``, chosen on the CPU.
@@ -107,6 +109,9 @@ def plan(
     ``batch_of(n)`` makes a batch of ``n`` samples (for a model object: the planner tries
     several micro-batch sizes). ``workers``: processes tracing at once (default: the cores, at
     most 4). ``progress`` is called as ``progress(done, total, what)`` as the search goes.
+    ``calibration``: a file of step-time rates (``memfit calibrate --out FILE``); by default
+    this machine's calibration of the budget's GPU type when ``memfit calibrate`` saved one,
+    else memfit's own.
     """
     started = time.perf_counter()
     gpu, usable = _budget(budget, margin)
@@ -133,6 +138,7 @@ def plan(
             workers,
             batch_of,
             cache_freeing,
+            None if calibration is None else os.fspath(calibration),
             options,
         )
     return dataclasses.replace(
@@ -161,6 +167,7 @@ def _search(
     workers: int | None,
     batch_of: Callable[[int], Any] | None,
     cache_freeing: bool,
+    calibration_file: str | None,
     options: WorkloadOptions,
 ) -> tuple[Plan, Evaluator, str | None, str]:
     """The search behind :func:`plan`: the plan, the evaluator (its traces) and the
@@ -178,7 +185,7 @@ def _search(
             "plan needs the global batch: give global_batch=N (samples per optimizer step) or "
             "batch_size=N."
         )
-    calibration, calibration_note = calibration_for(gpu)
+    calibration, calibration_note = calibration_for(gpu, calibration_file)
     user = _baseline(base, total)
     space = _space(base, gpu, precisions, checkpointing, optimizers, memory_budgets)
     space["offload"] = offload_space(offloads, space, base)

@@ -24,15 +24,21 @@ from __future__ import annotations
 
 import bisect
 import functools
-import json
 import math
 import re
 from dataclasses import dataclass, field
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from memfit._errors import InvalidInputError
 from memfit._gpus import GPU
+from memfit.planner.calibration._store import (
+    gpu_key,
+    read_calibration,
+    saved,
+    saved_state,
+    shipped,
+)
 from memfit.trace import Op, StepCosts, is_copy
 
 __all__ = ["HOST_BOUND_NOTE", "Calibration", "StepTime", "calibration_for", "step_time"]
@@ -375,27 +381,41 @@ class _Lane:
                 self.busy += run
 
 
+def calibration_for(gpu: GPU, path: str | None = None) -> tuple[Calibration, str | None]:
+    """The calibration the step times of ``gpu`` come from, and a note where it is not the
+    measured one of ``gpu``'s type: the file ``path`` when given; else this machine's (``memfit
+    calibrate``) of the type; else memfit's own of it; for a size (no type), this machine's
+    newest; else the H200's. Read once for each state of the files."""
+    return _calibration_for(gpu, path, saved_state(path))
+
+
 @functools.cache
-def _shipped() -> dict[str, dict[str, Any]]:
-    out = {}
-    for entry in resources.files("memfit.planner").joinpath("data").iterdir():
-        if entry.name.endswith(".json"):
-            data = json.loads(entry.read_text())
-            out[data["key"]] = data
-    return out
-
-
-def calibration_for(gpu: GPU) -> tuple[Calibration, str | None]:
-    """The calibration of ``gpu``'s type, and a note when another type's stands in for it."""
-    shipped = _shipped()
-    for key, data in shipped.items():
-        if key in gpu.name.lower():
-            return Calibration.from_dict(data), None
-    data = shipped["h200"]
+def _calibration_for(
+    gpu: GPU, path: str | None, state: tuple[object, ...]
+) -> tuple[Calibration, str | None]:
+    if path is not None:
+        data = read_calibration(path)
+        return Calibration.from_dict(data), f"step times from {path} ({data['source']})"
+    key, mine, ours = gpu_key(gpu), saved(), shipped()
+    if key is not None and key in mine:
+        data = mine[key]
+        return Calibration.from_dict(data), (
+            f"step times from this machine's calibration of the {data['gpu']} "
+            f"({data['path']}: {data['source']})"
+        )
+    if key is not None and key in ours:
+        return Calibration.from_dict(ours[key]), None
+    if key is None and mine:
+        data = max(mine.values(), key=lambda d: Path(d["path"]).stat().st_mtime)
+        return Calibration.from_dict(data), (
+            f"{gpu.name} names no GPU type: step times from this machine's newest calibration, "
+            f"of the {data['gpu']} ({data['path']}: {data['source']})"
+        )
+    data = ours["h200"]
     note = (
-        f"step times are the H200's ({data['source']}): memfit has measured no other GPU's "
-        f"rates yet, so for {gpu.name} they rank the candidates where its rates are alike "
-        "and their seconds are the H200's"
+        f"step times are the H200's ({data['source']}): memfit has no measured rates of "
+        f"{gpu.name}, so they rank the candidates where its rates are alike and their seconds "
+        "are the H200's (`memfit calibrate` on the GPU measures its own)"
     )
     return Calibration.from_dict(data), note
 

@@ -18,6 +18,7 @@ The only renderer: the other packages keep data and ``to_dict()``. Names follow 
 * any plot's path, checked before the work: ``check_plot_path``;
 * an estimate beside a measurement (:class:`memfit.estimator.Validation`):
   ``render_validation``;
+* a step-time calibration (``memfit calibrate``): ``render_calibration``;
 * monitor samples (``memfit watch``): ``render_sample``, ``watch_frame`` with a
   ``WatchHistory``, and ``SampleLog`` to log them as CSV or JSON lines.
 
@@ -35,6 +36,7 @@ from memfit.report._batch_svg import (
     batch_size_svg,
     write_batch_size_plot,
 )
+from memfit.report._calibration import render_calibration
 from memfit.report._console import render_estimate
 from memfit.report._doctor import render_doctor
 from memfit.report._html import estimate_html, write_estimate_html
@@ -71,6 +73,7 @@ __all__ = [
     "plan_markdown",
     "plan_renderable",
     "render_batch_size",
+    "render_calibration",
     "render_doctor",
     "render_estimate",
     "render_plan",

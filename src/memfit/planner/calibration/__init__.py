@@ -1,0 +1,45 @@
+"""``memfit calibrate``: the step-time model's rates measured on this machine's GPU and host,
+saved where the planner finds them (issue 13).
+
+memfit ships the H200's rates (``memfit/planner/data``). Another GPU type runs its products,
+attention and memory traffic at its own rates, and every host issues ops at its own speed, so
+:func:`calibrate` measures them here: the curves on the GPU (a minute or two), and a factor per
+kind of step for the host's cost of an op, from reference models run at a batch of one
+(:mod:`._host_scale`). What it does not measure (the memory-bound families' factors, fitted
+on profiled training steps) is kept from the shipped calibration, and the file says so.
+"""
+
+from __future__ import annotations
+
+import typing as _typing
+
+from memfit.planner.calibration._store import (
+    calibration_dir,
+    device_key,
+    read_calibration,
+    save_calibration,
+    saved,
+    shipped,
+)
+
+if _typing.TYPE_CHECKING:
+    from memfit.planner.calibration._calibrate import PARTS, calibrate
+
+__all__ = [
+    "PARTS",
+    "calibrate",
+    "calibration_dir",
+    "device_key",
+    "read_calibration",
+    "save_calibration",
+    "saved",
+    "shipped",
+]
+
+
+def __getattr__(name: str) -> _typing.Any:  # torch is imported on first use
+    if name in ("PARTS", "calibrate"):
+        from memfit.planner.calibration import _calibrate
+
+        return getattr(_calibrate, name)
+    raise AttributeError(name)
