@@ -39,7 +39,7 @@ def measured_kind(name: str) -> str:
 
 def predicted_kind(kind: str) -> str:
     """A traced op's kind as :func:`measured_kind` names it."""
-    family = kind.partition(":")[0].removesuffix("_bwd")
+    family = kind.partition(":")[0].removesuffix("_bwd").replace("_dropout", "")
     if family.startswith("mm"):
         return "mm"
     if family in ("conv", "attn"):

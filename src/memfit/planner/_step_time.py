@@ -194,9 +194,11 @@ class Calibration:
             for fam in dict.fromkeys((family, forward)):
                 for dt in dict.fromkeys((dtype, "bf16" if dtype == "fp16" else dtype)):
                     out.append(_nearest_class(parts[1], fam, dt, self.curves) or kind)
+        plain = family.replace("_dropout", "")  # attention with dropout, where unmeasured
         return [
             *out,
             f"{family}:{dtype}",
+            f"{plain}:{dtype}",
             f"{family}:bf16",  # fp16 where only bf16 was measured: the same tensor cores
             f"{forward}:{dtype}",  # a backward measured as its forward
             f"{family}:k3:{dtype}",  # an old-style kind against per-class curves

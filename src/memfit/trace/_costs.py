@@ -8,13 +8,15 @@ Each op the step dispatches is kept, in order, as an :data:`Op` ``(kind, flops, 
   with kernels several times slower: a vocabulary of 50257), ``conv:<class>:<dtype>`` /
   ``conv_bwd:<class>:<dtype>`` (convolutions by shape class, :func:`conv_class`: cuDNN's rate
   differs by kernel and stride far more than by size), ``attn:<dtype>`` / ``attn_bwd:<dtype>``
-  (fused attention), ``mem`` (any other kernel: its time is its traffic) or ``mem:<family>``
+  (fused attention; ``attn_dropout`` / ``attn_dropout_bwd`` with dropout inside the kernel),
+  ``mem`` (any other kernel: its time is its traffic) or ``mem:<family>``
   (``mem:<family>:<dtype>``) for the memory-bound kernels that reach less of the bandwidth
   than an elementwise one (:data:`MEM_FAMILIES`: normalizations, softmax, reductions...),
   ``view`` (no kernel: the host's dispatch only) and ``sync`` (a value read back to the host,
   ``.item()``: the host waits for the GPU);
 * ``flops`` from PyTorch's own formulas (``torch.utils.flop_counter``), halved for causal
-  attention (the formula counts the masked half, which the fused kernels skip);
+  attention (the formula counts the masked half, which the fused kernels skip) and counting
+  attention's scores in whole tiles (:func:`_tiled`);
 * ``bytes``: the tensors it reads and writes (its inputs and outputs).
 
 The model that turns these into seconds, with rates measured on the GPU, is the planner's
@@ -251,7 +253,12 @@ def op_kind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = No
     name = func.overloadpacket.__name__
     dtype = _DTYPES.get(_first_dtype(args), "fp32")  # type: ignore[arg-type]
     if name in _ATTENTION:
-        return f"{_ATTENTION[name]}:{dtype}"
+        family = _ATTENTION[name]
+        if (_bound(func, args, kwargs).get("dropout_p") or 0.0) > 0.0:
+            # dropout inside the fused kernel draws and applies a mask per score: cuDNN's
+            # forward ran 2.4 times slower with it (BERT's 0.1, profiled in session 24)
+            family = family.replace("attn", "attn_dropout")
+        return f"{family}:{dtype}"
     if name in _CONVOLUTIONS:
         return f"conv:{conv_class(func, args, kwargs)}:{dtype}"
     if name == "convolution_backward":
@@ -357,9 +364,37 @@ def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -
     if name == "convolution_backward":
         grouped = _grouped_backward_flops(func, args, kwargs)
         return flops if grouped is None else min(flops, grouped)
-    if name in _ATTENTION and _bound(func, args, kwargs).get("is_causal"):
-        return flops // 2  # the fused kernels skip the masked half; the formula counts it
+    if name in _ATTENTION:
+        bound = _bound(func, args, kwargs)
+        flops = _tiled(name, bound, flops)
+        if bound.get("is_causal"):
+            return flops // 2  # the fused kernels skip the masked half; the formula counts it
     return flops
+
+
+# the tiles fused attention computes scores in, (queries, keys), forward and backward: cuDNN's
+# sm90 kernels that PyTorch 2.11 picks on an H200 (``64x128x64`` forward, ``64x64x64``
+# backward, profiled in session 24); flash-attention's are as large or larger
+_TILES = {"attn": (64, 128), "attn_bwd": (64, 64)}
+
+
+def _tiled(name: str, bound: dict[str, Any], flops: int) -> int:
+    """Attention's FLOPs as its kernel computes them: the score matrix in whole tiles, so a
+    sequence that is not a multiple of the tile is padded (ViT-B/16's 197 tokens compute as
+    256: 1.69 times the formula, which the profile's kernel times showed). Only
+    ``_scaled_dot_product_*`` ops, whose tensors are (batch, heads, tokens, head dim)."""
+    query, key = bound.get("query"), bound.get("key")
+    if not name.startswith("_scaled_dot_product") or not all(
+        isinstance(t, torch.Tensor) and t.dim() == 4 for t in (query, key)
+    ):
+        return flops
+    assert isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor)
+    tile_q, tile_k = _TILES[_ATTENTION[name]]
+    s_q, s_k = query.shape[-2], key.shape[-2]
+    if not s_q or not s_k:
+        return flops
+    padded = -(-s_q // tile_q) * tile_q * (-(-s_k // tile_k) * tile_k)
+    return flops * padded // (s_q * s_k)
 
 
 def _grouped_backward_flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:

@@ -81,39 +81,47 @@ def unaligned_matmul_curves(room: int) -> dict[str, Curve]:
 def attention_curves(room: int) -> dict[str, Curve]:
     """``attn:<dtype>`` and ``attn_bwd:<dtype>``: ``scaled_dot_product_attention`` forward and
     backward (causal off, 12 heads of 64; work: FLOPs by PyTorch's formula, the backward 2.5
-    times the forward's), bfloat16 (flash) and float32 (memory-efficient)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
+    times the forward's), bfloat16 and float32, with the backend PyTorch picks (cuDNN's on an
+    H200 with torch 2.11); ``attn_dropout:<dtype>`` and ``attn_dropout_bwd:<dtype>`` the same
+    with dropout 0.1 inside the kernel (BERT's), which runs slower."""
     curves: dict[str, Curve] = {}
     for dtype_name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
-        element = torch.empty(0, dtype=dtype).element_size()
-        forward: Curve = []
-        backward: Curve = []
-        for batch, seq in _ATTENTION:
-            if 8 * batch * 12 * seq * 64 * element > room:
-                break
-            q, k, v = (
-                torch.randn(batch, 12, seq, 64, device="cuda", dtype=dtype, requires_grad=True)
-                for _ in range(3)
-            )
-            grad = torch.randn(batch, 12, seq, 64, device="cuda", dtype=dtype)
-
-            def fwd(q: Any = q, k: Any = k, v: Any = v) -> torch.Tensor:
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v)
-
-            def both(q: Any = q, k: Any = k, v: Any = v, g: Any = grad) -> None:
-                torch.autograd.grad(fwd(q, k, v), (q, k, v), g)
-
-            with FlopCounterMode(display=False) as counter:
-                fwd()
-            flops = float(counter.get_total_flops())
-            t_fwd = gpu_seconds(fwd, reps=10)
-            t_both = gpu_seconds(both, reps=10)
-            forward.append([flops, t_fwd])
-            backward.append([2.5 * flops, max(t_both - t_fwd, 1e-6)])
-        curves[f"attn:{dtype_name}"] = forward
-        curves[f"attn_bwd:{dtype_name}"] = backward
+        for family, dropout in (("attn", 0.0), ("attn_dropout", 0.1)):
+            forward, backward = _attention_points(room, dtype, dropout)
+            curves[f"{family}:{dtype_name}"] = forward
+            curves[f"{family}_bwd:{dtype_name}"] = backward
     return curves
+
+
+def _attention_points(room: int, dtype: torch.dtype, dropout: float) -> tuple[Curve, Curve]:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    element = torch.empty(0, dtype=dtype).element_size()
+    forward: Curve = []
+    backward: Curve = []
+    for batch, seq in _ATTENTION:
+        if 8 * batch * 12 * seq * 64 * element > room:
+            break
+        q, k, v = (
+            torch.randn(batch, 12, seq, 64, device="cuda", dtype=dtype, requires_grad=True)
+            for _ in range(3)
+        )
+        grad = torch.randn(batch, 12, seq, 64, device="cuda", dtype=dtype)
+
+        def fwd(q: Any = q, k: Any = k, v: Any = v) -> torch.Tensor:
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout)
+
+        def both(q: Any = q, k: Any = k, v: Any = v, g: Any = grad) -> None:
+            torch.autograd.grad(fwd(q, k, v), (q, k, v), g)
+
+        with FlopCounterMode(display=False) as counter:
+            fwd()
+        flops = float(counter.get_total_flops())
+        t_fwd = gpu_seconds(fwd, reps=10)
+        t_both = gpu_seconds(both, reps=10)
+        forward.append([flops, t_fwd])
+        backward.append([2.5 * flops, max(t_both - t_fwd, 1e-6)])
+    return forward, backward
 
 
 def memory_curve(room: int) -> Curve:
