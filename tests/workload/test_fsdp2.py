@@ -632,3 +632,23 @@ def test_a_plan_nothing_fits_names_fsdp2_with_its_cpu_offload_where_that_fits() 
     )
     assert memfit.format_bytes(needed.peak_reserved + needed.non_pytorch) in line
     assert f"and {memfit.format_bytes(needed.host_memory)} of host memory" in line
+
+
+def test_eight_bit_states_are_refused_for_fsdp2_before_tracing() -> None:
+    # bitsandbytes' update refuses FSDP2's DTensor shards at the first step (found planning
+    # Llama-2-7B for 4 ranks with bitsandbytes installed: the 8-bit search failed mid-plan)
+    with pytest.raises(memfit.InvalidInputError, match="DTensors") as err:
+        memfit.estimate(_gpt2, _batch, strategy="fsdp2", world_size=2, optimizer="adamw-8bit")
+    assert "optimizer='adamw'" in str(err.value)
+
+
+def test_the_planner_does_not_search_eight_bit_states_for_fsdp2(monkeypatch) -> None:
+    from memfit.planner import _plan
+    from memfit.workload import make_workload
+
+    monkeypatch.setattr(_plan, "eight_bit_available", lambda: True)
+    base = make_workload(_gpt2, _batch, strategy="fsdp2", world_size=2, gpu="24GiB")
+    space = _plan._space(base, base.gpu, None, None, None)
+    assert space["eight_bit"] == ()
+    ddp = make_workload(_gpt2, _batch, strategy="ddp", world_size=2, gpu="24GiB")
+    assert _plan._space(ddp, ddp.gpu, None, None, None)["eight_bit"] == ("adamw-8bit",)

@@ -29,9 +29,11 @@ def add_calibrate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument(
         "--parts",
         metavar="LIST",
-        default="mm,mm_align,attn,mem,conv,pinned,host",
+        default="mm,mm_align,attn,mem,conv,pinned",
         help="what to measure, comma-separated: mm, mm_align, attn, mem, conv, pinned, host "
-        "(default: all); the rest is kept from memfit's calibration",
+        "(default: all but host, the GPU's); the rest is kept from memfit's calibration. host "
+        "scales memfit's cost of an op on the host by reference steps run here at a batch "
+        "of one: on an H200 host it predicted full-size steps no better (docs/plan.md)",
     )
     p.add_argument(
         "--quick",

@@ -391,7 +391,12 @@ def _space(
         if optimizers
         else (f"{family}-fused", f"{family}-foreach", f"{family}-forloop", f"{family}-{IN_BW}")
     )
-    if not optimizers and family in ("adam", "adamw") and eight_bit_available():
+    if (
+        not optimizers
+        and family in ("adam", "adamw")
+        and eight_bit_available()
+        and base.strategy != "fsdp2"  # bitsandbytes cannot step FSDP2's DTensor shards
+    ):
         names += (f"{family}-{EIGHT_BIT}",)
     for o in names:
         dataclasses.replace(base, optimizer=o, accumulation=1, precision="fp32")  # checked

@@ -92,6 +92,19 @@ def check_parallel(
         )
 
 
+def check_sharded_optimizer(strategy: str | None, optimizer: object) -> None:
+    """An optimizer that cannot step FSDP2's shards is refused before any tracing."""
+    name = str(optimizer) if isinstance(optimizer, str) else ""
+    if strategy == "fsdp2" and name.endswith("-8bit"):
+        raise InvalidInputError(
+            f"optimizer={name!r} with strategy='fsdp2' is not estimated: bitsandbytes' 8-bit "
+            "optimizers step plain tensors, and FSDP2's sharded parameters are DTensors, "
+            "which bitsandbytes refuses (its update fails on the first step). Give "
+            f"optimizer='{name.removesuffix('-8bit')}' (or its fused variant), or DDP, whose "
+            "parameters are plain tensors."
+        )
+
+
 def check_offload_shards(offload: object, strategy: str | None, optimizer: object) -> None:
     """``offload_shards`` is a bool, given with FSDP2 and an optimizer that can step on the
     host."""

@@ -35,6 +35,7 @@ from memfit.workload._parallel import (
     check_offload_shards,
     check_parallel,
     check_parallelize,
+    check_sharded_optimizer,
 )
 
 __all__ = [
@@ -203,6 +204,7 @@ class Workload:
         if self.offload_shards is None:
             object.__setattr__(self, "offload_shards", False)
         check_offload_shards(self.offload_shards, self.strategy, self.optimizer)
+        check_sharded_optimizer(self.strategy, self.optimizer)
         if self.batch_held is None:
             object.__setattr__(self, "batch_held", False)
         if not isinstance(self.batch_held, bool):

@@ -3,10 +3,12 @@ saved where the planner finds them (issue 13).
 
 memfit ships the H200's rates (``memfit/planner/data``). Another GPU type runs its products,
 attention and memory traffic at its own rates, and every host issues ops at its own speed, so
-:func:`calibrate` measures them here: the curves on the GPU (a minute or two), and a factor per
-kind of step for the host's cost of an op, from reference models run at a batch of one
-(:mod:`._host_scale`). What it does not measure (the memory-bound families' factors, fitted
-on profiled training steps) is kept from the shipped calibration, and the file says so.
+:func:`calibrate` measures them here: the curves on the GPU (a minute or two), and, when
+asked, a factor per kind of step for the host's cost of an op, from reference models run at a
+batch of one (:mod:`._host_scale`; on an H200 host it did not predict full-size steps better,
+so it is not measured by default). What it does not measure (the memory-bound families'
+factors, fitted on profiled training steps) is kept from the shipped calibration, and the file
+says so.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from memfit.planner.calibration._store import (
 )
 
 if _typing.TYPE_CHECKING:
-    from memfit.planner.calibration._calibrate import PARTS, calibrate
+    from memfit.planner.calibration._calibrate import DEFAULT_PARTS, PARTS, calibrate
 
 __all__ = [
+    "DEFAULT_PARTS",
     "PARTS",
     "calibrate",
     "calibration_dir",
@@ -38,7 +41,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> _typing.Any:  # torch is imported on first use
-    if name in ("PARTS", "calibrate"):
+    if name in ("DEFAULT_PARTS", "PARTS", "calibrate"):
         from memfit.planner.calibration import _calibrate
 
         return getattr(_calibrate, name)
