@@ -275,3 +275,45 @@ def test_the_global_batch_alone_is_the_step_you_would_run() -> None:
     assert result.chosen is not None
     c = result.chosen.candidate
     assert c.micro_batch * c.accumulation == 8
+
+
+def test_an_fsdp2_plan_nothing_fits_names_more_ranks_that_would() -> None:
+    # eight wide blocks over 2 ranks do not fit 2900 MiB (3.3 GiB a rank); over 4 they do
+    # (2.6 GiB): the answer names the world size, and that world size's estimate agrees
+    def model() -> nn.Module:
+        config = transformers.GPT2Config(
+            n_layer=8, n_embd=1024, n_head=2, vocab_size=50257, bos_token_id=0, eos_token_id=0
+        )
+        return transformers.GPT2LMHeadModel(config)
+
+    settings: dict[str, Any] = {
+        "batch_of": lambda n: tokens(n, 50257),
+        "strategy": "fsdp2",
+        "precision": "bf16-mixed",
+    }
+    result = plan(
+        model(),
+        budget="2900MiB",
+        global_batch=1,
+        batch_size=1,
+        precisions=("bf16-mixed",),
+        checkpointing=(True,),
+        optimizers=("adamw-fused",),
+        workers=1,
+        world_size=2,
+        **settings,
+    )
+    assert not result.fits
+    (line,) = [w for w in result.would_fit if "FSDP2" in w]
+    assert "instead of 2" in line, line
+    ranks = int(line.split("FSDP2 on ")[1].split()[0])
+    est = memfit.estimate(
+        model(),
+        gpu="2900MiB",
+        world_size=ranks,
+        batch_size=1,
+        activation_checkpointing=True,
+        optimizer="adamw-fused",
+        **settings,
+    )
+    assert est.peak_reserved + est.non_pytorch <= result.usable

@@ -142,9 +142,13 @@ def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> str:
         allocator_config="",
     )
     if base.strategy == "fsdp2" and not base.offload_shards and base.mode == "train":
-        return _offloaded(ev, plain, usable, base.world_size) or (
-            f"FSDP2 with its CPU offload policy on {base.world_size} GPUs does not fit it "
-            "either; more GPUs (world_size=N)"
+        return _more_ranks(ev, plain, usable, base.world_size) or (
+            _offloaded(ev, plain, usable, base.world_size)
+            or (
+                f"FSDP2 on up to {4 * base.world_size} GPUs of this size does not fit it "
+                f"either, nor with its CPU offload policy on {base.world_size}; more GPUs "
+                "(world_size=N)"
+            )
         )
     if base.strategy is not None or base.mode != "train" or c.precision == "fp16-mixed":
         return (
@@ -168,6 +172,22 @@ def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> str:
         f"({format_bytes(needed)} a rank on {SHARDED_RANKS[-1]}), nor with its CPU offload "
         "policy"
     )
+
+
+def _more_ranks(ev: Evaluator, plain: Candidate, usable: int, world_size: int) -> str | None:
+    """FSDP2 over twice or four times the ranks planned for, where one fits; else None."""
+    for ranks in (2 * world_size, 4 * world_size):
+        try:
+            needed = _rank_needs(ev, plain, ranks, offload=False)[0]
+        except MemfitError:  # a world size the model cannot be sharded over
+            return None
+        if needed <= usable:
+            return (
+                f"FSDP2 on {ranks} GPUs of this size instead of {world_size}: each rank then "
+                f"needs {format_bytes(needed)} ({plain.describe()}; plan it with "
+                f"world_size={ranks}, or --gpus {ranks})"
+            )
+    return None
 
 
 def _offloaded(ev: Evaluator, plain: Candidate, usable: int, ranks: int) -> str | None:
