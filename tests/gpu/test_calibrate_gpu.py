@@ -10,8 +10,7 @@ import torch
 
 from memfit._gpus import resolve_gpu
 from memfit.planner import calibration_for
-from memfit.planner.calibration import calibrate, save_calibration, shipped
-from memfit.planner.calibration._summary import headline
+from memfit.planner.calibration import calibrate, headline, save_calibration, shipped
 
 pytestmark = [
     pytest.mark.gpu,

@@ -304,7 +304,9 @@ def test_an_fsdp2_plan_nothing_fits_names_more_ranks_that_would() -> None:
         **settings,
     )
     assert not result.fits
-    (line,) = [w for w in result.would_fit if "FSDP2" in w]
+    more, offloaded = [w for w in result.would_fit if "FSDP2" in w]  # and the offload on 2
+    assert "CPU offload policy" in offloaded and "on 2 GPUs" in offloaded
+    line = more
     assert "instead of 2" in line, line
     ranks = int(line.split("FSDP2 on ")[1].split()[0])
     est = memfit.estimate(

@@ -13,7 +13,7 @@ __all__ = ["add_calibrate_parser", "run_calibrate"]
 
 def add_calibrate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``calibrate`` on the subcommand parsers."""
-    from memfit.planner.calibration._store import calibration_dir
+    from memfit.planner.calibration import calibration_dir
 
     p = sub.add_parser(
         "calibrate",

@@ -120,17 +120,18 @@ def would_fit(
                 )
                 break
             shorter //= 2
-    out.append(_sharded(ev, smallest, usable))
+    out.extend(_sharded(ev, smallest, usable))
     return out
 
 
 SHARDED_RANKS = (2, 4, 8)  # the FSDP2 jobs tried where nothing fits one GPU
 
 
-def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> str:
+def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> list[str]:
     """Whether FSDP2 over a few GPUs of this size would fit the smallest configuration (the
     optimizer stepping after backward, nothing offloaded: what FSDP2 is estimated with), and
-    failing that, FSDP2 with its shards on the host (its CPU offload policy)."""
+    failing that, FSDP2 with its shards on the host (its CPU offload policy). A plan already
+    for FSDP2 on N GPUs: 2N or 4N GPUs, and its CPU offload on the N, each where it fits."""
     c = smallest.candidate
     base = ev.base
     family = c.optimizer.partition("-")[0]
@@ -142,36 +143,44 @@ def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> str:
         allocator_config="",
     )
     if base.strategy == "fsdp2" and not base.offload_shards and base.mode == "train":
-        return _more_ranks(ev, plain, usable, base.world_size) or (
-            _offloaded(ev, plain, usable, base.world_size)
-            or (
-                f"FSDP2 on up to {4 * base.world_size} GPUs of this size does not fit it "
-                f"either, nor with its CPU offload policy on {base.world_size}; more GPUs "
-                "(world_size=N)"
+        found = [
+            line
+            for line in (
+                _more_ranks(ev, plain, usable, base.world_size),
+                _offloaded(ev, plain, usable, base.world_size),
             )
-        )
+            if line
+        ]
+        return found or [
+            f"FSDP2 on up to {4 * base.world_size} GPUs of this size does not fit it either, "
+            f"nor with its CPU offload policy on {base.world_size}; more GPUs (world_size=N)"
+        ]
     if base.strategy is not None or base.mode != "train" or c.precision == "fp16-mixed":
-        return (
+        return [
             "more GPUs, each holding a share of the parameters, gradients and optimizer state: "
             "plan with strategy='fsdp2' (or 'zero3') and world_size=N"
-        )
+        ]
     needed = 0
     for ranks in SHARDED_RANKS:
         try:
             needed = _rank_needs(ev, plain, ranks, offload=False)[0]
         except MemfitError as exc:  # a model FSDP2 cannot shard as memfit wraps it
-            return f"more GPUs with FSDP2: not estimated here ({str(exc).split('. ')[0]})"
+            return [f"more GPUs with FSDP2: not estimated here ({str(exc).split('. ')[0]})"]
         if needed <= usable:
-            return (
+            return [
                 f"FSDP2 on {ranks} GPUs of this size: each rank then needs "
                 f"{format_bytes(needed)} ({plain.describe()}; plan it with "
                 f"strategy='fsdp2', world_size={ranks}, or --strategy fsdp2 --gpus {ranks})"
-            )
-    return _offloaded(ev, plain, usable, SHARDED_RANKS[-1]) or (
-        f"FSDP2 on up to {SHARDED_RANKS[-1]} GPUs of this size does not fit it either "
-        f"({format_bytes(needed)} a rank on {SHARDED_RANKS[-1]}), nor with its CPU offload "
-        "policy"
-    )
+            ]
+    offloaded = _offloaded(ev, plain, usable, SHARDED_RANKS[-1])
+    return [
+        offloaded
+        or (
+            f"FSDP2 on up to {SHARDED_RANKS[-1]} GPUs of this size does not fit it either "
+            f"({format_bytes(needed)} a rank on {SHARDED_RANKS[-1]}), nor with its CPU offload "
+            "policy"
+        )
+    ]
 
 
 def _more_ranks(ev: Evaluator, plain: Candidate, usable: int, world_size: int) -> str | None:

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from memfit.planner.calibration._summary import headline
+from memfit.planner.calibration import headline
 
 
 def _shown(kind: str, value: float | None) -> str:

@@ -23,6 +23,7 @@ from memfit.planner.calibration._store import (
     saved,
     shipped,
 )
+from memfit.planner.calibration._summary import headline
 
 if _typing.TYPE_CHECKING:
     from memfit.planner.calibration._calibrate import DEFAULT_PARTS, PARTS, calibrate
@@ -33,6 +34,7 @@ __all__ = [
     "calibrate",
     "calibration_dir",
     "device_key",
+    "headline",
     "read_calibration",
     "save_calibration",
     "saved",

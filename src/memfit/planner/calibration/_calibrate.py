@@ -134,7 +134,7 @@ def _measure_gpu(
 
 def _measure_host(data: dict[str, Any], quick: bool, report: Callable[[str], None]) -> Any:
     """Scale ``data``'s host costs by this machine's factors; the factors and their rows."""
-    from memfit.estimator._validate import local_gpu
+    from memfit.estimator import local_gpu
     from memfit.planner._step_time import Calibration
     from memfit.planner.calibration._host_scale import (
         REFERENCE,
