@@ -262,6 +262,7 @@ def test_a_precision_whose_floor_cannot_tie_the_fastest_is_not_searched(
 def test_the_global_batch_alone_is_the_step_you_would_run() -> None:
     # a model name and no batch_size: the workload is the whole global batch at once, and the
     # plan searches the micro-batches that divide it (before, make_workload asked for a batch)
+    pytest.importorskip("torchvision")
     result = plan(
         "tv:resnet18",
         budget="8GiB",
