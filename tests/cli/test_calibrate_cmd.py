@@ -99,3 +99,21 @@ def test_plan_refuses_a_calibration_file_that_is_not_one(capsys, tmp_path: Path)
     )
     err = capsys.readouterr().err
     assert "is not a step-time calibration" in err and str(bad) in err
+
+
+def test_list_shows_the_saved_calibrations_without_a_gpu(capsys, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("MEMFIT_CALIBRATION_DIR", str(tmp_path))
+    assert main(["calibrate", "--list"]) == 0
+    assert "No calibration saved in" in capsys.readouterr().out
+    where = save_calibration(_measured(1.0, 1.0))
+    assert main(["calibrate", "--list", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row == {
+        "key": "h200",
+        "gpu": "NVIDIA H200",
+        "source": "measured on a test",
+        "path": str(where),
+    }
+    assert main(["calibrate", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "h200" in out and "measured on a test" in out

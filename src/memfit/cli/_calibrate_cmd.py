@@ -44,12 +44,37 @@ def add_calibrate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument(
         "--no-save", action="store_true", help="measure and print, write nothing (with --json)"
     )
+    p.add_argument(
+        "--list",
+        dest="list_saved",
+        action="store_true",
+        help="list the calibrations saved on this machine (which plan uses for which GPU "
+        "type) and measure nothing; needs no GPU",
+    )
     p.add_argument("--json", action="store_true", help="print the calibration as JSON")
 
 
 def run_calibrate(args: argparse.Namespace, console: Console) -> int:
     from memfit._errors import InvalidInputError
-    from memfit.planner.calibration import calibrate, save_calibration, shipped
+    from memfit.planner.calibration import (
+        calibrate,
+        calibration_dir,
+        save_calibration,
+        saved,
+        shipped,
+    )
+
+    if args.list_saved:
+        mine = saved()
+        if args.json:
+            print(json.dumps([_listed(d) for d in mine.values()], indent=1))
+            return 0
+        from memfit.report import render_saved_calibrations
+
+        render_saved_calibrations(
+            [_listed(d) for d in mine.values()], str(calibration_dir()), console
+        )
+        return 0
 
     if args.no_save and args.out:
         raise InvalidInputError(
@@ -69,3 +94,8 @@ def run_calibrate(args: argparse.Namespace, console: Console) -> int:
     ours = shipped()
     render_calibration(data, ours.get(data["key"], ours["h200"]), where, console)
     return 0
+
+
+def _listed(data: dict[str, object]) -> dict[str, object]:
+    """What ``--list`` shows of a saved calibration."""
+    return {k: data[k] for k in ("key", "gpu", "source", "path")}

@@ -18,7 +18,8 @@ The only renderer: the other packages keep data and ``to_dict()``. Names follow 
 * any plot's path, checked before the work: ``check_plot_path``;
 * an estimate beside a measurement (:class:`memfit.estimator.Validation`):
   ``render_validation``;
-* a step-time calibration (``memfit calibrate``): ``render_calibration``;
+* a step-time calibration (``memfit calibrate``): ``render_calibration``, and those saved on
+  this machine: ``render_saved_calibrations``;
 * monitor samples (``memfit watch``): ``render_sample``, ``watch_frame`` with a
   ``WatchHistory``, and ``SampleLog`` to log them as CSV or JSON lines.
 
@@ -36,7 +37,7 @@ from memfit.report._batch_svg import (
     batch_size_svg,
     write_batch_size_plot,
 )
-from memfit.report._calibration import render_calibration
+from memfit.report._calibration import render_calibration, render_saved_calibrations
 from memfit.report._console import render_estimate
 from memfit.report._doctor import render_doctor
 from memfit.report._html import estimate_html, write_estimate_html
@@ -78,6 +79,7 @@ __all__ = [
     "render_estimate",
     "render_plan",
     "render_sample",
+    "render_saved_calibrations",
     "render_snapshot",
     "render_validation",
     "snapshot_html",

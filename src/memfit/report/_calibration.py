@@ -55,3 +55,20 @@ def render_calibration(
             "memfit plan and memfit.plan now time candidates on this GPU type with it "
             "(a note says so); --calibration FILE picks another."
         )
+
+
+def render_saved_calibrations(rows: list[dict[str, Any]], folder: str, console: Console) -> None:
+    """Print the calibrations ``memfit calibrate`` saved on this machine (``key``, ``gpu``,
+    ``source``, ``path`` each), or that there are none in ``folder``."""
+    if not rows:
+        console.print(
+            f"No calibration saved in {folder}: memfit plan times steps with memfit's own "
+            "(the H200's). Run memfit calibrate on the GPU to measure this machine's."
+        )
+        return
+    table = Table(title=f"calibrations saved in {folder} (memfit plan uses each for its type)")
+    for col in ("GPU type", "GPU", "measured", "file"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(row["key"], row["gpu"], row["source"], row["path"])
+    console.print(table)
