@@ -1,0 +1,151 @@
+"""What a plan searches: the precisions, checkpointing, optimizer variants (stepped after
+backward, in backward, 8-bit states) and, for a model compiled as a whole, torch.compile's
+activation memory budgets, each checked against the workload before any tracing."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from memfit._errors import InvalidInputError
+from memfit._gpus import GPU
+from memfit.workload import (
+    EIGHT_BIT,
+    Workload,
+    check_memory_budget,
+    eight_bit_available,
+    in_backward,
+)
+from memfit.workload import IN_BACKWARD as IN_BW
+
+__all__ = ["CHECKPOINTING", "COMPILED_BUDGETS", "compiled_plan_note", "search_space"]
+
+# torch.compile's activation memory budgets a compiled model's plan tries by default: what the
+# forward saves is not monotonic in it (GPT-2, H200: 0.5 took less than 0.2 and than 0.0)
+COMPILED_BUDGETS = (1.0, 0.5, 0.25)
+CHECKPOINTING: tuple[bool | str, ...] = (False, "selective", True)
+
+
+def search_space(
+    base: Workload,
+    gpu: GPU,
+    precisions: Any,
+    checkpointing: Any,
+    optimizers: Any,
+    memory_budgets: Any = None,
+) -> dict[str, tuple[Any, ...]]:
+    family = str(base.optimizer).partition("-")[0]
+    half = "bf16-mixed" if gpu.sm >= 80 else "fp16-mixed"
+    names = (
+        tuple(optimizers)
+        if optimizers
+        else (f"{family}-fused", f"{family}-foreach", f"{family}-forloop", f"{family}-{IN_BW}")
+    )
+    if (
+        not optimizers
+        and family in ("adam", "adamw")
+        and eight_bit_available()
+        and base.strategy != "fsdp2"  # bitsandbytes cannot step FSDP2's DTensor shards
+    ):
+        names += (f"{family}-{EIGHT_BIT}",)
+    for o in names:
+        dataclasses.replace(base, optimizer=o, accumulation=1, precision="fp32")  # checked
+    eight = tuple(o for o in names if o.endswith("-" + EIGHT_BIT))
+    after = tuple(o for o in names if not in_backward(o) and o not in eight) or eight
+    if not after:
+        raise InvalidInputError(
+            f"optimizers={names!r} names only optimizers stepped in backward, which cannot "
+            "accumulate gradients over micro-batches: add one that steps after backward, "
+            f"e.g. optimizers=('{family}-fused', '{family}-{IN_BW}')."
+        )
+    space = {
+        "precisions": tuple(precisions) if precisions else (half, "fp32"),
+        "checkpointing": tuple(checkpointing) if checkpointing is not None else CHECKPOINTING,
+        "optimizers": after,  # bisected and refined: they step after backward
+        "in_backward": tuple(o for o in names if in_backward(o)),  # search_in_backward
+        "eight_bit": tuple(o for o in eight if o not in after),  # search_eight_bit
+    }
+    for p in space["precisions"]:
+        dataclasses.replace(base, precision=p)  # checked by Workload: a clear error
+    for c in space["checkpointing"]:
+        dataclasses.replace(base, activation_checkpointing=c)
+    if memory_budgets is not None and not isinstance(memory_budgets, (tuple, list)):
+        raise InvalidInputError(
+            f"memory_budgets={memory_budgets!r} is not a list: give the activation memory "
+            "budgets to try as a tuple of shares between 0 and 1, e.g. memory_budgets=(1.0, 0.5)."
+        )
+    blocks, trained, compiled = _model_facts(base)
+    space["blocks"], space["trained"] = (blocks,), (trained,)
+    space["budgets"] = (base.activation_memory_budget,)
+    space["compiled"] = (compiled,)
+    if checkpointing is None and not blocks:  # nothing to checkpoint: not searched
+        space["checkpointing"] = (False,)
+    if compiled:
+        _compiled_space(space, base, precisions, checkpointing, memory_budgets)
+    elif memory_budgets:
+        raise InvalidInputError(
+            f"memory_budgets={tuple(memory_budgets)!r} would be ignored: they are "
+            "torch.compile's activation memory budgets, and this model is not compiled as a "
+            "whole. Drop them (checkpointing= chooses what an eager model recomputes), or plan "
+            "torch.compile(model)."
+        )
+    return space
+
+
+def _compiled_space(
+    space: dict[str, tuple[Any, ...]],
+    base: Workload,
+    precisions: Any,
+    checkpointing: Any,
+    memory_budgets: Any,
+) -> None:
+    """A model compiled as a whole is planned over torch.compile's activation memory budget
+    in place of memfit's checkpointing (inductor's partitioner decides what to recompute), at
+    the user's precision unless others are asked for: each candidate is a capture of the
+    compiled step, about a minute of CPU for a GPT-2. Neither the optimizer stepped in
+    backward nor 8-bit states are searched for it."""
+    if checkpointing and tuple(checkpointing) != (False,):
+        raise InvalidInputError(
+            f"checkpointing={tuple(checkpointing)!r} for a model compiled with torch.compile: "
+            "memfit plans a compiled model's recomputation by torch.compile's activation "
+            "memory budget; give memory_budgets=(1.0, 0.5, ...) instead, or plan the "
+            "uncompiled model."
+        )
+    space["checkpointing"] = (False,)
+    space["budgets"] = tuple(memory_budgets) if memory_budgets else COMPILED_BUDGETS
+    for b in space["budgets"]:
+        check_memory_budget(b)
+    if not precisions:
+        space["precisions"] = (base.precision,)
+    space["in_backward"] = space["eight_bit"] = ()
+
+
+def compiled_plan_note(space: dict[str, tuple[Any, ...]]) -> str:
+    """What a compiled model's plan searched, in words."""
+    budgets = ", ".join(f"{b:g}" for b in space["budgets"])
+    return (
+        "the model is compiled with torch.compile: the plan searched torch.compile's "
+        f"activation memory budget ({budgets}) in place of checkpointing, at "
+        f"{' and '.join(space['precisions'])}, each candidate captured as inductor compiles "
+        "it; neither 8-bit optimizer states nor the optimizer stepped in backward were tried. "
+        "Below a budget of 1 a first run's reserved memory varied by 4% between fresh runs "
+        "(H200, torch 2.11): keep a margin"
+    )
+
+
+def _model_facts(base: Workload) -> tuple[int, int, bool]:
+    """How many repeated blocks memfit's checkpointing finds in the model (the models' own
+    switches checkpoint the same blocks; 0 where it finds none), its trained parameter
+    elements (what its gradients hold), and whether it is compiled as a whole."""
+    from memfit.workload import compiled_parts, find_blocks, whole_model_compiled
+
+    with torch.device("meta"):
+        model = base.build_model()
+    trained = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    compiled = base.compiled is None and whole_model_compiled(model, compiled_parts(model))
+    try:
+        return len(find_blocks(model)), trained, compiled
+    except InvalidInputError:
+        return 0, trained, compiled
