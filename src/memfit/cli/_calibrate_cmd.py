@@ -20,8 +20,8 @@ def add_calibrate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="measure this machine's GPU and host rates, for memfit plan's step times",
         description="Measure, on this machine's GPU (a minute or two), the rates memfit "
         "plan's step-time model reads: matrix products, attention, convolutions, memory "
-        "bandwidth, pinned copies, and how fast this host issues a step's ops (reference "
-        "models run at a batch of one). The result is saved as this machine's calibration of "
+        "bandwidth and pinned copies (with --parts ...,host, how fast this host issues a "
+        "step's ops too). The result is saved as this machine's calibration of "
         f"its GPU type (in {calibration_dir()}, or $MEMFIT_CALIBRATION_DIR), which plan then "
         "uses for that type (and for a --gpu given as a size); --out writes it elsewhere, to "
         "give plan with --calibration FILE.",
@@ -65,15 +65,13 @@ def run_calibrate(args: argparse.Namespace, console: Console) -> int:
     )
 
     if args.list_saved:
-        mine = saved()
+        rows = [_listed(d) for d in saved().values()]
         if args.json:
-            print(json.dumps([_listed(d) for d in mine.values()], indent=1))
+            print(json.dumps(rows, indent=1))
             return 0
         from memfit.report import render_saved_calibrations
 
-        render_saved_calibrations(
-            [_listed(d) for d in mine.values()], str(calibration_dir()), console
-        )
+        render_saved_calibrations(rows, str(calibration_dir()), console)
         return 0
 
     if args.no_save and args.out:

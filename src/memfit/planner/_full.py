@@ -160,18 +160,16 @@ def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> list[str]:
             "more GPUs, each holding a share of the parameters, gradients and optimizer state: "
             "plan with strategy='fsdp2' (or 'zero3') and world_size=N"
         ]
-    needed = 0
-    for ranks in SHARDED_RANKS:
-        try:
-            needed = _rank_needs(ev, plain, ranks, offload=False)[0]
-        except MemfitError as exc:  # a model FSDP2 cannot shard as memfit wraps it
-            return [f"more GPUs with FSDP2: not estimated here ({str(exc).split('. ')[0]})"]
-        if needed <= usable:
-            return [
-                f"FSDP2 on {ranks} GPUs of this size: each rank then needs "
-                f"{format_bytes(needed)} ({plain.describe()}; plan it with "
-                f"strategy='fsdp2', world_size={ranks}, or --strategy fsdp2 --gpus {ranks})"
-            ]
+    try:
+        ranks, needed = _first_fitting(ev, plain, usable, SHARDED_RANKS)
+    except MemfitError as exc:  # a model FSDP2 cannot shard as memfit wraps it
+        return [f"more GPUs with FSDP2: not estimated here ({str(exc).split('. ')[0]})"]
+    if ranks is not None:
+        return [
+            f"FSDP2 on {ranks} GPUs of this size: each rank then needs "
+            f"{format_bytes(needed)} ({plain.describe()}; plan it with "
+            f"strategy='fsdp2', world_size={ranks}, or --strategy fsdp2 --gpus {ranks})"
+        ]
     offloaded = _offloaded(ev, plain, usable, SHARDED_RANKS[-1])
     return [
         offloaded
@@ -183,20 +181,33 @@ def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> list[str]:
     ]
 
 
+def _first_fitting(
+    ev: Evaluator, plain: Candidate, usable: int, choices: tuple[int, ...]
+) -> tuple[int | None, int]:
+    """The first world size of ``choices`` at which an FSDP2 rank of ``plain`` fits, and what
+    that rank needs (the last one tried where none fits: ``None`` and its need). Raises
+    ``MemfitError`` where the model cannot be sharded as memfit wraps it."""
+    needed = 0
+    for ranks in choices:
+        needed = _rank_needs(ev, plain, ranks, offload=False)[0]
+        if needed <= usable:
+            return ranks, needed
+    return None, needed
+
+
 def _more_ranks(ev: Evaluator, plain: Candidate, usable: int, world_size: int) -> str | None:
     """FSDP2 over twice or four times the ranks planned for, where one fits; else None."""
-    for ranks in (2 * world_size, 4 * world_size):
-        try:
-            needed = _rank_needs(ev, plain, ranks, offload=False)[0]
-        except MemfitError:  # a world size the model cannot be sharded over
-            return None
-        if needed <= usable:
-            return (
-                f"FSDP2 on {ranks} GPUs of this size instead of {world_size}: each rank then "
-                f"needs {format_bytes(needed)} ({plain.describe()}; plan it with "
-                f"world_size={ranks}, or --gpus {ranks})"
-            )
-    return None
+    try:
+        ranks, needed = _first_fitting(ev, plain, usable, (2 * world_size, 4 * world_size))
+    except MemfitError:  # a world size the model cannot be sharded over
+        return None
+    if ranks is None:
+        return None
+    return (
+        f"FSDP2 on {ranks} GPUs of this size instead of {world_size}: each rank then needs "
+        f"{format_bytes(needed)} ({plain.describe()}; plan it with world_size={ranks}, or "
+        f"--gpus {ranks})"
+    )
 
 
 def _offloaded(ev: Evaluator, plain: Candidate, usable: int, ranks: int) -> str | None:

@@ -90,7 +90,7 @@ def _check_parts(parts: Iterable[str]) -> tuple[str, ...]:
     if unknown or not chosen:
         raise InvalidInputError(
             f"calibrate parts {', '.join(map(repr, unknown)) or 'none'}: give some of "
-            f"{', '.join(PARTS)} (default: all)."
+            f"{', '.join(PARTS)} (default: all but host)."
         )
     return tuple(p for p in PARTS if p in chosen)
 

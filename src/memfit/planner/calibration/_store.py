@@ -5,6 +5,7 @@ step-time model turns them into a ``Calibration``."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -33,14 +34,17 @@ def device_key(name: str) -> str:
     A100-SXM4-80GB`` -> ``a100-80g``): the longest of memfit's GPU names whose every part
     appears in it as a word (``l4`` is not in ``L40S``), else the name made a file name."""
     text = name.lower()
-    best = ""
-    for key in [*KNOWN_GPUS, *_ALIASES]:
-        parts = key.split("-")
-        if all(re.search(rf"(?<![a-z0-9]){re.escape(p)}(?![0-9])", text) for p in parts):
-            target = _ALIASES.get(key, key)
-            if len(key) > len(best):
-                best = target
-    return best or re.sub(r"[^a-z0-9]+", "-", text).strip("-") or "gpu"
+    matches = [
+        key
+        for key in [*KNOWN_GPUS, *_ALIASES]
+        if all(
+            re.search(rf"(?<![a-z0-9]){re.escape(part)}(?![0-9])", text) for part in key.split("-")
+        )
+    ]
+    if matches:
+        longest = max(matches, key=len)  # a tie keeps memfit's own name before an alias
+        return _ALIASES.get(longest, longest)
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-") or "gpu"
 
 
 def gpu_key(gpu: GPU) -> str | None:
@@ -51,8 +55,9 @@ def gpu_key(gpu: GPU) -> str | None:
     return None
 
 
+@functools.cache
 def shipped() -> dict[str, dict[str, Any]]:
-    """The calibrations memfit ships, by key."""
+    """The calibrations memfit ships, by key (read once; callers copy what they change)."""
     out = {}
     for entry in resources.files("memfit.planner").joinpath("data").iterdir():
         if entry.name.endswith(".json"):
