@@ -117,3 +117,8 @@ def test_list_shows_the_saved_calibrations_without_a_gpu(capsys, monkeypatch, tm
     assert main(["calibrate", "--list"]) == 0
     out = capsys.readouterr().out
     assert "h200" in out and "measured on a test" in out
+
+
+def test_plan_refuses_a_calibration_that_is_not_a_path() -> None:
+    with pytest.raises(memfit.InvalidInputError, match="calibration=12 is not a file"):
+        _linear_plan(calibration=12)

@@ -125,3 +125,11 @@ def test_a_saved_file_round_trips(folder: Path) -> None:
     where = save_calibration(data)
     assert json.loads(where.read_text()) == data
     assert not list(folder.glob("*.partial"))
+
+
+def test_a_calibration_that_cannot_be_written_names_the_path(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(InvalidInputError, match="could not be written") as err:
+        save_calibration(dict(shipped()["h200"]), blocker / "cal.json")
+    assert str(blocker / "cal.json") in str(err.value)

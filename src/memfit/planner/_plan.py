@@ -107,6 +107,11 @@ def plan(
     started = time.perf_counter()
     gpu, usable = _budget(budget, margin)
     _check_workers(workers)
+    if calibration is not None and not isinstance(calibration, (str, os.PathLike)):
+        raise InvalidInputError(
+            f"calibration={calibration!r} is not a file: give the path `memfit calibrate "
+            "--out FILE` wrote, or leave it out to use this machine's or memfit's."
+        )
     if not isinstance(cache_freeing, bool):
         raise InvalidInputError(
             f"cache_freeing={cache_freeing!r} is not True or False: give False to keep to "

@@ -125,8 +125,14 @@ def save_calibration(data: dict[str, Any], path: str | Path | None = None) -> Pa
     target = (
         Path(path).expanduser() if path is not None else calibration_dir() / f"{data['key']}.json"
     )
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
-    partial.write_text(json.dumps(data, indent=1) + "\n")
-    partial.replace(target)  # a reader never sees half a file
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(data, indent=1) + "\n")
+        partial.replace(target)  # a reader never sees half a file
+    except OSError as exc:
+        raise InvalidInputError(
+            f"the calibration could not be written to {str(target)!r} ({exc.strerror or exc}): "
+            "give --out a file in a folder you can write to, or set MEMFIT_CALIBRATION_DIR."
+        ) from None
     return target
