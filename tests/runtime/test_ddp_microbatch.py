@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from rank_batches import rank_batches
+from rank_batches import leave_job, rank_batches
 
 import memfit
 from memfit.runtime import InjectOOM
@@ -77,7 +77,7 @@ def _worker(rank: int, store: str, out: str) -> None:
         except memfit.UnrecoverableOOMError as exc:
             info["optimizer_error"] = [exc.incident.phase, exc.incident.here]
     (Path(out) / f"info{rank}.json").write_text(json.dumps(info))
-    dist.destroy_process_group()
+    leave_job()
 
 
 def _reference() -> dict[str, torch.Tensor]:

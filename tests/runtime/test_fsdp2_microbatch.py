@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from rank_batches import rank_batches
+from rank_batches import leave_job, rank_batches
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
@@ -117,7 +117,7 @@ def _worker(rank: int, store: str, out: str) -> None:
             info["error"] = str(exc)
             info["fatal"] = [exc.incident.action, exc.incident.phase]
     (Path(out) / f"info{rank}.json").write_text(json.dumps(info))
-    dist.destroy_process_group()
+    leave_job()
 
 
 def _reference() -> dict[str, torch.Tensor]:
@@ -216,7 +216,7 @@ def _lm_worker(rank: int, store: str, out: str) -> None:
     full = {k: v.full_tensor().detach() for k, v in model.named_parameters()}
     torch.save(full, Path(out) / f"lm{rank}.pt")
     (Path(out) / f"lm{rank}.json").write_text(json.dumps(parts))
-    dist.destroy_process_group()
+    leave_job()
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")

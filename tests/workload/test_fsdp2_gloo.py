@@ -33,8 +33,10 @@ model(input_ids=ids, labels=ids).loss.backward()
 optimizer.step()
 states = sum(v._local_tensor.untyped_storage().nbytes() for s in optimizer.state.values()
              for k, v in s.items() if k != "step")
-print("RESULT " + json.dumps([dist.get_rank(), held, states]))
+print("RESULT " + json.dumps([dist.get_rank(), held, states]), flush=True)
+dist.barrier()
 dist.destroy_process_group()
+os._exit(0)  # gloo's threads can abort an unjoined teardown
 """
 
 
