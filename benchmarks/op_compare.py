@@ -37,6 +37,27 @@ def measured_kind(name: str) -> str:
     return f"mem:{family}"
 
 
+def measured_parts(op: dict[str, Any]) -> list[tuple[str, float]]:
+    """A profiled op's GPU seconds by kind (:func:`measured_kind`); a concatenation's split by
+    the kernels it ran (in proportion to their calls): CUDA's strided kernel
+    (``CatArrayBatchedCopy``) is ``mem:cat_strided``, copies input by input ``mem:copy``, as
+    the trace's ``cat_family`` names them."""
+    kind = measured_kind(op["name"])
+    if kind != "mem:cat" or not op.get("kernels"):
+        return [(kind, op["gpu_seconds"])]
+    calls = sum(op["kernels"].values())
+    out: dict[str, float] = defaultdict(float)
+    for kernel, n in op["kernels"].items():
+        if "CatArrayBatchedCopy<" in kernel:
+            part = "mem:cat_strided"
+        elif "CatArrayBatchedCopy" in kernel:
+            part = "mem:cat"
+        else:
+            part = "mem:copy"
+        out[part] += op["gpu_seconds"] * n / calls
+    return list(out.items())
+
+
 def predicted_kind(kind: str) -> str:
     """A traced op's kind as :func:`measured_kind` names it."""
     family = kind.partition(":")[0].removesuffix("_bwd").replace("_dropout", "")
@@ -56,7 +77,8 @@ def family_seconds(
     meas: dict[str, float] = defaultdict(float)
     for op in row["profile"].get("ops", []):
         if not op["phase"].endswith(".input"):
-            meas[measured_kind(op["name"])] += op["gpu_seconds"]
+            for kind, seconds in measured_parts(op):
+                meas[kind] += seconds
     pred: dict[str, float] = defaultdict(float)
     dtypes: dict[str, set[str]] = defaultdict(set)
     for phase, ops in _traced(row).items():

@@ -153,3 +153,13 @@ def test_a_step_given_its_batch_on_the_gpu_leaves_the_input_phase_out() -> None:
     given = step_time(ops, calibration(), style="eager", batch_on_gpu=True)
     assert "input" in made_here.phases and "input" not in given.phases
     assert given.seconds == pytest.approx(made_here.seconds - made_here.phases["input"])
+
+
+def test_strided_concatenations_take_their_factor_or_a_concatenations() -> None:
+    mb = 10**6  # 1 us at the made-up bandwidth, on top of the 1 us floor
+    split = dataclasses.replace(calibration(), mem_factors={"cat": 1.0, "cat_strided:bf16": 4.0})
+    assert split.gpu_seconds("mem:cat_strided:bf16", 0, mb) == pytest.approx(5 * US)
+    assert split.gpu_seconds("mem:cat:bf16", 0, mb) == pytest.approx(2 * US)
+    # fitted before the split: timed as any concatenation was then, not as elementwise
+    older = dataclasses.replace(calibration(), mem_factors={"cat": 3.0, "elementwise": 1.5})
+    assert older.gpu_seconds("mem:cat_strided:bf16", 0, mb) == pytest.approx(4 * US)

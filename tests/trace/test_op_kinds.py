@@ -111,3 +111,45 @@ def test_matrix_products_are_counted_as_pytorchs_formulas_count_them(
     out = op(*args)  # type: ignore[operator]
     formula = flop_registry[op.overloadpacket]  # type: ignore[attr-defined]
     assert _kind(op, args, out)[1] == formula(*args, out_val=out)
+
+
+def _cat_kind(tensors: list[torch.Tensor], dim: int = 0) -> str:
+    out = torch.cat([t.to("meta") for t in tensors], dim)
+    return _kind(aten.cat.default, ([t.to("meta") for t in tensors], dim), out)[0]
+
+
+def test_a_concatenation_is_kept_by_the_kernel_cuda_picks_for_it() -> None:
+    x = torch.empty(4, 12, 16, 64, dtype=torch.bfloat16)
+    assert _cat_kind([x, x]) == "mem:cat:bf16"  # contiguous: the batched copy at the bandwidth
+    # q, k and v's gradients laid out as their projection wrote them (timm's unbind backward)
+    grads = torch.empty(4, 16, 3, 12, 64, dtype=torch.bfloat16).permute(2, 0, 3, 1, 4).unbind(0)
+    assert _cat_kind(list(grads)) == "mem:cat_strided:bf16"
+    # a cache's first keys: an empty 1-d input, skipped but counted, beside strided keys
+    empty = torch.empty(0, dtype=torch.float32)
+    keys = torch.empty(4, 16, 12, 64).transpose(1, 2)
+    assert _cat_kind([empty, keys], -2) == "mem:cat_strided:fp32"
+    assert _cat_kind([keys]) == "mem:copy:fp32"  # one input: copied
+    # inputs of two dtypes (ViT's class token beside its patches) and results of 5 dimensions
+    # are copied input by input
+    cls = torch.empty(4, 1, 768)
+    assert _cat_kind([cls, torch.empty(4, 196, 768, dtype=torch.bfloat16)], 1) == "mem:copy:fp32"
+    five = torch.empty(2, 3, 4, 5, 6).transpose(1, 2)
+    assert _cat_kind([five, five]) == "mem:copy:fp32"
+    # channels-last inputs all alike are contiguous in their layout; mixed layouts are strided
+    cl = torch.empty(8, 16, 7, 7).to(memory_format=torch.channels_last)
+    assert _cat_kind([cl, cl], 1) == "mem:cat:fp32"
+    assert _cat_kind([cl, torch.empty(8, 16, 7, 7)], 1) == "mem:cat_strided:fp32"
+
+
+def test_vits_attention_backward_stacks_strided_gradients() -> None:
+    pytest.importorskip("timm")
+    from memfit._gpus import resolve_gpu
+    from memfit.trace import trace_workload
+    from memfit.workload import make_workload
+
+    w = make_workload("timm:vit_tiny_patch16_224", batch_size=2, precision="bf16-mixed", steps=1)
+    costs = trace_workload(w, resolve_gpu("h200"), costs=True).costs
+    assert costs is not None
+    kinds = [op[0] for op in costs.phases["step1.backward"].ops if op[0].startswith("mem:cat")]
+    blocks = 12
+    assert kinds == ["mem:cat_strided:bf16"] * blocks

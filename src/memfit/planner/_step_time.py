@@ -52,6 +52,8 @@ HOST_BOUND_NOTE = (
 
 _MICRO = ("input", "forward", "backward")  # repeated once per micro-batch
 _ORDER = ("input", "forward", "backward", "optimizer", "zero_grad")
+# a family split from another since a calibration was fitted: timed as the one it came from there
+_FAMILY_FALLBACK = {"cat_strided": "cat"}
 _FIRST_RELIABLE = 12e-6  # shorter timings measured the host's launch, not the GPU
 _CONVOLUTIONS = ("conv:", "conv_bwd:")  # the kinds of a convolution call, forward and backward
 _OTHER_FLAGS = 10.0  # a depthwise/grouped/transposed class's distance to one without: farther
@@ -137,7 +139,11 @@ class Calibration:
         the elementwise kernels' (``mem``), else 1."""
         factors = self.mem_factors
         family_dtype = kind.partition(":")[2]
-        family = family_dtype.partition(":")[0] or "elementwise"
+        family, _, dtype = family_dtype.partition(":")
+        family = family or "elementwise"
+        if family in _FAMILY_FALLBACK and not any(k.startswith(family) for k in factors):
+            family = _FAMILY_FALLBACK[family]  # a calibration from before the family's split
+            family_dtype = f"{family}:{dtype}"
         return factors.get(family_dtype, factors.get(family, factors.get("elementwise", 1.0)))
 
     def host_seconds(self, phase: str, style: str) -> float:

@@ -42,6 +42,7 @@ __all__ = [
     "Op",
     "PhaseCost",
     "StepCosts",
+    "cat_family",
     "conv_class",
     "is_copy",
     "mem_kind",
@@ -111,6 +112,7 @@ MEM_FAMILIES: dict[str, tuple[str, ...]] = {
         "argmax",
         "argmin",
     ),
+    # concatenations (``cat_strided`` for those CUDA runs with its strided kernel: cat_family)
     "cat": ("cat", "stack"),
     "index": (
         "embedding",
@@ -272,11 +274,59 @@ def op_kind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = No
 
 def mem_kind(func: Any, args: tuple[Any, ...]) -> str:
     """The kind of an op without arithmetic: ``mem:<family>:<dtype>`` (:data:`MEM_FAMILIES`;
-    cuDNN's batch norm takes three times longer in bfloat16 than in float32), else ``mem``."""
-    family = _FAMILY_OF.get(func.overloadpacket.__name__)
+    cuDNN's batch norm takes three times longer in bfloat16 than in float32; a concatenation
+    by the kernel CUDA picks for it, :func:`cat_family`), else ``mem``."""
+    name = func.overloadpacket.__name__
+    family = _FAMILY_OF.get(name)
     if family is None:
         return "mem"
+    if family == "cat":
+        family = cat_family(args[0], _dim(args), stacked=name == "stack")
     return f"mem:{family}:{_DTYPES.get(_first_dtype(args), 'fp32')}"  # type: ignore[arg-type]
+
+
+_CAT_MAX_DIMS = 4  # CUDA's batched concatenation kernels take results of up to 4 dimensions
+_INT32 = 2**31 - 1
+
+
+def cat_family(tensors: Iterable[Any], dim: int, stacked: bool = False) -> str:
+    """The family of a concatenation on CUDA, by the kernel ``torch.cat`` picks for it:
+    ``cat`` when every input is contiguous (a batched copy that runs near the bandwidth),
+    ``cat_strided`` when some input is strided (a batched copy that computes every element's
+    offset on both sides: ViT's backward ``stack`` of its attention's q, k and v gradients, laid
+    out as the projection wrote them, ran at a quarter of the bandwidth on the H200), and
+    ``copy`` when it copies input by input (inputs of several dtypes, more than four dimensions,
+    or an index past 32 bits). ``stack`` along an existing dimension is that dimension's
+    concatenation; along a new last one, of inputs one dimension longer."""
+    given = [t for t in tensors if isinstance(t, torch.Tensor)]
+    # torch skips an empty 1-d input (a cache's first keys) but counts it: with one, a single
+    # input still takes the batched kernels
+    inputs = [t for t in given if not (t.numel() == 0 and t.dim() == 1)]
+    if len(given) < 2 or not inputs:
+        return "copy"
+    dims = inputs[0].dim() + int(stacked and dim in (-1, inputs[0].dim()))
+    total = sum(t.numel() for t in inputs)
+    if (
+        dims > _CAT_MAX_DIMS
+        or total > _INT32
+        or len({t.dtype for t in inputs}) > 1
+        or any(t.numel() and _max_offset(t) > _INT32 for t in inputs)
+    ):
+        return "copy"
+    layouts = {_channels_last(t) for t in inputs}
+    layout = torch.channels_last if layouts == {True} else torch.contiguous_format
+    if all(t.is_contiguous(memory_format=layout) for t in inputs):
+        return "cat"
+    return "cat_strided" if layout is torch.contiguous_format else "copy"
+
+
+def _max_offset(t: torch.Tensor) -> int:
+    return sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
+
+
+def _dim(args: tuple[Any, ...]) -> int:
+    dim = args[1] if len(args) > 1 else 0
+    return int(dim) if isinstance(dim, int) else 0
 
 
 def _alignment(args: tuple[Any, ...]) -> int:
