@@ -153,3 +153,13 @@ def test_vits_attention_backward_stacks_strided_gradients() -> None:
     kinds = [op[0] for op in costs.phases["step1.backward"].ops if op[0].startswith("mem:cat")]
     blocks = 12
     assert kinds == ["mem:cat_strided:bf16"] * blocks
+
+
+def test_a_products_result_folded_back_to_its_batch_launches_no_kernel() -> None:
+    # a bias-free Linear on (batch, tokens, features): mm, then _unsafe_view of its result
+    flat = _meta(4096, 2048)
+    assert _kind(aten._unsafe_view.default, (flat, [8, 512, 2048]), _meta(8, 512, 2048)) == (
+        "view",
+        0,
+        0,
+    )
