@@ -293,7 +293,8 @@ def fit_mem_factors(profiles: Path, calibration: dict[str, Any]) -> dict[str, fl
     output) of its measured GPU seconds over what the bandwidth alone predicts for its traced
     bytes (families under 0.2 ms in a configuration are not counted there); per family and
     dtype (``bn:bf16``) from the configurations whose trace ran the family in that dtype alone
-    (the profile does not say the dtype). Elementwise kernels are the ``elementwise`` family."""
+    (the profile does not say the dtype) and that measured 0.2 ms of it (a few tiny kernels are
+    their launches, not their bytes). Elementwise kernels are the ``elementwise`` family."""
     from op_compare import family_seconds
 
     from memfit.planner import Calibration
@@ -312,7 +313,9 @@ def fit_mem_factors(profiles: Path, calibration: dict[str, Any]) -> dict[str, fl
                     family = kind.partition(":")[2] or "elementwise"
                     ratio = measured[kind] / seconds
                     ratios.setdefault(family, []).append(ratio)
-                    if len(dtypes[kind]) == 1:  # the family ran in one dtype: its own factor
+                    # the family ran in one dtype: its own factor, where it ran long enough to
+                    # be its bytes rather than its launches
+                    if len(dtypes[kind]) == 1 and measured[kind] >= 2e-4:
                         ratios.setdefault(f"{family}:{min(dtypes[kind])}", []).append(ratio)
     for family, values in sorted(ratios.items()):
         print(

@@ -40,22 +40,30 @@ def measured_kind(name: str) -> str:
 def measured_parts(op: dict[str, Any]) -> list[tuple[str, float]]:
     """A profiled op's GPU seconds by kind (:func:`measured_kind`); a concatenation's split by
     the kernels it ran (in proportion to their calls): CUDA's strided kernel
-    (``CatArrayBatchedCopy``) is ``mem:cat_strided``, copies input by input ``mem:copy``, as
-    the trace's ``cat_family`` names them."""
+    (``CatArrayBatchedCopy``) is ``mem:cat_strided``, copies input by input ``mem:copy``; an
+    elementwise op's unrolled kernel ``mem:ew_unrolled``, its general one ``mem:ew_strided``,
+    as the trace's ``_kernel_choice`` names them."""
     kind = measured_kind(op["name"])
-    if kind != "mem:cat" or not op.get("kernels"):
+    if kind not in ("mem:cat", "mem:") or not op.get("kernels"):
         return [(kind, op["gpu_seconds"])]
     calls = sum(op["kernels"].values())
     out: dict[str, float] = defaultdict(float)
     for kernel, n in op["kernels"].items():
-        if "CatArrayBatchedCopy<" in kernel:
-            part = "mem:cat_strided"
-        elif "CatArrayBatchedCopy" in kernel:
-            part = "mem:cat"
-        else:
-            part = "mem:copy"
-        out[part] += op["gpu_seconds"] * n / calls
+        out[_kernel_kind(kind, kernel)] += op["gpu_seconds"] * n / calls
     return list(out.items())
+
+
+def _kernel_kind(kind: str, kernel: str) -> str:
+    """A concatenation's or elementwise op's kernel as the trace's ``_kernel_choice`` names it."""
+    if kind == "mem:cat":
+        if "CatArrayBatchedCopy<" in kernel:
+            return "mem:cat_strided"
+        return "mem:cat" if "CatArrayBatchedCopy" in kernel else "mem:copy"
+    if "vectorized_elementwise_kernel" in kernel:
+        return "mem:"
+    if "unrolled_elementwise_kernel" in kernel:
+        return "mem:ew_unrolled"
+    return "mem:ew_strided" if "elementwise_kernel" in kernel else "mem:"
 
 
 def predicted_kind(kind: str) -> str:

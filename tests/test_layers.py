@@ -41,7 +41,7 @@ ORDER: list[set[str]] = [
     {"cli"},
 ]
 RANK = {unit: rank for rank, units in enumerate(ORDER) for unit in units}
-BASIC_MODULES = {"_errors", "_units", "_events", "_choices", "_gpus", "_series"}
+BASIC_MODULES = {"_errors", "_units", "_events", "_choices", "_gpus", "_series", "_tensors"}
 # the package's front door and ``python -m memfit``: above every layer
 TOP = {"__init__", "__main__"}
 

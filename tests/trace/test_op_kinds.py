@@ -163,3 +163,49 @@ def test_a_products_result_folded_back_to_its_batch_launches_no_kernel() -> None
         0,
         0,
     )
+
+
+def test_an_elementwise_op_is_kept_by_the_kernel_tensoriterator_picks() -> None:
+    x = _meta(8, 512, 768)
+    # operands alike and dense, in one dtype: vectorized, the plain kind
+    assert _kind(aten.mul.Tensor, (x, x), _meta(8, 512, 768))[0] == "mem"
+    t = _meta(8, 768, 512).transpose(1, 2)  # alike in another order: still vectorized
+    assert _kind(aten.add.Tensor, (t, t), _meta(8, 768, 512).transpose(1, 2))[0] == "mem"
+    # a bias broadcast along the tokens, a 0-d GPU scale, a transposed operand: strided
+    bias = _meta(768)
+    assert _kind(aten.add.Tensor, (x, bias), _meta(8, 512, 768))[0] == "mem:ew_strided:bf16"
+    scale = _meta(dtype=torch.float32)
+    assert _kind(aten.mul.Tensor, (x, scale), _meta(8, 512, 768))[0] == "mem:ew_strided:bf16"
+    assert _kind(aten.add.Tensor, (x, t), _meta(8, 512, 768))[0] == "mem:ew_strided:bf16"
+    # a CPU scalar is passed by value: still vectorized
+    assert _kind(aten.mul.Tensor, (x, torch.tensor(0.5)), _meta(8, 512, 768))[0] == "mem"
+    # mixed precision's bfloat16 times float32, cast in the kernel: unrolled
+    wide = _meta(8, 512, 768, dtype=torch.float32)
+    assert _kind(aten.mul.Tensor, (x, wide), wide)[0] == "mem:ew_unrolled:bf16"
+    # a boolean mask is taken as is
+    mask = _meta(8, 512, 768, dtype=torch.bool)
+    assert _kind(aten.where.self, (mask, x, x), _meta(8, 512, 768))[0] == "mem"
+
+
+def test_llamas_rotary_and_norms_run_strided_and_cast_kernels() -> None:
+    transformers = pytest.importorskip("transformers")
+    from memfit._gpus import resolve_gpu
+    from memfit.trace import trace_workload
+    from memfit.workload import make_workload
+
+    config = transformers.LlamaConfig(
+        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    ids = torch.randint(0, 100, (2, 16))
+    w = make_workload(model, {"input_ids": ids, "labels": ids}, precision="bf16-mixed", steps=1)
+    costs = trace_workload(w, resolve_gpu("h200"), costs=True).costs
+    assert costs is not None
+    kinds = [op[0] for op in costs.phases["step1.forward"].ops]
+    # rotary: heads laid out transposed times a cos/sin table broadcast over them; RMSNorm:
+    # float32 states times the weight in bfloat16 under autocast's cast-back
+    assert "mem:ew_strided:bf16" in kinds
+    assert any(k.startswith("mem:ew_unrolled") for k in kinds)
+    assert "mem" in kinds  # and plain vectorized ones (SiLU's product, residual adds)

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from memfit.trace._kernel_choice import cat_family, elementwise_family
 from memfit.trace._leaves import tensors_in
 
 __all__ = [
@@ -42,7 +43,6 @@ __all__ = [
     "Op",
     "PhaseCost",
     "StepCosts",
-    "cat_family",
     "conv_class",
     "is_copy",
     "mem_kind",
@@ -211,7 +211,8 @@ class StepCosts:
         outputs = _nbytes(tensors_in(out))
         nbytes = _nbytes(tensors_in((args, kwargs))) + (outputs or _written(func, args))
         flops = _flops(func, args, kwargs, out)
-        ops.append((op_kind(func, args, kwargs) if flops else mem_kind(func, args), flops, nbytes))
+        kind = op_kind(func, args, kwargs) if flops else mem_kind(func, args, out)
+        ops.append((kind, flops, nbytes))
 
     def record_inplace_foreach(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], phase: str
@@ -276,56 +277,21 @@ def op_kind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = No
     return f"mm:{dtype}"
 
 
-def mem_kind(func: Any, args: tuple[Any, ...]) -> str:
+def mem_kind(func: Any, args: tuple[Any, ...], out: Any = None) -> str:
     """The kind of an op without arithmetic: ``mem:<family>:<dtype>`` (:data:`MEM_FAMILIES`;
     cuDNN's batch norm takes three times longer in bfloat16 than in float32; a concatenation
-    by the kernel CUDA picks for it, :func:`cat_family`), else ``mem``."""
+    by the kernel CUDA picks for it, ``_kernel_choice.cat_family``), else an elementwise op: ``mem``
+    where CUDA runs it vectorized, else ``mem:ew_strided:<dtype>`` / ``mem:ew_cast:<dtype>``
+    (``_kernel_choice.elementwise_family``)."""
     name = func.overloadpacket.__name__
     family = _FAMILY_OF.get(name)
     if family is None:
-        return "mem"
-    if family == "cat":
+        family = elementwise_family(tensors_in(args), tensors_in(out))
+        if not family:
+            return "mem"
+    elif family == "cat":
         family = cat_family(args[0], _dim(args), stacked=name == "stack")
     return f"mem:{family}:{_DTYPES.get(_first_dtype(args), 'fp32')}"  # type: ignore[arg-type]
-
-
-_CAT_MAX_DIMS = 4  # CUDA's batched concatenation kernels take results of up to 4 dimensions
-_INT32 = 2**31 - 1
-
-
-def cat_family(tensors: Iterable[Any], dim: int, stacked: bool = False) -> str:
-    """The family of a concatenation on CUDA, by the kernel ``torch.cat`` picks for it:
-    ``cat`` when every input is contiguous (a batched copy that runs near the bandwidth),
-    ``cat_strided`` when some input is strided (a batched copy that computes every element's
-    offset on both sides: ViT's backward ``stack`` of its attention's q, k and v gradients, laid
-    out as the projection wrote them, ran at a quarter of the bandwidth on the H200), and
-    ``copy`` when it copies input by input (inputs of several dtypes, more than four dimensions,
-    or an index past 32 bits). ``stack`` along an existing dimension is that dimension's
-    concatenation; along a new last one, of inputs one dimension longer."""
-    given = [t for t in tensors if isinstance(t, torch.Tensor)]
-    # torch skips an empty 1-d input (a cache's first keys) but counts it: with one, a single
-    # input still takes the batched kernels
-    inputs = [t for t in given if not (t.numel() == 0 and t.dim() == 1)]
-    if len(given) < 2 or not inputs:
-        return "copy"
-    dims = inputs[0].dim() + int(stacked and dim in (-1, inputs[0].dim()))
-    total = sum(t.numel() for t in inputs)
-    if (
-        dims > _CAT_MAX_DIMS
-        or total > _INT32
-        or len({t.dtype for t in inputs}) > 1
-        or any(t.numel() and _max_offset(t) > _INT32 for t in inputs)
-    ):
-        return "copy"
-    layouts = {_channels_last(t) for t in inputs}
-    layout = torch.channels_last if layouts == {True} else torch.contiguous_format
-    if all(t.is_contiguous(memory_format=layout) for t in inputs):
-        return "cat"
-    return "cat_strided" if layout is torch.contiguous_format else "copy"
-
-
-def _max_offset(t: torch.Tensor) -> int:
-    return sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
 
 
 def _dim(args: tuple[Any, ...]) -> int:

@@ -47,6 +47,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from memfit._errors import HostMemoryError, InvalidInputError
+from memfit._tensors import is_dense
 from memfit._units import format_bytes
 from memfit.workload._checkpoint import (
     call_forward,
@@ -276,7 +277,7 @@ class ActivationOffload:
         if id(t) in self._params or (t._base is not None and id(t._base) in self._params):
             return False
         nbytes = t.numel() * t.element_size()
-        return nbytes >= self.min_bytes and _dense(t) and not t.is_sparse
+        return nbytes >= self.min_bytes and is_dense(t) and not t.is_sparse
 
     def _pack(self, group: _Group, t: torch.Tensor) -> Any:
         if not self._offloadable(t):
@@ -409,19 +410,6 @@ def _on_gradient(out: Any, reached: Callable[[], None]) -> None:
         if isinstance(t, torch.Tensor) and t.requires_grad and t.grad_fn is not None:
             t.register_hook(hook)
             return
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Its elements fill a block of memory once each (any order of dimensions): a copy of
-    its storage span is a copy of it."""
-    expected = 1
-    for size, stride in sorted(zip(t.shape, t.stride(), strict=True), key=lambda d: d[1]):
-        if size == 1:
-            continue
-        if stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _storage_key(t: torch.Tensor) -> int:
