@@ -294,35 +294,75 @@ def fit_mem_factors(profiles: Path, calibration: dict[str, Any]) -> dict[str, fl
     bytes (families under 0.2 ms in a configuration are not counted there); per family and
     dtype (``bn:bf16``) from the configurations whose trace ran the family in that dtype alone
     (the profile does not say the dtype) and that measured 0.2 ms of it (a few tiny kernels are
-    their launches, not their bytes). Elementwise kernels are the ``elementwise`` family."""
+    their launches, not their bytes). Elementwise kernels are the ``elementwise`` family. A
+    family's forward and backward ops (``norm``, ``norm_bwd``) are fitted apart; either half
+    that no configuration ran 0.2 ms of takes the two halves' fit together (ResNet's pooling)."""
     from op_compare import family_seconds
 
     from memfit.planner import Calibration
+    from memfit.trace import MEM_FAMILIES, mem_family
 
     base = Calibration.from_dict({**calibration, "mem_factors": {}})
     ratios: dict[str, list[float]] = {}
+    whole: dict[str, list[float]] = {}  # forward and backward together
     for path in sorted(profiles.glob("*.json")):
         if path.name == "meta.json":
             continue
         for row in json.loads(path.read_text()):
-            if "ops" not in row.get("profile", {}):
-                continue
-            measured, predicted, dtypes = family_seconds(row, base)
-            for kind, seconds in predicted.items():
-                if kind.startswith("mem:") and seconds >= 2e-4 and measured.get(kind):
-                    family = kind.partition(":")[2] or "elementwise"
-                    ratio = measured[kind] / seconds
-                    ratios.setdefault(family, []).append(ratio)
-                    # the family ran in one dtype: its own factor, where it ran long enough to
-                    # be its bytes rather than its launches
-                    if len(dtypes[kind]) == 1 and measured[kind] >= 2e-4:
-                        ratios.setdefault(f"{family}:{min(dtypes[kind])}", []).append(ratio)
+            if "ops" in row.get("profile", {}):
+                measured, predicted, dtypes = family_seconds(row, base)
+                _add_ratios(ratios, measured, predicted, dtypes)
+                _add_ratios(whole, *(_halves_together(d) for d in (measured, predicted, dtypes)))
+    split = {mem_family(n) for names in MEM_FAMILIES.values() for n in names} - set(MEM_FAMILIES)
+    missing = [
+        half
+        for bwd in split
+        for half in (bwd.removesuffix("_bwd"), bwd)
+        if not any(k.partition(":")[0] == half for k in ratios)
+    ]
+    for half in missing:  # the halves' fit together, and its dtypes'
+        family = half.removesuffix("_bwd")
+        for key, values in whole.items():
+            if key.partition(":")[0] == family:
+                ratios[key.replace(family, half, 1)] = values
     for family, values in sorted(ratios.items()):
         print(
             f"mem {family:12s} x{statistics.median(values):5.2f} over {len(values)} steps",
             flush=True,
         )
     return {f: round(statistics.median(v), 3) for f, v in sorted(ratios.items())}
+
+
+def _add_ratios(
+    ratios: dict[str, list[float]],
+    measured: dict[str, float],
+    predicted: dict[str, float],
+    dtypes: dict[str, set[str]],
+) -> None:
+    for kind, seconds in predicted.items():
+        if kind.startswith("mem:") and seconds >= 2e-4 and measured.get(kind):
+            family = kind.partition(":")[2] or "elementwise"
+            ratio = measured[kind] / seconds
+            ratios.setdefault(family, []).append(ratio)
+            # the family ran in one dtype: its own factor, where it ran long enough to be its
+            # bytes rather than its launches
+            ran_in = dtypes.get(kind, set())
+            if len(ran_in) == 1 and measured[kind] >= 2e-4:
+                ratios.setdefault(f"{family}:{min(ran_in)}", []).append(ratio)
+
+
+def _halves_together(by_kind: dict[str, Any]) -> dict[str, Any]:
+    """``by_kind`` with each ``mem:<family>_bwd`` added into ``mem:<family>``."""
+    out: dict[str, Any] = {}
+    for kind, value in by_kind.items():
+        key = kind.removesuffix("_bwd") if kind.startswith("mem:") else kind
+        if key not in out:
+            out[key] = set(value) if isinstance(value, set) else value
+        elif isinstance(value, set):
+            out[key] |= value
+        else:
+            out[key] += value
+    return out
 
 
 def is_class_curve(key: str) -> bool:

@@ -24,7 +24,7 @@ KINDS = ("mm", "conv", "attn", "mem")
 def measured_kind(name: str) -> str:
     """A profiled op's kind: ``mm``, ``conv``, ``attn``, or ``mem:<family>`` (``mem:`` for an
     elementwise kernel) by the trace's families (the profile does not say the dtype)."""
-    from memfit.trace import MEM_FAMILIES
+    from memfit.trace import mem_family
 
     bare = name.removeprefix("aten::")
     if bare in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "_scaled_mm", "addmv", "mv"):
@@ -33,8 +33,7 @@ def measured_kind(name: str) -> str:
         return "conv"
     if "attention" in bare:
         return "attn"
-    family = next((f for f, names in MEM_FAMILIES.items() if bare in names), "")
-    return f"mem:{family}"
+    return f"mem:{mem_family(bare) or ''}"
 
 
 def measured_parts(op: dict[str, Any]) -> list[tuple[str, float]]:

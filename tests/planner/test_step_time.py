@@ -163,3 +163,12 @@ def test_strided_concatenations_take_their_factor_or_a_concatenations() -> None:
     # fitted before the split: timed as any concatenation was then, not as elementwise
     older = dataclasses.replace(calibration(), mem_factors={"cat": 3.0, "elementwise": 1.5})
     assert older.gpu_seconds("mem:cat_strided:bf16", 0, mb) == pytest.approx(4 * US)
+
+
+def test_a_backward_family_takes_its_own_factor_or_its_forwards() -> None:
+    mb = 10**6
+    split = dataclasses.replace(calibration(), mem_factors={"norm": 2.0, "norm_bwd": 3.0})
+    assert split.gpu_seconds("mem:norm_bwd:fp32", 0, mb) == pytest.approx(4 * US)
+    assert split.gpu_seconds("mem:norm:fp32", 0, mb) == pytest.approx(3 * US)
+    older = dataclasses.replace(calibration(), mem_factors={"norm": 2.0, "elementwise": 1.5})
+    assert older.gpu_seconds("mem:norm_bwd:fp32", 0, mb) == pytest.approx(3 * US)

@@ -209,3 +209,18 @@ def test_llamas_rotary_and_norms_run_strided_and_cast_kernels() -> None:
     assert "mem:ew_strided:bf16" in kinds
     assert any(k.startswith("mem:ew_unrolled") for k in kinds)
     assert "mem" in kinds  # and plain vectorized ones (SiLU's product, residual adds)
+
+
+def test_a_familys_backward_ops_are_a_family_of_their_own() -> None:
+    from memfit.trace import mem_family
+
+    assert mem_family("native_layer_norm") == "norm"
+    assert mem_family("native_layer_norm_backward") == "norm_bwd"
+    assert mem_family("_softmax_backward_data") == "softmax_bwd"
+    assert mem_family("embedding_dense_backward") == "index_bwd"
+    assert mem_family("mul") is None
+    x, mean = _meta(8, 512, 768, dtype=torch.float32), _meta(8, 512, 1, dtype=torch.float32)
+    w = _meta(768, dtype=torch.float32)
+    backward = aten.native_layer_norm_backward.default
+    args = (x, x, [768], mean, mean, w, w, [True, True, True])
+    assert _kind(backward, args, (x, w, w))[0] == "mem:norm_bwd:fp32"

@@ -53,6 +53,7 @@ HOST_BOUND_NOTE = (
 _MICRO = ("input", "forward", "backward")  # repeated once per micro-batch
 _ORDER = ("input", "forward", "backward", "optimizer", "zero_grad")
 # a family split from another since a calibration was fitted: timed as the one it came from there
+# (a backward family, ``norm_bwd``, as its forward's)
 _FAMILY_FALLBACK = {"cat_strided": "cat"}
 _FIRST_RELIABLE = 12e-6  # shorter timings measured the host's launch, not the GPU
 _CONVOLUTIONS = ("conv:", "conv_bwd:")  # the kinds of a convolution call, forward and backward
@@ -136,14 +137,17 @@ class Calibration:
     def mem_factor(self, kind: str) -> float:
         """How many times an elementwise kernel's seconds a memory-bound op of ``kind`` takes
         for its bytes: its family and dtype's factor (``mem:bn:bf16``), else its family's, else
-        the elementwise kernels' (``mem``), else 1."""
+        the elementwise kernels' (``mem``), else 1. A family a calibration does not know
+        (``norm_bwd``, ``cat_strided``: split since it was fitted) is timed as the one it came
+        from."""
         factors = self.mem_factors
         family_dtype = kind.partition(":")[2]
         family, _, dtype = family_dtype.partition(":")
         family = family or "elementwise"
-        if family in _FAMILY_FALLBACK and not any(k.startswith(family) for k in factors):
-            family = _FAMILY_FALLBACK[family]  # a calibration from before the family's split
-            family_dtype = f"{family}:{dtype}"
+        if not any(k.partition(":")[0] == family for k in factors):
+            # a calibration from before the family's split: the one it was split from
+            older = _FAMILY_FALLBACK.get(family, family.removesuffix("_bwd"))
+            family, family_dtype = older, f"{older}:{dtype}" if dtype else older
         return factors.get(family_dtype, factors.get(family, factors.get("elementwise", 1.0)))
 
     def host_seconds(self, phase: str, style: str) -> float:

@@ -45,6 +45,7 @@ __all__ = [
     "StepCosts",
     "conv_class",
     "is_copy",
+    "mem_family",
     "mem_kind",
     "op_kind",
 ]
@@ -280,11 +281,12 @@ def op_kind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = No
 def mem_kind(func: Any, args: tuple[Any, ...], out: Any = None) -> str:
     """The kind of an op without arithmetic: ``mem:<family>:<dtype>`` (:data:`MEM_FAMILIES`;
     cuDNN's batch norm takes three times longer in bfloat16 than in float32; a concatenation
-    by the kernel CUDA picks for it, ``_kernel_choice.cat_family``), else an elementwise op: ``mem``
-    where CUDA runs it vectorized, else ``mem:ew_strided:<dtype>`` / ``mem:ew_cast:<dtype>``
+    by the kernel CUDA picks for it, ``_kernel_choice.cat_family``; a backward op in a family of
+    its own, :func:`mem_family`), else an elementwise op: ``mem`` where CUDA runs it vectorized,
+    else ``mem:ew_strided:<dtype>`` / ``mem:ew_unrolled:<dtype>``
     (``_kernel_choice.elementwise_family``)."""
     name = func.overloadpacket.__name__
-    family = _FAMILY_OF.get(name)
+    family = mem_family(name)
     if family is None:
         family = elementwise_family(tensors_in(args), tensors_in(out))
         if not family:
@@ -292,6 +294,17 @@ def mem_kind(func: Any, args: tuple[Any, ...], out: Any = None) -> str:
     elif family == "cat":
         family = cat_family(args[0], _dim(args), stacked=name == "stack")
     return f"mem:{family}:{_DTYPES.get(_first_dtype(args), 'fp32')}"  # type: ignore[arg-type]
+
+
+def mem_family(name: str) -> str | None:
+    """The :data:`MEM_FAMILIES` family of the op ``name`` (``native_layer_norm``), with
+    ``_bwd`` for a backward op (``native_layer_norm_backward``: ``norm_bwd``), whose kernels
+    are others than its forward's (a layer norm's backward also reduces the weight's gradient
+    over the batch); ``None`` for an op of none."""
+    family = _FAMILY_OF.get(name)
+    if family is not None and name.endswith(("_backward", "_backward_data")):
+        return f"{family}_bwd"
+    return family
 
 
 def _dim(args: tuple[Any, ...]) -> int:
