@@ -38,7 +38,8 @@ def measured_kind(name: str) -> str:
 
 def measured_parts(op: dict[str, Any]) -> list[tuple[str, float]]:
     """A profiled op's GPU seconds by kind (:func:`measured_kind`); a concatenation's split by
-    the kernels it ran (in proportion to their calls): CUDA's strided kernel
+    the kernels it ran (their own seconds where the profile kept them, else in proportion to
+    their calls): CUDA's strided kernel
     (``CatArrayBatchedCopy``) is ``mem:cat_strided``, copies input by input ``mem:copy``; an
     elementwise op's unrolled kernel ``mem:ew_unrolled``, its general one ``mem:ew_strided``,
     as the trace's ``_kernel_choice`` names them."""
@@ -46,9 +47,11 @@ def measured_parts(op: dict[str, Any]) -> list[tuple[str, float]]:
     if kind not in ("mem:cat", "mem:") or not op.get("kernels"):
         return [(kind, op["gpu_seconds"])]
     calls = sum(op["kernels"].values())
+    timed = op.get("kernel_seconds")  # profiles since session 25; before, by calls
     out: dict[str, float] = defaultdict(float)
     for kernel, n in op["kernels"].items():
-        out[_kernel_kind(kind, kernel)] += op["gpu_seconds"] * n / calls
+        seconds = timed[kernel] if timed else op["gpu_seconds"] * n / calls
+        out[_kernel_kind(kind, kernel)] += seconds
     return list(out.items())
 
 

@@ -16,8 +16,9 @@ own step loop on the GPU, three ways:
   batch does; the host's batch-making is the user's data loader's);
 * ``profile``: the ``on_gpu`` loop under ``torch.profiler`` (shapes recorded) for four steps;
   of the fourth step kept: every op that launched kernels (by phase, name and input shapes:
-  calls, the kernels' GPU seconds, the kernel names), the GPU's busy seconds and the step's wall
-  seconds under the profiler (not with ``--no-profile``; ``loop`` not with ``--no-loop``).
+  calls, the kernels' GPU seconds, each kernel name's calls and GPU seconds), the GPU's busy
+  seconds and the step's wall seconds under the profiler (not with ``--no-profile``; ``loop``
+  not with ``--no-loop``).
 
 Each configuration also records the host's speed: ``host_probe.py``'s probe (small ops on the
 CPU) and ``calibrate_gpu.py``'s dispatch of small CUDA ops. Each configuration's row is written
@@ -305,11 +306,17 @@ def _summarize(prof: Any, step: str) -> dict[str, Any]:
         # a compiled step launches triton kernels through the driver: named by kernel
         name = ev.kernels[0].name[:120] if ev.name.startswith("cuLaunchKernel") else ev.name
         key = (where, name, json.dumps(ev.input_shapes))
-        entry = ops.setdefault(key, {"calls": 0, "gpu_seconds": 0.0, "kernels": {}})
+        entry = ops.setdefault(
+            key, {"calls": 0, "gpu_seconds": 0.0, "kernels": {}, "kernel_seconds": {}}
+        )
         entry["calls"] += 1
         entry["gpu_seconds"] += seconds
-        for k in ev.kernels:
-            entry["kernels"][k.name[:120]] = entry["kernels"].get(k.name[:120], 0) + 1
+        for k in ev.kernels:  # by name: an op's kernels differ (a cast's unrolled, a memcpy)
+            kernel = k.name[:120]
+            entry["kernels"][kernel] = entry["kernels"].get(kernel, 0) + 1
+            entry["kernel_seconds"][kernel] = (
+                entry["kernel_seconds"].get(kernel, 0.0) + k.duration * 1e-6
+            )
     rows = [{"phase": p, "name": n, "shapes": json.loads(s), **v} for (p, n, s), v in ops.items()]
     return {"ops": rows, "busy_seconds": busy}
 
