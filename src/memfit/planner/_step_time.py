@@ -88,6 +88,7 @@ class Calibration:
     # (``d2h``, ``h2d``): activation offload's side stream; empty in older calibrations
     pinned: dict[str, float] = field(default_factory=dict)
     _chosen: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _factor: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Calibration:
@@ -140,6 +141,12 @@ class Calibration:
         the elementwise kernels' (``mem``), else 1. A family a calibration does not know
         (``norm_bwd``, ``cat_strided``: split since it was fitted) is timed as the one it came
         from."""
+        factor = self._factor.get(kind)
+        if factor is None:  # looked up once per kind: every op of every candidate asks
+            factor = self._factor[kind] = self._mem_factor(kind)
+        return factor
+
+    def _mem_factor(self, kind: str) -> float:
         factors = self.mem_factors
         family_dtype = kind.partition(":")[2]
         family, _, dtype = family_dtype.partition(":")

@@ -146,10 +146,10 @@ MEM_FAMILIES: dict[str, tuple[str, ...]] = {
 _FAMILY_OF = {name: family for family, names in MEM_FAMILIES.items() for name in names}
 _ALIGNED = 8  # elements: cuBLAS's fast half-precision kernels want rows of 16 bytes
 _SYNCS = {aten._local_scalar_dense.default, aten.is_nonzero.default}
-# ops that only allocate (a compiled wrapper's buffers): the caching allocator, no kernel
-# ops that launch no kernel though PyTorch does not call them views: they allocate only, or
+# ops that launch no kernel though PyTorch does not call them views: they only allocate (a
+# compiled wrapper's buffers: the caching allocator), or reinterpret a fresh tensor
 # (``_unsafe_view``: a matrix product's result folded back to its batch dimensions, every
-# bias-free ``Linear`` on a 3-d input) reinterpret a fresh tensor
+# bias-free ``Linear`` on a 3-d input)
 _ALLOCATES_ONLY = {
     aten._unsafe_view.default,
     aten.empty.memory_format,

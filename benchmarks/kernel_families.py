@@ -1,13 +1,15 @@
-"""Concatenations by the kernel CUDA ran them with, against the bandwidth (issue 13).
+"""Concatenations and elementwise ops by the kernel CUDA ran them with, against the bandwidth
+(issue 13).
 
-    PYTHONPATH=src python benchmarks/cat_kernels.py PROFILE.json [...] > cat-kernels.jsonl
+    PYTHONPATH=src python benchmarks/kernel_families.py PROFILE.json [...] > FAMILIES.jsonl
 
-For each configuration ``op_profile.py`` profiled: the GPU milliseconds of its concatenations
-measured (split by kernel: ``CatArrayBatchedCopy`` strided, the batched kernels for contiguous
-inputs, copies input by input) and what the bandwidth alone gives for the bytes the trace
-counts in each family (``cat``, ``cat_strided``, ``copy``: ``memfit.trace``'s ``cat_family``),
-with the dtypes the trace ran each in. Their ratio is the family's factor, which
-``calibration_add.py --mem-factors`` fits as the median over configurations.
+For each configuration ``op_profile.py`` profiled: the GPU milliseconds measured of each
+family the trace splits by kernel (``op_compare.measured_parts``: concatenations into ``cat``,
+``cat_strided`` and per-input ``copy``; elementwise ops into vectorized ``mem:``,
+``ew_unrolled`` and ``ew_strided``) and what the bandwidth alone gives for the bytes the trace
+counts in each (``memfit.trace._kernel_choice``), with the dtypes the trace ran each in. Their
+ratio is the family's factor, which ``calibration_add.py --mem-factors`` fits as the median
+over configurations.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from op_compare import family_seconds
 from memfit.planner import Calibration
 
 SHIPPED = Path(__file__).parents[1] / "src/memfit/planner/data/h200.json"
+FAMILIES = ("mem:cat", "mem:cat_strided", "mem:copy", "mem:", "mem:ew_unrolled", "mem:ew_strided")
 
 
 def main(paths: list[str]) -> int:
@@ -33,7 +36,7 @@ def main(paths: list[str]) -> int:
             measured, predicted, dtypes = family_seconds(row, bandwidth_only)
             out = {"file": str(path).partition("results/")[2], "model": row["model"]}
             out["settings"] = row["settings"]
-            for kind in ("mem:cat", "mem:cat_strided", "mem:copy"):
+            for kind in FAMILIES:
                 out[kind] = {
                     "measured_ms": round(measured.get(kind, 0.0) * 1e3, 3),
                     "bandwidth_ms": round(predicted.get(kind, 0.0) * 1e3, 3),
