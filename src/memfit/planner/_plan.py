@@ -25,6 +25,7 @@ from memfit._gpus import GPU, resolve_gpu
 from memfit._units import format_bytes
 from memfit.estimator import gc_paused, installed_versions, quiet_libraries
 from memfit.planner._candidates import (
+    CHOICE_TIE,
     EXPANDABLE,
     SPEED_TIE,
     Progress,
@@ -510,12 +511,12 @@ def _ranked(ev: Evaluator) -> list[Evaluated]:
 
 
 def _choice(fitting: list[Evaluated], usable: int) -> Evaluated:
-    """Of the candidates predicted within :data:`SPEED_TIE` of the fastest, the one with the
+    """Of the candidates predicted within :data:`CHOICE_TIE` of the fastest, the one with the
     fewest changes, then the least memory (by steps of 1% of ``usable``: closer is no
     headroom worth a slower step), then the fastest: closer than the tie, the order of two
     steps is the step-time model's error and the GPU's run-to-run noise; memory left free is
     not."""
     best = fitting[0].step_seconds
-    tied = [e for e in fitting if e.step_seconds <= best * (1 + SPEED_TIE)]
+    tied = [e for e in fitting if e.step_seconds <= best * (1 + CHOICE_TIE)]
     step = max(1, usable // 100)
     return min(tied, key=lambda e: (len(e.changes), e.footprint // step, e.step_seconds))
