@@ -19,6 +19,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from memfit._errors import InvalidInputError
 from memfit.workload._checkpoint import checkpoint_blocks
 from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_class
+from memfit.workload._first_imports import imports_outside_modes
 from memfit.workload._in_backward import IN_BACKWARD, Around, OptimizerInBackward
 from memfit.workload._offload import offload_blocks
 from memfit.workload._parallel import parallelize
@@ -305,7 +306,8 @@ def prepare_model(
     """Build on ``build_device``, cast for pure low precision, set train/eval and checkpointing;
     the build and the cast run inside ``building`` (a trace's model that FSDP2 shards is built
     off the GPU)."""
-    with building or nullcontext(), torch.device(build_device):
+    # a library the constructor imports makes its module's tensors as it would anywhere else
+    with building or nullcontext(), torch.device(build_device), imports_outside_modes():
         model = workload.build_model()
         if workload.param_dtype != torch.float32:
             model = model.to(workload.param_dtype)
