@@ -54,22 +54,16 @@ def child(entry_id: str) -> dict[str, Any]:
         "allocated_after": torch.cuda.memory_allocated(),
         "weights_and_buffers": weights,
         "allocs": len(events),
-        "first": [
-            {
-                "size": e["size"],
-                "frames": [f"{f['filename']}:{f['line']} {f['name']}" for f in e["frames"][:25]],
-            }
-            for e in events[:_KEPT]
-        ],
-        "small": [  # every allocation under 512 bytes, with its innermost frames
-            {
-                "size": e["size"],
-                "frames": [f"{f['filename']}:{f['line']} {f['name']}" for f in e["frames"][:12]],
-            }
-            for e in events
-            if e["size"] < 512
-        ][:10],
+        "first": [_alloc(e, 25) for e in events[:_KEPT]],
+        # every allocation under 512 bytes, with its innermost frames
+        "small": [_alloc(e, 12) for e in events if e["size"] < 512][:10],
     }
+
+
+def _alloc(event: dict[str, Any], frames: int) -> dict[str, Any]:
+    """An allocation's size and its innermost ``frames`` Python frames."""
+    stack = [f"{f['filename']}:{f['line']} {f['name']}" for f in event["frames"][:frames]]
+    return {"size": event["size"], "frames": stack}
 
 
 def main() -> int:

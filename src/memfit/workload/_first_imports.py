@@ -25,7 +25,6 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 __all__ = ["imports_outside_modes"]
 
-_lock = threading.Lock()
 _inside = threading.local()  # executing a module here: what it imports needs no wrapping
 
 
@@ -34,14 +33,12 @@ def imports_outside_modes() -> Iterator[None]:
     """While active, a module imported for the first time executes with no torch function
     mode (a ``torch.device`` context) and no dispatch mode (memfit's recorder) in effect."""
     finder = _Finder()
-    with _lock:
-        sys.meta_path.insert(0, finder)
+    sys.meta_path.insert(0, finder)
     try:
         yield
     finally:
-        with _lock:
-            if finder in sys.meta_path:  # unless the build's code took it out
-                sys.meta_path.remove(finder)
+        if finder in sys.meta_path:  # unless the build's code took it out
+            sys.meta_path.remove(finder)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
