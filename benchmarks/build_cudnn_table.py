@@ -11,11 +11,11 @@ input gradient (dgrad) and of the weight gradient (wgrad).
         src/memfit/trace/data/cudnn_sm90.json
 
 The table in the package is built from every H200 probe so far, in this order (the meta's
-``command`` lists them): ``results/h200-2026-11-30/cudnn_probe.json.gz``,
-``results/h200-2026-11-30-session3/cudnn_probe_conv.json.gz`` and ``cudnn_probe_lstm.json.gz``,
-``results/h200-2026-12-01-session7/cudnn/cudnn_probe_issue12.json.gz`` and
+``command`` lists them): ``results/2026-11-30-h200-estimate-accuracy/cudnn_probe.json.gz``,
+``results/2026-11-30-h200-finder-monitor-cudnn/cudnn_probe_conv.json.gz`` and ``cudnn_probe_lstm.json.gz``,
+``results/2026-12-01-h200-user-steps-compiled/cudnn/cudnn_probe_issue12.json.gz`` and
 ``cudnn_probe_regnet.json.gz``, and
-``results/h200-2026-12-02-session14/cudnn_probe_convnext_nhwc.json.gz`` (ConvNeXt-T's
+``results/2026-12-02-h200-activation-offload/cudnn_probe_convnext_nhwc.json.gz`` (ConvNeXt-T's
 channels-last convolutions). Per configuration and phase: the forward's workspaces, the input
 gradient's, the weight gradient's, and the bias gradient's reduction's.
 """

@@ -6,7 +6,7 @@ that a refactor can be shown to change nothing: run it before and after, then co
 
 For every validation workload (``workloads.WORKLOADS + HELD_OUT``), the estimate for an H200
 (``Estimate.to_dict()`` without its timing, plus a SHA-256 of its allocated and reserved
-timelines); for every GPU trace under ``results/h200-2026-11-30/traces``, ``memfit snapshot
+timelines); for every GPU trace under ``results/2026-11-30-h200-estimate-accuracy/traces``, ``memfit snapshot
 FILE --json`` and the text report as the command prints them (80 columns).
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 ROOT = HERE.parent
-TRACES = HERE / "results" / "h200-2026-11-30" / "traces"
+TRACES = HERE / "results" / "2026-11-30-h200-estimate-accuracy" / "traces"
 
 
 def _estimates(only: list[str] | None) -> dict[str, Any]:

@@ -9,7 +9,7 @@ measurement is of the routing the estimate assumes. Run from the repository root
     PYTHONPATH=src python benchmarks/moe_dev.py measure mix-grouped [TRACE.pickle.gz]   # on a GPU
 
 Results of session 6 (H200, torch 2.11, transformers 5.17):
-results/h200-2026-12-01-session6/moe-dev/.
+results/2026-12-01-h200-heldout-families/moe-dev/.
 """
 
 import json

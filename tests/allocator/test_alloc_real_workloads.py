@@ -1,5 +1,5 @@
 """The emulator replays the allocator traces of 37 real workloads recorded on an H200
-(torch 2.11; benchmarks/results/h200-2026-11-30/traces) and must reproduce, to the byte, every
+(torch 2.11; benchmarks/results/2026-11-30-h200-estimate-accuracy/traces) and must reproduce, to the byte, every
 segment the GPU created or released and the peak reserved that torch reported."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from memfit.allocator import CachingAllocator, ScriptedAddressSpace, segment_bases_from_trace
 
-RESULTS = Path(__file__).parents[2] / "benchmarks" / "results" / "h200-2026-11-30"
+RESULTS = Path(__file__).parents[2] / "benchmarks" / "results" / "2026-11-30-h200-estimate-accuracy"
 TRACES = sorted((RESULTS / "traces").glob("trace-*.pickle.gz"))
 H200_TOTAL = 143771 * 2**20
 SEGMENT_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unmap")
@@ -80,7 +80,7 @@ def test_the_default_address_model_is_close_on_every_workload() -> None:
     assert exact >= 33 and worst < 0.007
 
 
-HELD_OUT = Path(__file__).parents[2] / "benchmarks" / "results" / "h200-2026-12-01-session6"
+HELD_OUT = Path(__file__).parents[2] / "benchmarks" / "results" / "2026-12-01-h200-heldout-families"
 
 
 def test_the_default_address_model_on_held_out_traces() -> None:

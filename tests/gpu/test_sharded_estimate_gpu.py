@@ -2,7 +2,7 @@
 the CPU. A world of four runs on one GPU with PyTorch's fake process group answering the
 collectives (what rank 0 allocates, NCCL's own memory aside); the estimate and the measurement
 run in separate processes. ZeRO needs DeepSpeed on the GPU host (skipped without it; its wheels
-can be carried there: ``benchmarks/results/h200-2026-12-02-session16``)."""
+can be carried there: ``benchmarks/results/2026-12-02-h200-zero-frameworks``)."""
 
 from __future__ import annotations
 

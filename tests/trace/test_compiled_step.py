@@ -2,7 +2,7 @@
 step is captured on fake CPU tensors, lowered for the GPU's CUDA with no GPU here, and the
 generated wrappers run on meta tensors in the trace (their buffers, reuse and frees, what the
 forward saves). The GPU check of the same path is benchmarks/compiled_lowering.py and the
-held-out compiled workloads (benchmarks/results/h200-2026-12-01-session7).
+held-out compiled workloads (benchmarks/results/2026-12-01-h200-user-steps-compiled).
 
 A compile of even a small model takes seconds: the models here are tiny GPT-2s, each captured
 once per module.

@@ -19,9 +19,9 @@ from memfit.trace._tracer import Trace, trace_workload
 from memfit.workload._step import Workload
 
 RESULTS = Path(__file__).parents[2] / "benchmarks/results"
-PROBE = RESULTS / "h200-2026-11-30/cudnn_probe.json.gz"  # fp32 and bf16
+PROBE = RESULTS / "2026-11-30-h200-estimate-accuracy/cudnn_probe.json.gz"  # fp32 and bf16
 # fp16, 1-4 layers, training and inference (what autocast runs; issue 12, session 7)
-PROBE_FP16 = RESULTS / "h200-2026-12-01-session7/cudnn/cudnn_probe_issue12.json.gz"
+PROBE_FP16 = RESULTS / "2026-12-01-h200-user-steps-compiled/cudnn/cudnn_probe_issue12.json.gz"
 
 
 def _load(path: Path) -> list[dict[str, Any]]:

@@ -43,15 +43,15 @@ def _builder() -> Any:
 
 # the table is built from these probe runs, merged (all on one H200, torch 2.11, cuDNN 9.19)
 PROBES = [
-    "benchmarks/results/h200-2026-11-30/cudnn_probe.json.gz",
-    "benchmarks/results/h200-2026-11-30-session3/cudnn_probe_conv.json.gz",
-    "benchmarks/results/h200-2026-11-30-session3/cudnn_probe_lstm.json.gz",
+    "benchmarks/results/2026-11-30-h200-estimate-accuracy/cudnn_probe.json.gz",
+    "benchmarks/results/2026-11-30-h200-finder-monitor-cudnn/cudnn_probe_conv.json.gz",
+    "benchmarks/results/2026-11-30-h200-finder-monitor-cudnn/cudnn_probe_lstm.json.gz",
     # EfficientNetV2-S, ViT patch embeddings, fp16 LSTMs (issue 12, session 7)
-    "benchmarks/results/h200-2026-12-01-session7/cudnn/cudnn_probe_issue12.json.gz",
+    "benchmarks/results/2026-12-01-h200-user-steps-compiled/cudnn/cudnn_probe_issue12.json.gz",
     # RegNet-Y-8GF's grouped convolutions (issue 12, session 7)
-    "benchmarks/results/h200-2026-12-01-session7/cudnn/cudnn_probe_regnet.json.gz",
+    "benchmarks/results/2026-12-01-h200-user-steps-compiled/cudnn/cudnn_probe_regnet.json.gz",
     # ConvNeXt-T's convolutions that see its permuted (channels-last) tensors (session 14)
-    "benchmarks/results/h200-2026-12-02-session14/cudnn_probe_convnext_nhwc.json.gz",
+    "benchmarks/results/2026-12-02-h200-activation-offload/cudnn_probe_convnext_nhwc.json.gz",
 ]
 
 

@@ -1,7 +1,7 @@
 """nn.LSTM under CUDA autocast runs autocast's own cuDNN wrapper (``_cudnn_rnn_cast_reflatten``):
 fp16 whatever autocast's dtype, on a fresh fp16 copy of the weights, with the weights' gradients
 cast back to fp32 one by one. The numbers the H200 allocated for lstm-lm-bf16mixed-b32-s512 (2
-layers, hidden 1024, batch 32 x 512, torch 2.11; benchmarks/results/h200-2026-12-01-session6/
+layers, hidden 1024, batch 32 x 512, torch 2.11; benchmarks/results/2026-12-01-h200-heldout-families/
 heldout) are cited beside each check, which runs the same sizes scaled down."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Reduction scratch sizes against allocations recorded on an H200 (torch 2.11 traces in
-benchmarks/results/h200-2026-11-30/traces): buffer bytes, then semaphore bytes."""
+benchmarks/results/2026-11-30-h200-estimate-accuracy/traces): buffer bytes, then semaphore bytes."""
 
 import pytest
 import torch

@@ -258,7 +258,7 @@ def test_a_learned_bias_broadcast_over_the_batch_gets_a_full_size_gradient():
 # --- every call torch was asked about on an H200 (torch 2.11, cuDNN 9.19) --------------------
 
 _SESSION4 = (
-    Path(__file__).resolve().parents[2] / "benchmarks/results/h200-2026-11-30-session4/attention"
+    Path(__file__).resolve().parents[2] / "benchmarks/results/2026-11-30-h200-attention-finders-heldout/attention"
 )
 _TORCH_NAMES = {
     "CUDNN_ATTENTION": "cudnn",

@@ -8,7 +8,7 @@ as the target GPU's (:func:`answering_as`) and stops at the wrapper's source (no
 compiled, loaded or benchmarked). What the GPU decides by timing kernels is answered as the
 H200's timing chose (:func:`pads_faster`): pad_mm pads a misaligned matmul that runs on tensor
 cores (bf16, fp16, fp32 under TF32) and leaves a plain fp32 one as it is
-(benchmarks/results/h200-2026-12-01-session7: with that, the wrappers of compiled GPT-2 and
+(benchmarks/results/2026-12-01-h200-user-steps-compiled: with that, the wrappers of compiled GPT-2 and
 BERT-base steps are the GPU's own to the byte under the same torch version).
 """
 
@@ -173,7 +173,7 @@ def pads_faster(dtype: torch.dtype) -> bool:
     50,264), GPT-2 medium's and a Llama-style model's. Plain fp32 runs on the CUDA cores, where
     alignment gains little: the H200 left BERT-base's fp32 vocabulary (30,522; its three
     matmuls timed, none padded) and GPT-2's (50,257, b2 x 128) unpadded
-    (benchmarks/results/h200-2026-12-01-session7). fp32 under TF32 is not measured: padded, the
+    (benchmarks/results/2026-12-01-h200-user-steps-compiled). fp32 under TF32 is not measured: padded, the
     side that costs memory."""
     if dtype in (torch.bfloat16, torch.float16):
         return True
