@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 # NCCL's own device memory in a DDP rank, outside PyTorch's allocator: one rank (a world of one)
-# on the H200, torch 2.11 (cu130), measured 488-490 MiB over three models (session 14)
+# on the H200, torch 2.11 (cu130), measured 488-490 MiB over three models
+# (benchmarks/results/2026-12-02-h200-activation-offload)
 NCCL_ONE_RANK = 490 * MiB
 
 __all__ = ["estimate", "estimate_workload", "module_group"]

@@ -71,7 +71,8 @@ def retries_by_step(
     even where expandable segments would map only part of the request; a GPU that is full
     refuses only the pages it cannot map. Qwen2.5-0.5B 8 x 1 fully checkpointed with expandable
     segments under a 16 GiB budget frees its cache once in four steps on a GPU that size, and in
-    every step under the fraction (as it did on an H200, session 20: four in five steps)."""
+    every step under the fraction (as it did on an H200: four in five steps,
+    benchmarks/results/2026-12-03-h200-cache-free-plans)."""
     steps = frees_by_step(trace, config, capacity, as_fraction=as_fraction)
     return None if steps is None else [retries for retries, _ in steps]
 

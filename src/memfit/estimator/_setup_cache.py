@@ -5,7 +5,8 @@ batch), as ``memfit validate`` runs them and ``memfit.apply`` leaves them: the b
 temporaries of the setup freed are let go (``torch.cuda.empty_cache()``). A loop of the user's
 own keeps them cached, and the steps may then reserve more: Qwen2.5-0.5B's tied head is made
 and dropped while the model is built, and the 520 MiB segment it leaves took a planned step's
-peak 3.2% above the estimate on an H200 (session 21, to the byte when replayed with it kept).
+peak 3.2% above the estimate on an H200 (to the byte when replayed with it kept;
+benchmarks/results/2026-12-03-h200-host-costs).
 :func:`setup_cache_note` says so where it matters.
 """
 

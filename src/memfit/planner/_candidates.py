@@ -27,8 +27,9 @@ __all__ = [
 SPEED_TIE = 0.05
 # the plan's choice (_plan's _choice) is the fastest, except that of those within this of it the
 # one that changes least, then needs least, is taken: 5% had GPT-2 at 24 GiB choose a step 8%
-# slower than the fastest, and ViT-B/16 at 6 GiB full checkpointing, 6% slower (session 23's
-# runs; the model's errors between two close steps of one model are smaller than across models)
+# slower than the fastest, and ViT-B/16 at 6 GiB full checkpointing, 6% slower (measured in
+# benchmarks/results/2026-12-03-h200-plans-one-machine; the model's errors between two close
+# steps of one model are smaller than across models)
 CHOICE_TIE = 0.02
 EXPANDABLE = "expandable_segments:True"
 Progress = Callable[[int, int, str], None]

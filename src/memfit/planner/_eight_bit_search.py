@@ -1,7 +1,7 @@
 """The planner's search of 8-bit optimizer states (bitsandbytes' Adam8bit / AdamW8bit, when
 installed): for each precision and checkpointing, the largest micro-batch that did not fit only
 by what 8-bit states save, where it could tie the fastest found; then, where 8-bit states fit
-with full checkpointing, partial checkpointing with them (issue 13)."""
+with full checkpointing, partial checkpointing with them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The planner's searches after the micro-batch bisections: partial activation checkpointing, and
 the optimizer stepped in backward (with partial checkpointing beside it), each only where it
-could fit and tie the fastest found (issue 13)."""
+could fit and tie the fastest found."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``memfit.plan``: the fastest training configuration that fits a memory budget, found on the
-CPU by estimating candidates (issue 13).
+CPU by estimating candidates.
 
 The search: for each precision and activation checkpointing, the largest micro-batch (a divisor
 of the global batch, gradients accumulated over the rest) that fits, found by bisection since

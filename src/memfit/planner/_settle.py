@@ -5,7 +5,8 @@ block cached. On a full GPU it frees the unused cache and retries instead of fai
 step can run in less. Where it does so only in its first steps and never again (the layout the
 retry leaves serves every later step), the step is as fast as running free after those steps:
 Qwen2.5-0.5B 8 x 1 fully checkpointed needs 16.75 GB running free, ran under a 16 GiB cap in
-150 ms a step where the plan that fitted running free took 283 (session 19), and its replay at
+150 ms a step where the plan that fitted running free took 283 (on an H200,
+benchmarks/results/2026-12-03-h200-plans-through-apply), and its replay at
 that cap frees the cache once in four steps. Such a candidate is chosen when it is faster than
 the fastest that fits running free, with :data:`SETTLE_MARGIN` more room kept than the plan's
 margin (the emulator's tight runs are less proven than its free-running peaks). One that frees

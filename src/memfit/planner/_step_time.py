@@ -1,4 +1,4 @@
-"""How long a traced step takes on a GPU: the planner's step-time model (issue 13).
+"""How long a traced step takes on a GPU: the planner's step-time model.
 
 A step is the ops a trace kept in order (``trace.costs``: kind, FLOPs, bytes). The host issues
 them one after the other, each costing it the seconds the calibration measured for an op of its

@@ -1,5 +1,5 @@
 """What each phase of a traced step asks of the host and the GPU: the inputs of the planner's
-step-time model (issue 13), counted while the trace runs, when asked for.
+step-time model, counted while the trace runs, when asked for.
 
 Each op the step dispatches is kept, in order, as an :data:`Op` ``(kind, flops, bytes)``:
 
@@ -264,7 +264,8 @@ def op_kind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = No
         family = _ATTENTION[name]
         if (_bound(func, args, kwargs).get("dropout_p") or 0.0) > 0.0:
             # dropout inside the fused kernel draws and applies a mask per score: cuDNN's
-            # forward ran 2.4 times slower with it (BERT's 0.1, profiled in session 24)
+            # forward ran 2.4 times slower with it (BERT's 0.1, profiled on an H200:
+            # benchmarks/results/2026-12-03-h200-calibrate-attention-tiles)
             family = family.replace("attn", "attn_dropout")
         return f"{family}:{dtype}"
     if name in _CONVOLUTIONS:
@@ -407,7 +408,8 @@ def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -
 
 # the tiles fused attention computes scores in, (queries, keys), forward and backward: cuDNN's
 # sm90 kernels that PyTorch 2.11 picks on an H200 (``64x128x64`` forward, ``64x64x64``
-# backward, profiled in session 24); flash-attention's are as large or larger
+# backward, profiled in benchmarks/results/2026-12-03-h200-calibrate-attention-tiles);
+# flash-attention's are as large or larger
 _TILES = {"attn": (64, 128), "attn_bwd": (64, 64)}
 
 

@@ -97,7 +97,7 @@ class ConvWorkspaces:
 
     def backward(self, args: tuple[Any, ...]) -> dict[int, list[int]]:
         """Workspaces by the output they follow: 0 the input gradient, 1 the weight gradient,
-        2 the bias gradient (its reduction's scratch: tables measured since session 14)."""
+        2 the bias gradient (its reduction's scratch: in the tables probed from 2026-12-02 on)."""
         _, x, weight, _, stride, padding, dilation, transposed, _, groups, mask = args[:11]
         return {
             i: self._lookup(x, weight, stride, padding, dilation, transposed, groups, [phase])

@@ -1,5 +1,5 @@
 """Which CUDA kernel an op without arithmetic runs, where PyTorch picks among kernels that
-reach very different shares of the bandwidth for the same bytes (issue 13's step times):
+reach very different shares of the bandwidth for the same bytes (the step-time model's concern):
 
 * concatenations (:func:`cat_family`): batched copies for contiguous inputs, a kernel that
   computes every element's offset for strided ones, or a copy per input;

@@ -5,7 +5,8 @@ measurement), with its own dispatch modes active. A library imported lazily by t
 constructor runs its module code there too, so its module-level tensors would be made on that
 device and stay so: transformers imports torchaudio while it builds a model, and torchaudio's
 ``compliance.kaldi.EPSILON`` then became a meta tensor in the user's process after an estimate
-(and a 4-byte block on the GPU, never freed, in every measured transformers trace: session 26).
+(and a 4-byte block on the GPU, never freed, in every measured transformers trace:
+benchmarks/results/2026-12-04-h200-plan-proof).
 Here each module's code runs with the device context and memfit's modes set aside.
 """
 

@@ -2,8 +2,8 @@
 step's forward may save for backward (``torch._functorch.config.activation_memory_budget``,
 1.0 by default). Below 1, inductor's min-cut partitioner recomputes activations in backward
 until what is saved fits that share of what a compile at 1.0 saves: torch's own selective
-checkpointing, for compiled models only. Its effect on memory is not monotonic (pytorch issue
-197838): each value is estimated, never interpolated.
+checkpointing, for compiled models only. Its effect on memory is not monotonic
+(pytorch/pytorch#197838): each value is estimated, never interpolated.
 
 The setting is read when a model is compiled, from torch's process-wide config. memfit sets it
 around its own compile (the capture on the CPU, the run on the GPU) when a workload names one,

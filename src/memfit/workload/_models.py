@@ -166,7 +166,7 @@ def _hf_recipe(name: str, config_dict: dict[str, Any], task: str, **extra: Any) 
         # each model its own config: transformers keeps the one it is given, and a model
         # checkpointed once sets its use_cache to False, which took GPT-2's KV cache (300 MB at
         # 8 x 1024) out of every later build's step (the planner's candidates after a
-        # checkpointed one, session 21)
+        # checkpointed one; found on an H200, benchmarks/results/2026-12-03-h200-host-costs)
         fresh = copy.deepcopy(config)
         return auto.from_config(fresh, dtype=torch.float32)  # type: ignore[no-any-return]
 

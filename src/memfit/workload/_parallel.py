@@ -1,4 +1,4 @@
-"""Data-parallel training steps (issue 14): DDP and FSDP2, traced on a fake process group.
+"""Data-parallel training steps: DDP and FSDP2, traced on a fake process group.
 
 ``strategy="ddp"`` wraps the model in ``DistributedDataParallel`` after memfit's own wrapping
 (checkpointing, offload), as a training script does, with DDP's defaults: its construction
@@ -342,7 +342,7 @@ def _answer_in_place(ddp: Any) -> None:
         "bucket": dist.GradBucket,  # type: ignore[attr-defined]
         "return": torch.futures.Future[torch.Tensor],
     }
-    stash = _FirstBuckets()  # with bucket views or without: measured both ways (session 18)
+    stash = _FirstBuckets()  # with bucket views or without: measured both ways (2026-12-03)
     ddp.register_comm_hook(stash, _in_place)
     ddp.register_forward_pre_hook(stash.forward_started)
     # its timing statistics are CPU's or CUDA's only: on meta it warns from C++, on stderr
@@ -380,10 +380,11 @@ class _FirstBuckets:
     to back): the second step peaked a bucket set (498 MB) above the third, and a 1 s pause
     between steps took the difference away; without bucket views the old buckets went at the
     rebuild. So the trace holds them until the second forward after they were all-reduced:
-    through the second step, the unsafe case's peak. Session 18 measured the same step without
-    bucket views at that peak too (6.124 GB against 5.626 when the old buckets went at the
-    rebuild, as in session 17): when NCCL lets them go is the watchdog's timing, so the trace
-    holds them with or without bucket views, the higher of the two."""
+    through the second step, the unsafe case's peak. The same step without bucket views was
+    measured at that peak too on 2026-12-03 (6.124 GB), against 5.626 on 2026-12-02 when the
+    old buckets went at the rebuild (benchmarks/results/2026-12-03-h200-held-batch-plans,
+    2026-12-02-h200-offloaded-inputs-ddp-views): when NCCL lets them go is the watchdog's
+    timing, so the trace holds them with or without bucket views, the higher of the two."""
 
     def __init__(self) -> None:
         self.held: list[torch.Tensor] = []

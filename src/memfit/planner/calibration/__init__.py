@@ -1,5 +1,5 @@
 """``memfit calibrate``: the step-time model's rates measured on this machine's GPU and host,
-saved where the planner finds them (issue 13).
+saved where the planner finds them.
 
 memfit ships the H200's rates (``memfit/planner/data``). Another GPU type runs its products,
 attention and memory traffic at its own rates, and every host issues ops at its own speed, so

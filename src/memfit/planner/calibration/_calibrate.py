@@ -22,7 +22,8 @@ __all__ = ["DEFAULT_PARTS", "PARTS", "calibrate"]
 PARTS = ("mm", "mm_align", "attn", "mem", "conv", "pinned", "host")
 # measured unless asked otherwise: the GPU's. The host's factors are asked for by name: on an
 # H200 host, scaling memfit's host costs by them predicted 43 full-size steps no better
-# (median error 9.3% against 5.3%, 33 of 43 within 15% against 32; session 24)
+# (median error 9.3% against 5.3%, 33 of 43 within 15% against 32;
+# benchmarks/results/2026-12-03-h200-calibrate-attention-tiles)
 DEFAULT_PARTS = PARTS[:-1]
 _ROOM = 0.4  # the share of the GPU's free memory a measurement's tensors may take
 _QUICK_CONV = (1e8, 1e10)  # forward FLOPs of each convolution class with quick=True
