@@ -12,8 +12,9 @@ input gradient (dgrad) and of the weight gradient (wgrad).
 
 The table in the package is built from every H200 probe so far, in this order (the meta's
 ``command`` lists them): ``results/2026-11-30-h200-estimate-accuracy/cudnn_probe.json.gz``,
-``results/2026-11-30-h200-finder-monitor-cudnn/cudnn_probe_conv.json.gz`` and ``cudnn_probe_lstm.json.gz``,
-``results/2026-12-01-h200-user-steps-compiled/cudnn/cudnn_probe_issue12.json.gz`` and
+``results/2026-11-30-h200-finder-monitor-cudnn/cudnn_probe_conv.json.gz`` and
+``cudnn_probe_lstm.json.gz``,
+``results/2026-12-01-h200-user-steps-compiled/cudnn/cudnn_probe_families.json.gz`` and
 ``cudnn_probe_regnet.json.gz``, and
 ``results/2026-12-02-h200-activation-offload/cudnn_probe_convnext_nhwc.json.gz`` (ConvNeXt-T's
 channels-last convolutions). Per configuration and phase: the forward's workspaces, the input

@@ -1,6 +1,7 @@
 """The emulator replays the allocator traces of 37 real workloads recorded on an H200
-(torch 2.11; benchmarks/results/2026-11-30-h200-estimate-accuracy/traces) and must reproduce, to the byte, every
-segment the GPU created or released and the peak reserved that torch reported."""
+(torch 2.11; benchmarks/results/2026-11-30-h200-estimate-accuracy/traces) and must reproduce,
+to the byte, every segment the GPU created or released and the peak reserved that torch
+reported."""
 
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ HELD_OUT = Path(__file__).parents[2] / "benchmarks" / "results" / "2026-12-01-h2
 
 
 def test_the_default_address_model_on_held_out_traces() -> None:
-    """The 10 traces of session 6 (not among the 37 above; like them, read to find the rules):
+    """The 10 traces of the held-out families (benchmarks/results/2026-12-01-h200-heldout-families;
+    not among the 37 above; like them, read to find the rules):
     among them the TinyLlama seq 8192 one that the chunked model missed by a 500 MiB segment
     (-3.5%). Without the real addresses, all but one give the real peak reserved, and that one
     is 0.3% over."""

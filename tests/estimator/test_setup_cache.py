@@ -1,4 +1,4 @@
-"""The note for a training loop that keeps what building the model left cached (session 21)."""
+"""The note for a training loop that keeps what building the model left cached."""
 
 from __future__ import annotations
 

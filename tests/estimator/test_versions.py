@@ -1,4 +1,4 @@
-"""An estimate records the library versions it assumed (issue 12): memory depends on them (T5
+"""An estimate records the library versions it assumed: memory depends on them (T5
 takes 30-42% less under transformers 5.24 than 5.17), so ``Estimate.versions``, ``to_dict()``,
 ``--json`` and the text report say which. Each case traces one small layer."""
 

@@ -84,7 +84,7 @@ print(json.dumps([est.peak_allocated, est.peak_reserved, torch.cuda.max_memory_a
 
 def test_a_planned_step_on_a_model_built_on_the_gpu_peaks_as_estimated() -> None:
     # GPT-2 with its blocks' inputs offloaded: built on the GPU and applied without emptying
-    # the cache, it reserved 8.67 GB against 7.12 estimated (session 17); apply empties it
+    # the cache, it reserved 8.67 GB against 7.12 estimated (H200, 2026-12-02); apply empties it
     import json
     import subprocess
     import sys
@@ -128,7 +128,7 @@ print(json.dumps([held.peak_allocated, held.peak_reserved, loop.peak_allocated,
 def test_a_planned_step_given_a_batch_on_the_gpu_peaks_as_estimated_with_it_held() -> None:
     """ResNet-50 128 images as 64 x 2, checkpointed, the blocks' inputs offloaded: the caller's
     batch (77 MB) stays on the GPU through the step, which memfit's own loop would let go after
-    each forward (session 18: +11% allocated through apply against that loop's estimate)."""
+    each forward (H200, 2026-12-03: +11% allocated through apply against that loop's estimate)."""
     import json
     import subprocess
     import sys
@@ -141,7 +141,7 @@ def test_a_planned_step_given_a_batch_on_the_gpu_peaks_as_estimated_with_it_held
         f"memfit's loop estimated {loop_alloc}"
     )
     assert loop_alloc < est_alloc
-    assert abs(est_alloc - alloc) <= 0.01 * alloc  # session 18: -0.05% (memfit's loop: -4.7%)
-    # session 18: -3.8%, the trace copying each micro-batch the step only slices (session 19:
-    # the session-18 history replays to the real peak reserved exactly)
+    assert abs(est_alloc - alloc) <= 0.01 * alloc  # H200: -0.05% (memfit's loop: -4.7%)
+    # first measured -3.8%, the trace copying each micro-batch the step only slices (since
+    # fixed: that step's allocator history replays to the real peak reserved exactly)
     assert abs(est_res - res) <= 0.02 * res

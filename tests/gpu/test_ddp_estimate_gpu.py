@@ -1,7 +1,8 @@
 """On a real GPU: one DDP rank (NCCL, a world of one) peaks as memfit estimates it on the CPU,
-DDP's gradient buckets included. Session 14 measured this step a gradients' size above its
-estimate (6.124 GB); session 15 measured it three times (alone, after an estimate in the same
-process, and here) at the estimate to 36 KB, the gap gone without a change to the DDP code."""
+DDP's gradient buckets included. This step once measured a gradients' size above its estimate
+(6.124 GB, benchmarks/results/2026-12-02-h200-activation-offload), then three times (alone,
+after an estimate in the same process, and here; 2026-12-02-h200-fsdp2-ranks) at the estimate
+to 36 KB, the gap gone without a change to the DDP code."""
 
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ def test_a_ddp_rank_peaks_as_estimated() -> None:
     est_alloc, est_res, real_alloc, real_res, plain = json.loads(out.stdout.splitlines()[-1])
     assert est_alloc > plain  # the buckets are counted
     # the first step's buckets are held through the second, as NCCL's watchdog may hold them
-    # (6.124 GB measured in sessions 14 and 18); where it lets them go sooner, the step peaks a
-    # bucket set (the gradients' size, 498 MB) lower (5.626 GB, sessions 15 and 17): never above
+    # (6.124 GB measured on 2026-12-02 and 2026-12-03); where it lets them go sooner, the step
+    # peaks a bucket set (the gradients' size, 498 MB) lower (5.626 GB, twice on 2026-12-02):
+    # never above
     buckets = 124_439_808 * 4
     assert real_alloc <= est_alloc * 1.01
     assert est_alloc - real_alloc <= buckets + 0.01 * real_alloc

@@ -3,8 +3,8 @@
 * Two ranks on two GPUs (NCCL), each held to a memory fraction in which rank 1's long batch does
   not fit whole by what the guard measured: both ranks split it ahead, together; the measured
   rise stays within the bound; the parameters end as the unsplit, uncapped run's. Gloo with both
-  ranks on one GPU crashed (SIGSEGV) in FSDP2's collectives on CUDA tensors (torch 2.11, session
-  23), and NCCL takes one rank per GPU: this one needs 2 GPUs.
+  ranks on one GPU crashed (SIGSEGV) in FSDP2's collectives on CUDA tensors (torch 2.11,
+  2026-12-03), and NCCL takes one rank per GPU: this one needs 2 GPUs.
 * On one GPU, the split's own parts with the CUDA meter: the room under
   ``set_per_process_memory_fraction``, the rise of real micro-batches against their bound, the
   count chosen (a world of one rank, NCCL).

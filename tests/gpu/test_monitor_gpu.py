@@ -151,8 +151,8 @@ def test_memfit_run_publishes_without_a_change_to_the_script(tmp_path, monkeypat
 
 
 def test_two_processes_on_one_gpu_each_with_its_framework_numbers(tmp_path, monkeypatch, capsys):
-    """Two training processes on one GPU (issue 15's one-GPU part): watch, the exporter and
-    doctor tell them apart, each with torch's numbers in the frameworks' schema."""
+    """Two training processes on one GPU: watch, the exporter and doctor tell them apart, each
+    with torch's numbers in the frameworks' schema."""
     run = [sys.executable, "-m", "memfit", "run", "--no-history", "--oom-dir", str(tmp_path)]
     first, stop = _start(tmp_path, [], publish=True)
     second_dir = tmp_path / "second"

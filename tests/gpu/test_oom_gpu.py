@@ -182,8 +182,8 @@ dist.destroy_process_group()
 
 
 def test_an_oom_in_a_rank_of_a_ddp_job_is_reported_with_its_rank(tmp_path):
-    """A one-rank DDP job under torchrun, capped by memfit run --limit (issue 15's one-GPU part:
-    an OOM report from a rank of a DDP job)."""
+    """A one-rank DDP job under torchrun, capped by memfit run --limit: an OOM report from a
+    rank of a DDP job, on one GPU."""
     script = tmp_path / "ddp_oom.py"
     script.write_text(textwrap.dedent(DDP_OOM))
     argv = [sys.executable, "-m", "memfit", "run", "--oom-dir", str(tmp_path / "oom")]

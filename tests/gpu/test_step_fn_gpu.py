@@ -140,10 +140,10 @@ def test_a_compiled_step_under_an_activation_memory_budget_matches_the_gpu(
     assert abs(est_alloc - real_alloc) <= 0.01 * real_alloc
 
 
-# session 13 (H200, torch 2.11): the GPU reserved 3.90 GB where the estimate said 3.00 GB; since
+# first measured (H200, torch 2.11): the GPU reserved 3.90 GB where the estimate said 3.00 GB; since
 # the estimate covers a first run that tunes Triton kernels without timing padded matmuls (and
 # cuDNN attention's backward workspace), 3.89 GB. What the first run reserves depends on what
-# its autotuning timed fastest: 3.90 GB in session 13, 3.73 GB in session 21 (the suite on six
+# its autotuning timed fastest: 3.90 GB on 2026-12-02, 3.73 GB on 2026-12-03 (the suite on six
 # workers), so the estimate, the most-reserving of the first runs it traces, may be above
 def test_a_compiled_step_under_an_activation_memory_budget_reserves_as_estimated(
     budget_zero: tuple[list[int], list[int]],

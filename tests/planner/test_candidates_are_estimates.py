@@ -1,5 +1,5 @@
 """Every candidate the planner traced is what memfit.estimate says of it on its own: the traces
-of one plan do not leak into each other (session 21: a model name's builds shared one
+of one plan do not leak into each other (they did once: a model name's builds shared one
 transformers config, and a selectively checkpointed candidate's use_cache=False took the KV
 cache out of the candidates traced after it; GPT-2's 24 GiB plan ran 2.1% above its estimate)."""
 

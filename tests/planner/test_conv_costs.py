@@ -1,4 +1,4 @@
-"""Convolutions by shape class (issue 13's step-time model): the kinds a trace records, the
+"""Convolutions by shape class (the step-time model): the kinds a trace records, the
 curve each is timed by (its own, the nearest class, the general one), the calibration script's
 convolution part on the CPU and the fit that ships its curves."""
 

@@ -1,4 +1,4 @@
-"""A phase's host cost whatever its ops (issue 13's step-time model, session 18): fitted where
+"""A phase's host cost whatever its ops (the step-time model): fitted where
 the tiny workloads ran at two depths, charged once per micro-batch of a phase; a calibration
 without it (the shipped one) charges none."""
 

@@ -1,4 +1,4 @@
-"""The host's extra cost per convolution call (issue 13's step-time model): the calibration fit
+"""The host's extra cost per convolution call (the step-time model): the calibration fit
 that separates it from the base per-op cost, and the model that charges it per op kind, with
 calibrations fitted before it (no ``phase:conv`` key) behaving as they did."""
 

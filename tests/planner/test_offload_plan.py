@@ -139,7 +139,7 @@ class _Evaluator:
 def test_offload_is_searched_from_each_precision_that_ties_with_the_fastest() -> None:
     from memfit.planner._offload_search import search_offload
 
-    # Qwen2.5-0.5B at 12 GiB (session 19): fp32 with 75% of the blocks checkpointed 1% ahead
+    # Qwen2.5-0.5B at 12 GiB (planned 2026-12-03): fp32 with 75% of the blocks checkpointed 1% ahead
     # of bf16-mixed with 92%; offloaded, bf16-mixed's steps are the faster
     ev = _Evaluator([("fp32", 0.75, 0.951), ("bf16-mixed", 0.9167, 0.960), ("fp16", 1.0, 2.0)])
     search_offload(ev, {"offload": (1.0,), "blocks": (12,)}, None)  # type: ignore[arg-type]

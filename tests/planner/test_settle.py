@@ -1,8 +1,8 @@
 """A faster candidate that needs more than the budget with its cache kept is chosen when the
 allocator, freeing its cache when the GPU is full, runs it within the budget and frees it in its
-first steps only; one that frees it every step is only named (Qwen2.5-0.5B at 16 GiB, session
-19: 8 x 1 fully checkpointed ran under the cap in 150 ms, the plan that fitted running free in
-283)."""
+first steps only; one that frees it every step is only named (Qwen2.5-0.5B at 16 GiB on an
+H200, benchmarks/results/2026-12-03-h200-plans-through-apply: 8 x 1 fully checkpointed ran
+under the cap in 150 ms, the plan that fitted running free in 283)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Models whose construction computes with tensors still estimate (issue 12).
+"""Models whose construction computes with tensors still estimate.
 
 RegNet's widths come from ``torch.arange(...).tolist()`` and ``torch.tensor([...])``, timm's
 drop-path rates from ``torch.linspace(...).tolist()``, and buffers are often

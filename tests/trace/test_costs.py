@@ -1,5 +1,5 @@
 """What a trace counts of each phase's arithmetic and traffic (``costs=True``), the inputs of
-issue 13's step-time model."""
+the planner's step-time model."""
 
 from __future__ import annotations
 

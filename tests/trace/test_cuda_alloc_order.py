@@ -91,7 +91,8 @@ class _GroupedQueryAttention(torch.nn.Module):
 
 # What the H200 allocated and freed (bytes asked for) in one float32 grouped-query attention
 # call of Qwen2.5-0.5B at 2 x 512, from the query's scaling to the causal mask's free: the
-# allocator history of plan_proof.py's 12 GiB plan (session 22, torch 2.11, events 378-404).
+# allocator history of plan_proof.py's 12 GiB plan (torch 2.11, events 378-404;
+# benchmarks/results/2026-12-03-h200-allocator-histories).
 # The math kernel scales the query, makes the mask (ones, tril, two scalars, where), expands
 # the key and value, runs the scores, softmax (with its boolean, per-row and scalar scratch),
 # and frees its locals when it returns.

@@ -20,8 +20,8 @@ from memfit.workload._step import Workload
 
 RESULTS = Path(__file__).parents[2] / "benchmarks/results"
 PROBE = RESULTS / "2026-11-30-h200-estimate-accuracy/cudnn_probe.json.gz"  # fp32 and bf16
-# fp16, 1-4 layers, training and inference (what autocast runs; issue 12, session 7)
-PROBE_FP16 = RESULTS / "2026-12-01-h200-user-steps-compiled/cudnn/cudnn_probe_issue12.json.gz"
+# fp16, 1-4 layers, training and inference (what autocast runs)
+PROBE_FP16 = RESULTS / "2026-12-01-h200-user-steps-compiled/cudnn/cudnn_probe_families.json.gz"
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
@@ -137,5 +137,5 @@ def test_inference_takes_no_reserve_space_and_its_own_probed_workspace() -> None
     names = [trace.infos[e.info].op for e in trace.events if e.kind == "alloc"]
     assert "cuDNN LSTM workspace" in names
     assert "cuDNN LSTM reserve space" not in names
-    # inference calls were probed (session 3): their own fit, not training's
+    # inference calls were probed: their own fit, not training's
     assert not any("inference workspace taken from training's" in n for n in trace.notes)

@@ -46,11 +46,11 @@ PROBES = [
     "benchmarks/results/2026-11-30-h200-estimate-accuracy/cudnn_probe.json.gz",
     "benchmarks/results/2026-11-30-h200-finder-monitor-cudnn/cudnn_probe_conv.json.gz",
     "benchmarks/results/2026-11-30-h200-finder-monitor-cudnn/cudnn_probe_lstm.json.gz",
-    # EfficientNetV2-S, ViT patch embeddings, fp16 LSTMs (issue 12, session 7)
-    "benchmarks/results/2026-12-01-h200-user-steps-compiled/cudnn/cudnn_probe_issue12.json.gz",
-    # RegNet-Y-8GF's grouped convolutions (issue 12, session 7)
+    # EfficientNetV2-S, ViT patch embeddings, fp16 LSTMs
+    "benchmarks/results/2026-12-01-h200-user-steps-compiled/cudnn/cudnn_probe_families.json.gz",
+    # RegNet-Y-8GF's grouped convolutions
     "benchmarks/results/2026-12-01-h200-user-steps-compiled/cudnn/cudnn_probe_regnet.json.gz",
-    # ConvNeXt-T's convolutions that see its permuted (channels-last) tensors (session 14)
+    # ConvNeXt-T's convolutions that see its permuted (channels-last) tensors
     "benchmarks/results/2026-12-02-h200-activation-offload/cudnn_probe_convnext_nhwc.json.gz",
 ]
 
@@ -139,7 +139,7 @@ def test_unknown_shapes_take_no_workspace_and_say_so() -> None:
 
 def test_a_channels_last_convolution_has_its_own_measured_workspaces() -> None:
     # cuDNN picks other engines in NHWC (ConvNeXt after its stem's LayerNorm2d): the NCHW probe
-    # says nothing about them, so the table keys them apart (|nhwc, probed since session 14);
+    # says nothing about them, so the table keys them apart (|nhwc, probed separately);
     # a channels-last shape the probes never ran counts as none, with a note
     from memfit.trace._cudnn import ConvWorkspaces
 

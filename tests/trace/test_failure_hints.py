@@ -1,4 +1,4 @@
-"""The custom-kernel hint of a failed trace appears only where it applies (issue 12).
+"""The custom-kernel hint of a failed trace appears only where it applies.
 
 It applies to an op outside torch that has no fake (meta) kernel. It does not apply to an op that
 has one and failed for another reason, nor to a failure whose exception is not the one an op

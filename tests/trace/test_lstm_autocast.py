@@ -1,8 +1,9 @@
 """nn.LSTM under CUDA autocast runs autocast's own cuDNN wrapper (``_cudnn_rnn_cast_reflatten``):
 fp16 whatever autocast's dtype, on a fresh fp16 copy of the weights, with the weights' gradients
 cast back to fp32 one by one. The numbers the H200 allocated for lstm-lm-bf16mixed-b32-s512 (2
-layers, hidden 1024, batch 32 x 512, torch 2.11; benchmarks/results/2026-12-01-h200-heldout-families/
-heldout) are cited beside each check, which runs the same sizes scaled down."""
+layers, hidden 1024, batch 32 x 512, torch 2.11;
+benchmarks/results/2026-12-01-h200-heldout-families/heldout) are cited beside each check, which
+runs the same sizes scaled down."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def test_autocast_runs_cudnn_in_fp16_on_a_fresh_fp16_weight_buffer() -> None:
     reserve = ops.index("cuDNN LSTM reserve space")
     assert allocs[reserve][1] == reserve_bytes(LAYERS, 1, B, S, H, 2)
     assert not any("cell kernels" in n for n in trace.notes)
-    # fp16's workspace is its own probed fit (session 7), which needs no note
+    # fp16's workspace is its own probed fit, which needs no note
     workspace = allocs[ops.index("cuDNN LSTM workspace")][1]
     assert workspace == _workspace("fp16", LAYERS, 1, B, S, H, 2, infer=False)[0]
     assert not any("LSTM" in n for n in trace.notes)

@@ -116,7 +116,7 @@ def test_a_transposed_gradient_is_copied_and_the_bias_gradient_summed_as_on_the_
     allocs = _allocs(_patch_trace())
     ops = [op for op, _, _ in allocs]
     grad = 64 * 64 * 16 * 16 * 2  # the bf16 gradient of the convolution's output
-    # H200, ViT-B/16 b128 bf16-mixed (session 17): cuDNN's backward copies grad_output, which
+    # H200, ViT-B/16 b128 bf16-mixed (2026-12-02): cuDNN's backward copies grad_output, which
     # arrives channels-last through the transpose, to the input's contiguous layout (38.5 MB),
     # and PyTorch sums the bias gradient over the channels-last gradient (138 MB of partials)
     assert ("cuDNN convolution backward grad_output copy", grad, "") in [
@@ -143,7 +143,7 @@ def test_the_weight_gradient_of_a_transposed_convolution_output_is_kept_as_the_g
     # torch 2.11's meta backward lays the weight gradient out as its channels-last grad_output
     # (2.14's does not); cuDNN as the contiguous input and weight, so autograd keeps it as .grad:
     # one float32 buffer,
-    # no second one in the weight's layout (H200, ViT-B/16 b128 bf16-mixed, session 19: the
+    # no second one in the weight's layout (H200, ViT-B/16 b128 bf16-mixed, 2026-12-03: the
     # GPU's 2,359,296 bytes once; reserved 5.2% over the estimate without it)
     allocs = _allocs(_patch_trace(_Tokens))
     weight = 64 * 3 * 4 * 4 * 4  # the convolution's weight gradient in float32

@@ -1,4 +1,4 @@
-"""The kinds the step costs give ops, which pick the step-time model's rates (issue 13): half-
+"""The kinds the step costs give ops, which pick the step-time model's rates: half-
 precision products with unaligned rows, memory-bound ops by family and dtype; and the FLOPs of
 causal attention and of grouped convolutions' backward, where PyTorch's formulas count work the
 kernels do not do."""

@@ -41,8 +41,8 @@ def test_a_permuted_dense_input_is_reduced_in_its_memory_order():
     ("shape", "expected"),
     [
         # a convolution's bias gradient, grad.sum((0, 2, 3)) of a channels-last bf16 grad:
-        ((128, 768, 14, 14), (138_412_032, 24)),  # ViT-B/16 b128 patch embedding (session 17)
-        ((64, 768, 7, 7), (19_267_584, 24)),  # ConvNeXt-T b64 last stage (session 14)
+        ((128, 768, 14, 14), (138_412_032, 24)),  # ViT-B/16 b128 patch embedding
+        ((64, 768, 7, 7), (19_267_584, 24)),  # ConvNeXt-T b64 last stage
     ],
 )
 def test_a_channels_last_bias_gradient_matches_the_gpu(shape, expected):

@@ -257,8 +257,9 @@ def test_a_learned_bias_broadcast_over_the_batch_gets_a_full_size_gradient():
 
 # --- every call torch was asked about on an H200 (torch 2.11, cuDNN 9.19) --------------------
 
-_SESSION4 = (
-    Path(__file__).resolve().parents[2] / "benchmarks/results/2026-11-30-h200-attention-finders-heldout/attention"
+_PROBED = (
+    Path(__file__).resolve().parents[2]
+    / "benchmarks/results/2026-11-30-h200-attention-finders-heldout/attention"
 )
 _TORCH_NAMES = {
     "CUDNN_ATTENTION": "cudnn",
@@ -287,7 +288,7 @@ def _probe_call(row):
 
 
 def test_the_choice_matches_torch_on_the_whole_probed_grid():
-    data = json.loads((_SESSION4 / "sdpa_probe.json").read_text())
+    data = json.loads((_PROBED / "sdpa_probe.json").read_text())
     rows = data["choices"] + data["edges"]
     assert len(rows) == 2232
     wrong = []
@@ -310,7 +311,7 @@ def _tensor(desc):
 
 def test_the_choice_matches_torch_on_every_call_of_the_validation_models():
     # each distinct SDPA call the validation set's models made on the H200 (transformers 5.17)
-    data = json.loads((_SESSION4 / "sdpa_calls.json").read_text())
+    data = json.loads((_PROBED / "sdpa_calls.json").read_text())
     calls = [c for w in data["workloads"].values() for c in w.get("calls", [])]
     assert len(calls) >= 20
     for c in calls:

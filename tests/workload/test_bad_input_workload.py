@@ -1,4 +1,4 @@
-"""Bad input to a workload, refused before any work with the value and the fix (issue 11).
+"""Bad input to a workload, refused before any work with the value and the fix.
 
 Each case asserts the exception type (Python) or the exit code and a traceback-free paragraph
 (CLI), and that the message names the offending value and what to give instead. All are fast:

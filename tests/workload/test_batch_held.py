@@ -84,7 +84,7 @@ def _step_inputs(trace: object) -> list[tuple[str, int]]:
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
 def test_a_micro_batch_of_a_held_batch_is_a_slice_of_it(precision: str) -> None:
     # memfit.apply's step cuts its micro-batches from the batch it is given: views, no copy
-    # (session 18's trace copied each one in: ResNet-50 reserved 3.8% over its estimate)
+    # (a trace that copied each one in put ResNet-50 3.8% over its estimate in reserved)
     w = make_workload(
         _convnet,
         batch_of=_images,

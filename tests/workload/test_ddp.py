@@ -1,4 +1,4 @@
-"""A DDP rank's step (``strategy="ddp"``, ``world_size=N``; issue 14, first part): traced on
+"""A DDP rank's step (``strategy="ddp"``, ``world_size=N``): traced on
 PyTorch's fake process group with its gradient buckets, the group torn down after; the
 strategies and settings not estimated yet refused."""
 

@@ -1,4 +1,4 @@
-"""An FSDP2 rank's step (``strategy="fsdp2"``; issue 14): PyTorch's ``fully_shard`` traced on
+"""An FSDP2 rank's step (``strategy="fsdp2"``): PyTorch's ``fully_shard`` traced on
 the meta device with a fake process group, stand-in streams and the model built on the host."""
 
 from __future__ import annotations

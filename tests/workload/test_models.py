@@ -63,7 +63,7 @@ def test_hf_config_without_model_type(tmp_path):
 def test_each_build_of_a_hugging_face_name_gets_its_own_config():
     # transformers keeps the config it is given: shared, a checkpointed build's use_cache=False
     # reached every later build, and the planner's candidates after a checkpointed one lost
-    # GPT-2's KV cache (300 MB at 8 x 1024) from their estimates (session 21)
+    # GPT-2's KV cache (300 MB at 8 x 1024) from their estimates
     from memfit.workload import make_workload
 
     workload = make_workload("gpt2", batch_size=2, seq_len=64)

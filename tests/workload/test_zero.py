@@ -106,8 +106,8 @@ def _trace(strategy: str) -> object:
 
 def test_a_zero3_trace_leaves_torchs_linear_as_it_found_it() -> None:
     # ZeRO-3 puts its memory-efficient linear in place for good: a ZeRO-2 trace made after a
-    # ZeRO-3 one in the same process ordered its backward's products otherwise (session 16's
-    # -8.9% on GPT-2-medium)
+    # ZeRO-3 one in the same process ordered its backward's products otherwise (a -8.9% error
+    # on GPT-2-medium, benchmarks/results/2026-12-02-h200-zero-frameworks)
     linear = torch.nn.functional.linear
     before = _trace("zero2")
     _trace("zero3")
