@@ -3,8 +3,9 @@ memfit on the same workloads (run once from each checkout; CPU only).
 
     PYTHONPATH=src python benchmarks/estimates_of.py OUT.json ID [ID ...]
 
-Writes ``{id: [peak allocated, peak reserved]}``; ``results/2026-12-02-cpu-offloaded-inputs-predictions/
-trace-changes.md`` sets two such files beside the GPU measurements of earlier sessions.
+Writes ``{id: [peak allocated, peak reserved]}``;
+``results/2026-12-02-cpu-offloaded-inputs-predictions/trace-changes.md`` sets two such files
+beside earlier GPU measurements.
 """
 
 from __future__ import annotations

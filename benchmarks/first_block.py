@@ -1,7 +1,8 @@
 """Where the first, never-freed allocation of a transformers model on the GPU comes from.
 
-Every transformers workload's allocator trace (``2026-11-30-h200-estimate-accuracy/traces/``) starts with a block
-of 4 bytes that is never freed, before the model's first weight; no torchvision model's does.
+Every transformers workload's allocator trace (``2026-11-30-h200-estimate-accuracy/traces/``)
+starts with a block of 4 bytes that is never freed, before the model's first weight; no
+torchvision model's does.
 It is BERT-large fp16 inference's whole -0.28% reserved error (replaying the real trace without
 it gives memfit's figure to the byte), and 512 bytes of every transformers estimate's allocated.
 memfit's CPU build of the same model makes no such tensor, so it is CUDA-side. This records the

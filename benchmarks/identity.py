@@ -6,8 +6,8 @@ that a refactor can be shown to change nothing: run it before and after, then co
 
 For every validation workload (``workloads.WORKLOADS + HELD_OUT``), the estimate for an H200
 (``Estimate.to_dict()`` without its timing, plus a SHA-256 of its allocated and reserved
-timelines); for every GPU trace under ``results/2026-11-30-h200-estimate-accuracy/traces``, ``memfit snapshot
-FILE --json`` and the text report as the command prints them (80 columns).
+timelines); for every GPU trace under ``results/2026-11-30-h200-estimate-accuracy/traces``,
+``memfit snapshot FILE --json`` and the text report as the command prints them (80 columns).
 """
 
 from __future__ import annotations

@@ -23,7 +23,11 @@ run_with_report = partial(memfit.oom.run_with_report, render=oom_markdown)
 MiB = 1 << 20
 GiB = 1 << 30
 TRACES = (
-    Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "2026-11-30-h200-estimate-accuracy" / "traces"
+    Path(__file__).resolve().parents[2]
+    / "benchmarks"
+    / "results"
+    / "2026-11-30-h200-estimate-accuracy"
+    / "traces"
 )
 
 FRAMES = [

@@ -17,7 +17,11 @@ from memfit._events import MemoryEvent
 from memfit.snapshot._record import synthetic_snapshot
 
 TRACES = (
-    Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "2026-11-30-h200-estimate-accuracy" / "traces"
+    Path(__file__).resolve().parents[2]
+    / "benchmarks"
+    / "results"
+    / "2026-11-30-h200-estimate-accuracy"
+    / "traces"
 )
 ALL_TRACES = sorted(TRACES.glob("*.pickle.gz"))
 MiB = 1 << 20

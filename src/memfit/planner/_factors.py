@@ -2,8 +2,9 @@
 
 The *working set* is the memory a step holds beyond the parameters, gradients and optimizer
 state: activations, saved tensors and temporaries. The factors below were measured on an H200
-with torch 2.11 (``benchmarks/results/2026-11-30-h200-estimate-accuracy``); advice made when a step has already
-failed (the OOM report, the micro-batch guard) applies them to the working set at the failure.
+with torch 2.11 (``benchmarks/results/2026-11-30-h200-estimate-accuracy``); advice made when a
+step has already failed (the OOM report, the micro-batch guard) applies them to the working set
+at the failure.
 ``memfit estimate`` predicts each change exactly, before a run.
 """
 

@@ -56,8 +56,8 @@ def check_chosen(ev: Evaluator, chosen: Evaluated) -> tuple[Evaluated, str | Non
 def margin_note(ev: Evaluator, chosen: Evaluated, tie: float) -> str | None:
     """Where a candidate faster than ``chosen`` by more than ``tie`` fits the budget but not the
     margin kept free, a note naming the fastest such and the margin that would choose it (the
-    trial that measures plans under the bare budget finds those: ResNet-50 at 4 GiB, session
-    20, 64 x 2 without checkpointing ran 8% faster than the plan, in 4.26 of 4.29 GB)."""
+    trial that measures plans under the bare budget finds those: ResNet-50 at 4 GiB on an H200,
+    2026-12-03, 64 x 2 without checkpointing ran 8% faster than the plan, in 4.26 of 4.29 GB)."""
     total = ev.gpu.total
     faster = [
         e

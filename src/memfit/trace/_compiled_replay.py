@@ -355,8 +355,9 @@ def first_run_reserving_most(
     """Of a compiled model's first runs (with a warm inductor cache, and with cold ones), the
     one whose steps reserve the most, and whether it is a cold one. Which is higher depends on
     where the first call's tuning transients leave segments, not on their sizes: measured on
-    the H200 (torch 2.11, benchmarks/results/2026-12-01-h200-compiled-accumulation-step-times/heldout-compiled), a cold
-    cache reserved 0.43% more than a warm one for a compiled GPT-2, 3.9% less for a ResNet-50
+    the H200 (torch 2.11,
+    benchmarks/results/2026-12-01-h200-compiled-accumulation-step-times/heldout-compiled), a
+    cold cache reserved 0.43% more than a warm one for a compiled GPT-2, 3.9% less for a ResNet-50
     and 0.2% less for a ViT-S/16. A job meets them (its first run, then the next ones): the
     estimate must hold for each."""
     best, colder = warm, False

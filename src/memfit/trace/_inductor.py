@@ -8,8 +8,8 @@ as the target GPU's (:func:`answering_as`) and stops at the wrapper's source (no
 compiled, loaded or benchmarked). What the GPU decides by timing kernels is answered as the
 H200's timing chose (:func:`pads_faster`): pad_mm pads a misaligned matmul that runs on tensor
 cores (bf16, fp16, fp32 under TF32) and leaves a plain fp32 one as it is
-(benchmarks/results/2026-12-01-h200-user-steps-compiled: with that, the wrappers of compiled GPT-2 and
-BERT-base steps are the GPU's own to the byte under the same torch version).
+(benchmarks/results/2026-12-01-h200-user-steps-compiled: with that, the wrappers of compiled
+GPT-2 and BERT-base steps are the GPU's own to the byte under the same torch version).
 """
 
 from __future__ import annotations
@@ -173,8 +173,8 @@ def pads_faster(dtype: torch.dtype) -> bool:
     50,264), GPT-2 medium's and a Llama-style model's. Plain fp32 runs on the CUDA cores, where
     alignment gains little: the H200 left BERT-base's fp32 vocabulary (30,522; its three
     matmuls timed, none padded) and GPT-2's (50,257, b2 x 128) unpadded
-    (benchmarks/results/2026-12-01-h200-user-steps-compiled). fp32 under TF32 is not measured: padded, the
-    side that costs memory."""
+    (benchmarks/results/2026-12-01-h200-user-steps-compiled). fp32 under TF32 is not measured:
+    padded, the side that costs memory."""
     if dtype in (torch.bfloat16, torch.float16):
         return True
     return dtype == torch.float32 and bool(torch.backends.cuda.matmul.allow_tf32)
