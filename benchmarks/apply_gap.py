@@ -1,5 +1,5 @@
 """Why a plan applied with ``memfit.apply`` ran slower than memfit's own loop on the same
-configuration (session 11: GPT-2-large 84.8 ms against 63.4 ms): the same step timed four ways
+configuration (H200, 2026-12-02: GPT-2-large 84.8 ms against 63.4 ms): the same step timed four ways
 in one process, synchronized around each step, the median of steps 3 on.
 
     PYTHONPATH=src python benchmarks/apply_gap.py [--out FILE.json]

@@ -1,5 +1,5 @@
 """The allocator's trace of a step run through ``memfit.apply`` with the caller's batch on the
-GPU, for ``align.py`` (session 18: such a step peaked above memfit's own loop).
+GPU, for ``align.py`` (such a step once peaked above memfit's own loop).
 
     PYTHONPATH=src python benchmarks/apply_trace.py OUT.pickle.gz [--steps 3]
 

@@ -6,7 +6,7 @@ steps (:func:`memfit.estimator.measure`, the run ``memfit validate`` makes). Eac
 its own process, timed from its call to its answer (CUDA start-up included for both finders;
 torch and transformers are imported before the clock starts, whatever else a method imports
 is timed). accelerate needs a starting batch size: it runs from three, the power of two above
-the true largest batch and the next two (the issue's "14 trials, 53 s" for BERT-base is a start
+the true largest batch and the next two (accelerate's "14 trials, 53 s" for BERT-base is a start
 of 1024), as accelerate's time grows with how far its guess is above the answer and memfit's
 does not. ``gpu_seconds`` is the time a method holds the GPU: memfit's trials (its estimates
 run on the CPU and need no GPU), all of accelerate's time. The ground truth bisects around

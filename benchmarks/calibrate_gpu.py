@@ -1,4 +1,4 @@
-"""Measure the rates a step-time model needs, once per GPU type (issue 13's calibration).
+"""Measure the rates a step-time model needs, once per GPU type (the planner's calibration).
 
     PYTHONPATH=src python benchmarks/calibrate_gpu.py --out FILE.json [--only conv ...]
     PYTHONPATH=src python benchmarks/calibrate_gpu.py --out FILE.json --device cpu --quick
@@ -120,7 +120,7 @@ TINY: dict[str, dict[str, Any]] = {
     "bert-tiny": {"batch_size": 2, "seq_len": 32},
     "resnet18-tiny": {"batch_size": 2},
 }
-# the same tiny models deeper (``--only tiny-deep``, session 18): with two depths each, a
+# the same tiny models deeper (``--only tiny-deep``): with two depths each, a
 # phase's host seconds split into a cost per op and what the phase costs whatever its ops
 # (a transformers model's Python around its layers, the backward's start), which the two-layer
 # models alone fold into the cost per op

@@ -1,4 +1,4 @@
-"""Add to a calibration memfit ships (issue 13): curves measured by ``memfit calibrate``, or
+"""Add to a calibration memfit ships: curves measured by ``memfit calibrate``, or
 the memory-bound families' factors refitted from profiled steps.
 
     PYTHONPATH=src python benchmarks/calibration_add.py SHIPPED.json --curves MEASURED.json \

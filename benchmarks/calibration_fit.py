@@ -1,4 +1,4 @@
-"""Turn ``calibrate_gpu.py``'s measurements into the calibration memfit ships (issue 13).
+"""Turn ``calibrate_gpu.py``'s measurements into the calibration memfit ships.
 
     PYTHONPATH=src python benchmarks/calibration_fit.py CALIBRATION.json --key h200 \
         --out src/memfit/planner/data/h200.json
@@ -29,7 +29,7 @@ each parameter tensor is a ``step()`` call of its own, and bitsandbytes' 8-bit s
 Python: ``optimizer_host.py`` measures the host's time of each apart from the GPU's
 (``--optimizer-host FILE``), and :func:`fit_optimizer_host` fits its cost per tensor.
 
-Since session 21 the host's cost of an op in every phase but the optimizer's comes from real
+Since 2026-12-03 the host's cost of an op in every phase but the optimizer's comes from real
 models (``--host-costs``: ``host_costs.py``'s counted file, six models at a batch of one, where
 the GPU waits on the host), pooled (:func:`fit_host`), without fixed parts
 (``--no-fixed-parts``: on real models they fitted 5-30 ms a phase and predicted the step times
@@ -98,7 +98,7 @@ def op_counts(model: str, settings_json: str) -> tuple[dict[str, int], dict[str,
 
 PER_CONV_STYLES = ("eager", "fp32")
 # a phase with fewer convolution calls than this does not fit their extra: ViT-B/16's one (its
-# patch embedding) would be charged its whole phase's noise (314 us a call, session 21)
+# patch embedding) would be charged its whole phase's noise (314 us a call, 2026-12-03)
 MIN_CONV_CALLS = 10
 
 
@@ -117,7 +117,7 @@ def fit_host(
     call, fitted on two or three rows, and over-predicted ResNet-50's checkpointed steps by up to
     43%; those styles pay eager's extra per convolution.
 
-    ``pooled`` (real models' rows, ``host_costs.py``, session 21): the base per op is the rows'
+    ``pooled`` (real models' rows, ``host_costs.py``): the base per op is the rows'
     seconds over their ops, pooled (a model of many ops, as the language models that planning
     is for, weighs more), over the rows without convolutions; the extra per convolution is fitted
     in every style, on the real convolutional network's own checkpointed steps. A phase with
@@ -426,7 +426,7 @@ def main() -> int:
         "--host-costs",
         type=Path,
         help="host_costs.py's counted file: the host's cost of an op in each phase but the "
-        "optimizer's fitted on real models at a batch of one (session 21) in place of the "
+        "optimizer's fitted on real models at a batch of one in place of the "
         "tiny workloads, which keep the optimizer's",
     )
     parser.add_argument(

@@ -1,5 +1,5 @@
 """Lower a torch.compile'd GPT-2 training step for CUDA on a machine without a GPU, and compare
-inductor's buffer planning with the code the GPU host generated (issue 12, compiled steps).
+inductor's buffer planning with the code the GPU host generated (compiled steps).
 
 The path a compiled estimate will take (docs/estimate.md, "Compiled models"): dynamo and
 AOTAutograd capture the step on fake CPU tensors (fake meta tensors lose the loss's backward;

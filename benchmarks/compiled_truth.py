@@ -1,6 +1,6 @@
 """What a torch.compile'd training step takes on the GPU, beside the same step in eager mode.
 
-Ground truth for the compiled trace (issue 12): each variant runs in a fresh process, GPT-2
+Ground truth for the compiled trace: each variant runs in a fresh process, GPT-2
 (124M) with AdamW, two steps (the first compiles), peaks from torch.cuda, the allocator's
 trace of the second step (``--traces``) and inductor's generated code (``output_code``, the
 wrapper whose buffer planning the compiled trace replays) kept beside the results.

@@ -36,13 +36,13 @@ CNNS = {
     "mobilenet_v3_large": "tv:mobilenet_v3_large",
     "vgg16": "tv:vgg16",
     "regnety_016": "timm:regnety_016",
-    "efficientnet_v2_s": "tv:efficientnet_v2_s",  # fused MBConv 3x3s, SE 1x1s (issue 12)
-    # ViT patch embeddings (issue 12): ViT-B/16, CLIP ViT-B/32's (same shape; torchvision's has
+    "efficientnet_v2_s": "tv:efficientnet_v2_s",  # fused MBConv 3x3s, SE 1x1s
+    # ViT patch embeddings: ViT-B/16, CLIP ViT-B/32's (same shape; torchvision's has
     # a bias, CLIP's not: the key and the workspaces do not depend on it), timm's ViT-S/16
     "vit_b_16": "tv:vit_b_16",
     "vit_b_32": "tv:vit_b_32",
     "vit_small": "timm:vit_small_patch16_224",
-    # RegNet-Y-8GF (issue 12, session 7): grouped 3x3s (group width 56), SE 1x1s, 33 shapes
+    # RegNet-Y-8GF: grouped 3x3s (group width 56), SE 1x1s, 33 shapes
     # no other model here has
     "regnet_y_8gf": "tv:regnet_y_8gf",
 }

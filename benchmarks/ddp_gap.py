@@ -1,6 +1,7 @@
-"""The DDP step whose GPU peak was a gradients' size above its estimate (session 14), run as
+"""The DDP step whose GPU peak was a gradients' size above its estimate (2026-12-02), run as
 the GPU test runs it: estimated on the meta device first, then measured in the same process,
-with the allocator trace. Its fresh-process measurement is exact (session 15).
+with the allocator trace. Its fresh-process measurement is exact
+(results/2026-12-02-h200-fsdp2-ranks/).
 
     PYTHONPATH=src python benchmarks/ddp_gap.py OUT_DIR
 """

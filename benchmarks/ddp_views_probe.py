@@ -1,5 +1,5 @@
 """Why DDP with ``gradient_as_bucket_view=True`` peaks a gradients' size above memfit's estimate
-on a GPU (sessions 14-15: GPT-2 fp32 4 x 512 on one NCCL rank, 6.126 GB against 5.628). Each
+on a GPU (H200, 2026-12-02: GPT-2 fp32 4 x 512 on one NCCL rank, 6.126 GB against 5.628). Each
 variant runs three steps in a fresh process and prints each step's peak allocated, so that
 what removes the gap names its cause:
 

@@ -3,7 +3,7 @@
     PYTHONPATH=src python benchmarks/estimate_speed.py [--out DIR]
 
 Targets: Llama-2-7B training step, bf16, AdamW, batch 1 x 4096, in <= 10 s wall and <= 2 GB
-peak RSS on a 2-core CPU (issue 2), then <= 3 s (issue 12). Each case runs in a fresh process so
+peak RSS on a 2-core CPU, then <= 3 s. Each case runs in a fresh process so
 RSS is its own. Reported per case: the process's wall time to the first estimate (what
 ``memfit estimate`` costs at the command line), the imports it starts with (torch and
 transformers), the first estimate call (which also imports the model's library code:

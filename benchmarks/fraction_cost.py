@@ -7,7 +7,7 @@ A plan chosen because it runs in a budget by the allocator freeing its cache (``
 frees it once on a GPU of the budget's size, but in every step under
 ``torch.cuda.set_per_process_memory_fraction`` (a fraction refuses a whole request where a full
 GPU maps what is left). Its note said what one free took (18-19 ms, from an allocator history);
-sessions 20-23 measured the step under the cap 4 to 104 ms slower than the same configuration
+runs on 2026-12-03 measured the step under the cap 4 to 104 ms slower than the same configuration
 uncapped, each in another process and another allocator setting. Here both run in one process
 under the plan's ``PYTORCH_CUDA_ALLOC_CONF``, in turns (uncapped, capped, ...), each a fresh
 model: the step times, the cache frees per step and the peaks.

@@ -1,4 +1,4 @@
-"""What memfit.configure / memfit run change on a real GPU, measured per framework (issue 16).
+"""What memfit.configure / memfit run change on a real GPU, measured per framework.
 
 Each case runs in a fresh Python (the settings are read when a framework starts), holds an
 array of 1 GiB, and reports the framework's own numbers (``memfit.stats()``) and what NVML says

@@ -1,4 +1,4 @@
-"""How long an estimate of one FSDP2 rank takes on this machine's CPU (issue 14's target: a
+"""How long an estimate of one FSDP2 rank takes on this machine's CPU (the target: a
 64-rank Llama-2-70B step within 60 s on 2 cores).
 
     PYTHONPATH=src python benchmarks/fsdp2_speed.py OUT.json

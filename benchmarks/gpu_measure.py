@@ -41,7 +41,7 @@ def run_one(entry: dict, out: Path, traces: bool) -> dict:
     workload = make_workload(recipe, **estimate_kwargs(entry))
     zero = str(entry.get("strategy", "")).startswith("zero")  # DeepSpeed wants a group, even of 1
     if entry.get("world_size", 1) > 1 or zero:  # rank 0 of the job, its collectives answered by
-        # a fake group (HELD_OUT_14_FSDP2, _ZERO): what rank 0 allocates, without NCCL or other GPUs
+        # a fake group (HELD_OUT_FSDP2, _ZERO): what rank 0 allocates, without NCCL or other GPUs
         import torch.distributed as dist
         from torch.testing._internal.distributed.fake_pg import FakeStore
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A session's GPU runs in few device calls (device time is scarce; one call may run 10 minutes):
+# GPU runs in few device calls (device time is scarce; one call may run 10 minutes):
 # run from the repository root on the GPU machine with $OUT set, one part per call:
 #
 #   bash benchmarks/gpu_session.sh tests [nvml|profile]  # GPU tests, guard benchmark, SDPA probe (~4 min)
@@ -36,11 +36,11 @@ tests)
         --ignore tests/gpu/test_batch_size_gpu.py
     wait
     # the finder's tests fill the GPU to its budget: alone, or a test beside them runs out of
-    # memory for want of what they hold (seen in session 5: 132 GiB held by a finder trial)
+    # memory for want of what they hold (seen on 2026-12-01: 132 GiB held by a finder trial)
     step gpu-tests-finder 120 python -m pytest -q tests/gpu/test_batch_size_gpu.py -p no:cacheprovider -rA
     # which attention kernel SDPA picks, and what it allocates
     step sdpa-probe 120 python benchmarks/sdpa_probe.py --out "$OUT/sdpa_probe.json"
-    # where find_batch_size's time goes (only when asked: session 3 measured it)
+    # where find_batch_size's time goes (only when asked: measured on 2026-11-30)
     [ "${2:-}" = profile ] && step bs-profile 200 python benchmarks/batch_size_profile.py --out "$OUT/batch_size_profile.json"
     ;;
 finders)
@@ -54,7 +54,7 @@ attention)
     step sdpa-calls 420 python benchmarks/sdpa_calls.py --out "$OUT/sdpa_calls.json"
     ;;
 monitor)
-    # the finder's GPU tests again (they changed after the tests part ran this session)
+    # the finder's GPU tests again (for changes made after the tests part ran)
     step gpu-tests-finder 70 python -m pytest -q tests/gpu/test_batch_size_gpu.py -p no:cacheprovider -rA
     step monitor-bench 200 python benchmarks/monitor_overhead.py --out "$OUT/monitor_overhead.json"
     # the probe writes its file at the end: convolutions and LSTMs in two runs, so that a time

@@ -1,7 +1,7 @@
 """Which part of a step fails under ``torch.cuda.memory._record_memory_history()`` (its default
 stacks, Python and C++): GPT-2 bf16-mixed 8 x 1024 with every block checkpointed and the blocks'
 inputs offloaded, through ``memfit.apply``, failed in its backward with ``SystemError: ...
-returned NULL without setting an exception`` twice (session 17); without recording, or with
+returned NULL without setting an exception`` twice (H200, 2026-12-02); without recording, or with
 ``context=None`` (``memfit validate``'s recording), it ran. Each variant in a fresh process:
 
 * ``as-failed``: as it failed;

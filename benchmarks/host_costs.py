@@ -1,5 +1,5 @@
 """The host's seconds per phase of real models' steps at inputs too small to keep the GPU busy
-(issue 13, session 21: the step-time model's cost of an op on the host).
+(the step-time model's cost of an op on the host).
 
     PYTHONPATH=src python benchmarks/host_costs.py measure --out FILE.json [--only MODEL ...]
     PYTHONPATH=src python benchmarks/host_costs.py count FILE.json --out COUNTS.json

@@ -1,9 +1,9 @@
-"""How fast this machine's CPU issues PyTorch ops (issue 13's step-time benchmarks).
+"""How fast this machine's CPU issues PyTorch ops (for the step-time benchmarks).
 
 A step of many small ops waits on the host, and hosts differ: the same BERT step on the same
 GPU model took 62 ms in one call to the GPU host and 93 ms in another. ``op_profile.py`` and
 ``calibrate_gpu.py`` record :func:`probe_seconds` beside their timings, to tell whether a
-probe this cheap predicts the host's speed. In session 12 it did not: it varied 2x between
+probe this cheap predicts the host's speed. On 2026-12-02 it did not: it varied 2x between
 processes of the same call, and not with their steps' times.
 """
 

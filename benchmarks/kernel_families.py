@@ -1,5 +1,4 @@
-"""Concatenations and elementwise ops by the kernel CUDA ran them with, against the bandwidth
-(issue 13).
+"""Concatenations and elementwise ops by the kernel CUDA ran them with, against the bandwidth.
 
     PYTHONPATH=src python benchmarks/kernel_families.py PROFILE.json [...] > FAMILIES.jsonl
 

@@ -1,4 +1,4 @@
-"""Mixture-of-experts workloads used while building MoE routing (issue 12): NOT held out.
+"""Mixture-of-experts workloads used while building MoE routing: NOT held out.
 
 Mixtral-style (8 experts, top-2) and Qwen2-MoE-style (60 experts, top-4) training steps, b4 s1024
 bf16-mixed, with transformers' default experts code (grouped_mm) and the eager one under each
@@ -8,7 +8,7 @@ measurement is of the routing the estimate assumes. Run from the repository root
     PYTHONPATH=src python benchmarks/moe_dev.py estimate mix-grouped
     PYTHONPATH=src python benchmarks/moe_dev.py measure mix-grouped [TRACE.pickle.gz]   # on a GPU
 
-Results of session 6 (H200, torch 2.11, transformers 5.17):
+Results (H200, torch 2.11, transformers 5.17, 2026-12-01):
 results/2026-12-01-h200-heldout-families/moe-dev/.
 """
 

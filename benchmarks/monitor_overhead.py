@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python benchmarks/monitor_overhead.py --out $OUT/monitor-overhead.json
 
-Targets (issue 5): sampling 8 GPUs at 10 Hz costs < 2% of one CPU core; ``memfit watch`` starts
+Targets: sampling 8 GPUs at 10 Hz costs < 2% of one CPU core; ``memfit watch`` starts
 in < 1 s; ``memfit.publish()`` adds < 1% to a training step.
 
 (a) Sampling: ``Monitor.sample()`` on the real driver, CPU time (``time.process_time``) per

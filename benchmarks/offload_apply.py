@@ -6,7 +6,8 @@
     --loop: memfit's own loop, as the GPU tests measure, in place of memfit.apply)
 
 ``CASES`` are candidates as the planner writes them (not chosen by a plan: on the H200 no plan
-tried chose offload, see this session's README); the first form writes each one's estimate
+tried chose offload, see results/2026-12-02-h200-activation-offload/README.md); the first form
+writes each one's estimate
 and predicted step time, the second builds the model and AdamW as a user would, applies the
 candidate with ``memfit.apply`` under a cap of the estimate's needs plus 5%, and runs its step
 on full batches: the peaks and the median step after the first two. One process per case.
@@ -68,7 +69,7 @@ def _full(micro: int, precision: str, **more: Any) -> dict[str, Any]:
     }
 
 
-# session 17: the inputs of checkpointed blocks offloaded (``offload_checkpoints``), each beside
+# the inputs of checkpointed blocks offloaded (``offload_checkpoints``), each beside
 # its twin that keeps them (the memory they free, the time the copies cost)
 CASES.update(
     {

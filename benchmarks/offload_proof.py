@@ -1,15 +1,16 @@
 """Activation offload on the GPU: step times and peaks of memfit's offload beside no offload,
-full checkpointing and PyTorch's ``save_on_cpu`` (issue 13).
+full checkpointing and PyTorch's ``save_on_cpu``.
 
     PYTHONPATH=src python benchmarks/offload_proof.py --out FILE.json [--only MODEL ...] [--steps 8]
 
 For each model of ``CASES`` (and ``CASES_2``), one process runs each configuration of its list
 with memfit's step loop (``step_times.measure``: the median step after the first two, the
-peaks), given one batch already on the GPU (session 14's first call made each step's batch on
-the host instead), the cache emptied between them. ``save_on_cpu`` wraps the whole step in
+peaks), given one batch already on the GPU (the first runs, on 2026-12-02, made each step's
+batch on the host instead), the cache emptied between them. ``save_on_cpu`` wraps the whole step in
 ``torch.autograd.graph.save_on_cpu(pin_memory=...)``: every tensor any op saves goes to the host
 and comes back when the backward needs it, synchronously. The predicted step times of memfit's
-configurations are ``op_predict.py``'s (on the CPU), compared in this session's README.
+configurations are ``op_predict.py``'s (on the CPU), compared in
+results/2026-12-02-h200-activation-offload/README.md.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ CASES: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("offload 0.5", {"batch_size": 64, "precision": "bf16-mixed", "offload": 0.5})
     ],
 }
-# held out for the step-time model (session 14, call 2): predicted before they ran
+# held out for the step-time model: predicted before they ran
 CASES_2: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "bert-large-uncased": [("offload 0.5", {"batch_size": 16, "seq_len": 512, "offload": 0.5})],
     "gpt2-medium": [

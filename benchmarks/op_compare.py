@@ -1,4 +1,4 @@
-"""The step-time model's GPU seconds against the profiler's, by phase and kind of op (issue 13).
+"""The step-time model's GPU seconds against the profiler's, by phase and kind of op.
 
     PYTHONPATH=src python benchmarks/op_compare.py PROFILE_DIR [--only MODEL ...] [--json F]
 
@@ -47,7 +47,7 @@ def measured_parts(op: dict[str, Any]) -> list[tuple[str, float]]:
     if kind not in ("mem:cat", "mem:") or not op.get("kernels"):
         return [(kind, op["gpu_seconds"])]
     calls = sum(op["kernels"].values())
-    timed = op.get("kernel_seconds")  # profiles since session 25; before, by calls
+    timed = op.get("kernel_seconds")  # profiles from 2026-12-03 on; before, by calls
     out: dict[str, float] = defaultdict(float)
     for kernel, n in op["kernels"].items():
         seconds = timed[kernel] if timed else op["gpu_seconds"] * n / calls

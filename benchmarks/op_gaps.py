@@ -1,4 +1,4 @@
-"""Every profiled op against the step-time model, by op name (issue 13): where the model's
+"""Every profiled op against the step-time model, by op name: where the model's
 GPU time and the profiler's differ, and by how much.
 
     PYTHONPATH=src python benchmarks/op_gaps.py PROFILE.json [...] --out GAPS.jsonl
@@ -9,7 +9,8 @@ The first form traces each configuration ``op_profile.py`` profiled, as the plan
 predicted with the shipped calibration (one line of JSON per configuration). The second sums
 them over configurations, with op names grouped where the profiler and the trace name the
 same kernels differently (``_to_copy`` runs as ``copy_``, SDPA as its backend's op, a
-convolution as ``cudnn_convolution``), largest gaps first. Session 25 found this way that
+convolution as ``cudnn_convolution``), largest gaps first. It found
+(results/2026-12-03-cpu-step-time-kernels/) that
 ``_unsafe_view`` was timed at its bytes though it runs no kernel.
 """
 

@@ -1,5 +1,4 @@
-"""The step-time model's predictions of ``op_profile.py``'s configurations, and their errors
-(issue 13).
+"""The step-time model's predictions of ``op_profile.py``'s configurations, and their errors.
 
     PYTHONPATH=src python benchmarks/op_predict.py --held-out --out PREDICTIONS.json
     PYTHONPATH=src python benchmarks/op_predict.py --against DIR [DIR ...] [--predictions F]

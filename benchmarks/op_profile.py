@@ -1,5 +1,5 @@
 """Where a training step's time goes on the GPU, op by op: the ground truth the planner's
-step-time model is fitted and checked against (issue 13).
+step-time model is fitted and checked against.
 
     PYTHONPATH=src python benchmarks/op_profile.py --plans PLANS.json --out DIR [--extra]
         [--held-out] [--no-profile] [--steps 10]
@@ -92,7 +92,7 @@ HELD_OUT_2: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-# compiled steps under torch.compile's activation memory budget (session 13): what recomputing
+# compiled steps under torch.compile's activation memory budget: what recomputing
 # costs a compiled step, kernel by kernel (inductor's triton kernels and the extern ones)
 COMPILED_BUDGET: list[tuple[str, dict[str, Any]]] = [
     *(

@@ -1,5 +1,5 @@
-"""What an optimizer variant costs the host per parameter tensor, measured apart from the GPU
-(issue 13): the host's seconds of ``loss.backward()`` and ``optimizer.step()`` (the GPU
+"""What an optimizer variant costs the host per parameter tensor, measured apart from the GPU:
+the host's seconds of ``loss.backward()`` and ``optimizer.step()`` (the GPU
 synchronized before, not after, so its work is not waited for) with AdamW stepped in backward
 (``adamw-in-backward``) and with bitsandbytes' 8-bit states (``adamw-8bit``, when installed),
 less the same with the fused AdamW, over the parameter tensors; and the whole, synchronized.

@@ -1,4 +1,4 @@
-"""The optimizer variants the planner chooses, proved on the GPU (issue 13): workloads whose plan
+"""The optimizer variants the planner chooses, proved on the GPU: workloads whose plan
 steps the optimizer in backward or keeps its states in 8 bits, run under the budget's cap beside
 their twin, the same configuration with the fused AdamW.
 

@@ -1,4 +1,4 @@
-"""The table of issue 13's proof, from ``plan_proof.py``'s plans and measurements and
+"""The table of the planner's proof, from ``plan_proof.py``'s plans and measurements and
 ``plan_trials.py``'s exhaustive trial (see ``plan_proof.py``)."""
 
 from __future__ import annotations

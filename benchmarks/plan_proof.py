@@ -1,4 +1,4 @@
-"""Issue 13's proof: the plan memfit chooses on the CPU, run on the GPU under its budget, against
+"""The planner's proof: the plan memfit chooses on the CPU, run on the GPU under its budget, against
 the best configuration an exhaustive GPU trial finds (``plan_trials.py``).
 
     # on the CPU: plan every workload at every budget, keep the plans (committed first)
@@ -47,7 +47,7 @@ CASES: dict[str, dict[str, Any]] = {
     "tv:resnet50": {"global_batch": 128, "budgets": ["6GiB", "4GiB", "2560MiB"]},
     "qwen2.5-0.5b": {"global_batch": 8, "seq_len": 512, "budgets": ["24GiB", "16GiB", "12GiB"]},
 }
-# a model compiled as a whole (session 13): planned over torch.compile's activation memory
+# a model compiled as a whole: planned over torch.compile's activation memory
 # budget; ``options`` are the plan's further keywords (the user's precision, the variants)
 COMPILED_CASES: dict[str, dict[str, Any]] = {
     "benchmarks/models/compiled_gpt2.py:make_model": {
@@ -127,7 +127,7 @@ def measure_one(row: dict[str, Any], steps: int) -> dict[str, Any]:
         if history:
             _dump_history(history)
     if part in ("both", "applied") and not row.get("loop_only"):  # a contender: the loop only
-        # what a loop's run left behind goes first (session 19: ResNet-50's checkpointed
+        # what a loop's run left behind goes first (on 2026-12-03 ResNet-50's checkpointed
         # blocks' parameters, 94 MB, were still allocated when the applied steps began);
         # whatever a collection does not free is recorded
         gc.collect()
@@ -337,7 +337,7 @@ def measure_all(
             str(steps),
         ]
         # memfit's loop and the applied step each in a fresh process, as a user's job runs:
-        # in one process (sessions 18-19) the applied step's reserved peak depended on what the
+        # in one process (2026-12-03) the applied step's reserved peak depended on what the
         # loop left allocated (65 MiB of handles' workspaces in the expandable segment of
         # ResNet-50's and ViT-B/16's plans: 80 MiB more mapped)
         got: dict[str, Any] = {}

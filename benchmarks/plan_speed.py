@@ -1,4 +1,4 @@
-"""How long memfit.plan takes on this CPU (issue 13's target: a Llama-2-7B step over at least 50
+"""How long memfit.plan takes on this CPU (the target: a Llama-2-7B step over at least 50
 candidates in at most 60 s on 2 cores).
 
     PYTHONPATH=src python benchmarks/plan_speed.py [--out FILE.json] [--workers N]

@@ -1,4 +1,4 @@
-"""The chosen plans' predicted step times against their configurations measured (issue 13).
+"""The chosen plans' predicted step times against their configurations measured.
 
     python benchmarks/plan_step_errors.py PLANS.json CHECK.json [...]
 

@@ -1,4 +1,4 @@
-"""Exhaustive GPU trial of the planner's search space (issue 13's proof): every configuration of
+"""Exhaustive GPU trial of the planner's search space (the planner's proof): every configuration of
 each workload, run for real, its step time and peaks.
 
     PYTHONPATH=src python benchmarks/plan_trials.py --out DIR [--only MODEL ...] [--steps 5]

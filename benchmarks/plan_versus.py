@@ -1,7 +1,7 @@
-"""Issue 13's throughput comparison, in one run: under each budget's cap, the plan's
+"""The planner's throughput comparison, in one run: under each budget's cap, the plan's
 configuration beside the configurations the exhaustive trial found faster, and the fastest with
 full checkpointing. A configuration that does not hold its batch is given one already on the
-GPU: session 19's calls made each such contender's batch on the host and copied it each step,
+GPU: earlier runs (2026-12-03) made each such contender's batch on the host and copied it each step,
 10-30 ms of ViT-B/16's and ResNet-50's steps that the plans' held batches did not pay. A held
 batch still makes its micro-batches on the host (the plan is charged that, not the others).
 

@@ -1,5 +1,5 @@
-"""The plans' predicted step times under a calibration of this session's GPU host against their
-measured times (session 18: is the host's cost per op what keeps host-bound steps off?).
+"""The plans' predicted step times under a calibration of the GPU host they ran on against their
+measured times (is the host's cost per op what keeps host-bound steps off?).
 
     PYTHONPATH=src python benchmarks/refit_check.py PLANS.json MEASURED.json [--calibration F]
 

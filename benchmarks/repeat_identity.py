@@ -90,13 +90,13 @@ def check(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
-    from workloads import ALL, COMPILED_DEV, HELD_OUT_12_COMPILED, HELD_OUT_12_COMPILED_2
+    from workloads import ALL, COMPILED_DEV, HELD_OUT_COMPILED, HELD_OUT_COMPILED_FAMILIES
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    compiled = {e["id"] for e in HELD_OUT_12_COMPILED + HELD_OUT_12_COMPILED_2 + COMPILED_DEV}
+    compiled = {e["id"] for e in HELD_OUT_COMPILED + HELD_OUT_COMPILED_FAMILIES + COMPILED_DEV}
     rows = []
     for entry in ALL:
         if entry["id"] in compiled or (args.only and entry["id"] not in args.only):

@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python benchmarks/snapshot_speed.py [--entries N] [--file PATH] [--out DIR]
 
-Target (issue 3): a ~1 GB snapshot pickle (millions of trace entries) in <= 60 s wall and
+Target: a ~1 GB snapshot pickle (millions of trace entries) in <= 60 s wall and
 <= 4 GB peak RSS on a 2-core CPU.
 
 The snapshot is synthetic but shaped like a real one: a GPT-style training loop (24 layers,

@@ -1,4 +1,4 @@
-"""The planner's step-time model against step times measured on the GPU (issue 13).
+"""The planner's step-time model against step times measured on the GPU.
 
     PYTHONPATH=src python benchmarks/step_time_check.py MEASURED ... [--out FILE.json]
         [--only MODEL ...] [--calibration NAME=FILE ...]
@@ -10,8 +10,8 @@ shipped calibration. Printed per row: measured, predicted, error; then per model
 absolute error, the share within 15%, and how many pairs of its configurations the prediction
 orders as the GPU does (pairs closer than 5% on the GPU are not counted: that is the noise);
 then the same over every model, for the shipped calibration and each ``--calibration NAME=FILE``
-(``calibration_fit.py``'s output, predicted beside it from the same trace: session 21 compared
-its refit so, on ``host_costs.py validate``'s rows).
+(``calibration_fit.py``'s output, predicted beside it from the same trace: the host-cost refit
+was compared so, on ``host_costs.py validate``'s rows).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A first step-time model, fitted to the GPU's measured step times: does what a trace counts
-(``trace_workload(..., costs=True)``) rank training configurations as the GPU does? (issue 13)
+(``trace_workload(..., costs=True)``) rank training configurations as the GPU does?
 
     PYTHONPATH=src python benchmarks/step_time_fit.py MEASURED.json [--out FILE.json]
 

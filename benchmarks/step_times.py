@@ -1,5 +1,5 @@
 """Steady-state step times and peaks of training configurations on the GPU: the ground truth a
-planner's step-time model is calibrated and checked against (issue 13).
+planner's step-time model is calibrated and checked against.
 
     PYTHONPATH=src python benchmarks/step_times.py --out FILE.json [--only MODEL ...] [--steps 8]
 
@@ -106,7 +106,7 @@ def measure(
         net = prepare_model(workload, "cuda")
         optimizer = optimizer_for(workload, net)
         # what building the model left cached goes, as memfit validate and memfit.apply let
-        # it go and the estimate assumes (session 21: Qwen2.5-0.5B's tied head left a 520 MiB
+        # it go and the estimate assumes (on 2026-12-03 Qwen2.5-0.5B's tied head left a 520 MiB
         # segment that took its 12 GiB plan's reserved 3.2% above the estimate)
         torch.cuda.empty_cache()
         marks: list[float] = []  # each step's first input phase, then the end

@@ -198,7 +198,7 @@ HELD_OUT: list[dict[str, Any]] = [
         "precision": "bf16-mixed",
         "optimizer": "adamw-fused",
     },
-    # session 4: inference through cuDNN's fused attention (no log-sum-exp), predicted
+    # inference through cuDNN's fused attention (no log-sum-exp), predicted
     # (benchmarks/predict.py) before they were measured
     {
         "id": "tinyllama-bf16-infer-b16-s2048",
@@ -224,7 +224,7 @@ HELD_OUT: list[dict[str, Any]] = [
         "precision": "bf16",
         "mode": "infer",
     },
-    # session 4: padded batches (a boolean mask through cuDNN's attention), predicted before
+    # padded batches (a boolean mask through cuDNN's attention), predicted before
     # they were measured; every row but the first is padded from "pad_from" on
     {
         "id": "tinyllama-bf16-b4-s2048-padded",
@@ -310,23 +310,23 @@ def estimate_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
         kwargs["optimizer"] = entry.get("optimizer", "adamw")
         kwargs["activation_checkpointing"] = entry.get("checkpointing", False)
         kwargs["accumulation"] = entry.get("accumulation", 1)
-    if "activation_memory_budget" in entry:  # a compiled model's (HELD_OUT_13_BUDGET)
+    if "activation_memory_budget" in entry:  # a compiled model's (HELD_OUT_BUDGET)
         kwargs["activation_memory_budget"] = entry["activation_memory_budget"]
-    if "offload" in entry:  # activation offload's share of the blocks (HELD_OUT_13_OFFLOAD)
+    if "offload" in entry:  # activation offload's share of the blocks (HELD_OUT_OFFLOAD)
         kwargs["offload"] = entry["offload"]
-    if "offload_checkpoints" in entry:  # the checkpointed blocks' inputs offloaded (session 17)
+    if "offload_checkpoints" in entry:  # the checkpointed blocks' inputs offloaded
         kwargs["offload_checkpoints"] = entry["offload_checkpoints"]
-    if "batch_held" in entry:  # the caller's batch held through the step (session 18)
+    if "batch_held" in entry:  # the caller's batch held through the step
         kwargs["batch_held"] = entry["batch_held"]
-    if "strategy" in entry:  # a data-parallel rank's (HELD_OUT_14_DDP)
+    if "strategy" in entry:  # a data-parallel rank's (HELD_OUT_DDP)
         kwargs["strategy"] = entry["strategy"]
         kwargs["world_size"] = entry.get("world_size", 1)
     return kwargs
 
 
-# Held out for issue 12 (session 6): families memfit had never been checked on, predicted with
-# predict.py and committed before gpu_measure.py measured them.
-HELD_OUT_12: list[dict[str, Any]] = [
+# Held out: families memfit had never been checked on, predicted with predict.py and committed
+# before gpu_measure.py measured them (results/2026-12-01-h200-heldout-families/heldout/).
+HELD_OUT_FAMILIES: list[dict[str, Any]] = [
     {
         "id": "vit_small-bf16mixed-b128",
         "model": "timm:vit_small_patch16_224",
@@ -396,9 +396,9 @@ HELD_OUT_12: list[dict[str, Any]] = [
     },
 ]
 
-# Held out for issue 12, second part: steps only a step function (or MoE routing, or a model that
-# computes while it is built) can express; predicted and committed before they were measured.
-HELD_OUT_12_STEPS: list[dict[str, Any]] = [
+# Held out: steps only a step function (or MoE routing, or a model that computes while it is
+# built) can express; predicted and committed before they were measured.
+HELD_OUT_USER_STEPS: list[dict[str, Any]] = [
     {
         "id": "gpt2-accumulate4-bf16autocast-b32-s1024",
         "model": "benchmarks/models/gpt2_accumulate.py:make_model",
@@ -440,8 +440,8 @@ HELD_OUT_12_STEPS: list[dict[str, Any]] = [
     {"id": "regnet_y_8gf-fp32-b32", "model": "tv:regnet_y_8gf", "batch_size": 32},
 ]
 
-# Compiled steps (issue 12, session 7): predicted before they were measured
-HELD_OUT_12_COMPILED: list[dict[str, Any]] = [
+# Compiled steps: predicted before they were measured (results/2026-12-01-h200-user-steps-compiled/)
+HELD_OUT_COMPILED: list[dict[str, Any]] = [
     {
         "id": "llama-0.6b-compiled-bf16mixed-b4-s1024",
         "model": "benchmarks/models/compiled_llama.py:make_model",
@@ -465,10 +465,10 @@ HELD_OUT_12_COMPILED: list[dict[str, Any]] = [
     },
 ]
 
-# Held out in session 8: memfit's own gradient accumulation and selective checkpointing (new in
-# session 8), predicted before measuring; the session 6 step function of the same shape as the
-# first is gpt2-accumulate4-...
-HELD_OUT_12_ACCUMULATION: list[dict[str, Any]] = [
+# Held out: memfit's own gradient accumulation and selective checkpointing (new then),
+# predicted before measuring (results/2026-12-01-h200-compiled-accumulation-step-times/); the
+# step function of the same shape as the first is gpt2-accumulate4-...
+HELD_OUT_ACCUMULATION: list[dict[str, Any]] = [
     {
         "id": "gpt2-bf16mixed-b8x4-s1024-accumulation",
         "model": "gpt2",
@@ -504,9 +504,9 @@ HELD_OUT_12_ACCUMULATION: list[dict[str, Any]] = [
     },
 ]
 
-# Held out in session 8: compiled families not seen while the compiled trace was built (a timm
+# Held out: compiled families not seen while the compiled trace was built (a timm
 # ViT, a convolutional network, a Qwen-style LLM's inference), predicted before measuring
-HELD_OUT_12_COMPILED_2: list[dict[str, Any]] = [
+HELD_OUT_COMPILED_FAMILIES: list[dict[str, Any]] = [
     {
         "id": "vit-s16-compiled-bf16mixed-b64",
         "model": "benchmarks/models/compiled_vit.py:make_model",
@@ -530,7 +530,7 @@ HELD_OUT_12_COMPILED_2: list[dict[str, Any]] = [
 ]
 
 # Not held out: the compiled GPT-2 step the compiled trace was developed against
-# (benchmarks/compiled_truth.py measured it first, session 7)
+# (benchmarks/compiled_truth.py measured it first, results/2026-12-01-h200-user-steps-compiled/)
 COMPILED_DEV: list[dict[str, Any]] = [
     {
         "id": "gpt2-compiled-bf16mixed-b8-s1024",
@@ -552,9 +552,9 @@ MOE_DEV: list[dict[str, Any]] = [
     },
 ]
 
-# Held out for issue 13 (session 11): the optimizer stepped in backward, predicted with
+# Held out: the optimizer stepped in backward, predicted with
 # predict.py (torch 2.11, transformers 5.17, as on the GPU host) before gpu_measure.py ran them.
-HELD_OUT_13_IN_BACKWARD: list[dict[str, Any]] = [
+HELD_OUT_IN_BACKWARD: list[dict[str, Any]] = [
     {
         "id": "tinyllama-bf16-b1-s1024-inbw",
         "model": "tinyllama-1.1b",
@@ -612,9 +612,9 @@ HELD_OUT_13_IN_BACKWARD: list[dict[str, Any]] = [
     },
 ]
 
-# Held out for issue 13 (session 11): 8-bit optimizer states (bitsandbytes 0.50.2, carried to the
+# Held out: 8-bit optimizer states (bitsandbytes 0.50.2, carried to the
 # GPU host as a wheel), predicted with predict.py before gpu_measure.py ran them.
-HELD_OUT_13_EIGHT_BIT: list[dict[str, Any]] = [
+HELD_OUT_EIGHT_BIT: list[dict[str, Any]] = [
     {
         "id": "gpt2-fp32-b8-s512-8bit",
         "model": "gpt2",
@@ -649,10 +649,10 @@ HELD_OUT_13_EIGHT_BIT: list[dict[str, Any]] = [
     },
 ]
 
-# Held out for issue 13 (session 13): compiled steps under torch.compile's activation memory
+# Held out: compiled steps under torch.compile's activation memory
 # budget (the partitioner recomputes to save at most that share), predicted with predict.py
-# before gpu_measure.py ran them; at budget 1.0 they are COMPILED_DEV's and HELD_OUT_12's rows
-HELD_OUT_13_BUDGET: list[dict[str, Any]] = [
+# before gpu_measure.py ran them; at budget 1.0 they are COMPILED_DEV's and HELD_OUT_FAMILIES's rows
+HELD_OUT_BUDGET: list[dict[str, Any]] = [
     *(
         {
             "id": f"gpt2-compiled-bf16mixed-b8-s1024-budget{budget:g}",
@@ -681,8 +681,8 @@ HELD_OUT_13_BUDGET: list[dict[str, Any]] = [
     },
 ]
 
-# Held out for activation offload (session 14): each predicted before the GPU ran it
-HELD_OUT_13_OFFLOAD: list[dict[str, Any]] = [
+# Held out for activation offload: each predicted before the GPU ran it
+HELD_OUT_OFFLOAD: list[dict[str, Any]] = [
     *(
         {
             "id": f"bert-base-fp32-b32-s512-offload{share:g}",
@@ -735,8 +735,8 @@ HELD_OUT_13_OFFLOAD: list[dict[str, Any]] = [
     },
 ]
 
-# the second set, predicted after the fix of the trace's prefetch (session 14, call 2)
-HELD_OUT_13_OFFLOAD_2: list[dict[str, Any]] = [
+# the second set, predicted after the fix of the trace's prefetch
+HELD_OUT_OFFLOAD_2: list[dict[str, Any]] = [
     {
         "id": "bert-large-fp32-b16-s512-offload0.5",
         "model": "bert-large-uncased",
@@ -771,9 +771,9 @@ HELD_OUT_13_OFFLOAD_2: list[dict[str, Any]] = [
     },
 ]
 
-# Session 17: checkpointed blocks' inputs offloaded, measured through memfit.apply first
+# Checkpointed blocks' inputs offloaded, measured through memfit.apply first
 # (offload_apply.py); this one's reserved was low in memfit's own loop too: align.py's subject
-ALIGN_17: list[dict[str, Any]] = [
+ALIGN_OFFLOADED_INPUTS: list[dict[str, Any]] = [
     {
         "id": "vit-b16-bf16mixed-b128-ckpt-offloadckpt",
         "model": "timm:vit_base_patch16_224",
@@ -785,9 +785,9 @@ ALIGN_17: list[dict[str, Any]] = [
     },
 ]
 
-# Session 18: the step memfit.apply returns, given ResNet-50's whole batch on the GPU
+# The step memfit.apply returns, given ResNet-50's whole batch on the GPU
 # (``apply_trace.py`` records it; ``batch_held`` counts the batch the caller holds)
-ALIGN_18: list[dict[str, Any]] = [
+ALIGN_HELD_BATCH: list[dict[str, Any]] = [
     {
         "id": "resnet50-bf16mixed-b64x2-ckpt-offloadckpt-held",
         "model": "tv:resnet50",
@@ -801,9 +801,10 @@ ALIGN_18: list[dict[str, Any]] = [
     },
 ]
 
-# Held out after session 19's trace changes: convolutions whose output is read back through a
-# permute or transpose (their gradients' layout), a batch held through accumulated steps
-HELD_OUT_19: list[dict[str, Any]] = [
+# Held out after the trace's convolution-layout changes: convolutions whose output is read back
+# through a permute or transpose (their gradients' layout), a batch held through accumulated
+# steps
+HELD_OUT_VISION_LAYOUTS: list[dict[str, Any]] = [
     {
         "id": "swin-t-bf16mixed-b64",
         "model": "timm:swin_tiny_patch4_window7_224",
@@ -840,11 +841,11 @@ HELD_OUT_19: list[dict[str, Any]] = [
     },
 ]
 
-# Session 19: two plans whose applied steps (a new batch moved to the GPU before each step)
+# Two plans whose applied steps (a new batch moved to the GPU before each step)
 # peaked above the plan; ``plan_proof.py measure --history`` records them for align.py
-ALIGN_19: list[dict[str, Any]] = [
-    {  # session 18's step under the plan's allocator setting
-        **ALIGN_18[0],
+ALIGN_APPLIED_PLANS: list[dict[str, Any]] = [
+    {  # ALIGN_HELD_BATCH's step under the plan's allocator setting
+        **ALIGN_HELD_BATCH[0],
         "id": "resnet50-plan-2560MiB",
         "allocator_config": "expandable_segments:True",
     },
@@ -860,7 +861,7 @@ ALIGN_19: list[dict[str, Any]] = [
     },
 ]
 
-# Session 20: Qwen2.5-0.5B 8 x 1 fully checkpointed, which plan_versus ran under the 16 GiB cap
+# Qwen2.5-0.5B 8 x 1 fully checkpointed, which plan_versus ran under the 16 GiB cap
 # at 15.5e9 bytes reserved (expandable segments) where memfit estimated 16.7e9; with and
 # without expandable segments, and two more checkpointed text steps held out beside it
 _QWEN_CKPT: dict[str, Any] = {
@@ -872,14 +873,14 @@ _QWEN_CKPT: dict[str, Any] = {
     "optimizer": "adamw-fused",
     "checkpointing": True,
 }
-ALIGN_20: list[dict[str, Any]] = [
+ALIGN_CACHE_FREE: list[dict[str, Any]] = [
     {
         **_QWEN_CKPT,
         "id": "qwen05-bf16mixed-b8-s512-ckpt-expandable",
         "allocator_config": "expandable_segments:True",
     },
     _QWEN_CKPT,
-    {  # session 19's plan for 12 GiB: memfit's loop peaked 3.2% above it in session 20
+    {  # the plan for 12 GiB of 2026-12-03: memfit's loop peaked 3.2% above it
         "id": "qwen05-plan-12GiB",
         "model": "qwen2.5-0.5b",
         "batch_size": 2,
@@ -891,7 +892,7 @@ ALIGN_20: list[dict[str, Any]] = [
         "batch_held": True,
     },
 ]
-HELD_OUT_20: list[dict[str, Any]] = [
+HELD_OUT_EXPANDABLE_CKPT: list[dict[str, Any]] = [
     {
         "id": "tinyllama-bf16mixed-b4-s1024-ckpt-expandable",
         "model": "tinyllama-1.1b",
@@ -913,9 +914,9 @@ HELD_OUT_20: list[dict[str, Any]] = [
     },
 ]
 
-# Held out for issue 14 (session 14): one DDP rank on one GPU (NCCL, a world of one), its
+# Held out: one DDP rank on one GPU (NCCL, a world of one), its
 # gradient buckets and their rebuild after the first backward
-HELD_OUT_14_DDP: list[dict[str, Any]] = [
+HELD_OUT_DDP: list[dict[str, Any]] = [
     {
         "id": "ddp1-gpt2-bf16mixed-b8-s1024",
         "model": "gpt2",
@@ -943,10 +944,10 @@ HELD_OUT_14_DDP: list[dict[str, Any]] = [
 ]
 
 
-# Held out for issue 14 (session 15): rank 0 of an FSDP2 job. A world of one runs NCCL; larger
+# Held out: rank 0 of an FSDP2 job. A world of one runs NCCL; larger
 # worlds run on one GPU with PyTorch's fake process group answering the collectives
 # (``gpu_measure.py``): the allocator sees what rank 0 allocates, NCCL's own memory aside.
-HELD_OUT_14_FSDP2: list[dict[str, Any]] = [
+HELD_OUT_FSDP2: list[dict[str, Any]] = [
     {"id": "fsdp2-1-gpt2-fp32-b4-s512", "model": "gpt2", "batch_size": 4, "seq_len": 512},
     {
         "id": "fsdp2-4-gpt2-fp32-b4-s512",
@@ -997,14 +998,14 @@ HELD_OUT_14_FSDP2: list[dict[str, Any]] = [
         "checkpointing": True,
     },
 ]
-for _entry in HELD_OUT_14_FSDP2:
+for _entry in HELD_OUT_FSDP2:
     _entry["strategy"] = "fsdp2"
 
 
-# Held out for issue 14 (session 15, second set): FSDP2's mixed precision as torchtitan sets it
+# Held out (second set): FSDP2's mixed precision as torchtitan sets it
 # (bf16 all-gathers, float32 reduce-scatters, no autocast), memfit's meaning of bf16-mixed under
 # FSDP2 since the first set (which ran autocast) was measured; rank 0 as above
-HELD_OUT_14_FSDP2_MP: list[dict[str, Any]] = [
+HELD_OUT_FSDP2_MP: list[dict[str, Any]] = [
     {
         "id": "fsdp2mp-8-tinyllama-bf16mixed-b2-s2048",
         "model": "tinyllama-1.1b",
@@ -1046,14 +1047,14 @@ HELD_OUT_14_FSDP2_MP: list[dict[str, Any]] = [
         "world_size": 16,
     },
 ]
-for _entry in HELD_OUT_14_FSDP2_MP:
+for _entry in HELD_OUT_FSDP2_MP:
     _entry["strategy"] = "fsdp2"
 
-# Held out for issue 14 (session 16): DeepSpeed ZeRO-1/2/3 (DeepSpeed 0.19.8 carried to the GPU
+# Held out: DeepSpeed ZeRO-1/2/3 (DeepSpeed 0.19.8 carried to the GPU
 # host, built with DS_BUILD_OPS=0); rank 0 of the job, with world_size > 1 answered by a fake
 # process group as for FSDP2. Predicted (benchmarks/predict.py, torch 2.11, transformers 5.17)
 # and committed before the first measurement.
-HELD_OUT_14_ZERO: list[dict[str, Any]] = [
+HELD_OUT_ZERO: list[dict[str, Any]] = [
     {"id": "zero1-1-gpt2-fp32-b4-s512", "model": "gpt2", "batch_size": 4, "seq_len": 512},
     {
         "id": "zero1-4-gpt2-fp32-b4-s512",
@@ -1101,13 +1102,13 @@ HELD_OUT_14_ZERO: list[dict[str, Any]] = [
         "world_size": 8,
     },
 ]
-for _entry in HELD_OUT_14_ZERO:
+for _entry in HELD_OUT_ZERO:
     _entry["strategy"] = _entry["id"].split("-")[0]
 
-# Held out for issue 14 (session 16, second set): predicted after the two fixes the first set's
+# Held out (second set): predicted after the two fixes the first set's
 # measurement led to (DeepSpeed's meta shape tensors kept out of the trace; its streams stood
 # in for, as FSDP2's), before these were measured: other models, stages and world sizes.
-HELD_OUT_14_ZERO_2: list[dict[str, Any]] = [
+HELD_OUT_ZERO_2: list[dict[str, Any]] = [
     {
         "id": "zero3-8-qwen0.5b-bf16mixed-b4-s1024",
         "model": "qwen2.5-0.5b",
@@ -1140,10 +1141,10 @@ HELD_OUT_14_ZERO_2: list[dict[str, Any]] = [
         "world_size": 8,
     },
 ]
-for _entry in HELD_OUT_14_ZERO_2:
+for _entry in HELD_OUT_ZERO_2:
     _entry["strategy"] = _entry["id"].split("-")[0]
 
-# the DDP step whose GPU peak was a gradients' size above its estimate (session 14), again with
+# the DDP step whose GPU peak was a gradients' size above its estimate (2026-12-02), again with
 # its allocator trace
 DDP_GAP = [
     {
@@ -1155,7 +1156,7 @@ DDP_GAP = [
     },
 ]
 
-# Held out for session 22's two trace fixes, predicted before they ran: an output layer tied to
+# Held out for two trace fixes, predicted before they ran: an output layer tied to
 # the embedding gets its two gradients summed out of place in float32 (the output layer's is a
 # view), and SDPA's math kernel (float32 grouped-query attention) allocates in torch 2.11's
 # order. Fitted on Qwen2.5-0.5B's 12 GiB fp32 plan only (2 x 4, 75% checkpointed, for-loop
@@ -1166,7 +1167,7 @@ _QWEN_FP32: dict[str, Any] = {
     "seq_len": 512,
     "accumulation": 4,
 }
-HELD_OUT_22: list[dict[str, Any]] = [
+HELD_OUT_TIED_HEAD: list[dict[str, Any]] = [
     {**_QWEN_FP32, "id": "qwen05-fp32-b2x4-s512-ckpt", "checkpointing": True},
     {
         **_QWEN_FP32,
@@ -1196,29 +1197,29 @@ HELD_OUT_22: list[dict[str, Any]] = [
 ALL = (
     WORKLOADS
     + HELD_OUT
-    + HELD_OUT_12
-    + HELD_OUT_12_STEPS
-    + HELD_OUT_12_COMPILED
-    + HELD_OUT_12_COMPILED_2
-    + HELD_OUT_12_ACCUMULATION
+    + HELD_OUT_FAMILIES
+    + HELD_OUT_USER_STEPS
+    + HELD_OUT_COMPILED
+    + HELD_OUT_COMPILED_FAMILIES
+    + HELD_OUT_ACCUMULATION
     + COMPILED_DEV
     + MOE_DEV
-    + HELD_OUT_13_IN_BACKWARD
-    + HELD_OUT_13_EIGHT_BIT
-    + HELD_OUT_13_BUDGET
-    + HELD_OUT_13_OFFLOAD
-    + HELD_OUT_13_OFFLOAD_2
-    + ALIGN_17
-    + ALIGN_18
-    + HELD_OUT_19
-    + ALIGN_19
-    + ALIGN_20
-    + HELD_OUT_20
-    + HELD_OUT_14_DDP
-    + HELD_OUT_14_FSDP2
-    + HELD_OUT_14_FSDP2_MP
-    + HELD_OUT_14_ZERO
-    + HELD_OUT_14_ZERO_2
+    + HELD_OUT_IN_BACKWARD
+    + HELD_OUT_EIGHT_BIT
+    + HELD_OUT_BUDGET
+    + HELD_OUT_OFFLOAD
+    + HELD_OUT_OFFLOAD_2
+    + ALIGN_OFFLOADED_INPUTS
+    + ALIGN_HELD_BATCH
+    + HELD_OUT_VISION_LAYOUTS
+    + ALIGN_APPLIED_PLANS
+    + ALIGN_CACHE_FREE
+    + HELD_OUT_EXPANDABLE_CKPT
+    + HELD_OUT_DDP
+    + HELD_OUT_FSDP2
+    + HELD_OUT_FSDP2_MP
+    + HELD_OUT_ZERO
+    + HELD_OUT_ZERO_2
     + DDP_GAP
-    + HELD_OUT_22
+    + HELD_OUT_TIED_HEAD
 )

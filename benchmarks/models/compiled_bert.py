@@ -1,5 +1,5 @@
 """BERT-base masked-language-model training, compiled with ``torch.compile``:
-``compiled_bert.py:make_model`` (issue 12, held out)."""
+``compiled_bert.py:make_model`` (held out)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """GPT-2 (124M) compiled with ``torch.compile`` and trained: ``compiled_gpt2.py:make_model``
-(issue 12's compiled example; developed against, not held out)."""
+(the compiled example the compiled trace was developed against, not held out)."""
 
 from __future__ import annotations
 

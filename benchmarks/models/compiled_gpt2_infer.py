@@ -1,5 +1,5 @@
 """GPT-2 medium inference (the logits of a whole sequence, no KV cache), compiled with
-``torch.compile``: ``compiled_gpt2_infer.py:make_model`` (issue 12, held out)."""
+``torch.compile``: ``compiled_gpt2_infer.py:make_model`` (held out)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A tiny GPT-2 (2 layers of width 64) compiled with ``torch.compile`` and trained: its GPU work
 is negligible, so its step's seconds are the host's issuing of inductor's wrappers (the host
-cost per op of a compiled step, session 13)."""
+cost per op of a compiled step)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A Llama-style model (TinyLlama's widths, 12 layers: 0.6B parameters) compiled with
-``torch.compile`` and trained: ``compiled_llama.py:make_model`` (issue 12, held out)."""
+``torch.compile`` and trained: ``compiled_llama.py:make_model`` (held out)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A Qwen2.5-0.5B-style model compiled with ``torch.compile`` for inference (one forward, no
-KV cache): ``compiled_qwen_infer.py:make_model`` (issue 12, held out in session 8)."""
+KV cache): ``compiled_qwen_infer.py:make_model`` (held out)."""
 
 from __future__ import annotations
 

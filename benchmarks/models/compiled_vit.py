@@ -1,5 +1,5 @@
 """timm's ViT-S/16 compiled with ``torch.compile`` and trained on 224 x 224 images:
-``compiled_vit.py:make_model`` (issue 12, held out in session 8)."""
+``compiled_vit.py:make_model`` (held out)."""
 
 from __future__ import annotations
 

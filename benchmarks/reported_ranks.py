@@ -1,11 +1,11 @@
-"""memfit's per-rank estimates beside the two-GPU measurements issue 14 was filed with (CPU only).
+"""memfit's per-rank estimates beside two-GPU measurements reported for the same steps (CPU only).
 
-    PYTHONPATH=src python benchmarks/issue14_seed.py --out FILE.json
+    PYTHONPATH=src python benchmarks/reported_ranks.py --out FILE.json
 
-Issue 14 quotes, per rank on 2 H200s (NCCL, torch 2.11): a DDP Llama-1.1B-style bf16 step (b4
+The reported numbers, per rank on 2 H200s (NCCL, torch 2.11): a DDP Llama-1.1B-style bf16 step (b4
 s2048, AdamW) at 28.0 GiB allocated on rank 0 and 25.9 GiB on rank 1; DDP BERT-base fp32 b32 s512
 at 16.8 GiB on each rank; FSDP2 taking the Llama step to 21.2 GiB allocated / 23.9 GiB reserved.
-Those numbers are the issue's, not measured by memfit; this script estimates the same steps
+Those numbers were reported, not measured by memfit; this script estimates the same steps
 (TinyLlama-1.1B's config for the Llama-style model) and writes both, with the size of each
 model's gradients: DDP's first-step buckets, which the trace holds through the second step and
 NCCL's watchdog may already have let go (``docs/estimate.md``, "A data-parallel rank (DDP)").
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 GIB = 2**30
-# (workload, the issue's GiB per rank: allocated by rank, reserved where it gives one)
+# (workload, the reported GiB per rank: allocated by rank, reserved where it gives one)
 CASES: list[dict[str, Any]] = [
     {
         "name": "DDP TinyLlama-1.1B bf16 4 x 2048",
@@ -33,7 +33,7 @@ CASES: list[dict[str, Any]] = [
             "precision": "bf16",
             "strategy": "ddp",
         },
-        "issue_allocated": {"0": 28.0, "1": 25.9},
+        "reported_allocated": {"0": 28.0, "1": 25.9},
     },
     {
         "name": "DDP BERT-base fp32 32 x 512",
@@ -44,7 +44,7 @@ CASES: list[dict[str, Any]] = [
             "precision": "fp32",
             "strategy": "ddp",
         },
-        "issue_allocated": {"0": 16.8, "1": 16.8},
+        "reported_allocated": {"0": 16.8, "1": 16.8},
     },
     {
         "name": "FSDP2 TinyLlama-1.1B bf16 4 x 2048",
@@ -55,8 +55,8 @@ CASES: list[dict[str, Any]] = [
             "precision": "bf16",
             "strategy": "fsdp2",
         },
-        "issue_allocated": {"0": 21.2},
-        "issue_reserved": {"0": 23.9},
+        "reported_allocated": {"0": 21.2},
+        "reported_reserved": {"0": 23.9},
     },
 ]
 
@@ -88,21 +88,24 @@ def main() -> int:
 
     rows = [estimate_case(c) for c in CASES]
     for row in rows:
-        for rank, issue in row["issue_allocated"].items():
+        for rank, reported in row["reported_allocated"].items():
             got = row["estimate"][rank]["allocated"] / GIB
             print(
                 f"{row['name']:38s} rank {rank}: estimate {got:.3f} GiB allocated, "
-                f"issue {issue} (minus gradients {got - row['gradient_bytes'] / GIB:.3f})"
+                f"reported {reported} (minus gradients {got - row['gradient_bytes'] / GIB:.3f})"
             )
-        for rank, issue in row.get("issue_reserved", {}).items():
+        for rank, reported in row.get("reported_reserved", {}).items():
             got = row["estimate"][rank]["reserved"] / GIB
-            print(f"{row['name']:38s} rank {rank}: estimate {got:.3f} GiB reserved, issue {issue}")
+            print(
+                f"{row['name']:38s} rank {rank}: estimate {got:.3f} GiB reserved, "
+                f"reported {reported}"
+            )
     meta = {
         "date": dt.date.today().isoformat(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
-        "machine": "CPU only (estimates); the issue's numbers: 2 x H200, NCCL, torch 2.11",
+        "machine": "CPU only (estimates); the reported numbers: 2 x H200, NCCL, torch 2.11",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
