@@ -1,3 +1,4 @@
+import itertools
 import json
 
 import pytest
@@ -117,6 +118,39 @@ def test_help_shows_defaults_and_every_flag_has_help(capsys, monkeypatch):
     for command in make_parser()._subparsers._group_actions[0].choices.values():
         for action in command._actions:
             assert action.help, f"{command.prog} {action.option_strings} has no help"
+
+
+def _option_helps() -> list[tuple[str, str, str]]:
+    """(command, flag, help) of every option of every command."""
+    found = []
+    for command in make_parser()._subparsers._group_actions[0].choices.values():
+        for action in command._actions:
+            if action.option_strings and action.help:
+                found.append((command.prog, action.option_strings[0], action.help))
+    return found
+
+
+def test_help_texts_read_as_sentences():
+    helps = _option_helps()
+    compiled = {flag: text for _, flag, text in helps}["--compiled"]
+    assert "an usually" not in compiled
+    assert "estimates its uncompiled step instead, which usually needs more memory" in compiled
+    for prog, flag, text in helps:
+        words = text.lower().split()
+        doubled = [a for a, b in itertools.pairwise(words) if a == b and a.isalpha()]
+        assert not doubled, f"{prog} {flag}: '{doubled[0]} {doubled[0]}' in its help"
+
+
+def test_no_usage_line_spells_out_a_list_of_choices(capsys, monkeypatch):
+    """Options with choices show a short metavar; their help lists the choices."""
+    monkeypatch.setenv("COLUMNS", "80")
+    for command in ("estimate", "plan", "validate"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = capsys.readouterr().out
+        assert "{" not in text, f"memfit {command} --help shows a brace list of choices"
+    helps = {flag: text for prog, flag, text in _option_helps() if prog == "memfit estimate"}
+    assert "ddp" in helps["--strategy"] and "zero3" in helps["--strategy"]
 
 
 def test_list_models_never_cuts_a_name_at_80_columns(capsys):

@@ -126,8 +126,9 @@ def _model_kind_args(p: argparse.ArgumentParser) -> None:
         default=None,  # None: a model compiled with torch.compile is refused
         choices=COMPILED_CHOICES,
         metavar="HOW",
-        help="a model compiled with torch.compile: 'eager' estimates its uncompiled step, an "
-        "usually more (compiled steps usually save fewer activations); without it, refused",
+        help="a model compiled with torch.compile: 'eager' estimates its uncompiled step "
+        "instead, which usually needs more memory (a compiled step usually saves fewer "
+        "activations); without it, a compiled model is refused",
     )
     p.add_argument(
         "--offload",
@@ -159,6 +160,7 @@ def _model_kind_args(p: argparse.ArgumentParser) -> None:
         "--strategy",
         default=None,
         choices=STRATEGIES,
+        metavar="NAME",
         help="data-parallel strategy: ddp (each rank holds the model and its gradient buckets), "
         "fsdp2 (each rank holds a shard of the parameters, gradients and optimizer states), zero1, "
         "zero2 or zero3 (DeepSpeed's ZeRO stages; memfit[zero])",
@@ -219,6 +221,7 @@ def make_parser() -> argparse.ArgumentParser:
     est.add_argument(
         "--gpu",
         default=None,
+        metavar="GPU|SIZE",
         help="target: 4090, a100-40g, a100-80g, h100, h200, ... or a size (24GiB); "
         "default: no verdict, kernels traced as for an h100",
     )
@@ -237,6 +240,7 @@ def make_parser() -> argparse.ArgumentParser:
     est.add_argument(
         "--margin",
         default=None,  # None: not given (then 0.02), so that a --margin alone can be refused
+        metavar="F|SIZE",
         help="with --max-batch-size: memory kept free, a fraction or a size such as 512MiB "
         "(default: 0.02)",
     )
