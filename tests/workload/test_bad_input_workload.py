@@ -107,6 +107,28 @@ def test_settings_of_the_wrong_type_or_range_are_named(options, match):
         make_workload(tiny, BATCH, **options)
 
 
+_NONE_IS_NOT_GIVEN = sorted(
+    set(memfit.workload.WorkloadOptions.__annotations__)
+    - {"precision", "mode", "activation_checkpointing"}  # defaults that are values: refused
+)
+
+
+@pytest.mark.parametrize("mode", ["train", "infer"])
+@pytest.mark.parametrize("setting", _NONE_IS_NOT_GIVEN)
+def test_none_means_not_given(setting, mode):
+    """``optimizer=None, mode="infer"`` is an inference step, as if optimizer were left out;
+    so is None for every setting whose default is None."""
+    given = make_workload(tiny, BATCH, mode=mode, **{setting: None})
+    left_out = make_workload(tiny, BATCH, mode=mode)
+    fields = ("optimizer", "accumulation", "world_size", "batch_held", "offload", "steps")
+    assert [getattr(given, f) for f in fields] == [getattr(left_out, f) for f in fields]
+
+
+def test_none_beside_a_workload_is_not_a_setting_given():
+    workload = make_workload(tiny, BATCH, mode="infer")
+    assert memfit.estimator.as_workload(workload, None, {"optimizer": None}) is workload
+
+
 def test_a_model_name_checks_the_batch_size_type_first():
     with pytest.raises(InvalidInputError, match=r"batch_size='8'"):
         make_workload("gpt2", batch_size="8", seq_len=8)

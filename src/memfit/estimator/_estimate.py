@@ -21,7 +21,7 @@ from memfit.estimator._result import Estimate, RankPeak, Timeline, WorkloadSumma
 from memfit.estimator._setup_cache import setup_cache_note
 from memfit.estimator._versions import installed_versions
 from memfit.trace import Trace, trace_workload
-from memfit.workload import Workload, WorkloadOptions, make_workload
+from memfit.workload import Workload, WorkloadOptions, given_options, make_workload
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -56,6 +56,7 @@ def as_workload(model: Any, batch: Any, options: WorkloadOptions) -> Workload:
     :func:`~memfit.workload.make_workload` makes of the arguments."""
     if not isinstance(model, Workload):
         return make_workload(model, batch, **options)
+    options = given_options(options)  # a setting given as None is not given
     if batch is not None or options:
         given = ", ".join(["batch"] * (batch is not None) + sorted(options))
         raise InvalidInputError(

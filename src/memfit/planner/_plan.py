@@ -50,6 +50,7 @@ from memfit.workload import (
     Workload,
     WorkloadOptions,
     budget_in_effect,
+    given_options,
     in_backward,
     make_workload,
 )
@@ -170,7 +171,7 @@ def _search(
     """The search behind :func:`plan`: the plan, the evaluator (its traces) and the
     calibration's note and source."""
     # the step memfit.apply returns is given the whole batch, which the caller holds meanwhile
-    given: WorkloadOptions = {"batch_held": True, **options, "gpu": gpu}
+    given: WorkloadOptions = {"batch_held": True, **given_options(options), "gpu": gpu}
     if global_batch is not None and batch is None and given.get("batch_size") is None:
         # a model name and the global batch alone: the step you would run is the whole batch
         given["batch_size"] = global_batch

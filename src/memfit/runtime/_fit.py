@@ -112,8 +112,8 @@ def fit(
         global_batch = batch_size(batch)
     options: dict[str, Any] = dict(plan_options)
     name = _optimizer_name(optimizer)
-    if name is not None:
-        options.setdefault("optimizer", name)
+    if name is not None and options.get("optimizer") is None:  # None: not given
+        options["optimizer"] = name
     if margin is not None:
         options["margin"] = margin
     # the planner makes its micro-batches with batch_of

@@ -66,6 +66,7 @@ from memfit.workload._spec import (
     Precision,
     Workload,
     WorkloadOptions,
+    given_options,
     partial_fraction,
     valid_checkpointing,
 )
@@ -131,6 +132,7 @@ __all__ = [
     "engage",
     "find_blocks",
     "free_host_memory",
+    "given_options",
     "held_batch_on",
     "held_batch_sizes",
     "held_view_on",

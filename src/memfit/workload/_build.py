@@ -24,6 +24,7 @@ from memfit.workload._spec import (
     WorkloadOptions,
     check_count,
     check_moe_routing,
+    given_options,
 )
 from memfit.workload._step import default_loss
 from memfit.workload._user import checked_factory, wrap_user
@@ -49,7 +50,9 @@ def make_workload(
     factory, a model name (``bert-base-uncased``, ``hf:...``, ``tv:resnet50``) or a recipe.
     ``batch`` is a tensor, tuple or dict, or a zero-argument factory of one; ``batch_of(n)``
     makes a batch of ``n`` samples instead (then ``batch_size`` picks ``n``). A model name
-    makes its own batches: give ``batch_size`` (and ``seq_len`` for text models).
+    makes its own batches: give ``batch_size`` (and ``seq_len`` for text models). A setting
+    given as ``None`` is not given (:func:`given_options`), except the three whose default is a
+    value (``precision``, ``mode``, ``activation_checkpointing``), where ``None`` is refused.
     """
     unknown = set(options) - set(WorkloadOptions.__annotations__)
     if unknown:
@@ -57,6 +60,7 @@ def make_workload(
             f"Unknown setting(s) {', '.join(sorted(unknown))}; the settings are "
             f"{', '.join(WorkloadOptions.__annotations__)}."
         )
+    options = given_options(options)
     if model is None:
         raise InvalidInputError(
             "model=None: give a model name (e.g. 'gpt2', 'hf:path/to/config.json', "
@@ -109,7 +113,7 @@ def _check_mode_settings(options: WorkloadOptions) -> None:
     """Refuse training settings given for inference: they would be ignored."""
     if options.get("mode") != "infer":
         return
-    if "optimizer" in options:
+    if options.get("optimizer") is not None:
         raise InvalidInputError(
             f"optimizer={options['optimizer']!r} with mode='infer' would be ignored: inference "
             "keeps no optimizer state. Drop optimizer=, or use mode='train'."

@@ -17,7 +17,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, cast
 
 import torch
 from torch import nn
@@ -50,6 +50,7 @@ __all__ = [
     "check_choice",
     "check_count",
     "check_moe_routing",
+    "given_options",
     "partial_fraction",
     "valid_checkpointing",
 ]
@@ -68,7 +69,7 @@ class WorkloadOptions(TypedDict, total=False):
 
     loss_fn: LossFn | None
     step_fn: StepFn | None
-    optimizer: OptimizerSpec
+    optimizer: OptimizerSpec | None  # None: adamw in training, none in inference
     precision: str
     mode: str
     activation_checkpointing: bool | str | float  # True, False, "selective" or a fraction
@@ -96,6 +97,20 @@ class WorkloadOptions(TypedDict, total=False):
     batch_held: bool | None
     # the user's own wrapping, fn(model, mesh) -> model, in place of the strategy's default
     parallelize: Callable[[nn.Module, Any], nn.Module] | None
+
+
+# the settings whose default is a value of their own ("fp32", "train", False): None is not one
+# of their values, so it is refused as a mistake; for every other setting None is "not given"
+_VALUE_DEFAULTS = frozenset({"precision", "mode", "activation_checkpointing"})
+
+
+def given_options(options: WorkloadOptions) -> WorkloadOptions:
+    """``options`` without the settings given as ``None``, which means "not given" (the
+    default) for every setting but ``precision``, ``mode`` and ``activation_checkpointing``:
+    ``optimizer=None, mode="infer"`` is an inference step, as if ``optimizer`` were left
+    out, so that a caller can pass its own optional arguments through unchanged."""
+    given = {k: v for k, v in options.items() if v is not None or k in _VALUE_DEFAULTS}
+    return cast(WorkloadOptions, given)
 
 
 @dataclass(frozen=True)
