@@ -1,7 +1,8 @@
 """The rules of the package's structure, as tests.
 
 * Layers: a package imports only packages below it (lowest first):
-  basics (``memfit._errors``, ``_units``, ``_events``, ``_choices``, ``_gpus``, ``_series``) <
+  basics (``memfit._errors``, ``_units``, ``_events``, ``_choices``, ``_gpus``, ``_series``,
+  ``_display``) <
   allocator < workload < trace < estimator < planner, monitor < snapshot < oom < runtime < report <
   integrations < cli. Packages on one rung (planner, monitor) do not import each other. Every
   import counts: at module level, inside functions, under ``TYPE_CHECKING``, and
@@ -41,7 +42,16 @@ ORDER: list[set[str]] = [
     {"cli"},
 ]
 RANK = {unit: rank for rank, units in enumerate(ORDER) for unit in units}
-BASIC_MODULES = {"_errors", "_units", "_events", "_choices", "_gpus", "_series", "_tensors"}
+BASIC_MODULES = {
+    "_errors",
+    "_units",
+    "_events",
+    "_choices",
+    "_gpus",
+    "_series",
+    "_tensors",
+    "_display",
+}
 # the package's front door and ``python -m memfit``: above every layer
 TOP = {"__init__", "__main__"}
 

@@ -10,6 +10,7 @@ watch``, which never needs torch) starts fast.
 import importlib as _importlib
 import typing as _typing
 
+from memfit import _display
 from memfit._errors import (
     DoesNotFitError,
     HostMemoryError,
@@ -118,6 +119,18 @@ def oom_report(
         record_history=record_history,
         **{k: v for k, v in limits.items() if v is not None},
     )
+
+
+def _notebook_renderers() -> "_typing.Mapping[_display.HtmlKind, _display.HtmlRenderer]":
+    """The HTML renderers of ``memfit.report``, for ``_repr_html_`` in a notebook: called on
+    the first display, so that ``import memfit`` imports neither report nor torch (the data
+    objects sit below report and may not import it: ``memfit._display``)."""
+    from memfit.report import NOTEBOOK_RENDERERS
+
+    return NOTEBOOK_RENDERERS
+
+
+_display.set_html_source(_notebook_renderers)
 
 
 def __getattr__(name: str) -> _typing.Any:

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from memfit._display import html_repr
 from memfit._errors import InvalidInputError
 from memfit._events import Category
 from memfit._gpus import GPU, resolve_gpu
@@ -170,6 +171,11 @@ class Estimate:
             fields += [f"gpu={self.gpu.name!r}", f"fits={verdict.fits}"]
         fields.append(f"timeline={self.timeline!r}")
         return f"Estimate({', '.join(fields)})"
+
+    def _repr_html_(self) -> str | None:
+        """The full report as HTML where a notebook shows the estimate (``memfit.report``
+        renders it: the verdict, the sizes, the timeline chart, the breakdown, the notes)."""
+        return html_repr("estimate", self)
 
     def __str__(self) -> str:
         """A few readable lines; ``memfit.report`` renders the full report."""

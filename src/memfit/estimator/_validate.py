@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from memfit._display import html_repr
 from memfit._errors import InvalidInputError, NoGPUError
 from memfit._gpus import GPU
 from memfit.allocator import ENV_VARS
@@ -47,6 +48,21 @@ class Validation:
         if not measured:
             return None
         return (estimated - measured) / measured
+
+    def __repr__(self) -> str:
+        """One line: the model, the GPU, and each figure estimated, measured and the error
+        (``estimate`` and ``measured`` hold the rest)."""
+        fields = [f"model={self.estimate.workload.model!r}", f"gpu={self.measured.gpu_name!r}"]
+        for label, estimated, measured in self.rows()[:2]:
+            error = self.error(estimated, measured)
+            off = "" if error is None else f" ({error * 100:+.2f}%)"
+            fields.append(f"{label.replace(' ', '_')}={estimated} vs measured {measured}{off}")
+        return f"Validation({', '.join(fields)})"
+
+    def _repr_html_(self) -> str | None:
+        """The comparison as HTML where a notebook shows it (``memfit.report`` renders it,
+        as ``memfit validate`` prints it)."""
+        return html_repr("validation", self)
 
     def to_dict(self) -> dict[str, Any]:
         return {"estimate": self.estimate.to_dict(), "measured": self.measured.to_dict()}

@@ -10,7 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from memfit._units import format_bytes
+from memfit._display import html_repr
+from memfit._units import GiB, format_bytes
 
 __all__ = [
     "CHECKPOINTS_WORDS",
@@ -212,6 +213,31 @@ class Plan:
             if not front or e.step_seconds < front[-1].step_seconds:
                 front.append(e)
         return front
+
+    def __repr__(self) -> str:
+        """One line: the model, the budget, the choice (or how far over the smallest is) and
+        how many candidates were weighed; ``candidates`` holds them (a full dump runs to pages).
+        """
+        fields = [f"model={self.model!r}", f"budget={self.budget} ({self.budget / GiB:.2f} GiB)"]
+        if self.chosen is None:
+            fields += [
+                "chosen=None",
+                f"shortfall={self.shortfall} ({self.shortfall / GiB:.2f} GiB)",
+            ]
+        else:
+            c = self.chosen
+            fields += [
+                f"chosen={c.candidate.describe()!r}",
+                f"needs={c.footprint} ({c.footprint / GiB:.2f} GiB)",
+                f"step_ms={c.step_seconds * 1e3:.1f}",
+            ]
+        fields.append(f"candidates=[{len(self.candidates)} evaluated]")
+        return f"Plan({', '.join(fields)})"
+
+    def _repr_html_(self) -> str | None:
+        """The plan as HTML where a notebook shows it (``memfit.report`` renders it: the
+        answer in words, the ranked table with the budget line, the notes)."""
+        return html_repr("plan", self)
 
     def __str__(self) -> str:
         if self.chosen is None:

@@ -21,7 +21,10 @@ The only renderer: the other packages keep data and ``to_dict()``. Names follow 
 * a step-time calibration (``memfit calibrate``): ``render_calibration``, and those saved on
   this machine: ``render_saved_calibrations``;
 * monitor samples (``memfit watch``): ``render_sample``, ``watch_frame`` with a
-  ``WatchHistory``, and ``SampleLog`` to log them as CSV or JSON lines.
+  ``WatchHistory``, and ``SampleLog`` to log them as CSV or JSON lines;
+* any of an estimate, a validation, a plan, a batch-size search or a snapshot report in a
+  Jupyter notebook: ``NOTEBOOK_RENDERERS``, what their ``_repr_html_`` returns (an HTML
+  fragment with the charts inline as SVG and its CSS scoped to it).
 
 HTML pages are self-contained and work offline. Sizes are always shown in binary units
 (GiB = 2^30 bytes).
@@ -41,6 +44,7 @@ from memfit.report._calibration import render_calibration, render_saved_calibrat
 from memfit.report._console import render_estimate
 from memfit.report._doctor import render_doctor
 from memfit.report._html import estimate_html, write_estimate_html
+from memfit.report._notebook import NOTEBOOK_RENDERERS
 from memfit.report._oom import oom_markdown
 from memfit.report._plan_console import plan_renderable, render_plan
 from memfit.report._plan_markdown import plan_markdown
@@ -60,6 +64,7 @@ __all__ = [
     "LOG_COLUMNS",
     "LOG_SUFFIXES",
     "NA",
+    "NOTEBOOK_RENDERERS",
     "PLOT_SUFFIXES",
     "BatchSearch",
     "SampleLog",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from memfit._display import html_repr
 from memfit._errors import DoesNotFitError, InvalidInputError, NoGPUError
 from memfit._gpus import GPU, resolve_gpu
 from memfit._units import GiB, format_bytes, parse_size
@@ -87,6 +88,11 @@ class BatchSizeResult:
             f"({self.budget / GiB:.2f} GiB), limited_by={self.limited_by!r}, "
             f"estimates=[{len(self.estimates)} points], trials=[{len(self.trials)} trials])"
         )
+
+    def _repr_html_(self) -> str | None:
+        """The search as HTML where a notebook shows it (``memfit.report`` renders it: the
+        answer and its budget, the chart, every estimate and GPU trial)."""
+        return html_repr("batch_size", self)
 
     def __str__(self) -> str:
         how = f"confirmed in {len(self.trials)} GPU trial(s)" if self.confirmed else "estimated"

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memfit._display import html_repr
 from memfit.allocator import SegmentInfo
 from memfit.planner import WhatIf, alloc_conf_text
 from memfit.snapshot._live import LiveBlock, SiteRow, live_at_peak
@@ -93,6 +94,12 @@ class SnapshotReport:
             f"peak reserved {self.peak_reserved} B ({self.peak_reserved / gib:.2f} GiB), "
             f"{len(self.what_if)} what-ifs, {len(self.ooms)} OOMs)"
         )
+
+    def _repr_html_(self) -> str | None:
+        """The report as HTML where a notebook shows it (``memfit.report`` renders it, as
+        ``memfit snapshot --html`` does: the peaks, the timeline and segment charts, the
+        what-ifs, what is alive at the peak)."""
+        return html_repr("snapshot", self)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``units`` says sizes are bytes)."""
