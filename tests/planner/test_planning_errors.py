@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from memfit import InvalidInputError, UnsupportedWorkloadError
-from memfit.planner import plan
+from memfit import InvalidInputError, UnsupportedWorkloadError, resolve_gpu
+from memfit._gpus import KNOWN_GPUS
+from memfit.planner import plan, plan_target
 
 
 def model() -> nn.Module:
@@ -45,12 +46,51 @@ def planned(**options: Any) -> Any:
         ("abc", r"abc"),
         ("100MiB", r"100MiB.*context|context.*100MiB|smaller than"),
         (24, r"24GiB|unit"),
-        (None, r"budget='24GiB'"),
+        (None, r"plan needs the GPU memory to fit.*gpu='24GiB'"),
     ],
 )
 def test_a_budget_that_is_no_gpu_memory_is_refused(budget: Any, match: str) -> None:
     with pytest.raises(InvalidInputError, match=match):
         planned(budget=budget)
+
+
+def test_gpu_is_the_budget_given_by_its_other_name() -> None:
+    """memfit.plan(model, gpu="h100") plans for an H100, as memfit.estimate's gpu= names it."""
+    narrow = {"precisions": ("fp32",), "optimizers": ("adamw",), "checkpointing": (False,)}
+    by_gpu = planned(budget=None, gpu="h100", **narrow)
+    assert by_gpu.budget == resolve_gpu("h100").total
+    assert by_gpu.usable == int(resolve_gpu("h100").total * 0.95)
+
+
+def test_neither_gpu_nor_budget_is_a_memfit_error_not_a_type_error() -> None:
+    with pytest.raises(InvalidInputError, match=r"needs the GPU memory to fit.*gpu='24GiB'"):
+        plan(model(), batch_of=batch_of, global_batch=4, batch_size=4, loss_fn=loss, workers=1)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "budget", "match"),
+    [
+        ("24GiB", "20GiB", r"gpu='24GiB' and budget='20GiB' were both given, and gpu= is a size"),
+        ("24GiB", "h100", r"gpu='24GiB' and budget='h100' were both given.*one of them"),
+        ("h100", "a100-40g", r"gpu='h100' and budget='a100-40g' both name a GPU.*one of them"),
+        ("h100", "-5GiB", r"-5GiB"),
+        ("h1000", "20GiB", r"h1000"),
+    ],
+)
+def test_gpu_and_budget_that_say_one_thing_twice_are_refused(
+    gpu: str, budget: str, match: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        planned(budget=budget, gpu=gpu)
+
+
+def test_a_gpu_name_with_a_budget_plans_that_gpu_in_part_of_its_memory() -> None:
+    """As memfit.fit takes them: the A100's speed, 20 GiB of its memory."""
+    target = plan_target("20GiB", "a100-40g")
+    a100 = KNOWN_GPUS["a100-40g"]
+    assert target.total == 20 * 2**30
+    assert (target.name, target.compute_capability) == (a100.name, a100.compute_capability)
+    assert plan_target(None, "24GiB") == plan_target("24GiB", None) == resolve_gpu("24GiB")
 
 
 @pytest.mark.parametrize("margin", [-0.1, 0.5, 1.5, "5%", True])

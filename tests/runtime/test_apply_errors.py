@@ -305,6 +305,22 @@ def test_fit_passes_the_planners_refusal_of_a_budget(monkeypatch: pytest.MonkeyP
         fit(model, opt, loss_fn, budget="24", batch=torch.randn(4, 8), gpu="h100")
 
 
+def test_fit_takes_gpu_alone_and_refuses_neither(monkeypatch: pytest.MonkeyPatch):
+    model, opt = parts()
+    with pytest.raises(InvalidInputError, match=r"needs the GPU memory to fit.*gpu='24GiB'"):
+        fit(model, opt, loss_fn, batch=torch.randn(4, 8))
+    budgets: list[Any] = []
+
+    def fake_plan(m: nn.Module, **kwargs: Any) -> Plan:
+        budgets.append(kwargs["budget"])
+        return make_plan(m, fits=False)
+
+    monkeypatch.setattr(memfit.planner, "plan", fake_plan)
+    with pytest.raises(InvalidInputError, match=r"nothing that fits"):
+        fit(model, opt, loss_fn, gpu="h100", batch=torch.randn(4, 8))
+    assert budgets == [memfit.resolve_gpu("h100")]
+
+
 def test_fit_refuses_when_nothing_fits(monkeypatch: pytest.MonkeyPatch):
     model, opt = parts()
     monkeypatch.setattr(memfit.planner, "plan", lambda m, **kw: make_plan(m, fits=False))

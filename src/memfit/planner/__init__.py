@@ -44,6 +44,7 @@ from memfit.planner._messages import (
     smaller_step_advice,
 )
 from memfit.planner._plan_result import Candidate, Evaluated, Plan, offload_words
+from memfit.planner._target import plan_target
 
 if _typing.TYPE_CHECKING:
     from memfit.planner._model_key import model_key, unwrapped_model
@@ -111,6 +112,7 @@ __all__ = [
     "offload_words",
     "optimizer_step_advice",
     "plan",
+    "plan_target",
     "rank",
     "recommend_allocator",
     "smaller_step_advice",

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from memfit._errors import InvalidInputError, UnsupportedWorkloadError
-from memfit._gpus import GPU, resolve_gpu
+from memfit._gpus import GPU
 from memfit._units import format_bytes
 from memfit.estimator import gc_paused, installed_versions, quiet_libraries
 from memfit.planner._candidates import (
@@ -46,6 +46,7 @@ from memfit.planner._plan_result import Candidate, Evaluated, Plan
 from memfit.planner._search import Evaluator
 from memfit.planner._space import compiled_plan_note, search_space
 from memfit.planner._step_time import HOST_BOUND_NOTE, calibration_for
+from memfit.planner._target import plan_target
 from memfit.workload import (
     Workload,
     WorkloadOptions,
@@ -67,7 +68,7 @@ def plan(
     model: Any,
     batch: Any = None,
     *,
-    budget: str | GPU,
+    budget: str | GPU | None = None,
     global_batch: int | None = None,
     margin: float = DEFAULT_MARGIN,
     precisions: tuple[str, ...] | list[str] | None = None,
@@ -82,19 +83,22 @@ def plan(
     calibration: str | os.PathLike[str] | None = None,
     **options: Unpack[WorkloadOptions],
 ) -> Plan:
-    """The fastest configuration of a training step that fits ``budget``, chosen on the CPU.
+    """The fastest configuration of a training step that fits the GPU, chosen on the CPU.
 
     ``model``, ``batch`` and ``options`` are :func:`memfit.estimate`'s (the user's own
-    configuration, the baseline); ``budget`` is the GPU memory to fit in (``"24GiB"``, a GPU
-    name); ``global_batch`` the samples per optimizer step (default: the batch size given),
-    kept by gradient accumulation. ``precisions``, ``checkpointing`` and ``optimizers`` narrow
-    the search (defaults: bf16-mixed and fp32; none, selective and full; the optimizer's fused,
-    foreach and for-loop variants). A model compiled as a whole with ``torch.compile`` is
-    searched over torch.compile's activation memory budget instead of checkpointing
-    (``memory_budgets``, default :data:`COMPILED_BUDGETS`), at its own precision unless
-    ``precisions`` says otherwise. ``offloads``: the shares of the blocks not checkpointed
-    whose saved tensors are offloaded to pinned host memory, tried with fewer blocks
-    checkpointed than the fastest plan without (default ``(1.0,)``; ``()``: no offload).
+    configuration, the baseline). Its ``gpu`` option is the GPU memory to fit in, a GPU name
+    (``"h100"``) or a size (``"24GiB"``); ``budget`` takes the same (give one of them). Both
+    together plan the kind of GPU ``gpu`` names (its speed ranks the candidates) in ``budget``
+    of its memory, e.g. ``gpu="a100-40g", budget="20GiB"``, as :func:`memfit.fit` does
+    (:func:`~memfit.planner.plan_target`). ``global_batch`` is the samples per optimizer step
+    (default: the batch size given), kept by gradient accumulation. ``precisions``,
+    ``checkpointing`` and ``optimizers`` narrow the search (defaults: bf16-mixed and fp32; none,
+    selective and full; the optimizer's fused, foreach and for-loop variants). A model compiled
+    as a whole with ``torch.compile`` is searched over torch.compile's activation memory budget
+    instead of checkpointing (``memory_budgets``, default :data:`COMPILED_BUDGETS`), at its own
+    precision unless ``precisions`` says otherwise. ``offloads``: the shares of the blocks not
+    checkpointed whose saved tensors are offloaded to pinned host memory, tried with fewer
+    blocks checkpointed than the fastest plan without (default ``(1.0,)``; ``()``: no offload).
     ``margin`` is the share of the budget kept free. ``cache_freeing``: a faster configuration
     that needs more than the budget running free may be chosen where the allocator, freeing its
     cache when the GPU is full, runs it within the budget and frees the cache in its first steps
@@ -107,7 +111,7 @@ def plan(
     else memfit's own.
     """
     started = time.perf_counter()
-    gpu, usable = _budget(budget, margin)
+    target, usable = _budget(budget, options.pop("gpu", None), margin)
     _check_workers(workers)
     if calibration is not None and not isinstance(calibration, (str, os.PathLike)):
         raise InvalidInputError(
@@ -123,7 +127,7 @@ def plan(
         result, ev, note, source = _search(
             model,
             batch,
-            gpu,
+            target,
             usable,
             margin,
             global_batch,
@@ -298,16 +302,17 @@ def _step_floor(ev: Evaluator) -> float:
     return float(min((e.step_flops for e in ev.seen.values() if e.step_flops), default=0))
 
 
-def _budget(budget: Any, margin: float) -> tuple[GPU, int]:
+def _budget(budget: Any, gpu: Any, margin: float) -> tuple[GPU, int]:
+    """The GPU to plan for and the bytes of it a plan may use (all but the margin)."""
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 0.5:
         raise InvalidInputError(
             f"margin={margin!r} is not a share of the budget between 0 and 0.5: give e.g. "
             f"margin=0.05 (5% kept free, the default)."
         )
-    if budget is None:
-        raise InvalidInputError("plan needs a budget: give budget='24GiB' or a GPU name.")
-    gpu = resolve_gpu(budget)  # refuses sizes below the CUDA context, bare numbers, typos
-    return gpu, int(gpu.total * (1 - margin))
+    # refuses neither, a pair that says nothing more than one, and what resolve_gpu refuses
+    # (sizes below the CUDA context, bare numbers, typos)
+    target = plan_target(budget, gpu)
+    return target, int(target.total * (1 - margin))
 
 
 def _check_workers(workers: Any) -> None:

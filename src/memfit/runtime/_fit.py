@@ -7,7 +7,6 @@ cut along dim 0, copied to the CPU, the user's tensors never touched.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,7 +14,7 @@ import torch
 from torch import nn
 
 from memfit._errors import InvalidInputError
-from memfit._gpus import GPU, resolve_gpu
+from memfit._gpus import GPU
 from memfit.runtime._apply import apply
 from memfit.runtime._guard_checks import check_parts, refuse_sharded
 from memfit.runtime._microbatch import LossFn
@@ -78,7 +77,7 @@ def fit(
     optimizer: torch.optim.Optimizer,
     loss_fn: LossFn | None = None,
     *,
-    budget: str | GPU,
+    budget: str | GPU | None = None,
     batch: Any,
     global_batch: int | None = None,
     gpu: str | GPU | None = None,
@@ -86,26 +85,30 @@ def fit(
     before_step: Callable[[], object] | None = None,
     **plan_options: Any,
 ) -> PlannedStep:
-    """Plan the fastest step of ``model`` that fits ``budget``, apply it, return the step.
+    """Plan the fastest step of ``model`` that fits the GPU, apply it, return the step.
 
     ``batch`` is an example batch (a tensor, or a dict, tuple or list of them, samples along
     dim 0); the plan keeps ``global_batch`` samples per optimizer step (default: the example's
-    size) by micro-batches and accumulation. ``budget`` is a memory size (``"24GiB"``) or a GPU
-    name; ``gpu`` names the kind of GPU when ``budget`` is a size (its speed ranks the
-    candidates). ``margin`` and ``plan_options`` (e.g. ``precisions=``, ``seq_len=``) go to
-    :func:`memfit.plan`; the optimizer's class is planned for unless ``optimizer=`` is given.
+    size) by micro-batches and accumulation. ``gpu`` is the GPU memory to fit, a GPU name
+    (``"h100"``) or a size (``"24GiB"``); ``budget`` takes the same (give one of them). Both
+    together: the kind of GPU ``gpu`` names (its speed ranks the candidates) in ``budget`` of
+    its memory, e.g. ``gpu="a100-40g", budget="20GiB"``. ``margin`` and ``plan_options``
+    (e.g. ``precisions=``, ``seq_len=``) go to :func:`memfit.plan`; the optimizer's class is
+    planned for unless ``optimizer=`` is given.
     Refuses, as :func:`memfit.apply` does, a budget nothing fits (the error names the smallest
     configuration and how far over it is).
     ``memfit.unapply(model, optimizer)`` takes the plan off again.
     """
     from memfit.planner import plan as make_plan
+    from memfit.planner import plan_target
 
     check_parts(model, optimizer, loss_fn, None)
     refuse_sharded(model, "memfit.fit")
+    target = plan_target(budget, gpu)  # before the batch is looked at: the cheaper check
     if batch is None:
         raise InvalidInputError(
             "memfit.fit needs an example batch to plan with: fit(model, optimizer, loss_fn, "
-            'budget="24GiB", batch=next(iter(loader))).'
+            'gpu="24GiB", batch=next(iter(loader))).'
         )
     batch_of = batch_maker(batch)
     if global_batch is None:
@@ -118,13 +121,5 @@ def fit(
         options["margin"] = margin
     # the planner makes its micro-batches with batch_of
     options.update(batch_of=batch_of, loss_fn=loss_fn, global_batch=global_batch)
-    plan = make_plan(model, budget=_target(budget, gpu), **options)
+    plan = make_plan(model, budget=target, **options)
     return apply(model, optimizer, plan, loss_fn=loss_fn, before_step=before_step)
-
-
-def _target(budget: str | GPU, gpu: str | GPU | None) -> str | GPU:
-    """The budget as the planner takes it: with ``gpu``, that GPU's kind holding ``budget``
-    bytes (its step time from that GPU's rates, its memory from the budget)."""
-    if gpu is None:
-        return budget
-    return dataclasses.replace(resolve_gpu(gpu), total=resolve_gpu(budget).total)
