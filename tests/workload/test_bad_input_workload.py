@@ -226,6 +226,24 @@ def test_hf_unknown_model_type(tmp_path):
         memfit.workload.resolve_model(f"hf:{path}")
 
 
+def test_hf_misspelled_model_type_is_one_short_paragraph(capsys, tmp_path):
+    """transformers' own message lists every type it knows (12,000 characters and more)."""
+    path = _tiny_config(tmp_path, model_type="llamaa")
+    code, err = _cli(capsys, "estimate", f"hf:{path}", "-b", "1", "-s", "8")
+    assert code == 1 and len(err) < 600, err
+    assert "model_type 'llamaa'" in err and "Did you mean: llama," in err
+    close = err.split("Did you mean: ")[1].split("?")[0].split(", ")
+    assert 1 <= len(close) <= 5
+    assert "pip install -U transformers" in err and "CONFIG_MAPPING" in err
+
+
+def test_a_library_message_quoted_in_an_error_is_cut_short():
+    from memfit.workload._models import _first_line
+
+    assert len(_first_line(ValueError("one of " + ", ".join(["x"] * 5000)))) <= 300
+    assert _first_line(ValueError("short.\nsecond line")) == "short"
+
+
 def test_hf_negative_hidden_size(tmp_path):
     path = _tiny_config(tmp_path, n_embd=-32)
     with pytest.raises(InvalidInputError, match=r"config.json: n_embd=-32 .*positive n_embd"):

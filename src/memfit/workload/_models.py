@@ -150,6 +150,7 @@ def _hf_recipe(name: str, config_dict: dict[str, Any], task: str, **extra: Any) 
     source = extra.get("config_file") or name
     _check_config_sizes(config_dict, source)
     model_type = config_dict.pop("model_type")
+    _check_model_type(transformers, model_type, source)
     for noise in ("torch_dtype", "dtype", "architectures", "transformers_version"):
         config_dict.pop(noise, None)
     try:
@@ -213,9 +214,35 @@ def _positions(config: Any) -> tuple[int | None, bool]:
     return limit, not soft
 
 
+def _check_model_type(transformers: Any, model_type: object, source: str) -> None:
+    """A ``model_type`` this transformers does not know, named with up to five close ones and
+    how to list them all (transformers' own error lists every type it knows, 800 and more)."""
+    known = transformers.CONFIG_MAPPING
+    if isinstance(model_type, str) and model_type in known:
+        return
+    close = (
+        difflib.get_close_matches(model_type, list(known.keys()), n=5, cutoff=0.6)
+        if isinstance(model_type, str)
+        else []
+    )
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise InvalidInputError(
+        f"{source}: transformers {transformers.__version__} does not know model_type "
+        f"{model_type!r}.{hint} Fix model_type in the config.json; for a model newer than "
+        "this transformers, upgrade it (pip install -U transformers). The types it knows: "
+        'python -c "from transformers import CONFIG_MAPPING; print(*sorted(CONFIG_MAPPING))"'
+    )
+
+
+_LONGEST_LINE = 300  # of a library's message quoted in one of memfit's
+
+
 def _first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, cut to a few hundred characters (some libraries
+    put whole lists on it)."""
     text = str(exc).strip()
-    return text.splitlines()[0].rstrip(".") if text else type(exc).__name__
+    line = text.splitlines()[0].rstrip(".") if text else type(exc).__name__
+    return line if len(line) <= _LONGEST_LINE else line[: _LONGEST_LINE - 3].rstrip() + "..."
 
 
 _SIZE_KEY = ("size", "dim", "layers", "heads", "positions", "embd", "n_ctx", "n_inner", "labels")
