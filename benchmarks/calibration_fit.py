@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from results_io import profile_paths, read_json
 
 STYLES = {
     "fp32": "fp32",
@@ -305,10 +306,8 @@ def fit_mem_factors(profiles: Path, calibration: dict[str, Any]) -> dict[str, fl
     base = Calibration.from_dict({**calibration, "mem_factors": {}})
     ratios: dict[str, list[float]] = {}
     whole: dict[str, list[float]] = {}  # forward and backward together
-    for path in sorted(profiles.glob("*.json")):
-        if path.name == "meta.json":
-            continue
-        for row in json.loads(path.read_text()):
+    for path in profile_paths(profiles):
+        for row in read_json(path):
             if "ops" in row.get("profile", {}):
                 measured, predicted, dtypes = family_seconds(row, base)
                 _add_ratios(ratios, measured, predicted, dtypes)

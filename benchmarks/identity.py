@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from results_io import read_json
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 ROOT = HERE.parent
@@ -70,8 +72,8 @@ def _snapshots(only: list[str] | None) -> dict[str, Any]:
 
 
 def _compare(before_path: Path, after_path: Path) -> int:
-    before = json.loads(before_path.read_text())
-    after = json.loads(after_path.read_text())
+    before = read_json(before_path)
+    after = read_json(after_path)
     differ = 0
     for part in ("estimates", "snapshots"):
         keys = sorted(set(before[part]) | set(after[part]))

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from op_compare import family_seconds
+from results_io import is_profile_meta, read_json
 
 from memfit.planner import Calibration
 
@@ -28,8 +29,8 @@ FAMILIES = ("mem:cat", "mem:cat_strided", "mem:copy", "mem:", "mem:ew_unrolled",
 def main(paths: list[str]) -> int:
     calibration = json.loads(SHIPPED.read_text())
     bandwidth_only = Calibration.from_dict({**calibration, "mem_factors": {}})
-    for path in (Path(p) for p in paths if not p.endswith("meta.json")):
-        for row in json.loads(path.read_text()):
+    for path in (Path(p) for p in paths if not is_profile_meta(p)):
+        for row in read_json(path):
             if "ops" not in row.get("profile", {}):
                 continue
             measured, predicted, dtypes = family_seconds(row, bandwidth_only)

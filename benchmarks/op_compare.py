@@ -18,6 +18,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from results_io import profile_paths, read_json
+
 KINDS = ("mm", "conv", "attn", "mem")
 
 
@@ -150,10 +152,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results = []
-    for path in sorted(args.profiles.glob("*.json")):
-        if path.name == "meta.json":
-            continue
-        for row in json.loads(path.read_text()):
+    for path in profile_paths(args.profiles):
+        for row in read_json(path):
             if (args.only and row["model"] not in args.only) or "ops" not in row["profile"]:
                 continue
             meas, pred = measured(row), predicted(row)

@@ -23,6 +23,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from results_io import is_profile_meta, read_json
+
 _GROUPS = {
     "copy": ("copy_", "_to_copy", "clone"),
     "cat": ("cat", "stack"),
@@ -63,8 +65,8 @@ def measure(paths: list[Path], out: Path) -> None:
 
     _costs.StepCosts.record = named  # type: ignore[method-assign]
     with out.open("w") as fh:
-        for path in (p for p in paths if p.name != "meta.json"):
-            for row in json.loads(path.read_text()):
+        for path in (p for p in paths if not is_profile_meta(p)):
+            for row in read_json(path):
                 if "ops" not in row.get("profile", {}):
                     continue
                 names.clear()

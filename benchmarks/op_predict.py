@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from results_io import profile_paths, read_json
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 
@@ -52,10 +54,8 @@ def measured(dirs: list[Path]) -> dict[str, list[dict[str, Any]]]:
     """Each configuration's rows of ``op_profile.py`` outputs, by :func:`key`."""
     out: dict[str, list[dict[str, Any]]] = {}
     for directory in dirs:
-        for path in sorted(directory.glob("*.json")):
-            if path.name == "meta.json":
-                continue
-            for row in json.loads(path.read_text()):
+        for path in profile_paths(directory):
+            for row in read_json(path):
                 if "step_seconds" in row.get("on_gpu", {}):
                     row["dir"] = directory.name
                     out.setdefault(key(row["model"], row["settings"]), []).append(row)

@@ -42,6 +42,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from results_io import read_json
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 EXTRA: list[tuple[str, dict[str, Any]]] = [
@@ -139,7 +141,7 @@ def configurations(
     from plan_proof import _settings
 
     by_model: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in json.loads(plans.read_text())["rows"] if plans else []:
+    for row in read_json(plans)["rows"] if plans else []:
         chosen = row["plan"]["chosen"]
         if chosen is None:
             continue

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from results_io import read_json
+
 CONTEXT = 758 * 2**20  # memfit's measured CUDA context of a training process on the H200
 
 
@@ -42,7 +44,7 @@ def _best(rows: list[dict[str, Any]], budget: int, full_only: bool = False) -> A
 
 
 def compare(plans: Path, measured: Path, trials: Path, out: Path | None = None) -> None:
-    plan_rows = json.loads(plans.read_text())["rows"]
+    plan_rows = read_json(plans)["rows"]
     got = {(r["model"], r["budget"]): r for r in json.loads(measured.read_text())["rows"]}
     lines = [
         "| workload | budget | plan (planned in) | predicted | measured (loop) | applied | "

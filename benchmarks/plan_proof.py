@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from results_io import read_json
+
 GiB = 2**30
 CASES: dict[str, dict[str, Any]] = {
     "bert-base-uncased": {
@@ -140,7 +142,7 @@ def measure_one(row: dict[str, Any], steps: int) -> dict[str, Any]:
 def chosen_row(plans: Path, which: str) -> dict[str, Any]:
     """The row of ``plans`` for ``MODEL@BUDGET``; exits where it has no chosen plan."""
     model, _, budget = which.rpartition("@")
-    rows = json.loads(plans.read_text())["rows"]
+    rows = read_json(plans)["rows"]
     row = next((r for r in rows if r["model"] == model and r["budget"] == budget), None)
     if row is None or row["plan"]["chosen"] is None:
         raise SystemExit(f"no chosen plan for {which!r} in {plans}")
@@ -307,7 +309,7 @@ def measure_all(
     for the allocator history of each applied step (``apply-MODEL-BUDGET.pickle.gz``)."""
     import torch
 
-    rows = json.loads(plans.read_text())["rows"]
+    rows = read_json(plans)["rows"]
     measured = []
     for i, row in enumerate(rows):
         if only and row["model"] not in only and f"{row['model']}@{row['budget']}" not in only:
@@ -384,7 +386,7 @@ def main() -> int:
     elif args.what == "measure":
         measure_all(args.paths[0], args.out, args.steps, args.only, args.history)
     elif args.what == "child":
-        row = json.loads(args.paths[0].read_text())["rows"][args.index]
+        row = read_json(args.paths[0])["rows"][args.index]
         print("RESULT " + json.dumps(measure_one(row, args.steps)))
     else:
         from plan_compare import compare

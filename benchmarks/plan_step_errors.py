@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from results_io import read_json
+
 
 def _key(model: str, s: dict[str, Any]) -> tuple[Any, ...]:
     return (
@@ -29,7 +31,7 @@ def _key(model: str, s: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def main(plans_path: str, checks: list[str]) -> int:
-    plans = json.loads(Path(plans_path).read_text())["rows"]
+    plans = read_json(plans_path)["rows"]
     measured = {}
     for path in checks:
         for row in json.loads(Path(path).read_text()):

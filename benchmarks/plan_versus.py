@@ -35,6 +35,7 @@ from typing import Any
 
 from plan_compare import _trials
 from plan_proof import CASES, _settings
+from results_io import read_json
 
 
 def contenders(row: dict[str, Any], trials: list[Path], top: int) -> list[dict[str, Any]]:
@@ -115,7 +116,7 @@ def main() -> int:
     parser.add_argument("--child", type=int)
     parser.add_argument("--dry-run", action="store_true", help="print what would run")
     args = parser.parse_args()
-    rows = json.loads(args.plans.read_text())["rows"]
+    rows = read_json(args.plans)["rows"]
     if args.child is not None:
         row = rows[args.child]
         configs = contenders(row, args.trials, args.top)

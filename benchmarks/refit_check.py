@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from results_io import read_json
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
@@ -37,7 +39,7 @@ def main() -> int:
         _step_time._shipped = lambda: {data["key"]: data}  # type: ignore[assignment]
     measured = {(r["model"], r["budget"]): r for r in json.loads(args.measured.read_text())["rows"]}
     within = total = 0
-    for row in json.loads(args.plans.read_text())["rows"]:
+    for row in read_json(args.plans)["rows"]:
         got = measured.get((row["model"], row["budget"]), {}).get("applied", {})
         if "step_seconds" not in got:
             continue

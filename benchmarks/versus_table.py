@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from results_io import read_json
+
 
 def describe(s: dict[str, Any]) -> str:
     ckpt = s["activation_checkpointing"]
@@ -76,7 +78,7 @@ def _same(settings: dict[str, Any], candidate: dict[str, Any]) -> bool:
 
 def predicted_lines(entries: list[dict[str, Any]], plans: Path) -> list[str]:
     """Every configuration that ran, its measured and predicted step time."""
-    chosen = {(r["model"], r["budget"]): r["plan"] for r in json.loads(plans.read_text())["rows"]}
+    chosen = {(r["model"], r["budget"]): r["plan"] for r in read_json(plans)["rows"]}
     lines = [
         "| workload | budget | configuration | plan | measured ms | predicted ms | error | bound |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",

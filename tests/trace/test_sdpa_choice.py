@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -17,7 +18,7 @@ def qkv(dtype, heads=8, seq=256, dim=64, requires_grad=True):
 
 
 def test_half_precision_runs_cudnn_on_hopper_and_flash_on_ampere():
-    # H200, torch 2.11, cuDNN 9.19 (benchmarks/results/*/sdpa_probe.json): cuDNN comes first
+    # H200, torch 2.11, cuDNN 9.19 (benchmarks/results/*/sdpa_probe.json.gz): cuDNN comes first
     assert choose_backend(*qkv(torch.bfloat16), None, sm=90) == "cudnn"
     assert choose_backend(*qkv(torch.bfloat16), None, sm=80) == "flash"
 
@@ -172,7 +173,7 @@ def _sizes(trace, op):
 
 
 def test_cudnn_without_gradients_makes_no_log_sum_exp():
-    # H200 (sdpa_probe.json, Llama-2-7B inference b8 s2048): the seed, the offset and the
+    # H200 (sdpa_probe.json.gz, Llama-2-7B inference b8 s2048): the seed, the offset and the
     # output, which is laid out as the query is, so going back to (batch, seq) copies nothing
     trace, (b, h, s, d) = _attention_trace(grad=False)
     lse = b * h * s * 4
@@ -288,7 +289,8 @@ def _probe_call(row):
 
 
 def test_the_choice_matches_torch_on_the_whole_probed_grid():
-    data = json.loads((_PROBED / "sdpa_probe.json").read_text())
+    with gzip.open(_PROBED / "sdpa_probe.json.gz", "rt") as fh:
+        data = json.load(fh)
     rows = data["choices"] + data["edges"]
     assert len(rows) == 2232
     wrong = []
