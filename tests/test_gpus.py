@@ -38,6 +38,10 @@ def test_a_known_name_that_is_a_number_is_a_gpu():
         ("700MiB", "smaller than"),
         ("100000GiB", "beyond any GPU"),
         ("3TiB", "beyond any GPU"),
+        ("1e30GiB", "beyond any GPU"),
+        ("-80GB", "negative"),
+        ("-0.5TiB", "negative"),
+        ("24gigs", "no unit memfit knows"),
     ],
 )
 def test_sizes_no_gpu_has_are_refused(spec, match):
@@ -54,6 +58,15 @@ def test_other_types_are_refused(spec):
 def test_gpu_passes_through():
     gpu = GPU("x", 10)  # a GPU object is taken as given
     assert resolve_gpu(gpu) is gpu
+
+
+def test_a_number_with_letters_is_never_matched_against_the_names():
+    """Sizes whatever their letters: '1e30GiB' once offered the GPU 'a10g'."""
+    for spec in ("1e30GiB", "10gg", "100GiBs", "-1e3GiB"):
+        with pytest.raises(InvalidInputError) as info:
+            resolve_gpu(spec)
+        assert "not known" not in str(info.value) and "Did you mean" not in str(info.value)
+    assert resolve_gpu("1.5e2GiB").total == 150 * 2**30
 
 
 def test_unknown_gpu_suggests_close_names():

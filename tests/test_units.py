@@ -13,15 +13,31 @@ from memfit import InvalidInputError, format_bytes, parse_size
         ("123", 123),
         (4096, 4096),
         ("80gb", 80 * 10**9),
+        ("1e3", 1000),  # numbers as Python writes them
+        ("1.5e3MiB", 1500 * 2**20),
+        (".5GiB", 2**29),
+        ("1024TiB", 2**50),
     ],
 )
 def test_parse_size(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["", "GiB", "12 parsecs", "-3GiB", "1e3"])
+@pytest.mark.parametrize("bad", ["", "GiB", "12 parsecs", "1PiB", "e3GiB", "1e3e3GiB"])
 def test_parse_size_rejects_with_the_value_and_units(bad):
     with pytest.raises(InvalidInputError, match="not understood"):
+        parse_size(bad)
+
+
+@pytest.mark.parametrize(("bad", "fix"), [("-3GiB", "'3GiB'"), ("-1e3", "'1e3'")])
+def test_a_negative_size_text_is_named_as_negative(bad, fix):
+    with pytest.raises(InvalidInputError, match=rf"'{bad}' is negative.*0 or more.*{fix}"):
+        parse_size(bad)
+
+
+@pytest.mark.parametrize("bad", ["1025TiB", "1e30GiB", "1e999999999GiB", 2**50 + 1])
+def test_a_size_past_any_memory_is_refused_without_making_it(bad):
+    with pytest.raises(InvalidInputError, match=r"more than 1 PiB.*check the number and the unit"):
         parse_size(bad)
 
 

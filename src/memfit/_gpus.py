@@ -16,7 +16,7 @@ import difflib
 from dataclasses import dataclass
 
 from memfit._errors import InvalidInputError
-from memfit._units import MiB, parse_size
+from memfit._units import MiB, SizeText, split_size, unit_bytes
 
 __all__ = [
     "DEFAULT_ARCHITECTURE",
@@ -129,11 +129,13 @@ MIN_GPU_SIZE = GPU("", 0).context
 
 def resolve_gpu(spec: str | GPU | int) -> GPU:
     """A GPU by name (``h100``, ``a100-40g``, ``4090``) or by memory size with a unit
-    (``24GiB``, ``80GB``).
+    (``24GiB``, ``80GB``, ``1.5e2GiB``).
 
     A bare number (``24``, or an ``int`` from Python) is refused rather than read as bytes: it is
-    almost always ``24GiB`` or ``24GB`` with the unit left off. Sizes below the CUDA context
-    (:data:`MIN_GPU_SIZE`) or above :data:`MAX_GPU_SIZE` (2 TiB) are refused too.
+    almost always ``24GiB`` or ``24GB`` with the unit left off. Anything that starts with a
+    number is read as a size, never matched against the names: a negative size, an unknown unit
+    (``24gigs``), and sizes below the CUDA context (:data:`MIN_GPU_SIZE`) or above
+    :data:`MAX_GPU_SIZE` (2 TiB) are refused, naming the value.
     """
     if isinstance(spec, GPU):
         return spec
@@ -147,19 +149,9 @@ def resolve_gpu(spec: str | GPU | int) -> GPU:
     key = _ALIASES.get(key, key)
     if isinstance(spec, str) and key in KNOWN_GPUS:  # '4090' is a name
         return KNOWN_GPUS[key]
-    if isinstance(spec, int) or _is_bare_number(text):
-        raise InvalidInputError(
-            f"GPU size {text!r} has no unit, and memfit does not guess one: give "
-            f"'{text}GiB' (binary) or '{text}GB' (decimal), or a GPU name such as 'h100'."
-        )
-    if key and key[0].isdigit():
-        try:
-            size = parse_size(text)
-        except InvalidInputError:
-            pass
-        else:
-            _check_gpu_size(text, size)
-            return GPU(f"{text} GPU", size)
+    size = split_size(text)
+    if size is not None:  # a number first: a size, right or wrong, never a name
+        return GPU(f"{text} GPU", _gpu_size(text, size))
     close = difflib.get_close_matches(key, list(KNOWN_GPUS), n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise InvalidInputError(
@@ -168,23 +160,42 @@ def resolve_gpu(spec: str | GPU | int) -> GPU:
     )
 
 
-def _is_bare_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _check_gpu_size(text: str, size: int) -> None:
-    if size < MIN_GPU_SIZE:
+def _gpu_size(text: str, size: SizeText) -> int:
+    """The bytes of the GPU size ``text`` (its sign, number and unit as typed: ``size``), or
+    the error that names what is wrong with it."""
+    negative, number, unit = size
+    if negative:
+        bare = text.lstrip("-").strip()
         raise InvalidInputError(
-            f"GPU size {text!r} ({size} bytes) is smaller than the {MIN_GPU_SIZE // MiB} MiB a "
+            f"GPU size {text!r} is negative: a GPU's memory is a positive size. Give e.g. "
+            f"'{bare if unit else bare + 'GiB'}', or a GPU name such as 'h100'."
+        )
+    if not unit:
+        raise InvalidInputError(
+            f"GPU size {text!r} has no unit, and memfit does not guess one: give "
+            f"'{text}GiB' (binary) or '{text}GB' (decimal), or a GPU name such as 'h100'."
+        )
+    per_unit = unit_bytes(unit)
+    if per_unit is None:
+        digits = text[: len(text) - len(unit)].strip()
+        names = [name for name in KNOWN_GPUS if name.startswith(digits)]
+        hint = f" or the GPU {names[0]!r}" if names else ""
+        raise InvalidInputError(
+            f"GPU size {text!r} has no unit memfit knows ({unit!r}): give a size such as "
+            f"'{digits}GiB' (binary) or '{digits}GB' (decimal){hint}; sizes take B, KiB, MiB, "
+            "GiB, TiB or KB, MB, GB, TB."
+        )
+    # compared before an int is made of it, the number first (1e999999999GiB)
+    if number > MAX_GPU_SIZE or number * per_unit > MAX_GPU_SIZE:
+        raise InvalidInputError(
+            f"GPU size {text!r} is more than 2 TiB, beyond any GPU: check the number and the "
+            "unit, e.g. '24GiB' or '80GB' (a GPU's memory, not the host's)."
+        )
+    total = int(number * per_unit)
+    if total < MIN_GPU_SIZE:
+        raise InvalidInputError(
+            f"GPU size {text!r} ({total} bytes) is smaller than the {MIN_GPU_SIZE // MiB} MiB a "
             "CUDA process holds before PyTorch allocates, so nothing could run on it: give the "
             "GPU's whole memory, e.g. '24GiB' or '80GB'."
         )
-    if size > MAX_GPU_SIZE:
-        raise InvalidInputError(
-            f"GPU size {text!r} is more than 2 TiB, beyond any GPU: check the unit, e.g. "
-            "'24GiB' or '80GB' (a GPU's memory, not the host's)."
-        )
+    return total

@@ -62,6 +62,13 @@ def test_a_bare_number_for_a_gpu_is_refused_with_the_units(gpu):
         ("0GiB", r"'0GiB'.*smaller than the 758 MiB"),
         ("1B", r"'1B'.*smaller than"),
         ("100000GiB", r"'100000GiB' is more than 2 TiB, beyond any GPU.*'24GiB'"),
+        ("1e30GiB", r"'1e30GiB' is more than 2 TiB, beyond any GPU.*number and the unit"),
+        ("1e999999999GiB", r"'1e999999999GiB' is more than 2 TiB"),
+        ("-5GiB", r"'-5GiB' is negative: a GPU's memory is a positive size.*'5GiB'"),
+        ("-24", r"'-24' is negative.*'24GiB'"),
+        (-24, r"'-24' is negative.*'24GiB'"),
+        ("24gigs", r"'24gigs' has no unit memfit knows \('gigs'\).*'24GiB'"),
+        ("4090ti", r"'4090ti' has no unit memfit knows.*or the GPU '4090'"),
     ],
 )
 def test_gpu_sizes_no_gpu_has_are_refused(gpu, match):
@@ -72,6 +79,7 @@ def test_gpu_sizes_no_gpu_has_are_refused(gpu, match):
 def test_gpu_accepts_a_name_a_size_with_a_unit_and_an_object():
     assert make_workload(tiny, BATCH, gpu="4090").gpu == memfit.resolve_gpu("4090")
     assert make_workload(tiny, BATCH, gpu="24GiB").gpu.total == 24 * 2**30
+    assert make_workload(tiny, BATCH, gpu="2.4e1GiB").gpu.total == 24 * 2**30
     gpu = memfit.GPU("mine", 16 * 2**30)
     assert make_workload(tiny, BATCH, gpu=gpu).gpu is gpu
 
@@ -83,6 +91,13 @@ def test_margins_still_take_bytes():
 def test_cli_gpu_bare_number(capsys):
     code, err = _cli(capsys, "estimate", "gpt2", "-b", "1", "-s", "8", "--gpu", "24")
     assert code == 1 and "'24GiB'" in err and "'24GB'" in err
+
+
+def test_cli_gpu_size_in_exponent_notation_is_a_size_not_a_name(capsys):
+    """1e30GiB once met the GPU names, which offered 'a10g'."""
+    code, err = _cli(capsys, "estimate", "gpt2", "-b", "1", "-s", "8", "--gpu", "1e30GiB")
+    assert code == 1 and "'1e30GiB' is more than 2 TiB" in err
+    assert "a10g" not in err and "not known" not in err
 
 
 # -- 2. types and ranges -----------------------------------------------------------------------

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from memfit._errors import InvalidInputError, MemfitError
-from memfit._units import format_bytes, parse_size
+from memfit._units import format_bytes, parse_size, split_size
 from memfit.monitor import _framework_numbers, _frameworks
 from memfit.monitor._nvml import NvmlBackend, PynvmlBackend
 
@@ -272,13 +272,14 @@ def _limit(limit: int | float | str | None, gpu_total: int | None) -> dict[str, 
                 "most 1 (0.5, '50%'), or a size with a unit ('8GiB')."
             )
     else:
-        if isinstance(limit, str) and limit.strip().lstrip("-").replace(".", "").isdigit():
-            raise InvalidInputError(
-                f"limit={limit!r} has no unit, and memfit does not guess one: give a size such "
-                f"as '{limit.strip()}GiB', or a share of the GPU such as 0.5."
-            )
         if isinstance(limit, str) and limit.strip().startswith("-"):
             raise InvalidInputError(f"limit={limit!r} is below zero: give a size above 0.")
+        parts = split_size(limit) if isinstance(limit, str) else None
+        if parts is not None and not parts.unit:  # '8', '1e9': bytes is never what was meant
+            raise InvalidInputError(
+                f"limit={limit!r} has no unit, and memfit does not guess one: give a size such "
+                f"as '{str(limit).strip()}GiB', or a share of the GPU such as 0.5."
+            )
         size = parse_size(limit)  # refuses negative ints and malformed text
         if size <= 0:
             raise InvalidInputError(f"limit={limit!r} is no memory: give a size above 0.")
