@@ -14,8 +14,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from memfit._errors import InvalidInputError, NoGPUError
 from memfit.cli._options import check_workload_flags, workload_options
@@ -25,7 +23,6 @@ from memfit.workload import catalog_entries
 __all__ = ["run_estimate"]
 
 _DEFAULT_MARGIN = "0.02"  # what --max-batch-size keeps free when --margin is not given
-_WIDE = 120  # from this terminal width on, --list-models shows the descriptions
 
 
 def _list_models(console: Console, as_json: bool) -> int:
@@ -34,32 +31,9 @@ def _list_models(console: Console, as_json: bool) -> int:
         keys = ("name", "aliases", "source", "task", "parameters", "description")
         print(json.dumps([{k: e.get(k) for k in keys} for e in entries.values()], indent=2))
         return 0
-    wide = console.width >= _WIDE
-    # names are never cut: they are what the user types; the description goes first
-    table = Table(title="Bundled models (no download needed)", title_justify="left")
-    table.add_column("name", no_wrap=True, style="bold")
-    table.add_column("parameters", justify="right", no_wrap=True)
-    table.add_column("source", no_wrap=True)
-    table.add_column("aliases", overflow="fold")
-    if wide:
-        table.add_column("description", overflow="fold", ratio=1)
-    for e in entries.values():
-        row = [
-            Text(e["name"]),
-            f"{e['parameters'] / 1e6:,.0f}M",
-            e["source"],
-            Text(", ".join(e.get("aliases", []))),
-        ]
-        if wide:
-            row.append(Text(e.get("description", "")))
-        table.add_row(*row)
-    console.print(table)
-    if not wide:
-        console.print(
-            "Descriptions: in a terminal at least 120 columns wide, or with --json.",
-            style="dim",
-            highlight=False,
-        )
+    from memfit.report import render_catalog
+
+    render_catalog(entries, console)
     return 0
 
 

@@ -22,6 +22,7 @@ The only renderer: the other packages keep data and ``to_dict()``. Names follow 
   this machine: ``render_saved_calibrations``;
 * monitor samples (``memfit watch``): ``render_sample``, ``watch_frame`` with a
   ``WatchHistory``, and ``SampleLog`` to log them as CSV or JSON lines;
+* the bundled models (``memfit estimate --list-models``): ``render_catalog``;
 * any of an estimate, a validation, a plan, a batch-size search or a snapshot report in a
   Jupyter notebook: ``NOTEBOOK_RENDERERS``, what their ``_repr_html_`` returns (an HTML
   fragment with the charts inline as SVG and its CSS scoped to it).
@@ -41,6 +42,7 @@ from memfit.report._batch_svg import (
     write_batch_size_plot,
 )
 from memfit.report._calibration import render_calibration, render_saved_calibrations
+from memfit.report._catalog import render_catalog
 from memfit.report._console import render_estimate
 from memfit.report._doctor import render_doctor
 from memfit.report._html import estimate_html, write_estimate_html
@@ -80,6 +82,7 @@ __all__ = [
     "plan_renderable",
     "render_batch_size",
     "render_calibration",
+    "render_catalog",
     "render_doctor",
     "render_estimate",
     "render_plan",

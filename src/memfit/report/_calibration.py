@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
 from memfit.planner.calibration import headline
+from memfit.report._fit import boxed_widths, bullets
 
 
 def _shown(kind: str, value: float | None) -> str:
@@ -66,9 +68,17 @@ def render_saved_calibrations(rows: list[dict[str, Any]], folder: str, console: 
             "(the H200's). Run memfit calibrate on the GPU to measure this machine's."
         )
         return
-    table = Table(title=f"calibrations saved in {folder} (memfit plan uses each for its type)")
-    for col in ("GPU type", "GPU", "measured", "file"):
-        table.add_column(col)
-    for row in rows:
-        table.add_row(row["key"], row["gpu"], row["source"], row["path"])
+    title = f"calibrations saved in {folder} (memfit plan uses each for its type)"
+    cells = [[row["key"], row["gpu"], row["source"], row["path"]] for row in rows]
+    headers = ("GPU type", "GPU", "measured", "file")
+    widths = boxed_widths([list(c) for c in zip(headers, *cells, strict=True)], console.width)
+    if widths is None:  # a source too long for a row of two lines: a list, a file an item
+        items = [f"{key} ({gpu}): {path}, {source}" for key, gpu, source, path in cells]
+        console.print(Group(Text(title, style="italic"), bullets(items)))
+        return
+    table = Table(title=title)
+    for header, width in zip(headers, widths, strict=True):
+        table.add_column(header, width=width, overflow="fold")
+    for row_cells in cells:
+        table.add_row(*(Text(cell) for cell in row_cells))
     console.print(table)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from memfit._units import format_bytes
 from memfit.estimator import Estimate
+from memfit.report._fit import box_width, bullets
 from memfit.report._text import (
     MEMORY_ROWS,
     UNITS_CAPTION,
@@ -37,6 +38,7 @@ _BAR_WIDTH = 20
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 _MODULE_ROWS = 10
 _MODULE_WIDTH = 60
+_MODULE_LEAST = 20  # a module's name is cut to no fewer cells than this
 
 
 def _bar(share: float, width: int = _BAR_WIDTH) -> str:
@@ -97,16 +99,21 @@ def _category_table(estimate: Estimate) -> Table:
     return table
 
 
-def _module_table(estimate: Estimate) -> Table | None:
+def _module_table(estimate: Estimate, width: int) -> Table | None:
+    """The largest modules at the peak, their names cut in the middle to fit ``width``."""
     modules = module_rows(estimate, _MODULE_ROWS)
     if not modules.rows:
         return None
     table = Table(title="Top modules at the peak", title_justify="left")
     table.add_column("module", no_wrap=True)
-    table.add_column("size", justify="right")
+    table.add_column("size", justify="right", no_wrap=True)
     table.add_column("of peak allocated", justify="right")
+    # what the sizes and the share (its header on two lines) leave the names
+    sizes = [size for _, size in modules.rows] + [modules.rest_size]
+    others = box_width([0, max(len(format_bytes(size)) for size in sizes), len("allocated")])
+    room = max(_MODULE_LEAST, min(_MODULE_WIDTH, width - others))
     for name, size in modules.rows:
-        label = shorten_middle(name, _MODULE_WIDTH) if name else "(top level)"
+        label = shorten_middle(name, room) if name else "(top level)"
         table.add_row(Text(label), format_bytes(size), format_share(size, estimate.peak_allocated))
     if modules.rest_count:
         table.add_row(
@@ -125,15 +132,12 @@ def _verdict(estimate: Estimate) -> Text | None:
     return Text.assemble(("Verdict: ", "bold"), (verdict.text, style))
 
 
-def notes_text(notes: Sequence[str]) -> Text | None:
-    """The "Notes" list of a report (an estimate's, a snapshot's); None when there are none."""
+def notes_text(notes: Sequence[str]) -> Group | None:
+    """The "Notes" list of a report (an estimate's, a snapshot's), each note's wrapped lines
+    indented under it; None when there are none."""
     if not notes:
         return None
-    text = Text("Notes", style="bold")
-    for note in notes:
-        text.append("\n  • ")
-        text.append(note)
-    return text
+    return Group(Text("Notes", style="bold"), bullets(notes))
 
 
 def render_estimate(estimate: Estimate, console: Console | None = None) -> None:
@@ -144,8 +148,8 @@ def render_estimate(estimate: Estimate, console: Console | None = None) -> None:
     estimate has a GPU, and the estimate's notes. Sizes use binary units throughout.
     """
     out = console if console is not None else Console()
-    parts: list[Text | Table] = [_header(estimate), Text(), _category_table(estimate)]
-    modules = _module_table(estimate)
+    parts: list[RenderableType] = [_header(estimate), Text(), _category_table(estimate)]
+    modules = _module_table(estimate, out.width)
     if modules is not None:
         parts += [Text(), modules]
     parts += [Text(), _peak(estimate)]

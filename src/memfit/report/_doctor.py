@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from memfit._units import format_bytes
+from memfit.report._fit import boxed_widths, bullets
 
 if TYPE_CHECKING:
-    from memfit.monitor import Diagnosis
+    from memfit.monitor import Diagnosis, ProcessSettings
 
 __all__ = ["render_doctor"]
 
@@ -53,38 +54,61 @@ def render_doctor(found: Diagnosis, console: Console) -> None:
         settings.add_row(name, value if value is not None else "unset")
     console.print(settings)
     if found.processes:
-        console.print(_processes(found))
+        console.print(_processes(found, console.width))
     if not found.advice:
         console.print("Nothing to change.", style="green")
         return
     console.print("Advice", style="bold")
-    for item in found.advice:
-        line = f"  • {item.severity}: {item.setting}: {item.change}. {item.reason.rstrip('.')}."
-        console.print(Text(line, style=_STYLE[item.severity]))
+    lines = [
+        Text(
+            f"{item.severity}: {item.setting}: {item.change}. {item.reason.rstrip('.')}.",
+            style=_STYLE[item.severity],
+        )
+        for item in found.advice
+    ]
+    console.print(bullets(lines))
 
 
-def _processes(found: Diagnosis) -> Table:
-    table = Table(
-        title="running processes' memory settings (published: memfit.publish or memfit run; "
+_PROCESS_HEADERS = ("pid", "GPU", "from", "settings", "frameworks")
+
+
+def _process_cells(p: ProcessSettings) -> list[str]:
+    """One process's cells: its pid, GPUs, where its settings were read, the settings, and
+    what its frameworks use and hold."""
+    env = " ".join(f"{k}={v}" for k, v in p.environment.items()) or "none set"
+    rows = []
+    for row in p.stats:
+        if row.kind != "gpu":
+            continue
+        held = "" if row.pool is None else f", holds {format_bytes(row.pool)}"
+        used = "n/a" if row.in_use is None else format_bytes(row.in_use)
+        rows.append(f"{row.framework} {row.device}: uses {used}{held}")
+    started = ", ".join(p.started) if p.started else ""
+    frameworks = "; ".join(rows) or (f"{started} started" if started else "-")
+    return [str(p.pid), ",".join(str(g) for g in p.gpus) or "-", p.source, env, frameworks]
+
+
+def _process_line(cells: list[str]) -> str:
+    """A process's cells as one item of the narrow list."""
+    pid, gpus, source, env, frameworks = cells
+    where = "" if gpus == "-" else f" on GPU {gpus}"
+    return f"pid {pid}{where} ({source}): settings {env}; frameworks {frameworks}"
+
+
+def _processes(found: Diagnosis, width: int) -> RenderableType:
+    """The running processes' settings: a table where each row fits two lines in ``width``,
+    else a list, a process an item."""
+    title = (
+        "running processes' memory settings (published: memfit.publish or memfit run; "
         "environment: /proc/PID/environ)"
     )
-    for col in ("pid", "GPU", "from", "settings", "frameworks"):
-        table.add_column(col)
-    for p in found.processes:
-        env = " ".join(f"{k}={v}" for k, v in p.environment.items()) or "none set"
-        rows = []
-        for row in p.stats:
-            if row.kind != "gpu":
-                continue
-            held = "" if row.pool is None else f", holds {format_bytes(row.pool)}"
-            used = "n/a" if row.in_use is None else format_bytes(row.in_use)
-            rows.append(f"{row.framework} {row.device}: uses {used}{held}")
-        started = ", ".join(p.started) if p.started else ""
-        table.add_row(
-            str(p.pid),
-            ",".join(str(g) for g in p.gpus) or "-",
-            p.source,
-            Text(env),
-            Text("; ".join(rows) or (f"{started} started" if started else "-")),
-        )
+    rows = [_process_cells(p) for p in found.processes]
+    widths = boxed_widths([list(c) for c in zip(_PROCESS_HEADERS, *rows, strict=True)], width)
+    if widths is None:
+        return Group(Text(title, style="italic"), bullets(_process_line(row) for row in rows))
+    table = Table(title=title)
+    for header, w in zip(_PROCESS_HEADERS, widths, strict=True):
+        table.add_column(header, width=w, overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
     return table

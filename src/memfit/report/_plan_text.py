@@ -10,6 +10,7 @@ they show what the budget rules out.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,7 +44,9 @@ __all__ = [
     "plan_rows",
     "plan_title",
     "rate_text",
+    "settings_tags",
     "shown_rows",
+    "tags_legend",
 ]
 
 PLAN_ROWS = 15  # rows of the table without show_all
@@ -109,6 +112,59 @@ def offload_text(share: float, checkpoints: bool) -> str:
 def allocator_text(config: str) -> str:
     """A ``PYTORCH_CUDA_ALLOC_CONF`` text in a cell: the usual ones by a short name."""
     return _ALLOCATOR_NAMES.get(config, config)
+
+
+def settings_tags(c: Candidate) -> list[str]:
+    """``c``'s settings as short tags for a narrow table, where the words would take three
+    lines: ``bf16-mixed ckpt-50% offload adamw-fused expandable``. :func:`tags_legend` says
+    what they mean."""
+    tags = [c.precision]
+    if c.memory_budget is not None:
+        tags.append(f"budget-{c.memory_budget:g}")
+    elif c.checkpointing is True or c.checkpointing is False:
+        tags.append("ckpt" if c.checkpointing else "no-ckpt")
+    elif isinstance(c.checkpointing, float):
+        tags.append(f"ckpt-{c.checkpointing:.0%}")
+    else:
+        tags.append("sel-ckpt" if c.checkpointing == "selective" else f"{c.checkpointing}-ckpt")
+    if c.offload:
+        tags.append("offload" if c.offload >= 1 else f"offload-{c.offload:.0%}")
+    if c.offload_checkpoints:
+        tags.append("offload-in")
+    tags.append(c.optimizer)
+    if c.allocator_config:
+        tags.append(allocator_text(c.allocator_config))
+    return tags
+
+
+# what each kind of tag means, in the order the legend says them
+_TAG_MEANINGS = (
+    ("ckpt", "full activation checkpointing"),
+    ("no-ckpt", "none"),
+    ("sel-ckpt", "selective"),
+    ("ckpt-N%", "N% of the blocks checkpointed"),
+    ("budget-B", "torch.compile's activation memory budget B"),
+    ("offload", "the blocks not checkpointed offload their activations to host memory"),
+    ("offload-N%", "N% of those blocks do"),
+    ("offload-in", "the checkpointed blocks' inputs are offloaded"),
+    ("expandable", "expandable_segments:True"),
+)
+
+
+def _tag_kind(tag: str) -> str:
+    """The legend's name of ``tag``: a share as ``N%``, a budget as ``B``."""
+    if tag.startswith("budget-"):
+        return "budget-B"
+    return re.sub(r"\d+%$", "N%", tag)
+
+
+def tags_legend(candidates: list[Candidate]) -> str:
+    """What the tags of ``candidates``' settings (:func:`settings_tags`) say, those shown
+    only: ``Settings: precision, checkpointing, ..., optimizer, allocator; ckpt: full ...``."""
+    kinds = {_tag_kind(t) for c in candidates for t in settings_tags(c)}
+    meanings = [f"{tag}: {meaning}" for tag, meaning in _TAG_MEANINGS if tag in kinds]
+    order = "precision, checkpointing, activation offload, optimizer, allocator"
+    return f"Settings: {order}" + "".join(f"; {m}" for m in meanings) + "."
 
 
 def ms_text(seconds: float) -> str:

@@ -7,18 +7,21 @@ function names) goes through :class:`rich.text.Text`, never markup.
 
 from __future__ import annotations
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from memfit._units import format_bytes
 from memfit.report._console import notes_text
+from memfit.report._fit import box_width
 from memfit.report._text import UNITS_CAPTION, format_share, shorten_middle
 from memfit.snapshot import SnapshotReport
 
 __all__ = ["render_snapshot"]
 
-_SITE_WIDTH = 70
+_SITE_WIDTH = 70  # the most cells of a site shown
+_SITE_LEAST = 40  # the fewest cells a site gets beside the blocks' addresses
+_FIXED = ("size", "of peak", "address", "allocated at")  # the blocks' columns before the site
 
 
 def _when(report: SnapshotReport, event: int) -> str:
@@ -45,36 +48,63 @@ def _header(report: SnapshotReport) -> Text:
     return text
 
 
-def _blocks(report: SnapshotReport) -> Table:
+def _site_room(width: int, others: list[int]) -> int:
+    """The cells left for the site column, at most :data:`_SITE_WIDTH`."""
+    return min(_SITE_WIDTH, width - box_width([*others, 0]))
+
+
+def _blocks(report: SnapshotReport, width: int) -> Group:
+    """The largest live blocks at the peak, one line each: the site cut in the middle to what
+    ``width`` leaves it, the addresses left out (a footnote says so) where they would leave
+    the site fewer than :data:`_SITE_LEAST` cells."""
     when = _when(report, report.peak_allocated_event)
     table = Table(title=f"Largest live blocks at the peak allocated ({when})", title_justify="left")
-    table.add_column("size", justify="right")
-    table.add_column("of peak", justify="right")
-    table.add_column("address")
-    table.add_column("allocated at", justify="right")
-    table.add_column("site", no_wrap=True)
-    for b in report.top_blocks:
-        table.add_row(
+    rows = [
+        [
             format_bytes(b.size),
             format_share(b.size, report.peak_allocated),
             f"{b.address:#x}",
             "before the trace" if b.event is None else f"event {b.event:,}",
-            Text(shorten_middle(b.site, _SITE_WIDTH) if b.site else "-"),
-        )
-    return table
+        ]
+        for b in report.top_blocks
+    ]
+    sites = [b.site for b in report.top_blocks]
+    fixed = [max([len(header), *(len(r[i]) for r in rows)]) for i, header in enumerate(_FIXED)]
+    # "allocated at" wraps: its header, and "before the trace", on two lines
+    fixed[3] = max([len("before the"), *(len(r[3]) for r in rows if r[3].startswith("event"))])
+    room = _site_room(width, fixed)
+    addresses = room >= _SITE_LEAST or not any(sites)
+    if not addresses:
+        room = _site_room(width, fixed[:2] + fixed[3:])
+    for i, header in enumerate(_FIXED):
+        if i != 2 or addresses:
+            table.add_column(header, justify="left" if i == 2 else "right", no_wrap=i != 3)
+    table.add_column("site", no_wrap=True)
+    for row, site in zip(rows, sites, strict=True):
+        cells = row if addresses else row[:2] + row[3:]
+        table.add_row(*cells, Text(shorten_middle(site, max(room, 5)) if site else "-"))
+    if addresses:
+        return Group(table)
+    wider = box_width([*fixed, _SITE_LEAST])
+    note = (
+        f"Addresses left out at this width: a terminal of {wider} columns, --json or --html "
+        "shows them."
+    )
+    return Group(table, Text(note, style="dim"))
 
 
-def _sites(report: SnapshotReport) -> Table | Text:
+def _sites(report: SnapshotReport, width: int) -> Table | Text:
     if report.frames_note is not None:
         return Text.assemble(("Allocation sites: ", "bold"), (report.frames_note, "dim"))
     table = Table(title="Top allocation sites at the peak allocated", title_justify="left")
     table.add_column("site (first frame outside torch)", no_wrap=True)
-    table.add_column("live", justify="right")
-    table.add_column("blocks", justify="right")
-    for s in report.top_sites:
-        table.add_row(
-            Text(shorten_middle(s.site, _SITE_WIDTH)), format_bytes(s.size), f"{s.count:,}"
-        )
+    table.add_column("live", justify="right", no_wrap=True)
+    table.add_column("blocks", justify="right", no_wrap=True)
+    sizes = [format_bytes(s.size) for s in report.top_sites]
+    counts = [f"{s.count:,}" for s in report.top_sites]
+    room = _site_room(width, [max(map(len, ["live", *sizes])), max(map(len, ["blocks", *counts]))])
+    for s, size, count in zip(report.top_sites, sizes, counts, strict=True):
+        table.add_row(Text(shorten_middle(s.site, max(room, 5))), size, count)
     return table
 
 
@@ -157,10 +187,10 @@ def _ooms(report: SnapshotReport) -> Text | None:
 def render_snapshot(report: SnapshotReport, console: Console | None = None) -> None:
     """Print ``report`` to ``console`` (a new stdout console when ``None``)."""
     out = console if console is not None else Console()
-    parts: list[Text | Table | Group] = [_header(report)]
+    parts: list[RenderableType] = [_header(report)]
     if report.top_blocks:
-        parts += [Text(), _blocks(report)]
-    parts += [Text(), _sites(report)]
+        parts += [Text(), _blocks(report, out.width)]
+    parts += [Text(), _sites(report, out.width)]
     if report.what_if:
         parts += [Text(), _what_if(report)]
     oom = _ooms(report)
