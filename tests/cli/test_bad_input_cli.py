@@ -78,6 +78,70 @@ def test_plan_workers_must_be_a_positive_whole_number(capsys, value, message):
     assert message in err and "--workers" in err
 
 
+# a negative size after an option is its value, refused by what checks the value: argparse took
+# '--gpu -5GiB' for two options ("expected one argument")
+
+_NEGATIVE_GPU = "GPU size '-5GiB' is negative: a GPU's memory is a positive size. Give e.g. '5GiB'"
+
+
+@pytest.mark.parametrize("joined", [False, True], ids=["--gpu -5GiB", "--gpu=-5GiB"])
+@pytest.mark.parametrize(
+    ("command", "flag", "code"),
+    [
+        (["estimate", "gpt2", "-b", "1", "-s", "8"], "--gpu", 1),
+        (["plan", "gpt2", "-b", "1", "-s", "8"], "--gpu", 2),
+        (["plan", "gpt2", "-b", "1", "-s", "8"], "--budget", 2),
+        (["snapshot", str(SNAPSHOT)], "--capacity", 1),
+    ],
+    ids=["estimate", "plan", "plan-budget", "snapshot"],
+)
+def test_a_negative_gpu_size_is_named_whichever_way_it_is_written(
+    capsys, command, flag, code, joined
+):
+    argv = [*command, *([f"{flag}=-5GiB"] if joined else [flag, "-5GiB"])]
+    err = _refused_by_parser(capsys, argv) if code == 2 else _fails(capsys, argv, code)
+    assert _NEGATIVE_GPU in " ".join(err.split()) and "expected one argument" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["estimate", "gpt2", "-s", "8", "--gpu", "h100", "--max-batch-size"],
+            "margin='-1GiB': Size '-1GiB' is negative; give a size of 0 or more, e.g. '1GiB'",
+        ),
+        (["run", "--", sys.executable, "-c", "pass"], "limit='-1GiB' is below zero"),
+    ],
+    ids=["estimate-margin", "run-limit"],
+)
+def test_every_option_taking_a_size_takes_a_negative_one_as_its_value(capsys, argv, message):
+    flag = ["--margin", "-1GiB"] if argv[0] == "estimate" else ["--limit", "-1GiB"]
+    err = _fails(capsys, [argv[0], *flag, *argv[1:]], 1)
+    assert message in " ".join(err.split()) and "expected one argument" not in err
+
+
+def test_plans_margin_takes_a_negative_value_as_its_value(capsys):
+    argv = ["plan", "gpt2", "-b", "1", "-s", "8", "--gpu", "h100", "--margin", "-1GiB"]
+    err = _refused_by_parser(capsys, argv)
+    assert "argument --margin: '-1GiB' is not a number" in err
+
+
+def test_a_commands_own_arguments_are_never_rewritten():
+    from memfit.cli._argv import join_negative_values
+    from memfit.cli._parser import make_parser
+
+    parser = make_parser()
+    child = ["python", "train.py", "--limit", "-1e-3"]
+    assert join_negative_values(parser, ["run", "--limit", "-1GiB", *child]) == [
+        "run",
+        "--limit=-1GiB",
+        *child,
+    ]
+    after = ["run", "--", "python", "x.py", "--gpu", "-5GiB"]
+    assert join_negative_values(parser, after) == after
+    assert join_negative_values(parser, ["estimate", "-b", "-3"]) == ["estimate", "-b", "-3"]
+
+
 def test_unknown_mode_is_refused_with_the_choices(capsys):
     err = _refused_by_parser(capsys, ["estimate", "gpt2", "-b", "1", "--mode", "eval"])
     assert "'eval'" in err and "train" in err and "infer" in err

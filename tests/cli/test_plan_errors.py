@@ -43,13 +43,13 @@ def _fails(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 @pytest.mark.parametrize(
     ("argv", "value", "fix"),
     [
-        (["--gpu", "-3GiB"], "'-3GiB' is negative", "such as 24GiB"),
-        (["--gpu=-3GiB"], "'-3GiB' is negative", "such as 24GiB"),
-        (["--budget", "-1"], "'-1' is negative", "GPU name such as h100"),
+        (["--gpu", "-3GiB"], "'-3GiB' is negative", "a positive size. Give e.g. '3GiB'"),
+        (["--gpu=-3GiB"], "'-3GiB' is negative", "a positive size. Give e.g. '3GiB'"),
+        (["--budget", "-1"], "'-1' is negative", "'1GiB', or a GPU name such as 'h100'"),
         (["--gpu", "100MiB"], "'100MiB'", "smaller than the 758 MiB a CUDA process holds"),
         (["--gpu", "abc"], "GPU 'abc' is not known", "a memory size such as '24GiB'"),
         (["--gpu", "24"], "'24' has no unit", "'24GiB'"),
-        (["--gpu", "100000GiB"], "'100000GiB' is more than 2 TiB", "check the unit"),
+        (["--gpu", "100000GiB"], "'100000GiB' is more than 2 TiB", "check the number and the unit"),
         (["--gpu", "24GiB", "--margin", "1.5"], "1.5 is not a fraction", "e.g. 0.05"),
         (["--gpu", "24GiB", "--margin", "-0.1"], "-0.1 is not a fraction", "e.g. 0.05"),
         (["--gpu", "24GiB", "--margin", "5%"], "'5%' is not a number", "e.g. 0.05"),

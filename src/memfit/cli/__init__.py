@@ -20,6 +20,7 @@ import traceback
 from rich.console import Console
 
 from memfit._errors import MemfitError, NoGPUError
+from memfit.cli._argv import join_negative_values
 from memfit.cli._parser import make_parser
 
 __all__ = ["main"]
@@ -32,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
     words = list(sys.argv[1:] if argv is None else argv)
     parser = make_parser()
-    args = parser.parse_args(words)
+    # --gpu -5GiB reaches the check of the value, as --gpu=-5GiB does
+    args = parser.parse_args(join_negative_values(parser, words))
     console = Console()
     err = Console(stderr=True)
     if args.command is None:

@@ -39,12 +39,7 @@ def budget(text: str) -> GPU:
     (a unit is needed; at least the CUDA context, at most 2 TiB)."""
     from memfit._gpus import resolve_gpu
 
-    if text.strip().startswith("-"):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is negative; give the GPU memory to plan for, as a size with a unit "
-            "such as 24GiB or a GPU name such as h100"
-        )
-    try:
+    try:  # a negative size is named as one there, as for memfit estimate --gpu
         return resolve_gpu(text)
     except InvalidInputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None

@@ -225,7 +225,10 @@ def resolve_margin(margin: float | int | str, total: int) -> int:
                 "GPU's memory, or a size such as '512MiB'."
             )
         return int(margin * total)
-    size = parse_size(margin)
+    try:
+        size = parse_size(margin)
+    except InvalidInputError as exc:  # say which value it was
+        raise InvalidInputError(f"margin={margin!r}: {exc}") from None
     if size >= total:
         raise InvalidInputError(
             f"margin={margin!r} ({format_bytes(size)}) leaves nothing of the GPU's "
