@@ -181,3 +181,17 @@ def test_a_jax_process_shows_its_own_numbers_in_the_framework_columns(recording,
         None,
     )
     assert logged["outside_pool"] == proc.used_memory - 5 * 2**30
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_a_frame_fits_the_terminal_with_each_process_on_one_line(recording, width):
+    (sample,) = _samples(recording, "train+infer")
+    console = Console(record=True, width=width, color_system=None)
+    render_sample(sample, console)
+    lines = console.export_text().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= width
+    for proc in sample.devices[0].processes:
+        row = next(line for line in lines if f" {proc.pid} " in f" {line} " and "GiB" in line)
+        # every number of the process on its one line, none cut short
+        for value in (proc.used_memory, proc.torch.allocated, proc.torch.reserved):
+            assert format_bytes(value) in row

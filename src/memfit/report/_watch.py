@@ -11,6 +11,7 @@ prints ``N/A``; a GPU that stopped answering prints ``lost``. Every string from 
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
@@ -20,6 +21,7 @@ from rich.text import Text
 from memfit._units import format_bytes
 from memfit.monitor import DeviceSample, ProcessSample, Sample
 from memfit.report._console import _bar
+from memfit.report._fit import tight_table
 from memfit.report._text import shorten_middle
 
 __all__ = ["NA", "WatchHistory", "render_sample", "watch_frame"]
@@ -149,7 +151,11 @@ class _ProcessView:
         self.sample = sample
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        unclamped = options.update_width(10_000)  # a measurement is clamped to the width
         numbers = _process_table(self.sample, command_width=0)
+        if Measurement.get(console, unclamped, numbers).maximum > options.max_width:
+            # too narrow for boxed cells: two spaces between columns instead of a border
+            numbers = _process_table(self.sample, command_width=0, tight=True)
         # what is left of the line for the command: the column's border and padding take 3
         room = options.max_width - Measurement.get(console, options, numbers).maximum - 3
         if room >= _MIN_COMMAND:
@@ -168,18 +174,20 @@ class _ProcessView:
             yield commands
 
 
-def _process_table(sample: Sample, command_width: int) -> Table:
+def _process_table(sample: Sample, command_width: int, tight: bool = False) -> Table:
     """The process table; with a command column of at most ``command_width`` characters
-    (the middle of a longer command is left out) unless it is 0."""
-    table = Table(
-        title="Processes",
-        title_justify="left",
-        caption="fw columns: processes that call memfit.publish() or run under memfit run; "
+    (the middle of a longer command is left out) unless it is 0; ``tight``: two spaces
+    between columns instead of a box (a narrow terminal)."""
+    options: dict[str, Any] = {
+        "title": "Processes",
+        "title_justify": "left",
+        "caption": "fw columns: processes that call memfit.publish() or run under memfit run; "
         "in use / pool / peak: torch allocated / reserved / max allocated (JAX bytes_in_use / "
         "pool_bytes / peak, TF current / - / peak); outside = GPU mem - pool (CUDA context, "
         "libraries, NCCL)",
-        caption_justify="left",
-    )
+        "caption_justify": "left",
+    }
+    table = tight_table(**options) if tight else Table(**options)
     for name in ("gpu", "pid"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("user", no_wrap=True)
