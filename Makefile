@@ -6,23 +6,34 @@ STAMP := $(VENV)/.memfit-installed
 
 .PHONY: demo test lint typecheck check clean test-cpu-build test-frameworks
 
+# `make demo` installs what the demo needs; `make test` adds the test, lint and type tools.
 $(STAMP): pyproject.toml
+	@echo "memfit: creating $(VENV) and installing memfit with torch, transformers, torchvision,"
+	@echo "        timm and matplotlib: about 6 GB (torch's CUDA build is most of it), a few"
+	@echo "        minutes the first time. pip lists each package as it goes."
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[models,plot,nvml,test]'
+	$(BIN)/python -m pip install --upgrade --progress-bar off pip
+	$(BIN)/python -m pip install --progress-bar off -e '.[models,plot]'
 	touch $(STAMP)
 
+TEST_STAMP := $(VENV)/.memfit-test-installed
+$(TEST_STAMP): $(STAMP)
+	@echo "memfit: adding the test, lint and type tools to $(VENV) (about 0.3 GB)"
+	$(BIN)/python -m pip install --progress-bar off -e '.[models,plot,test]'
+	touch $(TEST_STAMP)
+
 demo: $(STAMP)
+	@echo "memfit: estimating BERT-base training (batch 8 x 512 tokens) on this CPU, no GPU used"
 	$(BIN)/memfit estimate bert-base-uncased --batch-size 8 --seq-len 512 --gpu 24GiB
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-typecheck: $(STAMP)
+typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
 
 check: lint typecheck test
