@@ -52,7 +52,7 @@ def main() -> int:
     parser.add_argument("shipped", type=Path)
     parser.add_argument("--curves", nargs="+", metavar=("MEASURED", "CURVE"))
     parser.add_argument("--mem-factors", type=Path, metavar="PROFILE_DIR")
-    parser.add_argument("--note", required=True, help="appended to the source: what, when")
+    parser.add_argument("--note", required=True, help="what changed and when, kept in 'changes'")
     args = parser.parse_args()
     if bool(args.curves) == bool(args.mem_factors):
         parser.error("give --curves MEASURED CURVE [...] or --mem-factors PROFILE_DIR")
@@ -63,9 +63,10 @@ def main() -> int:
         add_curves(shipped, Path(args.curves[0]), args.curves[1:])
     else:
         refit_mem_factors(shipped, args.mem_factors)
-    shipped["source"] += f"; {args.note}"
+    # the source says what users read (where and when it was measured); the refits are listed
+    shipped.setdefault("changes", []).append(args.note)
     args.shipped.write_text(json.dumps(shipped, indent=1) + "\n")
-    print(f"{args.shipped}: {shipped['source']}")
+    print(f"{args.shipped}: {shipped['source']}; changes: {'; '.join(shipped['changes'])}")
     return 0
 
 

@@ -431,10 +431,11 @@ def _calibration_for(
             f"of the {data['gpu']} ({data['path']}: {data['source']})"
         )
     data = ours["h200"]
+    what = "a size names no GPU type" if key is None else f"memfit has no rates of the {gpu.name}"
     note = (
-        f"step times are the H200's ({data['source']}): memfit has no measured rates of "
-        f"{gpu.name}, so they rank the candidates where its rates are alike and their seconds "
-        "are the H200's (`memfit calibrate` on the GPU measures its own)"
+        f"step times are the H200's ({data['source']}): {what}, so they rank the candidates "
+        "where its rates are alike and their seconds are the H200's (`memfit calibrate` on "
+        "your GPU measures its own)"
     )
     return Calibration.from_dict(data), note
 
