@@ -304,6 +304,39 @@ def test_snapshot_json_into_a_closed_pipe_prints_nothing_on_stderr():
     assert err == ""
 
 
+_CLI = [sys.executable, "-c", "from memfit.cli import main; raise SystemExit(main())"]
+
+
+def _into_closed_pipe(args: list[str]) -> tuple[int, str]:
+    """Run the real command line with its output piped to a reader that is already gone (as
+    ``| head -1`` is once it has its line); its exit code and stderr."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # closed before memfit writes a byte: every write finds no reader
+    try:
+        done = subprocess.run(
+            [*_CLI, *args], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    finally:
+        os.close(write_end)
+    return done.returncode, done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["estimate", "--list-models"],
+        ["doctor"],
+        ["snapshot", str(SNAPSHOT), "--no-what-if"],
+        ["watch", "--replay", str(NVML), "--once"],
+    ],
+    ids=["estimate-list-models", "doctor", "snapshot", "watch"],
+)
+def test_tables_into_a_closed_pipe_end_quietly_with_exit_code_0(args):
+    """rich met the closed pipe itself and ended the process with exit code 1."""
+    code, err = _into_closed_pipe(args)
+    assert (code, err) == (0, "")
+
+
 def test_ctrl_c_exits_130_without_a_traceback(capsys, monkeypatch):
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt

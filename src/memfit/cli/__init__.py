@@ -12,7 +12,6 @@ traceback.
 from __future__ import annotations
 
 import importlib
-import os
 import shlex
 import sys
 import traceback
@@ -21,6 +20,7 @@ from rich.console import Console
 
 from memfit._errors import MemfitError, NoGPUError
 from memfit.cli._argv import join_negative_values
+from memfit.cli._output import OutputConsole, silence_stdout
 from memfit.cli._parser import make_parser
 
 __all__ = ["main"]
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
     # --gpu -5GiB reaches the check of the value, as --gpu=-5GiB does
     args = parser.parse_args(join_negative_values(parser, words))
-    console = Console()
+    console = OutputConsole()  # a table meets a closed pipe as print does
     err = Console(stderr=True)
     if args.command is None:
         parser.print_help()
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not at exit where it would print
         return code
     except BrokenPipeError:  # memfit ... --json | head -1: the reader has what it wanted
-        _silence_stdout()
+        silence_stdout()
         return 0
     except NoGPUError as exc:
         _report(err, exc, args.debug, words)
@@ -63,15 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug of memfit's or a library's: one paragraph, not a traceback
         _report(err, exc, args.debug, words, unexpected=True)
         return _ERROR_CODES.get(args.command, 1)
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so that the interpreter's last flush finds no closed pipe."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # stdout is not a file (a test's capture): nothing to flush
-        pass
 
 
 def _report(
