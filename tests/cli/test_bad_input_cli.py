@@ -337,6 +337,66 @@ def test_tables_into_a_closed_pipe_end_quietly_with_exit_code_0(args):
     assert (code, err) == (0, "")
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+@pytest.mark.parametrize(
+    "args",
+    [["estimate", "--list-models"], ["estimate", "--list-models", "--json"], ["doctor"]],
+    ids=["table", "json", "doctor"],
+)
+def test_output_to_a_full_disk_is_one_paragraph_not_a_bug(args):
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([*_CLI, *args], stdout=full, stderr=subprocess.PIPE, text=True)
+    err = " ".join(done.stderr.split())
+    assert done.returncode == 1
+    assert err.startswith(
+        "error: could not write the output to /dev/full: No space left on device. Send it "
+        "where it can be written"
+    )
+    assert "a bug in memfit" not in err and "Traceback" not in err
+    assert "Exception ignored" not in err
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+def test_an_estimate_to_a_full_disk_names_the_reason(tiny):
+    with open("/dev/full", "w") as full:
+        args = ["estimate", tiny, "-b", "2"]
+        done = subprocess.run([*_CLI, *args], stdout=full, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 1
+    assert "could not write the output to /dev/full: No space left on device" in done.stderr
+
+
+def _full_file(tmp_path: Path, name: str) -> Path:
+    """A path whose writes fail as on a full disk."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    path = tmp_path / name
+    path.symlink_to("/dev/full")
+    return path
+
+
+def test_a_plot_to_a_full_disk_names_the_path_and_the_reason(capsys, tiny, tmp_path):
+    path = _full_file(tmp_path, "memory.svg")
+    err = " ".join(_fails(capsys, ["estimate", tiny, "-b", "2", "--plot", str(path)]).split())
+    assert f"the plot could not be written to '{path}': No space left on device" in err
+
+
+def test_an_html_report_to_a_full_disk_names_the_path_and_the_reason(capsys, tmp_path):
+    path = _full_file(tmp_path, "report.html")
+    assert main(["snapshot", str(SNAPSHOT), "--no-what-if", "--html", str(path)]) == 1
+    captured = capsys.readouterr()
+    err = " ".join(captured.err.split())
+    assert f"the HTML report could not be written to '{path}': No space left on device" in err
+    assert "Peak" in captured.out or "peak" in captured.out  # the report came first
+
+
+def test_a_watch_log_on_a_full_disk_names_the_path_and_the_reason(capsys, tmp_path):
+    path = _full_file(tmp_path, "gpu.csv")
+    err = _fails(capsys, ["watch", "--replay", str(NVML), "--once", "--log", str(path)])
+    assert f"--log {path}: a sample could not be written (No space left on device)" in " ".join(
+        err.split()
+    )
+
+
 def test_ctrl_c_exits_130_without_a_traceback(capsys, monkeypatch):
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt

@@ -2,8 +2,9 @@
 
 Exit codes: 0 success (also when the reader of the output goes away early, as in
 ``memfit estimate ... --json | head -1``: the output was cut on purpose, so memfit stops
-quietly), 1 an error (a memfit error such as bad input or a failed trace, or an unexpected
-one), 2 no GPU where one is needed or flags the parser refuses, 130 interrupted (Ctrl-C).
+quietly), 1 an error (a memfit error such as bad input, a failed trace or output that could
+not be written, as to a full disk; or an unexpected one), 2 no GPU where one is needed or
+flags the parser refuses, 130 interrupted (Ctrl-C).
 ``memfit plan`` exits 1 when nothing fits the budget, so its errors exit 2.
 Errors print as one paragraph; ``--debug``, before or after the command, shows the
 traceback.
@@ -11,6 +12,7 @@ traceback.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import shlex
 import sys
@@ -20,7 +22,7 @@ from rich.console import Console
 
 from memfit._errors import MemfitError, NoGPUError
 from memfit.cli._argv import join_negative_values
-from memfit.cli._output import OutputConsole, silence_stdout
+from memfit.cli._output import OutputConsole, OutputError, guarded_stdout, silence_stdout
 from memfit.cli._parser import make_parser
 
 __all__ = ["main"]
@@ -41,16 +43,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 1
     try:
-        # each command lives in memfit.cli._<name>_cmd as run_<name>(args, console)
-        run = getattr(
-            importlib.import_module(f"memfit.cli._{args.command}_cmd"), f"run_{args.command}"
-        )
-        code = int(run(args, console))
-        sys.stdout.flush()  # a closed pipe shows here, not at exit where it would print
-        return code
+        with guarded_stdout():  # a full disk: one paragraph (OutputError), not a bug's
+            return _run(args, console)
     except BrokenPipeError:  # memfit ... --json | head -1: the reader has what it wanted
         silence_stdout()
         return 0
+    except OutputError as exc:  # memfit ... > /dev/full: said once, never again at exit
+        silence_stdout()
+        _report(err, exc, args.debug, words)
+        return _ERROR_CODES.get(args.command, 1)
     except NoGPUError as exc:
         _report(err, exc, args.debug, words)
         return 2
@@ -63,6 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug of memfit's or a library's: one paragraph, not a traceback
         _report(err, exc, args.debug, words, unexpected=True)
         return _ERROR_CODES.get(args.command, 1)
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    """Run the command (each lives in ``memfit.cli._<name>_cmd`` as ``run_<name>(args,
+    console)``) and flush its output, where a closed pipe or a full disk shows, rather than at
+    the interpreter's exit."""
+    run = getattr(importlib.import_module(f"memfit.cli._{args.command}_cmd"), f"run_{args.command}")
+    code = int(run(args, console))
+    sys.stdout.flush()
+    return code
 
 
 def _report(

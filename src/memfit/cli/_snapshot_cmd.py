@@ -62,12 +62,19 @@ def run_snapshot(args: argparse.Namespace, console: Console) -> int:
     finally:
         if status is not None:
             status.stop()
-    if args.html:
-        write_snapshot_html(result, args.html)
     if args.json:
-        print(result.to_json())
-        return 0
-    render_snapshot(result, console)
-    if args.html:
-        console.print(f"HTML report written to {args.html}", highlight=False, markup=False)
+        print(result.to_json(), flush=True)
+    else:
+        render_snapshot(result, console)
+    if args.html:  # after the report is shown: a page that fails to write takes it not away
+        try:
+            write_snapshot_html(result, args.html)
+        except OSError as exc:
+            raise InvalidInputError(
+                f"The report above is complete, but the HTML report could not be written to "
+                f"'{args.html}': {exc.strerror or exc}. Give a path you can write to (a "
+                "folder with free space)."
+            ) from exc
+        if not args.json:
+            console.print(f"HTML report written to {args.html}", highlight=False, markup=False)
     return 0

@@ -117,6 +117,7 @@ class SampleLog(contextlib.AbstractContextManager["SampleLog"]):
                 f"{', '.join(LOG_SUFFIXES)}."
             )
         self.csv = suffix == ".csv"
+        self._failed = False  # a write failed: closing fails too, and says nothing new
         try:
             self._file: TextIO = self.path.open("a", newline="", encoding="utf-8")
         except OSError as exc:
@@ -129,14 +130,27 @@ class SampleLog(contextlib.AbstractContextManager["SampleLog"]):
             self._writer.writeheader()
 
     def write(self, sample: Sample) -> None:
-        if self._writer is not None:
-            self._writer.writerows(log_rows(sample))
-        else:
-            self._file.write(json.dumps(sample.to_dict(), separators=(",", ":")) + "\n")
-        self._file.flush()
+        """Append ``sample``; a write that fails (a full disk) names the log and the reason."""
+        try:
+            if self._writer is not None:
+                self._writer.writerows(log_rows(sample))
+            else:
+                self._file.write(json.dumps(sample.to_dict(), separators=(",", ":")) + "\n")
+            self._file.flush()
+        except OSError as exc:
+            self._failed = True
+            raise InvalidInputError(
+                f"--log {self.path}: a sample could not be written ({exc.strerror or exc}); the "
+                "samples before it are in the file. Give a path where there is room (--log "
+                "on another disk), or free some."
+            ) from exc
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError:  # what a failed write left in the buffer: that write said so
+            if not self._failed:
+                raise
 
     def __exit__(self, *exc: object) -> None:
         self.close()
