@@ -324,6 +324,70 @@ def test_a_python_factory_that_returns_42():
         memfit.estimate(lambda: 42, BATCH)
 
 
+# a factory without make_batch: its own errors come first (they were hidden behind "does not
+# know how to make a batch"), then what make_batch to write
+
+
+def test_a_factory_without_make_batch_that_raises_is_theirs(tmp_path):
+    path = _user_file(tmp_path, "def make():\n    x = 1\n    raise ValueError('bad width')\n")
+    with pytest.raises(
+        UserCodeError, match=r"ValueError at .*net.py:3, in make\(\).*bad width"
+    ) as err:
+        memfit.estimate(f"{path}:make", batch_size=2)
+    assert isinstance(err.value.__cause__, ValueError)
+    assert str(err.value.__cause__) == "bad width"
+
+
+def test_a_factory_without_make_batch_that_returns_42(tmp_path):
+    path = _user_file(tmp_path, "def make():\n    return 42\n")
+    with pytest.raises(InvalidInputError, match=r"make\(\) of .*net.py returned 42 \(int\)"):
+        memfit.estimate(f"{path}:make", batch_size=2)
+
+
+def test_a_module_factory_without_make_batch_says_how_to_write_one(tmp_path):
+    body = (
+        "from torch import nn\n\ndef make():\n"
+        "    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))\n"
+    )
+    path = _user_file(tmp_path, body)
+    with pytest.raises(InvalidInputError) as err:
+        memfit.estimate(f"{path}:make", batch_size=2)
+    text = str(err.value)
+    assert f"memfit cannot know what the model make() in {path} takes as input" in text
+    assert "'def make_batch(batch_size, seq_len): return torch.randn(batch_size, 16)'" in text
+    assert "Linear, takes 16 features" in text
+    assert "hf:path/to/config.json, tv:NAME (torchvision) and timm:NAME" in text  # the kinds
+
+
+def test_a_factory_without_make_batch_that_needs_cuda_is_not_blamed(tmp_path):
+    """.cuda() in a factory is not the user's error where memfit builds it without a GPU:
+    the trace answers it; the missing batch is what to fix."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    body = "import torch\n\ndef make():\n    return torch.nn.Linear(4, 2).cuda()\n"
+    path = _user_file(tmp_path, body)
+    with pytest.raises(InvalidInputError, match=r"cannot know what the model make\(\)"):
+        memfit.estimate(f"{path}:make", batch_size=2)
+
+
+def test_a_torchvision_factory_without_make_batch_is_told_its_name(tmp_path):
+    pytest.importorskip("torchvision")
+    body = "import torchvision\n\ndef make():\n    return torchvision.models.resnet18()\n"
+    path = _user_file(tmp_path, body)
+    with pytest.raises(InvalidInputError) as err:
+        memfit.estimate(f"{path}:make", batch_size=2)
+    text = str(err.value)
+    assert "torch.randn(batch_size, 3, 224, 224)" in text
+    assert "a torchvision ResNet: give it by name instead, e.g. tv:resnet50" in text
+
+
+def test_cli_a_factory_without_make_batch_that_raises(capsys, tmp_path):
+    path = _user_file(tmp_path, "def make_model():\n    raise KeyError('layers')\n")
+    code, err = _cli(capsys, "estimate", f"{path}:make_model", "-b", "2")
+    assert code == 1 and "KeyError" in err and "'layers'" in err and "net.py:2" in err
+    assert "make a batch" not in err and "cannot know" not in err
+
+
 def test_a_make_batch_that_raises(tmp_path):
     body = (
         "import torch\n\ndef make():\n    return torch.nn.Linear(4, 2)\n\n"

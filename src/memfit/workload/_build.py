@@ -18,6 +18,7 @@ from memfit.workload._checkpoint import checkpoint_blocks
 from memfit.workload._compiled import compiled_as_eager
 from memfit.workload._limits import check_recipe_batch
 from memfit.workload._models import TEXT_TASKS, ModelRecipe, resolve_model
+from memfit.workload._no_batch import no_batch_error
 from memfit.workload._spec import (
     Batch,
     Workload,
@@ -197,11 +198,8 @@ def _recipe_parts(
         )
     seq_len = options.get("seq_len")
     make = recipe.make_batch
-    if make is None:
-        raise InvalidInputError(
-            f"memfit does not know how to make a batch for {recipe.name!r}: define "
-            "make_batch(batch_size, seq_len) beside the factory, or pass batch= to estimate()."
-        )
+    if make is None:  # a factory alone: its own errors first, then what make_batch to write
+        raise no_batch_error(recipe)
     length = seq_len if seq_len is not None else recipe.default_seq_len
     notes = check_recipe_batch(recipe, batch_size, seq_len, length)
     own_step = recipe.forward_fn or recipe.step_fn or options.get("step_fn")
