@@ -13,7 +13,7 @@ The script runs each marked command in a shell from the repository root, with th
 80 columns wide (``COLUMNS=80``) and no colour, and writes ``$ COMMAND`` followed by what it
 printed (stdout, then stderr) into the fenced block that follows the marker. ``| lines A-B``
 keeps lines A to B of the output (1-based, inclusive) and marks each cut with ``...``;
-``| lines A-`` keeps from line A to the end, ``| lines 1-5,30-40`` two ranges. ``--check``
+``| lines A-`` keeps from line A to the end, ``| lines 1,5-9`` line 1 and lines 5 to 9. ``--check``
 writes nothing and exits 1 when a block differs from what the command prints now (timings and
 dates in the output make that a manual check, not a CI one).
 """
@@ -62,11 +62,14 @@ def find_blocks(lines: list[str], path: Path) -> list[Block]:
 
 
 def parse_ranges(text: str) -> tuple[tuple[int, int | None], ...]:
-    """``"1-5,30-"`` as ``((1, 5), (30, None))``."""
+    """``"1,5-9,30-"`` as ``((1, 1), (5, 9), (30, None))``."""
     ranges = []
     for part in filter(None, text.split(",")):
-        first, _, last = part.partition("-")
-        ranges.append((int(first), int(last) if last else None))
+        first, dash, last = part.partition("-")
+        if not dash:  # one line
+            ranges.append((int(first), int(first)))
+        else:
+            ranges.append((int(first), int(last) if last else None))
     return tuple(ranges)
 
 
