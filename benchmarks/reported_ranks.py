@@ -8,7 +8,7 @@ at 16.8 GiB on each rank; FSDP2 taking the Llama step to 21.2 GiB allocated / 23
 Those numbers were reported, not measured by memfit; this script estimates the same steps
 (TinyLlama-1.1B's config for the Llama-style model) and writes both, with the size of each
 model's gradients: DDP's first-step buckets, which the trace holds through the second step and
-NCCL's watchdog may already have let go (``docs/estimate.md``, "A data-parallel rank (DDP)").
+NCCL's watchdog may already have let go (``docs/estimate.md``, "Settings in detail").
 Run it with the GPU host's versions (torch 2.11, transformers 5.17) to compare like with like.
 """
 
