@@ -320,3 +320,18 @@ def test_an_fsdp2_plan_nothing_fits_names_more_ranks_that_would() -> None:
         **settings,
     )
     assert est.peak_reserved + est.non_pytorch <= result.usable
+
+
+def test_the_users_own_precision_is_searched_beside_the_defaults() -> None:
+    """A pure bf16 step (half the weights, gradients and optimizer states of bf16-mixed) is in
+    the space with every checkpointing: a plan never misses what the user already runs."""
+    planned = plan(
+        gpt2(), batch_of=tokens, budget="1GiB", global_batch=4, batch_size=4, precision="bf16",
+        checkpointing=(False, True), workers=1,
+    )  # fmt: skip
+    searched = {(e.candidate.precision, e.candidate.checkpointing) for e in planned.candidates}
+    assert {("bf16", False), ("bf16", True)} <= searched
+    assert {"bf16-mixed", "fp32"} <= {p for p, _ in searched}
+    # narrowed on purpose, the search keeps to what was asked
+    narrowed = small_plan(precision="bf16", precisions=("fp32",), checkpointing=(False,))
+    assert {e.candidate.precision for e in narrowed.candidates} - {"bf16"} == {"fp32"}

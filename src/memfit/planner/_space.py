@@ -61,7 +61,7 @@ def search_space(
             f"e.g. optimizers=('{family}-fused', '{family}-{IN_BW}')."
         )
     space = {
-        "precisions": tuple(precisions) if precisions else (half, "fp32"),
+        "precisions": tuple(precisions) if precisions else _default_precisions(base, half),
         "checkpointing": tuple(checkpointing) if checkpointing is not None else CHECKPOINTING,
         "optimizers": after,  # bisected and refined: they step after backward
         "in_backward": tuple(o for o in names if in_backward(o)),  # search_in_backward
@@ -92,6 +92,14 @@ def search_space(
             "torch.compile(model)."
         )
     return space
+
+
+def _default_precisions(base: Workload, half: str) -> tuple[str, ...]:
+    """The GPU's mixed precision and fp32, and the user's own precision beside them (pure
+    bf16 or fp16 halves the weights, gradients and optimizer states that mixed precision
+    keeps in fp32: a plan must never miss what the user already runs)."""
+    defaults = (half, "fp32")
+    return defaults if base.precision in defaults else (base.precision, *defaults)
 
 
 def _compiled_space(
