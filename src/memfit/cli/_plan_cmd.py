@@ -135,7 +135,7 @@ def add_plan_parser(
         default=None,
         metavar="LIST",
         help="precisions to try, comma-separated: " + ",".join(PRECISIONS) + " (default: "
-        "bf16-mixed, fp16-mixed on GPUs before Ampere, and fp32)",
+        "bf16-mixed, fp16-mixed on GPUs before Ampere, fp32, and -p's precision)",
     )
     p.add_argument(
         "--optimizers",

@@ -92,8 +92,9 @@ def plan(
     of its memory, e.g. ``gpu="a100-40g", budget="20GiB"``, as :func:`memfit.fit` does
     (:func:`~memfit.planner.plan_target`). ``global_batch`` is the samples per optimizer step
     (default: the batch size given), kept by gradient accumulation. ``precisions``,
-    ``checkpointing`` and ``optimizers`` narrow the search (defaults: bf16-mixed and fp32; none,
-    selective and full; the optimizer's fused, foreach and for-loop variants). A model compiled
+    ``checkpointing`` and ``optimizers`` narrow the search (defaults: bf16-mixed, fp32 and the
+    workload's own precision; none, selective and full; the optimizer's fused, foreach and
+    for-loop variants). A model compiled
     as a whole with ``torch.compile`` is searched over torch.compile's activation memory budget
     instead of checkpointing (``memory_budgets``, default :data:`COMPILED_BUDGETS`), at its own
     precision unless ``precisions`` says otherwise. ``offloads``: the shares of the blocks not
