@@ -2,7 +2,7 @@
 
 * Layers: a package imports only packages below it (lowest first):
   basics (``memfit._errors``, ``_units``, ``_events``, ``_choices``, ``_gpus``, ``_series``,
-  ``_display``) <
+  ``_display``, ``_forked``) <
   allocator < workload < trace < estimator < planner, monitor < snapshot < oom < runtime < report <
   integrations < cli. Packages on one rung (planner, monitor) do not import each other. Every
   import counts: at module level, inside functions, under ``TYPE_CHECKING``, and
@@ -51,6 +51,7 @@ BASIC_MODULES = {
     "_series",
     "_tensors",
     "_display",
+    "_forked",
 }
 # the package's front door and ``python -m memfit``: above every layer
 TOP = {"__init__", "__main__"}

@@ -1,7 +1,5 @@
 """``python -m memfit``."""
 
-import sys
+from memfit.cli import entry
 
-from memfit.cli import main
-
-sys.exit(main())
+entry()

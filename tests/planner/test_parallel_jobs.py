@@ -65,3 +65,40 @@ def test_where_no_child_can_run_autograd_every_job_runs_in_the_parent(
     monkeypatch.undo()
     run_jobs(ev, _job, list(range(4)), 2)
     assert not any(ev.seen.values())  # forked workers ran them
+
+
+def test_a_process_that_initialized_cuda_runs_every_job_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A child of a process that has used CUDA fails its first CUDA call: a training script or
+    a notebook that has touched the GPU plans in its own process."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    ev: Any = SimpleNamespace(seen={}, traces=0)
+    run_jobs(ev, _job, list(range(4)), 2)
+    assert ev.seen == {0: True, 1: True, 2: True, 3: True}
+
+
+def _dies(ev: Any, item: int) -> None:
+    if os.getpid() != PARENT and item == 1:
+        os._exit(9)  # a worker killed mid-job (the kernel's OOM killer, say)
+    _job(ev, item)
+
+
+def test_the_job_of_a_worker_that_died_runs_here() -> None:
+    ev: Any = SimpleNamespace(seen={}, traces=0)
+    run_jobs(ev, _dies, list(range(4)), 2)
+    assert sorted(ev.seen) == [0, 1, 2, 3] and ev.seen[1] is True and ev.traces == 4
+
+
+def _all_die(ev: Any, item: int) -> None:
+    if os.getpid() != PARENT:
+        os._exit(9)
+    _job(ev, item)
+
+
+def test_jobs_no_worker_was_left_to_take_run_here() -> None:
+    ev: Any = SimpleNamespace(seen={}, traces=0)
+    run_jobs(ev, _all_die, list(range(5)), 2)
+    assert ev.seen == dict.fromkeys(range(5), True) and ev.traces == 5

@@ -1,0 +1,83 @@
+"""Ctrl-C stops ``memfit plan`` at once, wherever the search is: exit code 130, "Interrupted."
+and no traceback (from the command or its forked workers), and no process left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+SMALL_GPT2 = """\
+import torch
+import transformers
+
+
+def make():
+    config = transformers.GPT2Config(
+        n_layer=12, n_embd=64, n_head=2, vocab_size=256, n_positions=128, bos_token_id=0,
+        eos_token_id=0,
+    )
+    return transformers.GPT2LMHeadModel(config)
+
+
+def make_batch(n, seq_len):
+    ids = torch.randint(0, 256, (n, seq_len))
+    return {"input_ids": ids, "labels": ids}
+"""
+
+
+def _processes_tagged(tag: str) -> list[int]:
+    """The processes whose environment holds ``tag`` (the command and anything it forked)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if tag.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+@pytest.mark.parametrize("after", [0.5, 2.0, 3.5, 5.0, 6.5])
+def test_ctrl_c_ends_a_plan_within_a_second(tmp_path: Path, after: float) -> None:
+    model = tmp_path / "small_gpt2.py"
+    model.write_text(SMALL_GPT2)
+    tag = f"MEMFIT_INTERRUPT_TEST={uuid.uuid4().hex}"
+    env = {**os.environ, tag.split("=")[0]: tag.split("=")[1]}
+    cmd = [sys.executable, "-m", "memfit"]
+    args = ["plan", f"{model}:make", "-b", "256", "-s", "128", "--gpu", "2GiB", "--workers", "2"]
+    # a process group of its own, as a shell gives a command: Ctrl-C reaches the whole group
+    proc = subprocess.Popen(
+        [*cmd, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    time.sleep(after)
+    if proc.poll() is not None:
+        pytest.skip(f"the plan finished before {after} s on this machine")
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    took = time.monotonic() - sent
+    assert proc.returncode == 130, err
+    assert took < 1.0, f"took {took:.2f} s to stop"
+    assert "Interrupted." in err
+    assert "Traceback" not in err + out and "KeyboardInterrupt" not in err + out, err
+    deadline = time.monotonic() + 2
+    while _processes_tagged(tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_tagged(tag) == [], "a worker outlived the interrupted plan"
