@@ -19,14 +19,15 @@ import multiprocessing
 import pickle
 import signal
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Failed", "can_fork", "forked_call", "run_forked"]
+__all__ = ["Failed", "can_fork", "forked_call", "kill_workers", "run_forked"]
 
 R = TypeVar("R")
+_LIVE: set[Any] = set()  # the workers of every run_forked call in progress (kill_workers)
 
 
 @dataclass
@@ -71,10 +72,18 @@ def _picklable(exc: BaseException) -> BaseException:
     return exc
 
 
-def _serve(work: Callable[[int], Any], setup: Callable[[], None] | None, conn: Connection) -> None:
+def _serve(
+    work: Callable[[int], Any],
+    setup: Callable[[], None] | None,
+    conn: Connection,
+    siblings: list[Connection],
+) -> None:
     """A worker's loop: run the job whose index comes in, send back its result or failure,
-    until the parent sends ``None``."""
+    until the parent sends ``None``. The parent's ends of the other workers' pipes, inherited
+    by the fork, are closed: a worker sees its own pipe close when the parent is gone."""
     _quiet_child()
+    for other in siblings:
+        other.close()
     if setup is not None:
         setup()
     while (index := conn.recv()) is not None:
@@ -98,8 +107,12 @@ class _Workers(Generic[R]):
         with _sigint_blocked():
             for _ in range(count):
                 parent_end, child_end = context.Pipe()
-                process = context.Process(target=_serve, args=(work, setup, child_end), daemon=True)
+                siblings = list(self.conns)  # the parent's ends the fork hands down
+                process = context.Process(
+                    target=_serve, args=(work, setup, child_end, siblings), daemon=True
+                )
                 process.start()
+                _LIVE.add(process)
                 child_end.close()
                 self.conns[parent_end] = process
 
@@ -123,6 +136,7 @@ class _Workers(Generic[R]):
             if kill and process.is_alive():
                 process.kill()
             process.join()
+            _LIVE.discard(process)
             conn.close()
         self.conns.clear()
 
@@ -151,7 +165,7 @@ def run_forked(
                 conn = pool.connection(ready)
                 try:
                     index, result = conn.recv()
-                except EOFError:  # the worker died: its job is the caller's
+                except (EOFError, OSError):  # the worker died: its job is the caller's
                     lost.append(pool.holding.pop(conn))
                     continue
                 pool.holding.pop(conn)
@@ -161,6 +175,15 @@ def run_forked(
         return [*lost, *pending]  # the jobs no worker was left to take
     finally:
         pool.stop(kill=not done)
+
+
+def kill_workers() -> None:
+    """Kill every worker of the :func:`run_forked` calls in progress (a process about to exit
+    at once, on Ctrl-C)."""
+    for process in list(_LIVE):
+        with suppress(OSError, ValueError, AttributeError):  # already gone
+            process.kill()
+    _LIVE.clear()
 
 
 def forked_call(fn: Callable[[], Any]) -> int:

@@ -81,3 +81,34 @@ def test_ctrl_c_ends_a_plan_within_a_second(tmp_path: Path, after: float) -> Non
     while _processes_tagged(tag) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _processes_tagged(tag) == [], "a worker outlived the interrupted plan"
+
+
+SWALLOWS = """\
+import sys, time
+from memfit.cli import _interrupt
+
+_interrupt.install()
+print("ready", flush=True)
+try:
+    time.sleep(30)
+except KeyboardInterrupt:  # a library's bare except around its import, say
+    pass
+time.sleep(30)
+"""
+
+
+def test_an_interrupt_something_swallows_still_ends_the_command() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SWALLOWS], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "Interrupted." in err and "Traceback" not in err
+    assert time.monotonic() - sent < 1.0

@@ -23,6 +23,7 @@ from typing import NoReturn
 from rich.console import Console
 
 from memfit._errors import MemfitError, NoGPUError
+from memfit.cli import _interrupt
 from memfit.cli._argv import join_negative_values
 from memfit.cli._output import OutputConsole, OutputError, guarded_stdout, silence_stdout
 from memfit.cli._parser import make_parser
@@ -34,10 +35,13 @@ _ERROR_CODES = {"plan": 2}  # memfit plan: 1 is "nothing fits the budget"
 
 
 def entry() -> NoReturn:
-    """The ``memfit`` command: :func:`main`, then the interpreter's exit without its
-    garbage collector's last passes over torch's and the model libraries' objects (0.7 s of a
-    second's teardown: Ctrl-C must end a command within a second)."""
+    """The ``memfit`` command: :func:`main` with Ctrl-C handled (:mod:`memfit.cli._interrupt`),
+    then an exit without the garbage collector's last passes over torch's and the model
+    libraries' objects (0.7 s of the interpreter's teardown)."""
+    _interrupt.install()  # Ctrl-C: out within a second, whatever the command is doing
     code = main()
+    if code == _interrupt.INTERRUPTED:
+        _interrupt.exit_interrupted()
     gc.freeze()  # what is alive now is torn down by reference counts alone
     sys.exit(code)
 
@@ -71,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         return _ERROR_CODES.get(args.command, 1)
     except KeyboardInterrupt:
         err.print("Interrupted.")
-        return 130
+        _interrupt.said_interrupted()
+        return _interrupt.INTERRUPTED
     except Exception as exc:  # a bug of memfit's or a library's: one paragraph, not a traceback
         _report(err, exc, args.debug, words, unexpected=True)
         return _ERROR_CODES.get(args.command, 1)
