@@ -25,6 +25,7 @@ __all__ = [
     "autocast_cross_entropy",
     "autocast_policy",
     "cast_args",
+    "entry_points_emulated",
     "suspended",
 ]
 
@@ -272,3 +273,42 @@ class EmulatedAutocast:
                 return fn(*args, **kwargs)
 
         return wrapped
+
+
+@contextmanager
+def entry_points_emulated() -> Iterator[None]:
+    """Swap torch's autocast entry points for the emulation, for cuda and meta devices.
+
+    Activation checkpointing reads the autocast state at forward and re-enters it for the
+    recomputation, so the queries must answer for the emulated state too.
+    """
+    names = ("autocast", "is_autocast_enabled", "get_autocast_dtype")
+    saved_torch = {n: getattr(torch, n) for n in names}
+    saved_amp = {n: getattr(torch.amp, n) for n in ("autocast", "is_autocast_available")}
+    ours = ("cuda", "meta")
+
+    def is_enabled(device_type: str | None = None) -> bool:
+        if device_type is None or device_type in ours:
+            return current_state().enabled
+        return bool(saved_torch["is_autocast_enabled"](device_type))
+
+    def get_dtype(device_type: str) -> torch.dtype:
+        if device_type in ours:
+            return current_state().dtype
+        return saved_torch["get_autocast_dtype"](device_type)  # type: ignore[no-any-return]
+
+    def is_available(device_type: str) -> bool:
+        return device_type in ours or bool(saved_amp["is_autocast_available"](device_type))
+
+    torch.autocast = EmulatedAutocast  # type: ignore[misc,assignment]
+    torch.amp.autocast = EmulatedAutocast  # type: ignore[misc,assignment]
+    torch.is_autocast_enabled = is_enabled
+    torch.get_autocast_dtype = get_dtype
+    torch.amp.is_autocast_available = is_available
+    try:
+        yield
+    finally:
+        for n, f in saved_torch.items():
+            setattr(torch, n, f)
+        for n, f in saved_amp.items():
+            setattr(torch.amp, n, f)

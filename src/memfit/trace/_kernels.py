@@ -25,7 +25,7 @@ from memfit.trace._layouts import channels_last
 from memfit.trace._reduce import reduction_scratch
 from memfit.trace._sdpa import backward_ran_cudnn
 
-__all__ = ["KernelModel", "Scratch"]
+__all__ = ["RULE_OPS", "KernelModel", "Scratch"]
 
 aten = torch.ops.aten
 
@@ -177,6 +177,29 @@ def _flattens_as_view(t: torch.Tensor) -> bool:
 
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
+
+
+# the ops a rule of :class:`KernelModel` may add copies or scratch to (``copies_first``,
+# ``scratch``, ``between_outputs``): a trace that logs its kernel calls (``_kernel_calls``)
+# logs each of these, at a batch where it adds nothing too, so that its rule can be asked again
+# at another batch (``_batch_model``)
+RULE_OPS = frozenset(
+    {
+        aten.native_layer_norm.default,
+        aten.native_layer_norm_backward.default,
+        aten.convolution.default,
+        aten.convolution_backward.default,
+        aten.embedding.default,
+        aten.embedding_dense_backward.default,
+        aten._scaled_dot_product_efficient_attention_backward.default,
+        aten._scaled_dot_product_flash_attention_backward.default,
+        aten._scaled_dot_product_cudnn_attention_backward.default,
+        aten._softmax_backward_data.default,
+        aten.multinomial.default,
+        *_SORTS,
+        *_REDUCTIONS,
+    }
+)
 
 
 class KernelModel:

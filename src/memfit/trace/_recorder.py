@@ -20,7 +20,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._costs import StepCosts
-from memfit.trace._kernels import KernelModel, Scratch
+from memfit.trace._kernel_calls import CallSite, KernelCalls
+from memfit.trace._kernels import RULE_OPS, KernelModel, Scratch
 from memfit.trace._layouts import cuda_layout, cuda_order
 from memfit.trace._leaves import tensors_in
 from memfit.trace._meta_cache import META_CACHE
@@ -100,6 +101,9 @@ class Recorder(TorchDispatchMode):
         # the events before which the traced code emptied the cache (torch.cuda.empty_cache:
         # DeepSpeed's ZeRO does while it builds its flat buffers)
         self.empty_cache_at: list[int] = []
+        # the calls whose kernels allocate by a rule, when asked (a batch model asks them again)
+        self.calls: KernelCalls | None = None
+        self._made: list[int] = []  # the events the current op's rules allocated
 
     # -- allocation bookkeeping ------------------------------------------------------------
     def _key(self, storage: torch.UntypedStorage) -> int:
@@ -112,7 +116,7 @@ class Recorder(TorchDispatchMode):
         with self._lock:
             block = self._next_block
             self._next_block += 1
-            module = self.module_of() or _PHASE_OWNER.get(self.phase.rpartition(".")[2], "")
+            module = self._owner()
             self.infos.append(AllocationInfo(category, op, module, self.phase, shape, dtype))
             self._block_info[block] = len(self.infos) - 1
             self.events.append(
@@ -123,6 +127,16 @@ class Recorder(TorchDispatchMode):
     def free(self, block: int) -> None:
         with self._lock:
             self.events.append(MemoryEvent("free", block, 0))
+
+    def _rule_alloc(self, nbytes: int, category: Category, op: str) -> int:
+        """An allocation a kernel rule adds (a copy, a workspace), noted for the op's call."""
+        block = self.alloc(nbytes, category, op)
+        self._made.append(len(self.events) - 1)
+        return block
+
+    def _owner(self) -> str:
+        """The module an allocation made now is charged to."""
+        return self.module_of() or _PHASE_OWNER.get(self.phase.rpartition(".")[2], "")
 
     def copy_alloc(self, event: MemoryEvent, info: AllocationInfo) -> int:
         """Record an allocation like ``event`` (made by another step), described by ``info``."""
@@ -315,11 +329,13 @@ class Recorder(TorchDispatchMode):
             self._failed(func, name, exc)
             raise
         copies: list[int] = []
+        self._made = []
+        start = scratch_at = len(self.events)
         if special is not None:
             out = special.value
         else:
             copies = [
-                self.alloc(nbytes, Category.TEMPORARY, label)
+                self._rule_alloc(nbytes, Category.TEMPORARY, label)
                 for nbytes, label in self.kernels.copies_first(func, args)
             ]
             try:
@@ -333,8 +349,14 @@ class Recorder(TorchDispatchMode):
                 self.costs.record(func, args, kwargs, out, self.phase)
         between = None if special is not None else self.kernels.between_outputs(func, args)
         early = self.kernels.copies_freed_after(func) if copies and between else None
+        logged = self.calls is not None and special is None
+        marks: list[int] | None = [] if logged else None
         self._track_outputs(
-            cuda_order(func, out), name, between, (early, copies) if early is not None else None
+            cuda_order(func, out),
+            name,
+            between,
+            (early, copies) if early is not None else None,
+            marks,
         )
         if early is not None:  # freed among the outputs, after output ``early``
             copies = []
@@ -343,6 +365,7 @@ class Recorder(TorchDispatchMode):
             # after the op has allocated its outputs (H200 traces)
             for nbytes, label in self.kernels.before(func, args, kwargs, self.phase):
                 self.persistent.add(self.alloc(nbytes, Category.WORKSPACE, label))
+            scratch_at = len(self.events)
             # kernel-internal scratch: allocated after the outputs, freed when the kernel ends
             held: list[int] = []
             for group in self.kernels.scratch(func, args, kwargs):
@@ -351,7 +374,35 @@ class Recorder(TorchDispatchMode):
                 self.free(block)
         for block in copies:
             self.free(block)
+        if logged and (self._made or func in RULE_OPS):
+            self._log_call(func, args, kwargs, start, marks or [], scratch_at)
         return out
+
+    def _log_call(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        start: int,
+        marks: list[int],
+        scratch_at: int,
+    ) -> None:
+        """Log a call whose kernel a rule covers and where its rules' allocations went."""
+        assert self.calls is not None
+        call = self.calls.record(func, args, kwargs)
+        site = CallSite(
+            call,
+            start,
+            tuple(marks),
+            scratch_at,
+            len(self.events),
+            tuple(self._made),
+            self.suspended > 0,
+            self._owner(),
+            self.phase,
+            self.stream_of(),
+        )
+        self.calls.sites.append(site)
 
     def _failed(self, func: Any, name: str, exc: Exception) -> None:
         """Remember the op that raised ``exc``, and mark ``exc`` with it: the model may catch
@@ -365,7 +416,7 @@ class Recorder(TorchDispatchMode):
         """Workspaces that live together: allocated, then ``held`` (kept from the group
         before) freed, then this group's freed but for its own held ones, which it returns."""
         blocks = [
-            (self.alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
+            (self._rule_alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
             for item in group
         ]
         for block in held or ():
@@ -437,10 +488,12 @@ class Recorder(TorchDispatchMode):
         name: str,
         between: dict[int, list[tuple[int, str]]] | None = None,
         copies_after: tuple[int, list[int]] | None = None,
+        marks: list[int] | None = None,
     ) -> None:
         """Record an op's outputs; ``between`` puts a kernel's scratch after output i (cuDNN's
         backward frees the input gradient's workspace before it makes the weight gradient);
-        ``copies_after`` = (i, blocks): the op's copies of its inputs, freed after output i."""
+        ``copies_after`` = (i, blocks): the op's copies of its inputs, freed after output i;
+        ``marks`` gets the event after each output's (a logged call's site)."""
         if self.suspended:
             for block in copies_after[1] if copies_after is not None else ():
                 self.free(block)
@@ -451,6 +504,8 @@ class Recorder(TorchDispatchMode):
             for i, item in enumerate(items):
                 for t in tensors_in(item):
                     self.track(t, category, name)
+                if marks is not None:
+                    marks.append(len(self.events))
                 for workspace in between.get(i, []) if between is not None else ():
                     self._scratch([workspace])  # one after the other
                 if copies_after is not None and i == min(copies_after[0], len(items) - 1):

@@ -299,6 +299,7 @@ class StepRepeat:
             if name.startswith(_FIRST) and start <= i < end
         ]
         blocks: dict[int, int] = {}
+        moved: list[int | None] = [None] * (end - start)  # where each event went (its call's site)
         at = 0
         for index in range(start, end):
             while at < len(marks) and marks[at][0] <= index:
@@ -306,14 +307,18 @@ class StepRepeat:
                 at += 1
             event = rec.events[index]
             if event.kind == "free":
+                moved[index - start] = len(rec.events)
                 rec.free(blocks[event.block])
             elif event.block not in rec.persistent:
                 assert event.info is not None
                 info = rec.infos[event.info]
                 phase = rename(info.phase)
+                moved[index - start] = len(rec.events)
                 blocks[event.block] = rec.copy_alloc(event, dataclasses.replace(info, phase=phase))
         for _, name in marks[at:]:
             self._set_phase(name)
+        if rec.calls is not None:
+            rec.calls.copied(start, moved, len(rec.events), rename)
         return blocks, [name for _, name in marks]
 
     def _give_gradients(self, blocks: dict[int, int]) -> None:

@@ -10,7 +10,7 @@ from memfit._units import format_bytes
 from memfit.trace._offload_observer import OffloadTrace
 from memfit.workload import Workload
 
-__all__ = ["IN_BACKWARD_NOTE", "trace_notes"]
+__all__ = ["IN_BACKWARD_NOTE", "held_batch_note", "trace_notes"]
 
 IN_BACKWARD_NOTE = (
     "the optimizer stepped each parameter in backward, one fused update as its gradient was "
@@ -29,10 +29,7 @@ def trace_notes(
     the bytes of the batch the caller holds)."""
     notes: list[str] = []
     if held:
-        notes.append(
-            f"the step's caller holds its whole batch on the GPU through the step "
-            f"({format_bytes(held)}, counted from the first step on; batch_held)"
-        )
+        notes.append(held_batch_note(held))
     if observer is not None:
         notes.append(observer.note())
     if workload.step_fn is not None:
@@ -47,6 +44,14 @@ def trace_notes(
     notes += session.recorder.kernels.convolutions.notes()
     notes += sorted(session.rnn_notes)
     return notes
+
+
+def held_batch_note(held: int) -> str:
+    """The note on the ``held`` bytes of batch the step's caller holds (``batch_held``)."""
+    return (
+        f"the step's caller holds its whole batch on the GPU through the step "
+        f"({format_bytes(held)}, counted from the first step on; batch_held)"
+    )
 
 
 def _eight_bit_note(cls: type) -> str:

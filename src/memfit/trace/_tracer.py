@@ -36,6 +36,7 @@ from memfit.trace._failure import check_batch, checked_loss, describe_batch
 from memfit.trace._failure import trace_error as _explain
 from memfit.trace._function_mode import TraceFunctionMode, python_function_reentry
 from memfit.trace._generate import generation_observed
+from memfit.trace._kernel_calls import KernelCalls
 from memfit.trace._kernels import KernelModel
 from memfit.trace._library_autocast import meta_autocast_as_cuda
 from memfit.trace._modules import ModuleTracker
@@ -101,6 +102,11 @@ class Trace:
     host_memory: int = 0
     # events before which the traced code emptied the cache (``torch.cuda.empty_cache()``)
     empty_cache_at: tuple[int, ...] = ()
+    # the calls whose kernels allocate by memfit's rules, when asked (``kernel_calls=True``)
+    kernel_calls: KernelCalls | None = None
+    # the batch sizes whose traces this one was derived from by a batch model (_batch_model),
+    # its events never traced at its own batch size; () for a trace
+    derived_from: tuple[int, ...] = ()
 
 
 @contextmanager
@@ -137,45 +143,6 @@ def _optimizer_defaults_as_on_cuda() -> Iterator[None]:
         for module in holders:
             module._default_to_fused_or_foreach = original
         optim_mod._get_fused_kernels_supported_devices = supported
-
-
-@contextmanager
-def _autocast_emulated() -> Iterator[None]:
-    """Swap torch's autocast entry points for the emulation, for cuda and meta devices.
-
-    Activation checkpointing reads the autocast state at forward and re-enters it for the
-    recomputation, so the queries must answer for the emulated state too.
-    """
-    names = ("autocast", "is_autocast_enabled", "get_autocast_dtype")
-    saved_torch = {n: getattr(torch, n) for n in names}
-    saved_amp = {n: getattr(torch.amp, n) for n in ("autocast", "is_autocast_available")}
-    ours = ("cuda", "meta")
-
-    def is_enabled(device_type: str | None = None) -> bool:
-        if device_type is None or device_type in ours:
-            return _autocast.current_state().enabled
-        return bool(saved_torch["is_autocast_enabled"](device_type))
-
-    def get_dtype(device_type: str) -> torch.dtype:
-        if device_type in ours:
-            return _autocast.current_state().dtype
-        return saved_torch["get_autocast_dtype"](device_type)  # type: ignore[no-any-return]
-
-    def is_available(device_type: str) -> bool:
-        return device_type in ours or bool(saved_amp["is_autocast_available"](device_type))
-
-    torch.autocast = _autocast.EmulatedAutocast  # type: ignore[misc,assignment]
-    torch.amp.autocast = _autocast.EmulatedAutocast  # type: ignore[misc,assignment]
-    torch.is_autocast_enabled = is_enabled
-    torch.get_autocast_dtype = get_dtype
-    torch.amp.is_autocast_available = is_available
-    try:
-        yield
-    finally:
-        for n, f in saved_torch.items():
-            setattr(torch, n, f)
-        for n, f in saved_amp.items():
-            setattr(torch.amp, n, f)
 
 
 class _EmulatedGradScaler:
@@ -368,7 +335,7 @@ class _Session:
         with ExitStack() as stack:
             stack.enter_context(_optimizer_defaults_as_on_cuda())
             stack.enter_context(flatten_like_cuda())
-            stack.enter_context(_autocast_emulated())
+            stack.enter_context(_autocast.entry_points_emulated())
             stack.enter_context(meta_autocast_as_cuda())
             stack.enter_context(amp_as_on_cuda(self.user_autocast))
             stack.enter_context(_empty_cache_recorded(self.recorder))
@@ -380,13 +347,22 @@ class _Session:
         _autocast.on_cached = None
 
 
-def trace_workload(workload: Workload, gpu: GPU, *, costs: bool = False, rank: int = 0) -> Trace:
+def trace_workload(
+    workload: Workload,
+    gpu: GPU,
+    *,
+    costs: bool = False,
+    rank: int = 0,
+    kernel_calls: bool = False,
+) -> Trace:
     """Trace ``workload`` as it would run on ``gpu``. Never touches a real GPU. A model compiled
     as a whole is captured as inductor compiles it first, then traced with that plan. With
-    ``costs``, each phase's arithmetic and memory traffic are counted too (``Trace.costs``)."""
+    ``costs``, each phase's arithmetic and memory traffic are counted too (``Trace.costs``);
+    with ``kernel_calls``, the calls whose kernels allocate by memfit's rules are logged
+    (``Trace.kernel_calls``: what a batch model needs of a trace)."""
     start = time.perf_counter()
     try:
-        trace = _trace(workload, gpu, None, start, costs, rank)
+        trace = _trace(workload, gpu, None, start, costs, rank, kernel_calls)
     except CaptureNeeded:
         if workload.offload:
             raise InvalidInputError(_COMPILED_OFFLOAD.format(offload=workload.offload)) from None
@@ -406,7 +382,9 @@ def trace_workload(workload: Workload, gpu: GPU, *, costs: bool = False, rank: i
     # configurations at its first call, and pad_mm times the matmuls it could pad), and a cold
     # one that finds the padding decided (the H200 ran that mix: GPT-2 at a budget of 0.5): any
     # may reserve more, and a job meets them, so the estimate is the one that reserves most
-    warm = _trace(workload, gpu, dataclasses.replace(plan, pad_benchmarks=[]), start, costs)
+    warm = _trace(
+        workload, gpu, dataclasses.replace(plan, pad_benchmarks=[]), start, costs, 0, kernel_calls
+    )
     tuned, padded = any(plan.tuning.values()), bool(plan.pad_benchmarks)
     colds = []
     if tuned or padded:
@@ -417,6 +395,8 @@ def trace_workload(workload: Workload, gpu: GPU, *, costs: bool = False, rank: i
         tuned_only = dataclasses.replace(plan, tune_kernels=True, pad_benchmarks=[])
         colds.append(_trace(workload, gpu, tuned_only, start, costs))
     trace, colder = first_run_reserving_most(warm, colds, workload.allocator)
+    if trace.kernel_calls is not None:  # no batch model: inductor plans its buffers per shape
+        trace.kernel_calls.compiled = True
     trace.notes[:0] = [
         *compiled_notes(plan, torch.__version__, workload.activation_memory_budget is not None),
         *([COLD_CACHE_NOTE] if colder else []),
@@ -431,6 +411,7 @@ def _trace(
     start: float,
     costs: bool = False,
     rank: int = 0,
+    kernel_calls: bool = False,
 ) -> Trace:
     """One trace of ``workload``; a compiled model is replayed with ``plan``."""
     if workload.mode == "train":  # a loss backward cannot run on is refused with its value
@@ -439,6 +420,8 @@ def _trace(
     session.train = workload.mode == "train"
     if costs:
         session.recorder.costs = StepCosts(compiled=plan is not None)
+    if kernel_calls:
+        session.recorder.calls = KernelCalls.of(session.recorder.kernels)
     # later steps are copies of step 1 in memfit's own loop (a user's step or a compiled model's
     # may differ from one step to the next)
     # (and DDP's: its reducer may rebuild its gradient buckets after the first backward)
@@ -524,6 +507,7 @@ def _trace(
         uneven_shards=uneven,
         host_memory=sum(host),
         empty_cache_at=tuple(i for i in recorder.empty_cache_at if i < end),
+        kernel_calls=recorder.calls,
     )
 
 
