@@ -30,6 +30,7 @@ def curve(fixed, per_sample, *, power=1.0, step=0):
             non_pytorch=0,
             alloc_retries=0,
             by_category={Category.ACTIVATION: int(per_sample * b**power)},
+            replayed_from=(),
         )
 
     return estimate_at

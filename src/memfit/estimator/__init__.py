@@ -14,6 +14,7 @@ from memfit.estimator._result import Estimate, Timeline, Verdict, WorkloadSummar
 from memfit.estimator._versions import Versions, installed_versions
 
 if _typing.TYPE_CHECKING:
+    from memfit.estimator._batch_estimates import BatchEstimates
     from memfit.estimator._estimate import (
         as_workload,
         estimate,
@@ -32,6 +33,7 @@ if _typing.TYPE_CHECKING:
     from memfit.estimator._validate import Validation, local_gpu, validate
 
 _LAZY = {
+    "BatchEstimates": "_batch_estimates",
     "as_workload": "_estimate",
     "estimate": "_estimate",
     "estimate_workload": "_estimate",
@@ -65,6 +67,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BatchEstimates",
     "Estimate",
     "Measurement",
     "Timeline",

@@ -154,6 +154,7 @@ def estimate_workload(
         ranks=ranks,
         peak_rank=peak_rank,
         host_memory=trace.host_memory,
+        replayed_from=trace.derived_from,
     )
 
 

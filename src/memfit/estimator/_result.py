@@ -125,6 +125,10 @@ class Estimate:
     # host memory the step needs besides the GPU's: a rank's offloaded FSDP2 shards and
     # optimizer states (``offload_shards``); 0 where nothing waits there
     host_memory: int = 0
+    # the batch sizes whose traces this estimate's events were derived from by a batch model
+    # (``memfit.trace.BatchModel``: the allocator replayed, nothing traced at this batch); ()
+    # where its own batch was traced, as every estimate memfit returns is
+    replayed_from: tuple[int, ...] = ()
 
     @property
     def total(self) -> int:
@@ -246,6 +250,7 @@ class Estimate:
             "alloc_retries": self.alloc_retries,
             "peak_rank": self.peak_rank,
             "host_memory": self.host_memory,
+            **({"replayed_from": list(self.replayed_from)} if self.replayed_from else {}),
             "ranks": [
                 {
                     "rank": r.rank,

@@ -56,13 +56,17 @@ def render_batch_size(result: BatchSizeResult, model: str, console: Console | No
         )
     limit = " (the max_batch limit)" if result.limited_by == "max_batch" else ""
     how = f", confirmed in {len(result.trials)} GPU trial(s)" if result.confirmed else ""
+    replayed = len(set(result.replayed) - set(result.traced))
+    made = f" ({replayed} replayed from a batch model)" if replayed else ""
     out.print(
         f"Largest batch size: [bold]{result.batch_size}[/]{limit}{how} · budget "
         f"{format_bytes(result.budget)} = {format_bytes(result.gpu_total)} less a margin of "
-        f"{format_bytes(result.margin)} · {len(result.estimates)} estimates in "
+        f"{format_bytes(result.margin)} · {len(result.estimates)} estimates{made} in "
         f"{result.estimate_seconds:.1f} s · about {format_bytes(result.per_sample)} a sample",
         highlight=False,
     )
+    if result.batch_model:
+        out.print(f"Batch model: {result.batch_model}", style="dim", highlight=False)
     note = result.pressure_note()
     if note:
         out.print(f"Note: batch {result.batch_size} {note}.", style="yellow", highlight=False)

@@ -25,7 +25,7 @@ from memfit._display import html_repr
 from memfit._errors import DoesNotFitError, InvalidInputError, NoGPUError
 from memfit._gpus import GPU, resolve_gpu
 from memfit._units import GiB, format_bytes, parse_size
-from memfit.estimator import Estimate, estimate_workload, local_gpu
+from memfit.estimator import BatchEstimates, Estimate, local_gpu
 from memfit.planner import does_not_fit_message
 from memfit.runtime._bs_search import EstimateSearch, Point
 from memfit.runtime._bs_trials import Trial, cuda_runner, run_trials
@@ -68,6 +68,11 @@ class BatchSizeResult:
     trials: list[Trial] = field(default_factory=list)
     estimate_seconds: float = 0.0
     total_seconds: float = 0.0
+    # the batch sizes the estimates traced, and those replayed through the allocator from a
+    # batch model's derived traces (the answer is always traced); with how, in a sentence
+    traced: list[int] = field(default_factory=list)
+    replayed: list[int] = field(default_factory=list)
+    batch_model: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -159,17 +164,20 @@ def find_batch_size(
     margin_bytes = resolve_margin(margin, target.total)
     budget = target.total - margin_bytes
 
-    def estimate_at(batch_size: int) -> Estimate:
-        return estimate_workload(
-            base.with_batch_size(batch_size),
-            with_least_capacity=True,
-            capacity=budget - target.context_for(base.mode),
-        )
+    # traced at a few batch sizes, the rest replayed from a batch model (the answer traced)
+    estimates = BatchEstimates(base)
+    capacity = budget - target.context_for(base.mode)
 
-    search = EstimateSearch(estimate_at, multiple_of, max_batch)
+    def estimate_at(batch_size: int) -> Estimate:
+        return estimates.estimate(batch_size, with_least_capacity=True, capacity=capacity)
+
+    def traced_at(batch_size: int) -> Estimate:
+        return estimates.traced(batch_size, with_least_capacity=True, capacity=capacity)
+
+    search = EstimateSearch(estimate_at, multiple_of, max_batch, traced_at)
     proposal = search.largest_fitting(budget)
     if proposal == 0:
-        least = search.point(multiple_of)
+        least = search.traced_point(multiple_of)
         raise DoesNotFitError(
             does_not_fit_message(
                 target.name,
@@ -194,7 +202,7 @@ def find_batch_size(
             margin=margin_bytes,
             max_trials=max_trials,
         )
-    point = search.points[chosen]
+    point = search.traced_point(chosen)
     return BatchSizeResult(
         batch_size=chosen,
         confirmed=any(t.fits and t.batch_size == chosen for t in trials),
@@ -213,6 +221,9 @@ def find_batch_size(
         trials=trials,
         estimate_seconds=search.seconds,
         total_seconds=time.perf_counter() - start,
+        traced=estimates.traces.traced,
+        replayed=estimates.traces.derived,
+        batch_model=estimates.note(),
     )
 
 

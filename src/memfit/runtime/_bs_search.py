@@ -10,6 +10,12 @@ the budget the least capacity moves in allocator-sized steps, not smoothly, and 
 on the last few samples cost ResNet-50 three estimates for 0.2% more batch. Two guesses in a
 row that do not halve the bracket are followed by a bisection, so a curve that is not affine
 still ends in a bounded number of estimates.
+
+Given ``traced_at`` (an estimate made from a trace at its own batch), the estimates ``estimate_at``
+makes may be replays of a batch model's derived traces (``Point.replayed``): the answer is then
+estimated again from a trace, and where that differs from its replay, every replayed point is
+dropped and the search runs again on traces (its answer, and the path to it, are then those of a
+search that traced every batch).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class Point:
     seconds: float
     context: int = 0
     alloc_retries: int | None = None  # cache frees a run makes held to the budget (estimated)
+    replayed: bool = False  # replayed from a batch model's derived trace, not traced
 
     @property
     def need(self) -> int:
@@ -64,6 +71,7 @@ class EstimateSearch:
     estimate_at: Callable[[int], Estimate]
     multiple_of: int = 1
     max_batch: int = 8192
+    traced_at: Callable[[int], Estimate] | None = None  # from a trace, never a replay
     points: dict[int, Point] = field(default_factory=dict)
     estimates: dict[int, Estimate] = field(default_factory=dict)
 
@@ -75,21 +83,45 @@ class EstimateSearch:
         """The estimate at ``batch_size``, from the cache or made now."""
         found = self.points.get(batch_size)
         if found is None:
-            start = time.perf_counter()
-            est = self.estimate_at(batch_size)
-            need = est.least_capacity if est.least_capacity is not None else est.peak_reserved
-            found = Point(
-                batch_size,
-                est.peak_reserved,
-                est.peak_allocated,
-                need + est.non_pytorch,
-                time.perf_counter() - start,
-                est.non_pytorch,
-                est.alloc_retries,
-            )
-            self.points[batch_size] = found
-            self.estimates[batch_size] = est
+            found = self._made(batch_size, self.estimate_at)
         return found
+
+    def _made(self, batch_size: int, estimate_at: Callable[[int], Estimate]) -> Point:
+        start = time.perf_counter()
+        est = estimate_at(batch_size)
+        need = est.least_capacity if est.least_capacity is not None else est.peak_reserved
+        found = Point(
+            batch_size,
+            est.peak_reserved,
+            est.peak_allocated,
+            need + est.non_pytorch,
+            time.perf_counter() - start,
+            est.non_pytorch,
+            est.alloc_retries,
+            replayed=bool(est.replayed_from),
+        )
+        self.points[batch_size] = found
+        self.estimates[batch_size] = est
+        return found
+
+    def traced_point(self, batch_size: int) -> Point:
+        """The point at ``batch_size`` from a trace at that batch: made again where it was a
+        replay (``traced_at``)."""
+        found = self.point(batch_size)
+        if found.replayed and self.traced_at is not None:
+            found = self._made(batch_size, self.traced_at)
+        return found
+
+    def _confirmed(self, batch_size: int) -> bool:
+        """Whether the point at ``batch_size`` is a trace's numbers: made from a trace where it
+        was replayed; False (every replayed point dropped) where the two differ."""
+        replayed = self.point(batch_size)
+        traced = self.traced_point(batch_size)
+        if _numbers(traced) == _numbers(replayed):
+            return True
+        for b in [b for b, p in self.points.items() if p.replayed]:
+            del self.points[b], self.estimates[b]
+        return False
 
     def per_sample(self) -> int:
         """Bytes one more sample adds, from the two estimates farthest apart (0 if < 2)."""
@@ -100,7 +132,14 @@ class EstimateSearch:
 
     def largest_fitting(self, budget: int) -> int:
         """The largest allowed batch whose predicted total is at most ``budget``; 0 if even
-        the smallest does not fit. Estimates are assumed to grow with the batch."""
+        the smallest does not fit. Estimates are assumed to grow with the batch. The answer's
+        point is a trace's (:meth:`traced_point`)."""
+        while True:
+            answer = self._largest(budget)
+            if answer == 0 or self._confirmed(answer):
+                return answer
+
+    def _largest(self, budget: int) -> int:
         step, top = self.multiple_of, self.max_batch // self.multiple_of
         fits_k, fails_k = 0, top + 1  # bracket in units of multiple_of
         for k in sorted(b // step for b in self.points if b % step == 0 and b <= self.max_batch):
@@ -175,3 +214,8 @@ class EstimateSearch:
         scaling = sum(est.by_category.get(c, 0) for c in _PER_SAMPLE)
         per_sample = max(1, scaling // low.batch_size)
         return (low.batch_size + (budget - low.total) // per_sample) // self.multiple_of
+
+
+def _numbers(point: Point) -> tuple[int, int, int, int | None]:
+    """What a point answers with (its seconds and how it was made aside)."""
+    return (point.peak_reserved, point.peak_allocated, point.total, point.alloc_retries)

@@ -107,23 +107,25 @@ class BatchTraces:
         out = []
         if self.derived:
             out.append(
-                f"replayed through the allocator from the traces at {_sizes(self.fitted)}: "
-                f"batch sizes {_sizes(self.derived)} (a batch model: the traces matched event "
-                "by event, each size linear in the batch or asked again of its kernel's rule)"
+                f"{_batches(self.derived)} replayed through the allocator from a batch model of "
+                f"the traces at {_sizes(self.fitted)} (matched event by event; each size linear "
+                "in the batch or asked again of its kernel's rule)"
             )
-        first = [b for b in dict.fromkeys(self.traced) if b not in self.checked]
-        out.append(f"traced: {_sizes(first)}")
-        if self.checked:
-            same = [b for b, ok in self.checked.items() if ok]
-            other = [b for b, ok in self.checked.items() if not ok]
-            out += [f"traced again to check the replay: {_sizes(same)}, the same"] if same else []
-            out += [f"traced again to check the replay: {_sizes(other)}, not the same"] * bool(
-                other
-            )
+        out.append(f"traced: {_sizes([b for b in self.traced if b not in self.checked])}")
+        same = [b for b, ok in self.checked.items() if ok]
+        other = [b for b, ok in self.checked.items() if not ok]
+        if same:
+            out.append(f"{_batches(same)} traced again to check the replay: the same")
+        if other:
+            out.append(f"{_batches(other)} traced again to check the replay: not the same")
         out += [f"{why} (traced)" for _, why in sorted(self.skipped.items())]
         if self.refusal is not None:
             out.append(("no batch model: " if not self.derived else "then ") + self.refusal)
         return "; ".join(out)
+
+
+def _batches(batches: list[int]) -> str:
+    return ("batch size " if len(set(batches)) == 1 else "batch sizes ") + _sizes(batches)
 
 
 def _sizes(batches: list[int] | tuple[int, ...]) -> str:
