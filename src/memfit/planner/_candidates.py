@@ -7,7 +7,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from memfit.planner._plan_result import Candidate
+from memfit.planner._plan_result import Candidate, Evaluated
 from memfit.planner._search import Evaluator
 
 __all__ = [
@@ -19,6 +19,8 @@ __all__ = [
     "fastest",
     "fits",
     "param_bytes",
+    "replay_notes",
+    "traced",
     "with_allocators",
 ]
 
@@ -44,6 +46,38 @@ def with_allocators(c: Candidate) -> list[Candidate]:
     if c.allocator_config not in ("", EXPANDABLE):
         return [c, dataclasses.replace(c, allocator_config=EXPANDABLE)]
     return [c, dataclasses.replace(c, allocator_config=other)]
+
+
+def traced(ev: Evaluator, c: Candidate) -> Evaluated:
+    """``c`` evaluated from a trace at its own micro-batch: traced again where it was replayed
+    from a batch model's derived trace (``Evaluator.retrace``)."""
+    group = with_allocators(c)
+    found = ev.evaluate(group)
+    if any(e.replayed_from for e in found):
+        found = ev.retrace(group)
+    return found[0]
+
+
+def replay_notes(ev: Evaluator) -> list[str]:
+    """What the plan's batch models derived, and why they did not where a configuration was
+    traced at several micro-batches, in notes."""
+    seen = list(ev.seen.values())
+    replayed = [e for e in seen if e.replayed_from and e.traced]
+    out = []
+    if replayed:
+        out.append(
+            f"{len(replayed)} of the {sum(e.traced for e in seen)} configurations weighed were "
+            "replayed through the allocator from traces of the same configuration at other "
+            "micro-batches (a batch model: the traces matched event by event, each size linear "
+            "in the micro-batch or asked again of its kernel's rule), not traced; the plan's "
+            "choice and baseline are traced"
+        )
+    reasons = sorted({e.batch_note for e in seen if e.batch_note})
+    if reasons:
+        more = f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
+        shown = "; ".join(reasons[:3]) + more
+        out.append(f"traced where a batch model did not answer: {shown}")
+    return out
 
 
 def fits(ev: Evaluator, c: Candidate) -> bool:

@@ -32,6 +32,8 @@ from memfit.planner._candidates import (
     evaluate_group,
     fastest,
     fits,
+    replay_notes,
+    traced,
     with_allocators,
 )
 from memfit.planner._eight_bit_search import search_eight_bit
@@ -210,7 +212,7 @@ def _search(
             progress(done, of, "optimizer variants and smaller micro-batches")
 
     run_jobs(ev, evaluate_group, groups, workers, refined)
-    baseline = ev.evaluate(with_allocators(user))[0]  # evaluated in the first phase
+    baseline = traced(ev, user)  # evaluated in the first phase
     remake: Callable[[int], Workload] | None = None
     if batch is None and base.seq_len:  # a model name: the same step on shorter sequences
 
@@ -456,8 +458,8 @@ def _assemble(
     from memfit.planner._full import check_chosen, margin_note, model_key_of, would_fit
     from memfit.planner._settle import settled_choice
 
-    ranked = _ranked(ev)
     notes: list[str] = []
+    ranked = _traced_first(ev, notes)
     if ranked and ranked[0].fits:
         checked, note = check_chosen(ev, ranked[0])
         notes += [note] if note else []
@@ -465,6 +467,9 @@ def _assemble(
             ranked = _ranked(ev)
     chosen = ranked[0] if ranked and ranked[0].fits else None
     settled, note = settled_choice(ev, chosen, SPEED_TIE) if cache_freeing else (None, None)
+    while settled is not None and settled.replayed_from:  # what it settled on is traced first
+        traced(ev, settled.candidate)
+        settled, note = settled_choice(ev, chosen, SPEED_TIE)
     notes += [note] if note else []
     if settled is not None:
         ranked = _ranked(ev)
@@ -474,6 +479,7 @@ def _assemble(
     if chosen is not None and (note := margin_note(ev, chosen, SPEED_TIE)):
         notes.append(note)
     smallest = ranked[0] if ranked and chosen is None else None  # least memory comes first
+    notes += replay_notes(ev)
     shortfall = smallest.needed - usable if smallest is not None else 0
     hints = would_fit(ev, smallest, usable, remake) if smallest is not None else []
     if smallest is not None:
@@ -497,6 +503,31 @@ def _assemble(
         would_fit=hints,
         notes=notes,
     )
+
+
+def _traced_first(ev: Evaluator, notes: list[str]) -> list[Evaluated]:
+    """:func:`_ranked`, with the first (the choice, or the smallest where nothing fits) traced
+    where it was replayed from a batch model's derived trace; where that changes its numbers
+    (never seen: the model is exact where it answers), a note says so and the ranking is made
+    again."""
+    ranked = _ranked(ev)
+    while ranked and ranked[0].replayed_from:
+        replayed = ranked[0]
+        again = traced(ev, replayed.candidate)
+        if (again.peak_reserved, again.step_seconds) != (
+            replayed.peak_reserved,
+            replayed.step_seconds,
+        ):
+            notes.append(
+                f"{replayed.candidate.describe()} was replayed from the traces at micro-batches "
+                f"{', '.join(map(str, replayed.replayed_from))}, and its own trace differs "
+                f"({format_bytes(replayed.peak_reserved)} reserved and "
+                f"{replayed.step_seconds * 1e3:.1f} ms replayed, "
+                f"{format_bytes(again.peak_reserved)} and {again.step_seconds * 1e3:.1f} ms "
+                "traced): the trace's numbers are used"
+            )
+        ranked = _ranked(ev)
+    return ranked
 
 
 def _speed(e: Evaluated) -> tuple[float, int, int]:

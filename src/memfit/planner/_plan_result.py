@@ -147,6 +147,12 @@ class Evaluated:
     # the least it runs in (with the memory outside PyTorch), and how often it frees the cache
     runs_in: int | None = None
     cache_frees: int = 0
+    # the micro-batches whose traces a batch model derived this one's from (its trace never
+    # made; the plan's choice and baseline are always traced); () where it was traced
+    replayed_from: tuple[int, ...] = ()
+    # where it was traced though one configuration's other micro-batches were: why no batch
+    # model derived it
+    batch_note: str = ""
 
     @property
     def footprint(self) -> int:
@@ -168,6 +174,7 @@ class Evaluated:
             "runs_in": self.runs_in,
             "cache_frees": self.cache_frees,
             "changes": list(self.changes),
+            **({"replayed_from": list(self.replayed_from)} if self.replayed_from else {}),
         }
 
 

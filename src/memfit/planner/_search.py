@@ -6,6 +6,13 @@ A candidate's memory is its estimate (trace, then the allocator emulator); a tra
 starts from the same state (the gradients held) and peaks the same. Its time is
 :func:`~memfit.planner._step_time.step_time` of the same trace, the micro-batches scaled.
 Traces are cached by the settings that change them; allocator settings are replays.
+
+Candidates that differ only in their micro-batch (the accumulation making up the same global
+batch, and the same number of micro-batches traced) are one configuration at several batch
+sizes: once two of them are traced, a batch model (``memfit.trace.BatchTraces``) derives the
+trace of the others, memory and costs, and only the allocator is replayed (``Evaluated
+.replayed_from``). What the plan returns as its choice (and its baseline) is traced
+(:meth:`Evaluator.retrace`).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from memfit.planner._plan_result import (
     offload_words,
 )
 from memfit.planner._step_time import Calibration, StepTime, calibration_for, step_time
-from memfit.trace import StepCosts, Trace, trace_workload
+from memfit.trace import BatchTraces, StepCosts, Trace, trace_workload
 from memfit.workload import Workload, partial_fraction
 
 __all__ = ["Evaluator", "candidate_costs", "step_style", "step_time_of"]
@@ -70,10 +77,18 @@ def shortened(workload: Workload, micro_batches: int) -> Workload:
 
 def _short_trace(workload: Workload, gpu: GPU) -> tuple[Trace, int]:
     """The trace of two steps of ``workload`` with at most two of its micro-batches, costs
-    counted, and the micro-batches it ran."""
+    counted (and kernel calls logged, for a batch model), and the micro-batches it ran."""
     traced = min(workload.accumulation, TRACED_MICRO_BATCHES)
     short = shortened(workload, traced)
-    return trace_workload(short, gpu, costs=True), traced
+    return trace_workload(short, gpu, costs=True, kernel_calls=True), traced
+
+
+def _family(c: Candidate) -> Candidate:
+    """What candidates share whose traces are one configuration's at several micro-batches:
+    all but the micro-batch, its accumulation (the micro-batches traced aside) and the
+    allocator."""
+    traced = min(c.accumulation, TRACED_MICRO_BATCHES)
+    return dataclasses.replace(c, micro_batch=0, accumulation=traced, allocator_config="")
 
 
 def _predict(
@@ -123,6 +138,8 @@ class Evaluator:
     seq_len: int | None
     traces: int = 0
     seen: dict[Candidate, Evaluated] = field(default_factory=dict)
+    # one configuration's traces by micro-batch, with the batch model that derives the rest
+    families: dict[Candidate, BatchTraces] = field(default_factory=dict)
 
     def workload(self, c: Candidate) -> Workload:
         assert self.base.batch_of is not None
@@ -148,9 +165,53 @@ class Evaluator:
         return [self.seen[c] for c in candidates]
 
     def _trace_and_replay(self, candidates: list[Candidate]) -> None:
-        first = self.workload(candidates[0])
-        trace, traced = _short_trace(first, self.gpu)
+        c = candidates[0]
+        family = self._family_of(c)
+        trace = family.trace(c.micro_batch)
+        note = ""
+        if not trace.derived_from:
+            self.traces += 1
+            note = (
+                family.skipped.get(c.micro_batch)
+                or (family.refusal if family.model is None else None)
+                or ""
+            )
+        self._replay(candidates, trace, note)
+
+    def retrace(self, candidates: list[Candidate]) -> list[Evaluated]:
+        """``candidates`` (one configuration's allocator variants) evaluated again from a trace
+        at their own micro-batch; where the first was derived here, the derivation is checked
+        against it (a model that derived it otherwise is dropped)."""
+        c = candidates[0]
+        family = self._family_of(c)
+        derived = family.model.trace_at(c.micro_batch) if family.model is not None else None
+        if isinstance(derived, Trace):
+            trace = family.verify(c.micro_batch, derived)
+        else:
+            trace = _short_trace(self.workload(c), self.gpu)[0]
         self.traces += 1
+        self._replay(candidates, trace, "")
+        return [self.seen[x] for x in candidates]
+
+    def _family_of(self, c: Candidate) -> BatchTraces:
+        key = _family(c)
+        found = self.families.get(key)
+        if found is None:
+            total = c.micro_batch * c.accumulation
+
+            def trace_at(micro: int) -> Trace:
+                at = dataclasses.replace(c, micro_batch=micro, accumulation=total // micro)
+                return _short_trace(self.workload(at), self.gpu)[0]
+
+            found = self.families[key] = BatchTraces(trace_at)
+        return found
+
+    def _replay(self, candidates: list[Candidate], trace: Trace, note: str) -> None:
+        """Each of ``candidates`` from ``trace`` (of the first's configuration), replayed under
+        its allocator settings; ``note``: why a batch model did not derive it, where one was
+        tried."""
+        first = self.workload(candidates[0])
+        traced = min(first.accumulation, TRACED_MICRO_BATCHES)
         assert trace.costs is not None
         timing = _predict(first, trace.costs, traced, self.calibration)
         micro_flops = sum(f for _, f, _ in trace.costs.total("step2.").ops)
@@ -168,6 +229,8 @@ class Evaluator:
                 timing,
                 traced=i == 0,
                 step_flops=step_flops,
+                replayed_from=trace.derived_from,
+                batch_note=note,
             )
 
     def _evaluated(
@@ -180,6 +243,8 @@ class Evaluator:
         *,
         traced: bool,
         step_flops: int = 0,
+        replayed_from: tuple[int, ...] = (),
+        batch_note: str = "",
     ) -> Evaluated:
         samples = c.micro_batch * c.accumulation
         needed = reserved + context
@@ -197,6 +262,8 @@ class Evaluator:
             changes=changes(self.baseline, c),
             traced=traced,
             step_flops=step_flops,
+            replayed_from=replayed_from,
+            batch_note=batch_note,
         )
 
 
