@@ -170,6 +170,11 @@ def _batch_search(trials: int) -> SimpleNamespace:
         estimate_seconds=2.5,
         per_sample=GiB,
         pressure_note=lambda: "fits only because the allocator frees its cache " * 3,
+        traced=[1, 6, 10, 8],
+        replayed=[7, 8],
+        batch_model="batch sizes 7, 8 replayed through the allocator from a batch model of the "
+        "traces at 6, 10 (matched event by event); traced: 1, 6, 10; batch size 8 traced again "
+        "to check the replay: the same",
     )
 
 

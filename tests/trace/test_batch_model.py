@@ -20,11 +20,11 @@ from memfit.trace import (
     BatchRefusal,
     BatchTraces,
     Trace,
+    _batch_traces,
     fit_batch_model,
     same_trace,
     trace_workload,
 )
-from memfit.trace import _batch_traces
 from memfit.workload import Workload, make_workload
 
 transformers = pytest.importorskip("transformers")
@@ -111,7 +111,7 @@ def fitted(request: pytest.FixtureRequest) -> tuple[Workload, BatchModel, dict[i
 def test_derived_traces_are_the_direct_traces(
     fitted: tuple[Workload, BatchModel, dict[int, Trace]],
 ) -> None:
-    workload, model, samples = fitted
+    workload, model, _ = fitted
     assert model.batches == SAMPLES
     for batch in TARGETS:
         derived = model.trace_at(batch)
@@ -194,7 +194,7 @@ def test_a_step_that_branches_on_the_batch_size_is_not_fitted() -> None:
 
 
 def test_batch_traces_trace_where_no_model_fits_and_say_why() -> None:
-    traces = BatchTraces(lambda b: traced(branching(), b))
+    traces = BatchTraces(lambda b, calls: traced(branching(), b, calls=calls))
     for batch in (2, 8, 16):
         assert not traces.trace(batch).derived_from
     assert traces.traced == [2, 8, 16] and traces.derived == []
@@ -209,7 +209,7 @@ def test_a_derivation_that_a_trace_contradicts_drops_the_model() -> None:
     # both samples below the branch: the model derives batch 8 without the large layer, the
     # trace at 8 runs it; verify finds the difference and every later batch is traced
     workload = branching()
-    traces = BatchTraces(lambda b: traced(workload, b))
+    traces = BatchTraces(lambda b, calls: traced(workload, b, calls=calls))
     traces.trace(2)
     traces.trace(3)
     derived = traces.trace(8)
@@ -246,7 +246,7 @@ def test_mixture_of_experts_routing_is_traced_at_every_batch() -> None:
 def test_the_switch_turns_the_model_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_batch_traces, "BATCH_MODEL", False)
     workload = workload_of("gpt2")
-    traces = BatchTraces(lambda b: traced(workload, b))
+    traces = BatchTraces(lambda b, calls: traced(workload, b, calls=calls))
     for batch in (2, 4, 8):
         assert not traces.trace(batch).derived_from
     assert traces.model is None and traces.summary() == ""

@@ -32,16 +32,19 @@ class BatchEstimates:
         self.traces = BatchTraces(self._trace)
         self._derived: dict[int, Trace] = {}
 
-    def _trace(self, batch: int) -> Trace:
+    def _trace(self, batch: int, calls: bool) -> Trace:
         with quiet_libraries(), gc_frozen():
-            return trace_workload(self.workload.with_batch_size(batch), self.gpu, kernel_calls=True)
+            return trace_workload(
+                self.workload.with_batch_size(batch), self.gpu, kernel_calls=calls
+            )
 
     def estimate(
         self, batch: int, *, with_least_capacity: bool = False, capacity: int | None = None
     ) -> Estimate:
         """The estimate at ``batch``: replayed from a derived trace where the model answers,
         else traced (``estimate_workload``'s options)."""
-        trace = self.traces.trace(batch)
+        with gc_frozen():  # a derivation makes tens of thousands of objects too
+            trace = self.traces.trace(batch)
         if trace.derived_from:
             self._derived[batch] = trace
         return self._estimate(batch, trace, with_least_capacity, capacity)

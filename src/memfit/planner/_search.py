@@ -75,12 +75,13 @@ def shortened(workload: Workload, micro_batches: int) -> Workload:
     )
 
 
-def _short_trace(workload: Workload, gpu: GPU) -> tuple[Trace, int]:
+def _short_trace(workload: Workload, gpu: GPU, calls: bool = False) -> tuple[Trace, int]:
     """The trace of two steps of ``workload`` with at most two of its micro-batches, costs
-    counted (and kernel calls logged, for a batch model), and the micro-batches it ran."""
+    counted (``calls``: kernel calls logged too, for a batch model), and the micro-batches it
+    ran."""
     traced = min(workload.accumulation, TRACED_MICRO_BATCHES)
     short = shortened(workload, traced)
-    return trace_workload(short, gpu, costs=True, kernel_calls=True), traced
+    return trace_workload(short, gpu, costs=True, kernel_calls=calls), traced
 
 
 def _family(c: Candidate) -> Candidate:
@@ -199,9 +200,10 @@ class Evaluator:
         if found is None:
             total = c.micro_batch * c.accumulation
 
-            def trace_at(micro: int) -> Trace:
+            def trace_at(micro: int, calls: bool) -> Trace:
+                # the whole batch in one micro-batch: no other micro-batch traces like it
                 at = dataclasses.replace(c, micro_batch=micro, accumulation=total // micro)
-                return _short_trace(self.workload(at), self.gpu)[0]
+                return _short_trace(self.workload(at), self.gpu, calls and micro < total)[0]
 
             found = self.families[key] = BatchTraces(trace_at)
         return found

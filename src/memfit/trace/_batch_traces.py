@@ -34,10 +34,11 @@ SAMPLES = 2  # traces a model is fitted on (the answer's trace checks it: verify
 
 @dataclass
 class BatchTraces:
-    """Traces of one configuration by batch size (``trace_at(b)`` traces it, with its kernel
-    calls logged); :meth:`trace` derives those a batch model can answer."""
+    """Traces of one configuration by batch size (``trace_at(b, calls)`` traces it, with its
+    kernel calls logged where ``calls``: a trace that may be a sample); :meth:`trace` derives
+    those a batch model can answer."""
 
-    trace_at: Callable[[int], Trace]
+    trace_at: Callable[[int, bool], Trace]
     samples: int = SAMPLES
     enabled: bool = field(default_factory=lambda: BATCH_MODEL)
     traced: list[int] = field(default_factory=list)  # batches traced, in order
@@ -62,9 +63,10 @@ class BatchTraces:
 
     def traced_at(self, batch: int) -> Trace:
         """A trace at ``batch`` (never derived), kept as a sample while no model fits."""
-        trace = self.trace_at(batch)
+        sample = self.enabled and not self._dropped and self.model is None and batch >= MIN_BATCH
+        trace = self.trace_at(batch, sample)
         self.traced.append(batch)
-        if self.enabled and not self._dropped and self.model is None and batch >= MIN_BATCH:
+        if sample:
             self._kept[batch] = trace
             self._fit(batch)
         return trace
@@ -72,7 +74,7 @@ class BatchTraces:
     def verify(self, batch: int, derived: Trace) -> Trace:
         """A trace at ``batch``, whose derived trace was ``derived``: where the two differ,
         the model is dropped (every later batch is traced) and :attr:`refusal` says where."""
-        trace = self.trace_at(batch)
+        trace = self.trace_at(batch, False)
         self.traced.append(batch)
         why = same_trace(derived, trace)
         self.checked[batch] = why is None
