@@ -198,11 +198,14 @@ def test_batch_traces_trace_where_no_model_fits_and_say_why() -> None:
     for batch in (2, 8, 16):
         assert not traces.trace(batch).derived_from
     assert traces.traced == [2, 8, 16] and traces.derived == []
+    # 2 and 8 did not match (tried when 16 was asked for), and no fit is tried before
+    # another batch is asked for
+    assert traces.model is None and traces.refusal is not None
+    assert "batch sizes 2 and 8 differ" in traces.refusal
     # 8 and 16 both take the branch: a model fits them, and 12 is derived
-    assert traces.model is not None and traces.fitted == (8, 16)
     assert traces.trace(12).derived_from == (8, 16)
-    assert "batch sizes 2 and 8 differ" not in traces.summary()
-    assert "12" in traces.summary()
+    assert traces.model is not None and traces.fitted == (8, 16)
+    assert "batch size 12 replayed" in traces.summary()
 
 
 def test_a_derivation_that_a_trace_contradicts_drops_the_model() -> None:

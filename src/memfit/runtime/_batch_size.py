@@ -4,7 +4,9 @@ few GPU trials.
 Step 1 runs on the CPU: a search over estimates (:mod:`memfit.runtime._bs_search`) finds the
 largest batch whose predicted need (the least reserved memory the step runs in, as the caching
 allocator frees its cache under pressure: ``estimator._pressure``, plus the CUDA context) stays
-under the budget: the GPU's memory minus a margin. Step 2, when asked, runs that batch on the
+under the budget: the GPU's memory minus a margin. Once two batch sizes are traced, the others
+are replayed from a batch model where one fits (``estimator.BatchEstimates``); the answer is
+always traced. Step 2, when asked, runs that batch on the
 GPU, held to the budget, and corrects it in at most ``max_trials`` trials
 (:mod:`memfit.runtime._bs_trials`).
 """

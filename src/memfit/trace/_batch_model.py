@@ -17,10 +17,10 @@ simple function of the batch. A trace's events are of two kinds here:
 
 ``_batch_fit.fit_batch_model`` matches the traces of one configuration at a few batch sizes on
 their base events (count, order, kinds, streams, what each allocation is: op, module, phase,
-category, dtype), their logged calls, phases and notes, fits the lines, and derives each sample
-back from the others' lines to show the derivation gives that trace. :meth:`BatchModel.trace_at`
-then derives the trace at any batch of at least :data:`MIN_BATCH`: a
-:class:`~memfit.trace.Trace` like any other (its ``derived_from`` names the sampled batches),
+category, dtype), their logged calls and phases, fits the lines, and derives each sample again
+from them to show the derivation gives that trace back, notes and costs included.
+:meth:`BatchModel.trace_at` then derives the trace at any batch of at least :data:`MIN_BATCH`:
+a :class:`~memfit.trace.Trace` like any other (its ``derived_from`` names the sampled batches),
 which the estimator replays into a whole estimate (peaks, breakdown by category and module,
 timeline, notes: the samples', with the held batch's size and cuDNN's interpolated workspaces
 said again at ``b``). The costs of a step (``_costs``: each op's kind, FLOPs and bytes, in order)
@@ -47,7 +47,6 @@ from memfit.trace._trace_notes import held_batch_note
 from memfit.trace._tracer import Trace
 
 __all__ = [
-    "HELD_NOTE",
     "MIN_BATCH",
     "Base",
     "BatchModel",
@@ -65,7 +64,7 @@ __all__ = [
 # on), so the model samples and answers batches of at least two
 MIN_BATCH = 2
 _HELD_OP = "batch held by the caller"  # the held batch's allocations (trace._tracer)
-HELD_NOTE = re.compile(r"^the step's caller holds its whole batch on the GPU")
+_HELD_NOTE = re.compile(r"^the step's caller holds its whole batch on the GPU")
 
 Line = tuple[int, int]  # (a, c): a * batch + c
 
@@ -375,7 +374,7 @@ def _notes_at(
     workspaces interpolated (in place of the samples' notes on them)."""
     notes = list(template.notes)
     for i, note in enumerate(notes):
-        if HELD_NOTE.match(note):
+        if _HELD_NOTE.match(note):
             notes[i] = held_batch_note(held_bytes(events, infos))
     if conv_now == conv_before:
         return notes

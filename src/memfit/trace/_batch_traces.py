@@ -52,7 +52,10 @@ class BatchTraces:
     _dropped: bool = False
 
     def trace(self, batch: int) -> Trace:
-        """The trace at ``batch``: derived where the model answers it, else traced."""
+        """The trace at ``batch``: derived where the model answers it, else traced. A model is
+        fitted here, once another batch is asked for (a search that asks no more pays no fit)."""
+        if self.model is None and len(self._kept) >= self.samples:
+            self._fit()
         if self.model is not None:
             derived = self.model.trace_at(batch)
             if isinstance(derived, Trace):
@@ -68,7 +71,6 @@ class BatchTraces:
         self.traced.append(batch)
         if sample:
             self._kept[batch] = trace
-            self._fit(batch)
         return trace
 
     def verify(self, batch: int, derived: Trace) -> Trace:
@@ -83,12 +85,11 @@ class BatchTraces:
             self.refusal = f"the trace at batch {batch} differs from its derivation: {why}"
         return trace
 
-    def _fit(self, batch: int) -> None:
-        """A model from the kept traces once there are enough: all of them, else the newest
-        (at ``batch``) with those kept just before it (an older one may belong to a part of
-        the range where a kernel or the model ran otherwise)."""
-        if len(self._kept) < self.samples:
-            return
+    def _fit(self) -> None:
+        """A model from the kept traces: all of them, else the newest with those kept just
+        before it (an older one may belong to a part of the range where a kernel or the model
+        ran otherwise)."""
+        batch = next(reversed(self._kept))
         others = [b for b in reversed(self._kept) if b != batch]
         tries = [[batch, *others]]
         if len(others) >= self.samples:
