@@ -24,7 +24,8 @@ import dataclasses
 from typing import Any
 
 from memfit._errors import InvalidInputError
-from memfit.planner._candidates import SPEED_TIE, Progress, fits, with_allocators
+from memfit.planner._candidates import SPEED_TIE, Progress, fastest, fits, with_allocators
+from memfit.planner._parallel import run_jobs
 from memfit.planner._plan_result import Candidate, Evaluated
 from memfit.planner._search import Evaluator
 from memfit.workload import Workload
@@ -131,35 +132,61 @@ def search_checkpoint_offload(
         and not e.candidate.offload_checkpoints
         and e.candidate.memory_budget is None
     ]
-    if progress is not None and full:
-        progress(0, 1, "checkpointed inputs offloaded")
-    for precision in dict.fromkeys(e.candidate.precision for e in full):
-        mine = [e for e in full if e.candidate.precision == precision]
-        largest = max((e.candidate.micro_batch for e in mine if e.fits), default=0)
-        above = sorted(n for n in levels if n > largest)
-        tried = [e for e in mine if above and e.candidate.micro_batch == above[0]]
-        if not tried:
+    precisions = list(dict.fromkeys(e.candidate.precision for e in full))
+
+    def searched(done: int, of: int) -> None:
+        if progress is not None:
+            progress(done, of, "checkpointed inputs offloaded")
+
+    if precisions:
+        searched(0, len(precisions))
+    # each precision's climb is a job of its own, against the fastest found before any of
+    # them: forked workers climb them side by side and find what one process does
+    before = fastest(ev)
+
+    def climb(e: Evaluator, precision: str) -> None:
+        mine = [x for x in full if x.candidate.precision == precision]
+        _climb_offloaded(e, space, mine, levels, total, before)
+
+    run_jobs(ev, climb, precisions, ev.workers, searched)
+
+
+def _climb_offloaded(
+    ev: Evaluator,
+    space: dict[str, tuple[Any, ...]],
+    mine: list[Evaluated],
+    levels: list[int],
+    total: int,
+    best: float,
+) -> None:
+    """One precision's full checkpointing with the blocks' inputs offloaded, from the
+    micro-batch above the largest that full checkpointing alone fits, upward while each fits
+    and is faster than ``best`` and the climb's own (:func:`search_checkpoint_offload`)."""
+    largest = max((e.candidate.micro_batch for e in mine if e.fits), default=0)
+    above = sorted(n for n in levels if n > largest)
+    tried = [e for e in mine if above and e.candidate.micro_batch == above[0]]
+    if not tried:
+        return
+    # the one that needed least there (its optimizer, 8-bit or in backward, say)
+    template = min(tried, key=lambda e: e.needed).candidate
+    for micro in above:
+        c = dataclasses.replace(
+            template,
+            micro_batch=micro,
+            accumulation=total // micro,
+            allocator_config="",
+            offload_checkpoints=True,
+        )
+        took = _faster(ev, c, best)
+        if took is not None:
+            best = took
             continue
-        # the one that needed least there (its optimizer, 8-bit or in backward, say)
-        template = min(tried, key=lambda e: e.needed).candidate
-        for micro in above:
-            c = dataclasses.replace(
-                template,
-                micro_batch=micro,
-                accumulation=total // micro,
-                allocator_config="",
-                offload_checkpoints=True,
-            )
-            if _faster(ev, c) is not None:
-                continue
-            if micro == total and precision != "fp16-mixed" and space.get("in_backward"):
-                # the whole batch: the gradients' memory can go too (search_in_backward)
-                stepped = dataclasses.replace(c, optimizer=space["in_backward"][0])
-                if stepped.optimizer != c.optimizer:
-                    _faster(ev, stepped)
-            break
-    if progress is not None and full:
-        progress(1, 1, "checkpointed inputs offloaded")
+        if micro == total and c.precision != "fp16-mixed" and space.get("in_backward"):
+            # the whole batch: the gradients' memory can go too (search_in_backward)
+            stepped = dataclasses.replace(c, optimizer=space["in_backward"][0])
+            if stepped.optimizer != c.optimizer:
+                _faster(ev, stepped, best)
+        break
 
 
 def _faster(ev: Evaluator, c: Candidate, than: float | None = None) -> float | None:

@@ -23,9 +23,10 @@ from memfit._forked import Failed, can_fork, forked_call, run_forked
 from memfit.planner._plan_result import Candidate, Evaluated
 from memfit.planner._search import Evaluator
 
-__all__ = ["default_workers", "fork_safe", "run_jobs"]
+__all__ = ["default_workers", "fork_safe", "run_jobs", "run_traces", "workers_can_trace"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 _BAD_FORK = "autograd's threading in combination with fork"  # PyTorch's refusal in a child
 _Result = tuple[dict[Candidate, Evaluated], int] | None  # what a job evaluated, its traces
 
@@ -56,7 +57,7 @@ def run_jobs(
 ) -> None:
     """``job(ev, item)`` for each item, in ``workers`` processes; every candidate a job
     evaluates ends up in ``ev.seen`` and its traces in ``ev.traces``."""
-    if workers <= 1 or len(items) <= 1 or not fork_safe() or not _children_can_backward():
+    if workers <= 1 or len(items) <= 1 or not workers_can_trace():
         _run_here(ev, job, items, 0, len(items), done)
         return
     here: list[T] = []  # jobs a worker could not run: run in this process
@@ -78,10 +79,27 @@ def run_jobs(
     def work(index: int) -> _Result:
         return _evaluated_by(ev, job, items[index])
 
-    lost = run_forked(work, len(items), workers, merge, setup=_one_thread)
+    lost = run_traces(work, len(items), workers, merge)
     if failure is not None:
         raise failure
     _run_here(ev, job, [*here, *(items[i] for i in lost)], finished, len(items), done)
+
+
+def workers_can_trace() -> bool:
+    """Whether processes forked from this one can trace: :func:`fork_safe`, and PyTorch runs
+    autograd in them (:func:`_children_can_backward`)."""
+    return fork_safe() and _children_can_backward()
+
+
+def run_traces(
+    work: Callable[[int], R],
+    count: int,
+    workers: int,
+    on_result: Callable[[int, R | Failed], None],
+) -> list[int]:
+    """:func:`memfit._forked.run_forked` for jobs that trace: each worker runs torch on one
+    thread (an OpenMP pool the parent used hangs a forked child that enters it)."""
+    return run_forked(work, count, workers, on_result, setup=_one_thread)
 
 
 def _run_here(

@@ -196,8 +196,9 @@ def _search(
     space["offload"] = offload_space(offloads, space, base)
     if space["compiled"][0] and user.memory_budget is None:  # the budget its compile would use
         user = dataclasses.replace(user, memory_budget=budget_in_effect())
-    ev = Evaluator(base, gpu, usable, calibration, user, base.seq_len)
     workers = default_workers() if workers is None else workers
+    ev = Evaluator(base, gpu, usable, calibration, user, base.seq_len, workers=workers)
+    ev.parameters = (space["trained"][0], space["trainable"][0])
     levels = [n for n in range(total, 0, -1) if total % n == 0]
     _search_precisions(ev, space, levels, total, user, workers, progress)
     search_partial(ev, space, levels, total, workers, progress)
@@ -455,8 +456,9 @@ def _assemble(
     remake: Callable[[int], Workload] | None,
     cache_freeing: bool,
 ) -> Plan:
-    from memfit.planner._full import check_chosen, margin_note, model_key_of, would_fit
+    from memfit.planner._full import check_chosen, margin_note, model_key_of
     from memfit.planner._settle import settled_choice
+    from memfit.planner._would_fit import would_fit
 
     notes: list[str] = []
     ranked = _traced_first(ev, notes)

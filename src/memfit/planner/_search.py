@@ -141,6 +141,8 @@ class Evaluator:
     seen: dict[Candidate, Evaluated] = field(default_factory=dict)
     # one configuration's traces by micro-batch, with the batch model that derives the rest
     families: dict[Candidate, BatchTraces] = field(default_factory=dict)
+    parameters: tuple[int, int] = (0, 0)  # the model's parameter elements: all, trained
+    workers: int = 1  # processes that may trace at once (the hints where nothing fits)
 
     def workload(self, c: Candidate) -> Workload:
         assert self.base.batch_of is not None

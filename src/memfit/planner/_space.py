@@ -76,8 +76,9 @@ def search_space(
             f"memory_budgets={memory_budgets!r} is not a list: give the activation memory "
             "budgets to try as a tuple of shares between 0 and 1, e.g. memory_budgets=(1.0, 0.5)."
         )
-    blocks, trained, compiled = _model_facts(base)
+    blocks, (trained, trainable), compiled = _model_facts(base)
     space["blocks"], space["trained"] = (blocks,), (trained,)
+    space["trainable"] = (trainable,)
     space["budgets"] = (base.activation_memory_budget,)
     space["compiled"] = (compiled,)
     if checkpointing is None and not blocks:  # nothing to checkpoint: not searched
@@ -143,17 +144,19 @@ def compiled_plan_note(space: dict[str, tuple[Any, ...]]) -> str:
     )
 
 
-def _model_facts(base: Workload) -> tuple[int, int, bool]:
+def _model_facts(base: Workload) -> tuple[int, tuple[int, int], bool]:
     """How many repeated blocks memfit's checkpointing finds in the model (the models' own
-    switches checkpoint the same blocks; 0 where it finds none), its trained parameter
-    elements (what its gradients hold), and whether it is compiled as a whole."""
+    switches checkpoint the same blocks; 0 where it finds none), its parameter elements (all,
+    as the searches size gradients by; and those that require a gradient), and whether it is
+    compiled as a whole."""
     from memfit.workload import compiled_parts, find_blocks, whole_model_compiled
 
     with torch.device("meta"):
         model = base.build_model()
-    trained = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    unique = {id(p): p for p in model.parameters()}.values()
+    counts = (sum(p.numel() for p in unique), sum(p.numel() for p in unique if p.requires_grad))
     compiled = base.compiled is None and whole_model_compiled(model, compiled_parts(model))
     try:
-        return len(find_blocks(model)), trained, compiled
+        return len(find_blocks(model)), counts, compiled
     except InvalidInputError:
-        return 0, trained, compiled
+        return 0, counts, compiled
