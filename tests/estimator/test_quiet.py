@@ -111,3 +111,15 @@ def test_a_transformers_model_logs_nothing_and_the_users_verbosity_stays() -> No
         library.removeHandler(ear)
         transformers.logging.set_verbosity(before)
     assert [r.getMessage() for r in heard if r.levelno >= logging.WARNING] == []
+
+
+def test_the_libraries_loaded_for_a_step_are_kept_out_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """bitsandbytes (8-bit optimizer states) warns from its CPU backend when it loads."""
+    from memfit.estimator import quiet_libraries
+
+    with caplog.at_level(logging.INFO), quiet_libraries():
+        for name in ("bitsandbytes.backends.cpu.ops", "peft.tuners", "huggingface_hub.utils"):
+            logging.getLogger(name).warning("Failed to load CPU gemm_4bit_forward")
+    assert not caplog.records

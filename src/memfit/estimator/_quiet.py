@@ -22,8 +22,18 @@ from contextlib import contextmanager
 
 __all__ = ["LIBRARY_LOGGERS", "quiet_libraries"]
 
-#: The loggers of the model libraries memfit builds models from.
-LIBRARY_LOGGERS = ("transformers", "timm", "torchvision", "accelerate", "DeepSpeed")
+#: The loggers of the model libraries memfit builds models from, and the libraries it loads
+#: for them (8-bit optimizer states, adapters, the hub's kernels).
+LIBRARY_LOGGERS = (
+    "transformers",
+    "timm",
+    "torchvision",
+    "accelerate",
+    "DeepSpeed",
+    "bitsandbytes",  # 8-bit optimizer states: its CPU backend warns when it loads
+    "peft",
+    "huggingface_hub",
+)
 
 
 class _Hold:
