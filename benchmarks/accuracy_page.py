@@ -14,7 +14,8 @@ before the measurement it is compared with (checked in the repository's history 
 declared), unless its row says the workload was run before (``held_out`` false).
 
 The formats and their readers are in ``accuracy_formats.py``, the tables in
-``accuracy_tables.py``.
+``accuracy_tables.py``; the zoo sweep's files (``zoo.py``) have their readers and their section
+in ``accuracy_zoo.py``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from accuracy_formats import (
     reestimated,
 )
 from accuracy_tables import render
+from accuracy_zoo import zoo_estimates, zoo_models
 
 PAGE = ROOT / "docs" / "accuracy.md"
 
@@ -73,6 +75,7 @@ FSDP2 = "2026-12-02-h200-fsdp2-ranks"
 ZERO = "2026-12-02-cpu-zero-predictions"
 INPUTS = "2026-12-02-h200-offloaded-inputs-ddp-views"
 INPUTS_CPU = "2026-12-02-cpu-offloaded-inputs-predictions"
+ZOO = "2026-12-06-cpu-zoo-sweep"
 
 SOURCES: list[Source] = [
     Source(f"{ACCURACY}/measured-part1.json", "validation", measured, versions=GPU_HOST),
@@ -308,6 +311,10 @@ SOURCES: list[Source] = [
         )
         for part in ("a", "b")
     ),
+    # the zoo sweep (zoo.py): its models and predictions; each GPU file zoo.py measure writes
+    # is declared after them with zoo_measured
+    Source(f"{ZOO}/models.json", "zoo", zoo_models),
+    Source(f"{ZOO}/estimates.jsonl", "zoo", zoo_estimates, prediction=True),
 ]
 
 TOPICS: list[tuple[str, str]] = [
@@ -320,6 +327,7 @@ TOPICS: list[tuple[str, str]] = [
     ("offload", "Activation offload and offloaded checkpoint inputs"),
     ("parallel", "Data parallel: DDP, FSDP2 and DeepSpeed ZeRO, rank 0"),
     ("optimizer", "Optimizer stepped in backward, 8-bit optimizer states"),
+    ("zoo", "Zoo sweep"),
     ("finder", "Batch-size finder"),
     ("planner", "Plans against the configurations that ran"),
     ("steptime", "Step time"),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accuracy_formats import Finding, Peak, Plan, Race, Read, Source
+from accuracy_zoo import zoo_section
 
 GIB = 2**30
 Ident = tuple[str, str]  # a workload's id and the source's variant
@@ -455,7 +456,12 @@ def render(read: Read, topics: list[tuple[str, str]]) -> str:
     ]
     sections: list[str] = []
     for topic, title in topics:
-        if topic in memory:
+        if topic == "zoo":  # a sweep over the model zoos: a section of its own
+            errors, lines = zoo_section(read, title, percent, gib)
+            if errors:
+                summary.append(_summary_line(title, errors))
+            sections += lines
+        elif topic in memory:
             summary.append(_summary_line(title, [r.errors for r in memory[topic]]))
             sections += [f"## {title}", "", *memory_table(memory[topic]), ""]
     if found:
