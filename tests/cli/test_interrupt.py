@@ -88,8 +88,8 @@ import sys, time
 from memfit.cli import _interrupt
 
 _interrupt.install()
-print("ready", flush=True)
-try:
+try:  # "ready" inside the try: an interrupt right after it is swallowed too, not uncaught
+    print("ready", flush=True)
     time.sleep(30)
 except KeyboardInterrupt:  # a library's bare except around its import, say
     pass
