@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._costs import StepCosts
+from memfit.trace._cpu_scalars import call_with_cpu_scalars
 from memfit.trace._kernel_calls import CallSite, KernelCalls
 from memfit.trace._kernels import RULE_OPS, KernelModel, Scratch
 from memfit.trace._layouts import cuda_layout, cuda_order
@@ -339,7 +340,8 @@ class Recorder(TorchDispatchMode):
                 for nbytes, label in self.kernels.copies_first(func, args)
             ]
             try:
-                out = cuda_layout(func, args, META_CACHE.call(func, args, kwargs))
+                made = call_with_cpu_scalars(META_CACHE.call, func, args, kwargs)
+                out = cuda_layout(func, args, made)
             except Exception as exc:
                 self._failed(func, name, exc)
                 raise

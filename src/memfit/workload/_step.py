@@ -309,6 +309,8 @@ def prepare_model(
     # a library the constructor imports makes its module's tensors as it would anywhere else
     with building or nullcontext(), torch.device(build_device), imports_outside_modes():
         model = workload.build_model()
+        if building is None:  # a model built off the GPU (FSDP2) is moved by its wrapping
+            _move_strays(model, torch.device(build_device))
         if workload.param_dtype != torch.float32:
             model = model.to(workload.param_dtype)
     model.train(workload.mode == "train")
@@ -339,6 +341,17 @@ def prepare_model(
             workload.offload_shards,
         )
     return model
+
+
+def _move_strays(model: nn.Module, device: torch.device) -> None:
+    """Move to ``device`` the parameters and buffers a constructor left on the CPU, as the
+    user's ``model.to(device)`` does. A legacy constructor (``nn.Parameter(torch.Tensor(n))``,
+    as ImageGPT and XLNet write theirs) ignores the device the model is built under."""
+    if device.type == "cpu":
+        return
+    tensors = [*model.parameters(), *model.buffers()]
+    if any(t.device.type == "cpu" for t in tensors):
+        model.to(device)
 
 
 def optimizer_for(workload: Workload, model: nn.Module) -> Any:
