@@ -39,7 +39,7 @@ from accuracy_formats import (
     reestimated,
 )
 from accuracy_tables import render
-from accuracy_zoo import zoo_estimates, zoo_models
+from accuracy_zoo import zoo_estimates, zoo_measured, zoo_models
 
 PAGE = ROOT / "docs" / "accuracy.md"
 
@@ -51,6 +51,7 @@ GPU_HOST = {"transformers": "5.17.0", "timm": "1.0.29", "torchvision": "0.26.0"}
 HOST_211 = {"torch": "2.11.0+cu130", "transformers": "5.17.0"}
 CPU_211 = {"torch": "2.11.0", "transformers": "5.17.0", "timm": "1.0.29", "deepspeed": "0.19.8"}
 H200 = "NVIDIA H200"
+H100 = "NVIDIA H100 80GB HBM3"
 COLD, WARM = "inductor cache cold", "inductor cache warm"
 T5_524 = "transformers 5.24.0"
 APPLY, LOOP = "through memfit.apply", "in memfit's loop"
@@ -76,6 +77,7 @@ ZERO = "2026-12-02-cpu-zero-predictions"
 INPUTS = "2026-12-02-h200-offloaded-inputs-ddp-views"
 INPUTS_CPU = "2026-12-02-cpu-offloaded-inputs-predictions"
 ZOO = "2026-12-06-cpu-zoo-sweep"
+ZOO_H100 = "2026-12-06-h100-zoo-sweep"
 
 SOURCES: list[Source] = [
     Source(f"{ACCURACY}/measured-part1.json", "validation", measured, versions=GPU_HOST),
@@ -315,6 +317,10 @@ SOURCES: list[Source] = [
     # is declared after them with zoo_measured
     Source(f"{ZOO}/models.json", "zoo", zoo_models),
     Source(f"{ZOO}/estimates.jsonl", "zoo", zoo_estimates, prediction=True),
+    *(
+        Source(f"{ZOO_H100}/measured-{k}-of-2.jsonl", "zoo", zoo_measured, gpu=H100)
+        for k in (1, 2)
+    ),
 ]
 
 TOPICS: list[tuple[str, str]] = [

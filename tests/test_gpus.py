@@ -24,6 +24,12 @@ def test_a_bare_number_is_refused_with_both_units(spec):
         resolve_gpu(spec)
 
 
+def test_an_int_of_bytes_is_refused_with_its_size_in_gib():
+    # torch.cuda.mem_get_info()'s bytes, given as they come
+    with pytest.raises(InvalidInputError, match=r"gpu=25769803776 is a bare number.*'24GiB'"):
+        resolve_gpu(24 * 2**30)
+
+
 def test_a_known_name_that_is_a_number_is_a_gpu():
     assert resolve_gpu("4090").name == "RTX 4090 24GB"
     with pytest.raises(InvalidInputError, match="no unit"):

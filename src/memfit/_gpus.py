@@ -144,6 +144,12 @@ def resolve_gpu(spec: str | GPU | int) -> GPU:
             f"gpu={spec!r} is not a GPU: give a name such as 'h100' or 'a100-40g', a memory "
             "size with a unit such as '24GiB' or '80GB', or a memfit.GPU."
         )
+    if isinstance(spec, int) and spec >= 2**20:  # bytes, most likely (mem_get_info's)
+        raise InvalidInputError(
+            f"gpu={spec!r} is a bare number, and memfit does not guess its unit: give a size "
+            f"with one, e.g. '{spec / 2**30:.6g}GiB' if {spec} is bytes, or a GPU name such as "
+            "'h100'."
+        )
     text = str(spec).strip()
     key = text.lower().replace("_", "-").replace(" ", "")
     key = _ALIASES.get(key, key)

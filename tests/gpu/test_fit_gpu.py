@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent(
     optimizer.zero_grad(set_to_none=True)
     budget = 3 * 2**30
     began = time.perf_counter()
-    step = memfit.fit(model, optimizer, budget=budget, batch=batch)  # default workers
+    step = memfit.fit(model, optimizer, budget="3GiB", batch=batch)  # default workers
     planned = time.perf_counter() - began
     torch.cuda.set_per_process_memory_fraction(budget / torch.cuda.mem_get_info()[1])
     torch.cuda.reset_peak_memory_stats()
