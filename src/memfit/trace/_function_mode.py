@@ -284,10 +284,29 @@ def _patch_globals(namespace: dict[str, Any]) -> bool:
         if original is not None and not getattr(original, "_memfit_skippable", False):
             wrapped = _skippable(original)
             wrapped._memfit_skippable = True  # type: ignore[attr-defined]
+            _script_as(wrapped, original)
             _patched.append((namespace, name, original))
             namespace[name] = wrapped
             done = True
     return done
+
+
+def _script_as(wrapped: Callable[..., Any], original: Callable[..., Any]) -> None:
+    """TorchScript compiles ``wrapped`` as the builtin ``original`` is: a function a model
+    scripts as it is imported during the trace (GPTBigCode's ``@torch.jit.script`` softmax)
+    calls F.softmax, whose body calls the check; it cannot compile the Python wrapper."""
+    from torch.jit import _builtins
+
+    op = _builtins._find_builtin(original)
+    if op is not None:
+        _builtins._register_builtin(wrapped, op)
+
+
+def _unscript(wrapped: Callable[..., Any]) -> None:
+    """Take ``wrapped`` out of TorchScript's builtins again (its table is keyed by id)."""
+    from torch.jit import _builtins
+
+    _builtins._get_builtin_table().pop(id(wrapped), None)
 
 
 @contextmanager
@@ -308,6 +327,7 @@ def python_function_reentry() -> Iterator[None]:
         _patching = False
         while _patched:
             namespace, name, original = _patched.pop()
+            _unscript(namespace[name])
             namespace[name] = original
         _local.skip_check = False
         _local.reentering = None
