@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from memfit import InvalidInputError, UnknownModelError
 from memfit.workload._models import resolve_model
@@ -72,3 +73,25 @@ def test_each_build_of_a_hugging_face_name_gets_its_own_config():
     second = workload.build_model()
     assert second.config is not first.config
     assert second.config.use_cache is True
+
+
+def test_auxiliary_classifiers_are_trained_with_the_main_one() -> None:
+    from collections import namedtuple
+
+    from torch import nn
+
+    from memfit.workload._models import classification_loss
+
+    outputs = namedtuple("Outputs", ["logits", "aux_logits"])
+
+    class WithAux(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.main, self.aux = nn.Linear(8, 3), nn.Linear(8, 3)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return outputs(self.main(x), self.aux(x))
+
+    model = WithAux()
+    classification_loss(model, (torch.randn(4, 8), torch.tensor([0, 1, 2, 0]))).backward()
+    assert model.main.weight.grad is not None and model.aux.weight.grad is not None

@@ -121,9 +121,19 @@ def classification_forward(model: nn.Module, batch: Batch) -> Any:
 
 
 def classification_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """Cross-entropy of ``model(images)`` against labels, for ``(images, labels)`` batches."""
+    """Cross-entropy of ``model(images)`` against labels, for ``(images, labels)`` batches.
+
+    A model that returns its auxiliary classifiers' logits beside its own in training
+    (torchvision's GoogLeNet and Inception-v3, a named tuple) is trained on each of them, as
+    their papers train them: each head's activations are kept for the backward."""
     images, labels = batch
-    return F.cross_entropy(model(images), labels)
+    out = model(images)
+    if isinstance(out, tuple):
+        heads = [t for t in out if isinstance(t, torch.Tensor)]
+        return sum(
+            (F.cross_entropy(t, labels) for t in heads[1:]), F.cross_entropy(heads[0], labels)
+        )
+    return F.cross_entropy(out, labels)
 
 
 TEXT_TASKS = ("masked-lm", "causal-lm", "seq2seq-lm")
