@@ -8,8 +8,12 @@ a table measured on an H200 (``benchmarks/cudnn_probe.py`` -> ``benchmarks/build
 for the convolutions of the catalog's CNNs, per dtype and layout (channels-last where the model
 hands cuDNN a permuted tensor), at batch 32 and 128 and others; and after a bias gradient, the
 scratch its reduction takes (a channels-last one: 4x the output's bf16 bytes). Other batch sizes are
-interpolated (most workspaces grow linearly with the batch); convolutions not in the table take
-no workspace. Both cases are named in the estimate's notes.
+interpolated (most workspaces grow linearly with the batch). A convolution not in the table (a
+shape no probe ran, a transposed, dilated, 1-D or 3-D one) is given a workspace bounded from
+above: the larger of its input and output bytes times a ratio read off the same table, the one
+95% of its large convolutions' workspaces stay under, phase by phase. Counting none would be
+the unsafe side: the zoo sweep on an H100 found estimates of networks with such convolutions up
+to a third under the real peaks. Both cases are named in the estimate's notes.
 """
 
 from __future__ import annotations
@@ -116,15 +120,17 @@ class ConvWorkspaces:
         groups: int,
         phases: list[str],  # of "fwd", "dgrad", "wgrad"
     ) -> list[int]:
+        shape = (x, weight, stride, padding, dilation, transposed)
         if transposed or any(int(d) != 1 for d in dilation):
-            return []
+            return self._bounded(
+                shape, int(groups), phases, "transposed" if transposed else "dilated"
+            )
         key = _key(x, weight, stride, padding, int(groups))
         if key is None:
-            return []
+            return self._bounded(shape, int(groups), phases, f"{x.dim() - 2}-d")
         entry = _table(self.table).get(key)
         if entry is None:
-            self.unknown.add(key.split("|")[0])
-            return []
+            return self._bounded(shape, int(groups), phases, key.split("|")[0])
         out: list[int] = []
         for phase in phases:
             if not entry.get(phase):  # a phase the table's probes did not split out
@@ -133,6 +139,23 @@ class ConvWorkspaces:
             self.interpolated += not exact
             out += sizes
         return out
+
+    def _bounded(
+        self, shape: tuple[Any, ...], groups: int, phases: list[str], what: str
+    ) -> list[int]:
+        """The bound on the workspace of a convolution the table does not hold (see the
+        module's doc), for each phase; ``what`` names it in the notes. A bias gradient's
+        scratch is bounded only channels-last, where the table shows one."""
+        x, weight = shape[0], shape[1]
+        if x.dtype not in _DTYPES:
+            return []
+        self.unknown.add(what)
+        largest = max(_nbytes(x), _output_bytes(*shape, groups))
+        kind = _kind(int(x.shape[1]), groups, weight)
+        ratios = _bound_ratios(self.table)
+        kept = [p for p in phases if p != "bias" or (x.dim() == 4 and channels_last(x))]
+        bounds = [ratios.get((kind, phase), ratios.get(("", phase), 0.0)) for phase in kept]
+        return [round(largest * ratio) for ratio in bounds if ratio]
 
     def notes(self) -> list[str]:
         """What the estimate should say about the workspaces it could not read off the table."""
@@ -144,7 +167,82 @@ class ConvWorkspaces:
             )
         if self.unknown:
             notes.append(
-                f"{len(self.unknown)} convolution shapes have no measured cuDNN workspace "
-                "(counted as none)"
+                f"{len(self.unknown)} convolution shapes have no measured cuDNN workspace: "
+                "each is given a workspace bounded from above (up to about twice its input "
+                "or output), which may put the estimate above the GPU's peak"
             )
         return notes
+
+
+BOUND_SHARE = 0.95  # of the table's large convolutions whose workspace the bound covers
+_LARGE = 16 * 2**20  # bytes of input or output from which a convolution counts as large
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return int(t.numel()) * t.element_size()
+
+
+def _output_bytes(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    transposed: bool,
+    groups: int = 1,
+) -> int:
+    """The bytes of the convolution's output, from the shapes (output padding left out)."""
+    spatial = x.dim() - 2
+    sizes = []
+    for i in range(spatial):
+        n, k = int(x.shape[2 + i]), int(weight.shape[2 + i])
+        s, p = int(stride[i % len(stride)]), int(padding[i % len(padding)])
+        d = int(dilation[i % len(dilation)])
+        if transposed:
+            sizes.append((n - 1) * s - 2 * p + d * (k - 1) + 1)
+        else:
+            sizes.append((n + 2 * p - d * (k - 1) - 1) // s + 1)
+    # a transposed convolution's weight is (in, out / groups, ...)
+    channels = int(weight.shape[1]) * groups if transposed else int(weight.shape[0])
+    count = int(x.shape[0]) * channels
+    for size in sizes:
+        count *= max(size, 0)
+    return count * x.element_size()
+
+
+def _kind(channels: int, groups: int, weight: torch.Tensor) -> str:
+    """The kind of convolution, as cuDNN's engines differ by it: depthwise, grouped, pointwise
+    (every kernel dimension 1) or dense."""
+    if groups > 1:
+        return "depthwise" if groups == channels else "grouped"
+    return "pointwise" if all(int(k) == 1 for k in weight.shape[2:]) else "dense"
+
+
+_MIN_SAMPLES = 20  # fewer of a kind and phase in the table: the bound over every kind
+
+
+@functools.cache
+def _bound_ratios(table: str) -> dict[tuple[str, str], float]:
+    """Per kind of convolution (``""``: every kind) and phase, the workspace over the larger
+    of input and output bytes that :data:`BOUND_SHARE` of the table's large convolutions stay
+    under (none taken counts). Depthwise convolutions' forward takes none in the table."""
+    samples: dict[tuple[str, str], list[float]] = {}
+    for key, phases in _table(table).items():
+        fields, dtype = key.split("|")[0], key.split("|")[1]
+        c, h, w, k, kh, kw, sh, sw, ph, pw, g = (int(f) for f in fields.split(","))
+        size = {"fp32": 4, "bf16": 2, "fp16": 2}[dtype]
+        ho, wo = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+        kind = _kind(c, g, torch.empty(k, c // g, kh, kw, device="meta"))
+        for phase, by_batch in phases.items():
+            for batch, sizes in by_batch.items():
+                largest = max(c * h * w, k * ho * wo) * int(batch) * size
+                if largest >= _LARGE:
+                    ratio = sum(sizes) / largest
+                    samples.setdefault((kind, phase), []).append(ratio)
+                    samples.setdefault(("", phase), []).append(ratio)
+    ratios = {}
+    for (kind, phase), values in samples.items():
+        if len(values) >= _MIN_SAMPLES:
+            values.sort()
+            ratios[kind, phase] = values[min(len(values) - 1, int(BOUND_SHARE * len(values)))]
+    return ratios
