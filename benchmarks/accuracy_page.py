@@ -317,10 +317,7 @@ SOURCES: list[Source] = [
     # is declared after them with zoo_measured
     Source(f"{ZOO}/models.json", "zoo", zoo_models),
     Source(f"{ZOO}/estimates.jsonl", "zoo", zoo_estimates, prediction=True),
-    *(
-        Source(f"{ZOO_H100}/measured-{k}-of-2.jsonl", "zoo", zoo_measured, gpu=H100)
-        for k in (1, 2)
-    ),
+    *(Source(f"{ZOO_H100}/measured-{k}-of-2.jsonl", "zoo", zoo_measured, gpu=H100) for k in (1, 2)),
 ]
 
 TOPICS: list[tuple[str, str]] = [

@@ -26,9 +26,29 @@ from typing import Any
 
 CASES: dict[str, list[str]] = {
     # the planning-time target: one 4,096-token sample, bf16-mixed, a 48 GiB budget
-    "llama-2-7b-1x4096": ["llama-2-7b", "-b", "1", "-s", "4096", "-p", "bf16-mixed", "--gpu", "48GiB"],
+    "llama-2-7b-1x4096": [
+        "llama-2-7b",
+        "-b",
+        "1",
+        "-s",
+        "4096",
+        "-p",
+        "bf16-mixed",
+        "--gpu",
+        "48GiB",
+    ],
     # a pure bf16 user: their precision searched beside the defaults
-    "llama-2-7b-2x1024-bf16": ["llama-2-7b", "-b", "2", "-s", "1024", "-p", "bf16", "--gpu", "48GiB"],
+    "llama-2-7b-2x1024-bf16": [
+        "llama-2-7b",
+        "-b",
+        "2",
+        "-s",
+        "1024",
+        "-p",
+        "bf16",
+        "--gpu",
+        "48GiB",
+    ],
     # a large global batch: micro-batches with accumulation searched
     "gpt2-256x1024": ["gpt2", "-b", "256", "-s", "1024", "-p", "bf16-mixed", "--gpu", "24GiB"],
     # the README's example

@@ -146,11 +146,12 @@ class ConvWorkspaces:
         """The bound on the workspace of a convolution the table does not hold (see the
         module's doc), for each phase; ``what`` names it in the notes. A bias gradient's
         scratch is bounded only channels-last, where the table shows one."""
-        x, weight = shape[0], shape[1]
+        x, weight, stride, padding, dilation, transposed = shape
         if x.dtype not in _DTYPES:
             return []
         self.unknown.add(what)
-        largest = max(_nbytes(x), _output_bytes(*shape, groups))
+        output = _output_bytes(x, weight, stride, padding, dilation, transposed, groups)
+        largest = max(_nbytes(x), output)
         kind = _kind(int(x.shape[1]), groups, weight)
         ratios = _bound_ratios(self.table)
         kept = [p for p in phases if p != "bias" or (x.dim() == 4 and channels_last(x))]
