@@ -3,7 +3,8 @@
 It runs above autograd, so what it changes is recorded by autograd like the real thing:
 
 * devices: ``cuda`` in a device argument, ``.to("cuda")`` and ``.cuda()`` become ``meta``;
-* autocast: inside an emulated autocast region, inputs are cast per CUDA autocast's op lists;
+* autocast: inside an emulated autocast region, inputs are cast per CUDA autocast's op lists
+  (torchvision's ops per its own autocast kernels);
 * attention: ``scaled_dot_product_attention`` runs the kernel the target GPU would pick;
 * CTC loss: its arguments as given are shown to the trace, which notes where a GPU may run
   cuDNN's kernel instead of PyTorch's (its arguments decide, before ATen converts them).
@@ -187,6 +188,9 @@ class TraceFunctionMode(TorchFunctionMode):
             if out is not None:
                 return out
         if state.enabled:
+            out = _autocast.library_autocast(func, args, kwargs)  # torchvision's own rules
+            if out is not _autocast.NOT_LIBRARY:
+                return self._stamped(out)
             policy = _autocast.autocast_policy(func)
             if policy is not None:
                 args, kwargs = _autocast.cast_args(policy, args, kwargs, state)
