@@ -67,9 +67,47 @@ def _x() -> torch.Tensor:
 
 
 def test_an_op_without_a_fake_kernel_gets_the_hint():
-    with pytest.raises(TraceError, match=r"op memfit_hints::no_fake in NoFake") as info:
+    with pytest.raises(
+        TraceError, match=r"memfit has no shape for memfit_hints::no_fake, called in NoFake's"
+    ) as info:
         estimate(NoFake, _x)
     assert str(info.value).count(HINT) == 1
+
+
+class Dirichlet(Base):
+    """Samples from a Dirichlet distribution: an op with no meta kernel in torch."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch._sample_dirichlet(self.proj(x).exp())
+
+
+class MultiMargin(Base):
+    """A multi-class margin loss: its backward has no meta kernel in torch."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.multi_margin_loss(self.proj(x), torch.zeros(4, dtype=torch.long, device=x.device))
+
+
+def test_a_torch_op_without_a_meta_kernel_is_refused_by_name_model_and_phase():
+    with pytest.raises(TraceError) as info:
+        estimate(Dirichlet, _x)
+    text = str(info.value)
+    assert text.startswith(
+        "memfit has no shape for aten::_sample_dirichlet, called in Dirichlet's forward of "
+        "step 1 (called from "
+    )
+    assert 'torch.library.register_fake("aten::_sample_dirichlet")' in text
+    assert "\n" not in text and "custom_ops_landing_page" not in text  # not torch's words
+    assert info.value.op == "aten::_sample_dirichlet"
+
+
+def test_an_op_without_a_meta_kernel_in_backward_is_refused_in_the_backward():
+    with pytest.raises(TraceError) as info:
+        estimate(MultiMargin, _x, loss_fn=lambda model, x: model(x))
+    assert str(info.value).startswith(
+        "memfit has no shape for aten::multi_margin_loss_backward, called in MultiMargin's "
+        "backward of step 1: "
+    )
 
 
 def test_an_op_whose_fake_kernel_refuses_gets_no_hint():

@@ -225,6 +225,39 @@ def autocast_cross_entropy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any
     )
 
 
+# torchvision's own autocast kernels (torchvision/csrc/ops/autocast/*_kernel.cpp, 0.26-0.29):
+# the floating inputs cast to float32, the op run with autocast off, then its output (the first
+# one: roi_pool's argmax stays) cast back to the input's dtype; nms's indices are not cast
+_TORCHVISION_FP32 = {
+    "torchvision::roi_align": True,
+    "torchvision::roi_pool": True,
+    "torchvision::ps_roi_align": True,
+    "torchvision::ps_roi_pool": True,
+    "torchvision::deform_conv2d": True,
+    "torchvision::nms": False,
+}
+NOT_LIBRARY = object()  # what :func:`library_autocast` returns for ops it does not run
+
+
+def library_autocast(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A library op under CUDA autocast as the library's own autocast kernel runs it (see
+    ``_TORCHVISION_FP32``); :data:`NOT_LIBRARY` for other ops. Without it a torchvision op
+    would meet a bfloat16 feature map and float32 boxes, which its kernel refuses."""
+    back = _TORCHVISION_FP32.get(getattr(func, "_qualified_op_name", ""))
+    if back is None:
+        return NOT_LIBRARY
+    first = args[0] if args else None
+    dtype = first.dtype if isinstance(first, torch.Tensor) else None
+    args, kwargs = cast_args("fp32", args, kwargs, current_state())
+    with suspended():
+        out = func(*args, **kwargs)
+    if not back or dtype is None:
+        return out
+    if isinstance(out, tuple):
+        return (out[0].to(dtype), *out[1:])
+    return out.to(dtype)
+
+
 class EmulatedAutocast:
     """Stands in for ``torch.autocast`` during a trace; accepts any device type.
 

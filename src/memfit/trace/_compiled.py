@@ -63,7 +63,7 @@ class CompileGuard:
         plan: CompiledPlan | None = None,
     ) -> None:
         self.plan = plan
-        self.replays = workload.compiled is None and workload.step_fn is None
+        self.replays = workload.compiled is None
         self.eager = workload.compiled == "eager"
         self.checked_before = COMPILED_NOTE in workload.notes  # found by make_workload
         self.name = workload.name

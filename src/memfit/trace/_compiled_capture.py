@@ -1,7 +1,8 @@
 """A ``torch.compile``'d model's step as inductor would run it on the GPU: captured on fake CPU
 tensors, partitioned, and lowered for CUDA (:mod:`memfit.trace._inductor`).
 
-The capture runs the workload's own first step (forward, the loss, backward) on a twin of the
+The capture runs the workload's own first step (forward, the loss, backward; or the user's step
+function, up to its first backward: :mod:`memfit.trace._compiled_user_step`) on a twin of the
 model whose parameters are fake CPU tensors (no memory): fake *meta* tensors lose the loss's
 backward, and fake CUDA tensors stop in autograd's engine without a device. Dynamo hands the
 graph to inductor's ``compile_fx`` with a recording ``inner_compile``: inductor's own joint
@@ -32,6 +33,12 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_map
 
 from memfit._errors import MemfitError, UnsupportedWorkloadError
 from memfit._gpus import GPU
+from memfit.trace._compiled_user_step import (
+    StepCaptured,
+    autocast_dtype,
+    run_user_step,
+    step_on_fake_cpu,
+)
 from memfit.trace._inductor import (
     KernelTuning,
     PadBenchmark,
@@ -238,7 +245,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 class _Shim(nn.Module):
-    """The compiled twin, with the flat arguments and the output of each call remembered."""
+    """The compiled twin, with the flat arguments and the output of each call remembered. In
+    a user's step (``user_step``), the compiled call runs with the step's device mode lifted,
+    and a call without gradients is all the capture needs (the step is stopped there)."""
 
     def __init__(self, compiled: nn.Module) -> None:
         super().__init__()
@@ -246,10 +255,17 @@ class _Shim(nn.Module):
         self.call_leaves: list[Any] = []
         self.call_spec: TreeSpec | None = None
         self.outputs: list[Any] = []
+        self.user_step: Callable[[], Any] | None = None
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         self.call_leaves, self.call_spec = tree_flatten((args, kwargs))
-        self.outputs.append(self.compiled(*args, **kwargs))
+        if self.user_step is None:
+            self.outputs.append(self.compiled(*args, **kwargs))
+            return self.outputs[-1]
+        with self.user_step():
+            self.outputs.append(self.compiled(*args, **kwargs))
+        if not torch.is_grad_enabled():  # an inference graph: no backward to wait for
+            raise StepCaptured
         return self.outputs[-1]
 
     def __getattr__(self, name: str) -> Any:
@@ -260,16 +276,27 @@ class _Shim(nn.Module):
 
 
 def _run_step(workload: Workload, shim: _Shim, batch: Any) -> None:
-    """The workload's forward (and loss and backward in training), as its first step runs."""
+    """The workload's forward (and loss and backward in training), as its first step runs;
+    a user's step until the graphs are captured (:mod:`memfit.trace._compiled_user_step`)."""
     dtype = workload.autocast_dtype
     region = torch.autocast("cpu", dtype=dtype) if dtype is not None else nullcontext()
-    if workload.mode == "infer":
+    if workload.step_fn is not None:
+        with step_on_fake_cpu() as lifted:
+            shim.user_step = lifted
+            run_user_step(workload, shim, batch)
+    elif workload.mode == "infer":
         with torch.no_grad(), region:
             (workload.forward_fn or call_model)(shim, batch)
     else:
         with region:
             loss = workload.loss_fn(shim, batch)
         loss.backward()
+    if len(shim.outputs) != 1 and workload.step_fn is not None:
+        raise UnsupportedWorkloadError(
+            f"the step function called the compiled model {len(shim.outputs)} times before "
+            "its first backward; compiled estimates take one call, then its backward (later "
+            "calls, such as micro-batches, are fine). Pass compiled='eager' (--compiled eager)."
+        )
     if len(shim.outputs) != 1:
         raise UnsupportedWorkloadError(
             f"the compiled model was called {len(shim.outputs)} times in one step; compiled "
@@ -421,10 +448,11 @@ def _cuda_attention(
         scale: Any = None,
         enable_gqa: bool = False,
     ) -> Any:
-        if autocast is not None:
-            q, k, v = (t.to(autocast) if t.is_floating_point() else t for t in (q, k, v))
+        cast = autocast_dtype(autocast)  # a user's step's own region, if it entered one
+        if cast is not None:
+            q, k, v = (t.to(cast) if t.is_floating_point() else t for t in (q, k, v))
             if attn_mask is not None and attn_mask.is_floating_point():
-                attn_mask = attn_mask.to(autocast)
+                attn_mask = attn_mask.to(cast)
         backend = choose_backend(q, k, v, attn_mask, sm, enable_gqa, dropout_p)
         seen[backend] = seen.get(backend, 0) + 1
         if attn_mask is not None and attn_mask.dtype == torch.bool and backend != "math":

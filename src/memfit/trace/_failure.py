@@ -35,6 +35,8 @@ _STDLIB_DIRS = tuple(
     os.path.realpath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib")
 )
 _OWN_OPS = ("aten::", "prims::", "prim::", "_c10d_functional::", "c10d::")
+# torch's words when an op has no kernel for meta tensors (torch 2.11-2.14)
+_NO_KERNEL = "no fake impl or Meta kernel registered"
 _FORWARD_MISMATCH = re.compile(
     r"(\w[\w.<>]*)\.forward\(\) (got an unexpected keyword|missing \d+ required|"
     r"takes \d+ positional|got multiple values)"
@@ -128,6 +130,8 @@ def trace_error(
             location=_location(exc.__traceback__),
         )
     op, where = failure or ("", module or "")
+    if op and _lacks_kernel(op, exc):
+        return _no_shape(op, phase, where, model, frame)
     place = f"op {op} in {where or 'the model'}" if op else where or "the step"
     fed = f" The batch was {batch}." if batch is not None and phase.endswith(".forward") else ""
     return TraceError(
@@ -168,6 +172,61 @@ def _has_fake_kernel(op: str) -> bool:
         )
     except RuntimeError:
         return False
+
+
+def _lacks_kernel(op: str, exc: BaseException) -> bool:
+    """Whether ``op`` failed for want of a meta (fake) kernel: one of torch's own ops that
+    raised torch's words for that (a Python meta registration does not show in the
+    dispatcher, so its absence there proves nothing), or an op outside torch that has none."""
+    if "::" not in op:
+        return False
+    if op.startswith(_OWN_OPS):
+        return isinstance(exc, NotImplementedError) and _NO_KERNEL in str(exc)
+    return not _has_fake_kernel(op)
+
+
+def _no_shape(op: str, phase: str, where: str, model: nn.Module | None, frame: str) -> TraceError:
+    """The refusal of an op memfit cannot shape: the op, the model, the phase, and the fix."""
+    name = type(model).__name__ if model is not None else "the model"
+    module = where.removesuffix(" (backward)")
+    context = [f"module {module}"] if module and module != name else []
+    context += [f"called from {frame}"] if frame else []
+    within = f" ({'; '.join(context)})" if context else ""
+    if op.startswith(_OWN_OPS):
+        fix = (
+            f'register one before calling memfit, torch.library.register_fake("{op}") on a '
+            "function that returns empty tensors of the outputs' shapes and dtypes (memory "
+            "the CUDA kernel takes beyond its outputs is then not counted), or use a path of "
+            "the model that avoids the op."
+        )
+    else:
+        fix = (
+            f"{op} is not a PyTorch op: an op from a custom CUDA extension needs a fake (meta) "
+            "implementation, registered with torch.library.register_fake, or use the model's "
+            "pure-PyTorch path (e.g. attn_implementation='sdpa')."
+        )
+    return TraceError(
+        f"memfit has no shape for {op}, called in {_phase_words(phase, name)}{within}: the op "
+        f"has no meta (fake) kernel, neither in PyTorch {torch.__version__} nor in memfit, so "
+        f"the step cannot run on meta tensors. To estimate {name}, {fix}",
+        op=op,
+        module=where or None,
+    )
+
+
+def _phase_words(phase: str, name: str) -> str:
+    """``step1.backward`` as ``Bert's backward of step 1``; other phases by what they are."""
+    step, _, part = phase.partition(".")
+    words = {
+        "forward": "forward",
+        "backward": "backward",
+        "optimizer": "optimizer step",
+        "zero_grad": "zero_grad",
+        "input": "batch moving to the GPU",
+    }
+    if step.startswith("step") and part in words:
+        return f"{name}'s {words[part]} of step {step.removeprefix('step')}"
+    return f"{name}'s build" if phase == "setup" else f"{name}'s {phase}"
 
 
 def _hint(op: str, exc: BaseException) -> str:

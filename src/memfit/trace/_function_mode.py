@@ -3,8 +3,11 @@
 It runs above autograd, so what it changes is recorded by autograd like the real thing:
 
 * devices: ``cuda`` in a device argument, ``.to("cuda")`` and ``.cuda()`` become ``meta``;
-* autocast: inside an emulated autocast region, inputs are cast per CUDA autocast's op lists;
-* attention: ``scaled_dot_product_attention`` runs the kernel the target GPU would pick.
+* autocast: inside an emulated autocast region, inputs are cast per CUDA autocast's op lists
+  (torchvision's ops per its own autocast kernels);
+* attention: ``scaled_dot_product_attention`` runs the kernel the target GPU would pick;
+* CTC loss: its arguments as given are shown to the trace, which notes where a GPU may run
+  cuDNN's kernel instead of PyTorch's (its arguments decide, before ATen converts them).
 
 Python-level torch functions (``F.multi_head_attention_forward``, ``F.layer_norm``...) are run
 with the mode still active, so the builtins they call are seen too.
@@ -47,6 +50,7 @@ _SDPA = getattr(F, "scaled_dot_product_attention", None)
 _DROPOUTS = {F.dropout, torch.dropout}
 _CROSS_ENTROPY = torch._C._nn.cross_entropy_loss
 _LINEAR = torch._C._nn.linear
+_CTC_LOSS = torch.ctc_loss
 
 
 def _linear_with_inplace_bias(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -147,9 +151,11 @@ class TraceFunctionMode(TorchFunctionMode):
         on_output: Callable[[Any], None] | None = None,
         fused_inplace: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] | None = None,
         rnn: RnnHooks | None = None,
+        ctc_loss: Callable[[tuple[Any, ...], dict[str, Any]], None] | None = None,
     ) -> None:
         super().__init__()
         self.rnn = rnn
+        self.ctc_loss = ctc_loss  # shown each torch.ctc_loss call, its arguments as given
         self.sm = sm
         self.on_sdpa = on_sdpa
         self.on_output = on_output
@@ -182,6 +188,9 @@ class TraceFunctionMode(TorchFunctionMode):
             if out is not None:
                 return out
         if state.enabled:
+            out = _autocast.library_autocast(func, args, kwargs)  # torchvision's own rules
+            if out is not _autocast.NOT_LIBRARY:
+                return self._stamped(out)
             policy = _autocast.autocast_policy(func)
             if policy is not None:
                 args, kwargs = _autocast.cast_args(policy, args, kwargs, state)
@@ -214,6 +223,8 @@ class TraceFunctionMode(TorchFunctionMode):
                 out = cudnn_lstm(args, self.rnn)
             if out is not None:
                 return self._stamped(out)
+        if func is _CTC_LOSS and self.ctc_loss is not None:
+            self.ctc_loss(args, kwargs)  # which CUDA kernel runs it depends on them
         if isinstance(func, types.FunctionType):
             return self._reenter(func, args, kwargs)
         if self.fused_inplace is not None and _is_inplace_foreach(func):

@@ -21,8 +21,11 @@ import torch
 from memfit._gpus import Architecture
 from memfit._units import MiB
 from memfit.trace._cudnn import ConvWorkspaces
+from memfit.trace._fake_kernels import scratch as fake_scratch
+from memfit.trace._fake_kernels import temporaries
 from memfit.trace._layouts import channels_last
 from memfit.trace._reduce import reduction_scratch
+from memfit.trace._scratch import SORTS, Scratch, sort_scratch
 from memfit.trace._sdpa import backward_ran_cudnn
 
 __all__ = ["RULE_OPS", "KernelModel", "Scratch"]
@@ -54,9 +57,6 @@ _REDUCTIONS = {
     aten.linalg_vector_norm.default,
     *_FULL_REDUCTIONS,
 }
-
-
-Scratch = tuple[int, str] | tuple[int, str, bool]  # bytes, label[, held into the next group]
 
 
 def _efficient_backward_scratch(args: tuple[Any, ...]) -> list[list[Scratch]]:
@@ -114,42 +114,6 @@ def _multinomial_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[
     return out
 
 
-_SORTS = {aten.sort.default, aten.sort.stable}
-
-
-def _sort_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scratch]]:
-    """CUDA's sort of rows longer than 4,096 (``launch_stable_sort_kernel`` in ATen's
-    SortStable.cu; shorter rows sort in place). For fewer than 128 rows (top-p sampling's sort
-    of the scores) it sorts all rows at once: (index, row) pairs twice (8 bytes an element each,
-    held to the end), a keys output and cub's radix sort storage (keys and pairs once more and
-    its histograms), then a small sort of the row ids. H200 traces, torch 2.11, 32 x 151,936
-    float32: 38,895,616 twice, 19,447,808 and 59,278,847 (0.19 bytes an element beyond keys
-    and pairs; bfloat16 0.18, 8 x 32,000 0.20-0.23), then 867,839. Histograms are taken as a
-    quarter byte an element, at least what was measured. Other row counts: from the source,
-    with cub's storage taken the same way (not measured)."""
-    x = args[0]
-    dim = args[1] if len(args) > 1 and isinstance(args[1], int) else kwargs.get("dim", -1)
-    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.numel() == 0:
-        return []
-    n, nsort, size = x.numel(), int(x.shape[dim]), x.element_size()
-    rows = n // max(nsort, 1)
-    if nsort <= 4096:
-        return []
-    if rows == 1 or nsort >= 1_000_000:  # row by row: one row's initial indices
-        cub = nsort * (size + 8) + nsort // 4
-        return [[(8 * nsort, "sort initial indices", True)], [(cub, "cub radix sort storage")]]
-    if rows >= 128:  # cub's segmented sort, on reverse indices
-        cub = n * (size + 8) + n // 4
-        return [[(8 * n, "sort reverse indices", True)], [(cub, "cub segmented sort storage")]]
-    pairs: list[Scratch] = [
-        (8 * n, "sort (index, row) pairs", True),
-        (8 * n, "sort (index, row) pairs, sorted", True),
-        (size * n, "sort keys output"),
-        (n * (size + 8) + n // 4, "cub radix sort storage"),
-    ]
-    return [pairs, [(n // 4, "cub row id sort storage")]]
-
-
 def _fused_backward_workspace(
     q: torch.Tensor, k: torch.Tensor, s_round: int, d_round: int
 ) -> tuple[int, str]:
@@ -196,7 +160,7 @@ RULE_OPS = frozenset(
         aten._scaled_dot_product_cudnn_attention_backward.default,
         aten._softmax_backward_data.default,
         aten.multinomial.default,
-        *_SORTS,
+        *SORTS,
         *_REDUCTIONS,
     }
 )
@@ -245,7 +209,9 @@ class KernelModel:
         """Copies a kernel makes of its inputs before it allocates its outputs, freed when it
         ends: layer norm runs on a contiguous input (``expect_contiguous``), so a permuted
         one (torchvision's ViT adds attention output in (L, N, E) order) is copied first; so
-        does CUDA's embedding backward with its gradient."""
+        does CUDA's embedding backward with its gradient. Ops memfit runs through kernels of
+        its own (``_fake_kernels``) allocate their temporaries here too (CTC loss's lengths
+        and log_beta, nms's sort and IoU mask)."""
         if func in (aten.native_layer_norm.default, aten.native_layer_norm_backward.default):
             x = args[0] if func is aten.native_layer_norm.default else args[1]
             if isinstance(x, torch.Tensor) and not x.is_contiguous():
@@ -268,7 +234,7 @@ class KernelModel:
             grad = args[0]
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
                 return [(grad.numel() * grad.element_size(), "embedding backward contiguous grad")]
-        return []
+        return temporaries(func, args)
 
     def scratch(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -283,8 +249,11 @@ class KernelModel:
             return workspaces
         if func is aten._scaled_dot_product_efficient_attention_backward.default:
             return _efficient_backward_scratch(args)
-        if func in _SORTS:
-            return _sort_scratch(args, kwargs)
+        if func in SORTS:
+            return sort_scratch(args, kwargs)
+        own = fake_scratch(func, args, kwargs)
+        if own:
+            return own
         together: list[Scratch] = list(self._scratch(func, args, kwargs))
         return [together] if together else []
 

@@ -10,7 +10,7 @@ which of them copy (layer norm makes a contiguous copy of its input: ConvNeXt's 
 activations channels-last, and the trace must see it the same way). Memory-efficient
 attention writes a bias gradient dense where the meta kernel keeps the bias's broadcast
 strides. And CUDA's dropout allocates its mask before its output, the meta kernel the other
-way round (H200 traces).
+way round (H200 traces); CUDA's CTC loss its log_alpha before the loss (LossCTC.cu).
 """
 
 from __future__ import annotations
@@ -78,8 +78,12 @@ def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
     return out
 
 
+_REVERSED = frozenset({aten.native_dropout.default, aten._ctc_loss.default, aten._ctc_loss.Tensor})
+
+
 def cuda_order(func: Any, out: Any) -> Any:
-    """``out`` in the order the CUDA kernel allocates its outputs."""
-    if func is aten.native_dropout.default and isinstance(out, tuple):
+    """``out`` in the order the CUDA kernel allocates its outputs: dropout's mask before its
+    output, CTC loss's log_alpha before the per-sample loss."""
+    if func in _REVERSED and isinstance(out, tuple):
         return out[::-1]
     return out

@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._costs import StepCosts
 from memfit.trace._cpu_scalars import call_with_cpu_scalars
+from memfit.trace._fake_kernels import FakeContext, fake_kernel
 from memfit.trace._kernel_calls import CallSite, KernelCalls
 from memfit.trace._kernels import RULE_OPS, KernelModel, Scratch
 from memfit.trace._layouts import cuda_layout, cuda_order
@@ -105,6 +106,9 @@ class Recorder(TorchDispatchMode):
         # the calls whose kernels allocate by a rule, when asked (a batch model asks them again)
         self.calls: KernelCalls | None = None
         self._made: list[int] = []  # the events the current op's rules allocated
+        self.fake_context = FakeContext(
+            shadows.get, lambda: self.module_of(), shadows.guesses.append
+        )
 
     # -- allocation bookkeeping ------------------------------------------------------------
     def _key(self, storage: torch.UntypedStorage) -> int:
@@ -340,7 +344,12 @@ class Recorder(TorchDispatchMode):
                 for nbytes, label in self.kernels.copies_first(func, args)
             ]
             try:
-                made = call_with_cpu_scalars(META_CACHE.call, func, args, kwargs)
+                fake = fake_kernel(func)  # an op without a meta kernel: memfit's own
+                made = (
+                    call_with_cpu_scalars(META_CACHE.call, func, args, kwargs)
+                    if fake is None
+                    else fake(args, kwargs, self.fake_context)
+                )
                 out = cuda_layout(func, args, made)
             except Exception as exc:
                 self._failed(func, name, exc)

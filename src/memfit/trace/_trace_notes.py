@@ -43,6 +43,7 @@ def trace_notes(
     notes += session.shadows.routing.notes(asked=workload.moe_routing)
     notes += session.recorder.kernels.convolutions.notes()
     notes += sorted(session.rnn_notes)
+    notes += sorted(session.kernel_notes)
     return notes
 
 

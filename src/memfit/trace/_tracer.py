@@ -34,6 +34,7 @@ from memfit.trace._compiled_replay import (
 from memfit.trace._costs import StepCosts
 from memfit.trace._failure import check_batch, checked_loss, describe_batch
 from memfit.trace._failure import trace_error as _explain
+from memfit.trace._fake_kernels import cudnn_ctc_note
 from memfit.trace._function_mode import TraceFunctionMode, python_function_reentry
 from memfit.trace._generate import generation_observed
 from memfit.trace._kernel_calls import KernelCalls
@@ -217,6 +218,7 @@ class _Session:
         self.phases: list[tuple[str, int]] = [("setup", 0)]
         self.backends: dict[str, int] = {}
         self.rnn_notes: set[str] = set()
+        self.kernel_notes: set[str] = set()  # which CUDA kernel memfit assumed, where in doubt
         self.batch: list[str] = []  # what the last batch looked like, for error messages
         self.train = True
         self.user_autocast: set[str] = set()  # dtypes of the autocast regions user code entered
@@ -239,7 +241,13 @@ class _Session:
                 notes=self.rnn_notes,
                 table=gpu.architecture.cudnn_table,
             ),
+            ctc_loss=self._ctc_loss,
         )
+
+    def _ctc_loss(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        note = cudnn_ctc_note(args, kwargs, self.recorder.fake_context)
+        if note is not None:
+            self.kernel_notes.add(note)
 
     def on_sdpa(self, backend: str) -> None:
         self.backends[backend] = self.backends.get(backend, 0) + 1

@@ -65,8 +65,9 @@ def compiled_refusal(what: str) -> UnsupportedWorkloadError:
     return UnsupportedWorkloadError(
         f"memfit cannot estimate this compiled step yet: {what}. memfit estimates a model "
         "compiled as a whole by torch.compile with inductor's defaults (no mode, no options), "
-        "called by memfit's own step: the step as inductor compiles it, which saves other "
-        "(usually fewer) activations than the eager step. A compiled submodule, function, "
+        "called by memfit's own step or by a step function: the step as inductor compiles it, "
+        "which saves other (usually fewer) activations than the eager step. A compiled "
+        "submodule, function, "
         "loss or step function, another backend, or mode='max-autotune' / 'reduce-overhead' "
         "it does not take yet. To estimate the uncompiled model instead, usually more than "
         "the compiled step's memory, pass compiled='eager' (on the "
@@ -210,7 +211,7 @@ def compiled_as_eager(
             found.append(f"{key}={_name(value)} is compiled with torch.compile")
     if callable(batch) and compiled_function(batch):
         found.append(f"the batch factory {_name(batch)} is compiled with torch.compile")
-    if setting is None and whole_model_compiled(model, found) and options.get("step_fn") is None:
+    if setting is None and whole_model_compiled(model, found):
         return model, ()  # the trace captures and replays its compiled step
     if found and setting is None:
         raise compiled_refusal("; ".join(found))

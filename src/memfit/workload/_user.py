@@ -24,10 +24,11 @@ T = TypeVar("T")
 
 
 def code_file(fn: object) -> str | None:
-    """The file ``fn`` is defined in, where Python can tell."""
+    """The file ``fn`` is defined in, where Python can tell (not for a class defined in a
+    ``__main__`` without a file: a notebook's, ``python -c``'s)."""
     try:
         return inspect.getsourcefile(fn)  # type: ignore[arg-type]
-    except TypeError:
+    except (TypeError, OSError):
         return None
 
 
