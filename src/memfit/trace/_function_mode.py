@@ -252,7 +252,7 @@ class TraceFunctionMode(TorchFunctionMode):
             # its module's has_torch_function was not patched yet: patch it and retry
             _local.reentering = None
             _local.skip_check = False
-            if not _patch_globals(func.__globals__):
+            if not _patch_wrapped_globals(func):
                 return func(*args, **kwargs)
         elif active and active[-1] is func:
             # the body called the same op's builtin (``super().unflatten``): run it plainly
@@ -276,6 +276,23 @@ def _skippable(check: Callable[..., bool]) -> Callable[..., bool]:
         return check(*args)
 
     return wrapped
+
+
+def _patch_wrapped_globals(func: Callable[..., Any]) -> bool:
+    """Patch the checks of ``func``'s module and of every function it wraps (``__wrapped__``,
+    as ``functools.wraps`` sets): torch hands the mode the public name's object, and where that
+    is a wrapper defined elsewhere (memfit's own watch on ``torch.autograd.backward``, a user's
+    decorator), the check that sent the call here is in the wrapped function's module. Without
+    it the body would run with the mode off: a whole backward, and the recomputation of
+    checkpointed blocks in it, would run meta's kernels instead of the target GPU's."""
+    done = False
+    seen: set[int] = set()
+    current: Any = func
+    while isinstance(current, types.FunctionType) and id(current) not in seen:
+        seen.add(id(current))
+        done = _patch_globals(current.__globals__) or done
+        current = getattr(current, "__wrapped__", None)
+    return done
 
 
 _CHECK_NAMES = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")

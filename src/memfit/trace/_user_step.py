@@ -20,6 +20,7 @@ of memfit's stays in the user's object.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -62,6 +63,10 @@ class StepWatch:
 
         depth = [0]
 
+        # a wrapper torch's override dispatch can see through (``__wrapped__``): the trace's
+        # function mode then re-enters the original with itself on, so the whole backward
+        # (checkpointed blocks recomputed in it included) runs as on the target GPU
+        @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
             # the trace's function mode re-enters torch functions: the outermost call counts
             depth[0] += 1
@@ -73,11 +78,13 @@ class StepWatch:
             self.backward_calls += 1
             self._step_phase("backward")
             try:
-                return original(*args, **kwargs)
+                out = original(*args, **kwargs)
             finally:
                 depth[0] -= 1
-                self._mark_grads()
-                self._step_phase("forward")
+            # after a failure the phase stays the backward's, which the error names
+            self._mark_grads()
+            self._step_phase("forward")
+            return out
 
         def before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
             self._step_phase("optimizer")
