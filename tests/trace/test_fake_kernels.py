@@ -230,3 +230,16 @@ def test_a_torchvision_detector_estimates_inference() -> None:
     )
     assert est.peak_allocated > 0
     assert any(note.startswith("torchvision::nms in rpn keeps as many boxes") for note in est.notes)
+
+
+def test_nms_refuses_bf16_boxes_as_cuda_does() -> None:
+    # the H100 refused it: "nms_kernel" not implemented for 'BFloat16' (torchvision 0.26)
+    pytest.importorskip("torchvision")
+    from memfit.trace._fake_kernels import fake_kernel
+
+    nms = fake_kernel(torch.ops.torchvision.nms.default)
+    assert nms is not None
+    boxes = torch.empty(10, 4, dtype=torch.bfloat16, device="meta")
+    scores = torch.empty(10, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(NotImplementedError, match="BFloat16"):
+        nms((boxes, scores, 0.5), {}, None)

@@ -217,8 +217,13 @@ def cudnn_ctc_note(args: tuple[Any, ...], kwargs: dict[str, Any], ctx: FakeConte
 
 
 def _nms(args: tuple[Any, ...], kwargs: dict[str, Any], ctx: FakeContext) -> Any:
-    """The kept boxes' indices: exact where the boxes and scores have values, else all kept."""
+    """The kept boxes' indices: exact where the boxes and scores have values, else all kept.
+    bf16 boxes are refused as CUDA refuses them (its kernel takes float, double and half)."""
     boxes, scores = args[0], args[1]
+    if boxes.dtype not in (torch.float32, torch.float64, torch.float16):
+        name = str(boxes.dtype).removeprefix("torch.")
+        words = {"bfloat16": "BFloat16"}.get(name, name)
+        raise NotImplementedError(f"\"nms_kernel\" not implemented for '{words}'")
     real_boxes, real_scores = ctx.value(boxes), ctx.value(scores)
     if real_boxes is not None and real_scores is not None:
         threshold = float(_arg(args, kwargs, 2, "iou_threshold", 0.5))
