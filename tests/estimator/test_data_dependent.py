@@ -89,7 +89,9 @@ class UsesCustomOp(nn.Module):
 
 
 def test_an_op_without_a_meta_kernel_gets_a_clear_error():
-    with pytest.raises(TraceError, match=r"op memfit_test::cpu_only in UsesCustomOp") as info:
+    with pytest.raises(
+        TraceError, match=r"memfit_test::cpu_only, called in UsesCustomOp's forward"
+    ) as info:
         estimate(UsesCustomOp, lambda: torch.randn(2, 8), mode="infer")
     # the hint applies (a custom op); --debug is the CLI's to say, once, after the message
     assert "register_fake" in str(info.value)

@@ -201,8 +201,8 @@ def _no_shape(op: str, phase: str, where: str, model: nn.Module | None, frame: s
         )
     else:
         fix = (
-            f"{op} is not a PyTorch op: an op from a custom CUDA extension needs a fake (meta) "
-            "implementation, registered with torch.library.register_fake, or use the model's "
+            "give this op from a custom CUDA extension a fake (meta) implementation, registered "
+            "with torch.library.register_fake before calling memfit, or use the model's "
             "pure-PyTorch path (e.g. attn_implementation='sdpa')."
         )
     return TraceError(
