@@ -309,6 +309,7 @@ def prepare_model(
     # a library the constructor imports makes its module's tensors as it would anywhere else
     with building or nullcontext(), torch.device(build_device), imports_outside_modes():
         model = workload.build_model()
+        _move_host_tensors(model, torch.device(build_device))
         if workload.param_dtype != torch.float32:
             model = model.to(workload.param_dtype)
     model.train(workload.mode == "train")
@@ -339,6 +340,17 @@ def prepare_model(
             workload.offload_shards,
         )
     return model
+
+
+def _move_host_tensors(model: nn.Module, device: torch.device) -> None:
+    """Move to ``device`` the parameters and buffers the constructor made on the host, as the
+    user's ``model.to("cuda")`` does: a legacy constructor (``torch.Tensor(n)``, transformers'
+    ``masked_spec_embed`` in wav2vec2-like models) ignores the build's device."""
+    if device.type == "cpu":
+        return
+    tensors = [*model.parameters(), *model.buffers()]
+    if any(t.device.type == "cpu" for t in tensors):
+        model.to(device)
 
 
 def optimizer_for(workload: Workload, model: nn.Module) -> Any:
