@@ -120,6 +120,29 @@ def test_sampling_with_min_new_tokens_top_k_top_p(style: str) -> None:
     assert not [n for n in est.notes if "has no known value" in n], est.notes
 
 
+@pytest.mark.parametrize("style", sorted(STYLES))
+def test_generate_with_a_padding_mask_under_inference_mode(style: str) -> None:
+    """generate's padding checks read the batch (``.item()`` of the ids' last column); under
+    ``torch.inference_mode`` the trace sees ``item`` whole and answers it from the batch, and
+    the memory is what ``no_grad`` gives (the same kernels run)."""
+    ids = batch()["input_ids"]
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # left padding
+    padded = {"input_ids": ids, "attention_mask": mask}
+    peaks = []
+    for region in (torch.inference_mode, torch.no_grad):
+
+        def step(model: nn.Module, b: Any, region: Any = region) -> Any:
+            with region():
+                return generating(max_new_tokens=3)(model, b)
+
+        est = estimate(STYLES[style], padded, mode="infer", gpu="h200", step_fn=step)
+        assert forwards(est.notes) == 3
+        assert not [n for n in est.notes if "has no known value" in n], est.notes
+        peaks.append(est.peak_allocated)
+    assert peaks[0] == peaks[1]
+
+
 def test_an_end_of_sequence_id_where_the_ordinary_choice_would_be_is_never_chosen() -> None:
     """The chosen id avoids the model's special ids, whatever they are."""
     build = lambda: llama(eos_token_id=VOCAB // 2, bos_token_id=VOCAB // 2 + 1)  # noqa: E731

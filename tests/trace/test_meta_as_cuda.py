@@ -158,3 +158,29 @@ def test_cat_promotes_without_a_cast_copy_under_autocast() -> None:
     forward = allocs[: next(i for i, a in enumerate(allocs) if a[0] == "cat") + 1]
     assert forward[-1][2] == "float32"
     assert not [a for a in forward if a[0] == "_to_copy" and a[1] == 64 * 256 * 64 * 4]
+
+
+class _HostParameter(nn.Module):
+    """A parameter made by a legacy constructor, which ignores the build's device (wav2vec2's
+    ``masked_spec_embed = nn.Parameter(torch.Tensor(hidden).uniform_())``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(64, 64)
+        self.embed = nn.Parameter(torch.Tensor(64).uniform_())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) * self.embed
+
+
+def test_a_parameter_made_on_the_host_is_on_the_gpu_as_model_to_cuda_leaves_it() -> None:
+    work = Workload(
+        build_model=_HostParameter,
+        make_batch=lambda: torch.randn(8, 64),
+        loss_fn=lambda m, b: m(b).sum(),
+        optimizer="sgd",
+        steps=1,
+    )
+    trace = trace_workload(work, resolve_gpu("h200"))
+    params = [i for i in trace.infos if i.category.value == "parameter"]
+    assert sorted(i.shape for i in params) == [(64,), (64,), (64, 64)]

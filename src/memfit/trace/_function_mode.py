@@ -168,6 +168,9 @@ class TraceFunctionMode(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        if _local.__dict__.get("skip_check") and _local.__dict__.get("reentering") is not func:
+            _local.skip_check = False  # a re-entered body reached an op: its checks count again
+            _local.reentering = None
         if func in _METADATA:
             return func(*args, **(kwargs or {}))
         kwargs = dict(kwargs or {})
@@ -265,13 +268,17 @@ class TraceFunctionMode(TorchFunctionMode):
                 return func(*args, **kwargs)
         finally:
             active.pop()
+            _local.skip_check = False  # a body that reached no op: the checks after it count
+            _local.reentering = None
 
 
 def _skippable(check: Callable[..., bool]) -> Callable[..., bool]:
     def wrapped(*args: Any) -> bool:
+        # every check before the re-entered body reaches an op answers False: a function that
+        # calls another of its module first (torch 2.11's unique: _return_output, then
+        # _unique_impl) must not dispatch the inner one back to the mode, which would give the
+        # public function's result where the outer body unpacks the inner one's
         if getattr(_local, "skip_check", False):
-            _local.skip_check = False
-            _local.reentering = None
             return False
         return check(*args)
 

@@ -21,6 +21,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._costs import StepCosts
 from memfit.trace._cpu_scalars import call_with_cpu_scalars
+from memfit.trace._data_shapes import (
+    INDEX,
+    MASKED_SELECT,
+    has_mask,
+    index_by_positions,
+    put_by_positions,
+    puts_by_positions,
+    select_by_positions,
+)
 from memfit.trace._fake_kernels import FakeContext, fake_kernel
 from memfit.trace._kernel_calls import CallSite, KernelCalls
 from memfit.trace._kernels import RULE_OPS, KernelModel, Scratch
@@ -49,6 +58,27 @@ _NO_FUNCTION_MODE = torch._C.DisableTorchFunction
 _ADD_INPLACE = torch.ops.aten.add_.Tensor
 _INDEX_PUT = torch.ops.aten.index_put.default
 _INDEX_PUT_IMPL = torch.ops.aten._index_put_impl_.default
+_COMPOSITE: dict[Any, bool] = {}  # op -> whether CUDA runs it as its decomposition (below)
+
+
+def _composite(func: Any) -> bool:
+    """Whether ``func`` is an op that CUDA runs as its decomposition: a
+    CompositeImplicitAutograd kernel and no kernel of its own (``silu_backward`` has both).
+
+    With autograd on (or under ``no_grad``) the autograd key decomposes such ops (``item``,
+    ``linear``, ``layer_norm``, ``reshape``), so a dispatch mode sees their pieces. Under
+    ``torch.inference_mode`` the mode sees the op whole; run as a whole on meta tensors, its
+    pieces would pass below the mode, unrecorded and unanswered (``item`` fails on meta).
+    """
+    known = _COMPOSITE.get(func)
+    if known is None:
+        name = func.name() if isinstance(func, torch._ops.OpOverload) else ""
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        own = ("CUDA", "Meta", "CompositeExplicitAutograd")
+        known = bool(name) and has(name, "CompositeImplicitAutograd")
+        known = known and not any(has(name, key) for key in own)
+        _COMPOSITE[func] = known
+    return known
 
 
 def _sole_owner(t: torch.Tensor) -> bool:
@@ -319,6 +349,16 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if self.pass_through and _any_of(self.pass_through, args, kwargs):
             return NotImplemented  # the subclass runs it as ops on its plain tensors
+        if _composite(func):  # as CUDA runs it: its pieces, each seen by this mode
+            with self:
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        if (func is INDEX and has_mask(args[1])) or func is MASKED_SELECT:
+            with self:  # by the mask's positions (nonzero), as CUDA does
+                if func is INDEX:
+                    return index_by_positions(*args)
+                return select_by_positions(*args, **kwargs)
         if func is _ADD:
             with _NO_FUNCTION_MODE():
                 if self._accumulates_in_place(args, kwargs):
@@ -327,6 +367,9 @@ class Recorder(TorchDispatchMode):
             with _NO_FUNCTION_MODE():
                 if self._scatters_into_fresh_zeros(args, kwargs):
                     func, args, kwargs = _INDEX_PUT_IMPL, (*args[:3], True, True), {}
+        if puts_by_positions(func, args, kwargs):
+            with self:  # by the masks' positions (nonzero), as CUDA does
+                return put_by_positions(func, args, kwargs)
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
         try:
             special = self.shadows.answer(func, args, kwargs, self)

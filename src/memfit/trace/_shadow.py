@@ -2,9 +2,12 @@
 
 Meta tensors have no values, yet models ask for them: ``if mask.all()``, ``x.item()``,
 ``nonzero``. Tensors that come from the inputs and constants (masks, ids, positions) are small,
-so each such op is also run on real CPU "shadow" tensors beside the meta ones. When a value is
-asked for, the shadow answers; when there is none, memfit answers as typical data would
-(all-ones masks, no inf or nan) and records where, so the estimate can say so.
+so each such op is also run on real CPU "shadow" tensors beside the meta ones: the batch's own
+tensors are their shadows, whatever their size, and what is computed from them alone is kept
+up to ``_BATCH_MAX_NUMEL`` elements. When a value is asked for, the shadow answers; when there
+is none, memfit answers as typical data would (all-ones masks, no inf or nan), and an output
+whose shape depends on values gets its largest possible shape (``_data_shapes``); either way
+it records where, so the estimate can say so.
 """
 
 from __future__ import annotations
@@ -16,6 +19,14 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from memfit.trace._data_shapes import (
+    MOVES_VALUES,
+    SHAPE_ONLY,
+    display_name,
+    is_dynamic,
+    largest,
+    sized_by_known,
+)
 from memfit.trace._generate import TOKEN_CHOICES, Generation
 from memfit.trace._host_data import copies_to_host, host_copy
 from memfit.trace._leaves import tensors_in
@@ -28,15 +39,11 @@ __all__ = ["Answer", "ShadowValues"]
 
 aten = torch.ops.aten
 _MAX_NUMEL = 1 << 20
+# values computed from the batch alone (masks, lengths) are kept up to this size: what the
+# model reads of them must be the batch's own answer
+_BATCH_MAX_NUMEL = 1 << 24
 _TRUE_BY_DEFAULT = {"all", "eq", "ge", "le", "isfinite", "logical_and"}
 _UNSCALE = aten._amp_foreach_non_finite_check_and_unscale_.default
-_DYNAMIC_SHAPE = {
-    aten.nonzero.default,
-    aten.masked_select.default,
-    aten.unique_dim.default,
-    aten._unique2.default,
-    aten.unique_consecutive.default,
-}
 _GROUPED_MM = aten._grouped_mm.default
 _TOPK = aten.topk.default
 
@@ -82,6 +89,8 @@ class ShadowValues:
         self._origin = WeakTensorKeyDictionary()
         self.depends: set[int] = set()
         self.batch_values: dict[int, torch.Tensor] = {}  # the last batch's shadowed leaves
+        # tensors without values whose values are among known ones (``MOVES_VALUES``)
+        self._drawn_from = WeakTensorKeyDictionary()
 
     def set(self, meta: torch.Tensor, value: torch.Tensor, leaf: int | None = None) -> None:
         """Give ``meta`` its value; ``leaf``: its position in the batch, if it is an input."""
@@ -169,12 +178,16 @@ class ShadowValues:
                 return
         router = self.routing.derived(args, kwargs)
         limit = _MAX_NUMEL if router is None else ROUTED_MAX_NUMEL
-        if not outs or any(t.numel() > limit for t in outs):
+        if not outs or not self._small(outs, limit, args, kwargs):
             self._invalidate_mutated(func, args)
+            self._carry_drawn(name, args, outs)
             return
         shadow = self._shadow_args(args, kwargs)
+        if shadow is None and name in SHAPE_ONLY:
+            shadow = self._shape_only_args(args, kwargs)
         if shadow is None:
             self._invalidate_mutated(func, args)
+            self._carry_drawn(name, args, outs)
             return
         try:
             real = func(*shadow[0], **shadow[1])
@@ -190,6 +203,50 @@ class ShadowValues:
                     self._origin[fake] = origin
         self.routing.carry(router, outs)
 
+    def _shape_only_args(self, args: Any, kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
+        """The arguments of a ``SHAPE_ONLY`` op with its first input, whose values it does not
+        read, stood in for by a CPU tensor of its shape (one element, expanded)."""
+        first = args[0]
+        if not isinstance(first, torch.Tensor) or first.device.type != "meta":
+            return None
+        rest = self._shadow_args(args[1:], kwargs)
+        if rest is None:
+            return None
+        stand_in = torch.empty((), dtype=first.dtype).expand(first.shape)
+        return (stand_in, *rest[0]), rest[1]
+
+    def _carry_drawn(self, name: str, args: Any, outs: list[torch.Tensor]) -> None:
+        """Outputs of an op that moves values (``MOVES_VALUES``) without values of their own
+        hold values of its first input: remember which, to bound ``unique``'s count."""
+        if name not in MOVES_VALUES or not args:
+            return
+        drawn: list[torch.Tensor] = []
+        for t in args[0] if isinstance(args[0], (list, tuple)) else (args[0],):
+            if not isinstance(t, torch.Tensor) or t.device.type != "meta":
+                return
+            value = self._values.get(t)
+            found = [value] if value is not None else self._drawn_from.get(t)
+            if not found:
+                return
+            drawn += found
+        for t in outs:
+            self._drawn_from[t] = drawn
+
+    def _distinct(self, t: Any) -> int | None:
+        """How many distinct values ``t`` (without values) can hold, where known."""
+        drawn = self._drawn_from.get(t) if isinstance(t, torch.Tensor) else None
+        if not drawn:
+            return None
+        return int(torch.cat([d.flatten() for d in drawn]).unique().numel())
+
+    def _small(self, outs: list[torch.Tensor], limit: int, args: Any, kwargs: Any) -> bool:
+        """Whether outputs this large are computed on the CPU: up to ``limit`` elements, or
+        up to ``_BATCH_MAX_NUMEL`` for values computed from the batch alone."""
+        largest = max(t.numel() for t in outs)
+        if largest <= limit:
+            return True
+        return largest <= _BATCH_MAX_NUMEL and bool(self._origins(args, kwargs))
+
     def _invalidate_mutated(self, func: Any, args: Any) -> None:
         schema = getattr(func, "_schema", None)
         if schema is None or not schema.is_mutable:
@@ -197,6 +254,9 @@ class ShadowValues:
         for arg, value in zip(schema.arguments, args, strict=False):
             if arg.is_write and isinstance(value, torch.Tensor):
                 self._values.pop(value, None)
+                for t in (value, value._base):  # a view written: its base's values changed
+                    if t is not None and self._drawn_from:
+                        self._drawn_from.pop(t, None)
 
     # -- ops whose result needs values -----------------------------------------------------
     def answer(self, func: Any, args: Any, kwargs: dict[str, Any], rec: Recorder) -> Answer | None:
@@ -217,7 +277,7 @@ class ShadowValues:
                 return Answer(bool(torch.equal(a, b)))
             self._guess(rec, "equal", "True")
             return Answer(True)
-        if func in _DYNAMIC_SHAPE:
+        if is_dynamic(func, args, kwargs):
             return Answer(self._dynamic(func, args, kwargs, rec))
         if copies_to_host(func, args, kwargs):  # .tolist(), .cpu(): the values, or zeros
             src = args[1] if func is aten.copy_.default else args[0]
@@ -264,14 +324,25 @@ class ShadowValues:
             self.routing.sized(router)  # per-expert token lists: their sizes follow the routing
             self.routing.carry(router, result)
             return result
-        src = args[0]
-        name = func.overloadpacket.__name__
-        self._guess(rec, name, "its largest possible size")
-        if func is aten.nonzero.default:
-            return torch.empty((src.numel(), src.dim()), dtype=torch.long, device="meta")
-        if func is aten.masked_select.default:
-            return torch.empty((src.numel(),), dtype=src.dtype, device="meta")
-        raise NotImplementedError(name)
+        name = display_name(func)
+        known = {i: v for i, a in enumerate(args) if (v := self._known(a)) is not None}
+        sized = sized_by_known(func, args, kwargs, known)
+        if sized is not None:
+            return sized
+        result, how = largest(func, args, kwargs, self._distinct(args[0]))
+        module = rec.module_of() or "the model"
+        self.guesses.append(
+            f"{name} in {module} has no known input values (they are computed from the "
+            f"model, not from the batch alone): its output was sized at its largest ({how}), "
+            "an upper bound"
+        )
+        return result
+
+    def _known(self, x: Any) -> torch.Tensor | None:
+        """The value of ``x`` if it is a meta tensor with a shadow."""
+        if isinstance(x, torch.Tensor) and x.device.type == "meta":
+            return self.get(x)
+        return None
 
     def _guess(self, rec: Recorder, what: str, answer: str) -> None:
         module = rec.module_of() or "the model"

@@ -192,7 +192,7 @@ def _to_meta_with_shadow(shadows: ShadowValues, seen: list[str]) -> Any:
         meta = torch.empty_like(t, device="meta")
         if t.requires_grad:
             meta.requires_grad_(True)
-        if t.device.type == "cpu" and t.numel() <= (1 << 20):
+        if t.device.type == "cpu":  # the batch's own values, whatever their size
             shadows.set(meta, t, leaf)  # values of a user's CUDA tensor are not read: no GPU work
         return meta
 

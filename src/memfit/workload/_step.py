@@ -346,7 +346,8 @@ def prepare_model(
 def _move_strays(model: nn.Module, device: torch.device) -> None:
     """Move to ``device`` the parameters and buffers a constructor left on the CPU, as the
     user's ``model.to(device)`` does. A legacy constructor (``nn.Parameter(torch.Tensor(n))``,
-    as ImageGPT and XLNet write theirs) ignores the device the model is built under."""
+    as ImageGPT, XLNet and wav2vec2's ``masked_spec_embed`` write theirs) ignores the device
+    the model is built under."""
     if device.type == "cpu":
         return
     tensors = [*model.parameters(), *model.buffers()]
