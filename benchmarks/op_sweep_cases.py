@@ -21,7 +21,6 @@ factor is reported as not sampled.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import sys
 import time
 import types
@@ -119,14 +118,29 @@ def cuda_reason(op: Any, dtype: torch.dtype, direction: str) -> str:
     return ""
 
 
-def samples(
-    op: Any, dtype: torch.dtype, k: int, device: str, grad: bool, first: int | None = None
-) -> list[Any]:
-    """The op's samples at factor ``k``, seeded by op, variant and dtype; with ``first``, only
-    the first ``first`` (the later ones are never made)."""
+def samples(op: Any, dtype: torch.dtype, k: int, device: str, grad: bool) -> Iterator[Any]:
+    """The op's samples at factor ``k``, seeded by op, variant and dtype, one at a time (an op
+    may have thousands at a large factor: none is kept here)."""
     torch.manual_seed(seed_of(f"{op_key(op)}|{dtype}"))
     with scaled(k):
-        return list(itertools.islice(op.sample_inputs(device, dtype, requires_grad=grad), first))
+        yield from op.sample_inputs(device, dtype, requires_grad=grad)
+
+
+def sizes_of(op: Any, dtype: torch.dtype, k: int, device: str) -> list[int]:
+    with contextlib.closing(samples(op, dtype, k, device, False)) as found:
+        return [input_bytes(s) for s in found]
+
+
+def chosen(op: Any, dtype: torch.dtype, k: int, grad: bool, indices: tuple[int, ...]) -> dict:
+    """The samples at ``indices`` made on the CPU (those before them made and dropped)."""
+    kept = {}
+    with contextlib.closing(samples(op, dtype, k, "cpu", grad)) as found:
+        for i, s in enumerate(found):
+            if i in indices:
+                kept[i] = s
+            if i >= max(indices):
+                break
+    return kept
 
 
 @dataclass(frozen=True)
@@ -146,7 +160,7 @@ def choose(op: Any, dtype: torch.dtype, per_op: int) -> Choice:
     for k in FACTORS:
         start = time.perf_counter()
         try:
-            sizes = [input_bytes(s) for s in samples(op, dtype, k, "meta", False)]
+            sizes = sizes_of(op, dtype, k, "meta")
         except Exception:  # the sample function needs data: sizes from the CPU
             if k > 1:
                 return Choice(reason=f"under {MIN_BYTES} B (largest {largest} B at k<{k})")
@@ -167,7 +181,7 @@ def _choose_on_cpu(op: Any, dtype: torch.dtype, per_op: int) -> Choice:
     the bound ``bytes(k=1) * k ** ndim`` (each dimension grown by ``k``) stays in
     ``MAKE_BYTES``, so that no sample of the next factor can be too large to make."""
     try:
-        first = samples(op, dtype, 1, "cpu", False)
+        first = list(samples(op, dtype, 1, "cpu", False))
     except Exception as exc:
         return Choice(reason=f"samples fail: {type(exc).__name__}: {exc}"[:200])
     if not first:
@@ -179,7 +193,7 @@ def _choose_on_cpu(op: Any, dtype: torch.dtype, per_op: int) -> Choice:
             if max(sizes) * k**ndim > MAKE_BYTES:
                 break
             try:
-                sizes = [input_bytes(s) for s in samples(op, dtype, k, "cpu", False)]
+                sizes = sizes_of(op, dtype, k, "cpu")
             except Exception:
                 break
         picked = _pick(k, sizes, per_op)

@@ -93,7 +93,11 @@ class GpuRecorder:
         torch.cuda.reset_peak_memory_stats()
         self._base = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
         torch.cuda.memory._record_memory_history(
-            "all", context=None, stacks="python", max_entries=self.max_entries
+            "all",
+            context=None,
+            stacks="python",
+            max_entries=self.max_entries,
+            clear_history=True,  # the warm-up's and earlier cases' events are not this call's
         )
 
     def stop(self) -> dict[str, Any]:

@@ -90,10 +90,10 @@ def test_compare_rows_not_sampled_and_errors():
 
 def test_scaled_grows_opinfo_sizes_and_restores_them():
     add = next(op for op in cases.op_db() if op.name == "add" and not op.variant_test_name)
-    small = max(cases.input_bytes(s) for s in cases.samples(add, torch.float32, 1, "meta", False))
-    big = max(cases.input_bytes(s) for s in cases.samples(add, torch.float32, 4, "meta", False))
+    small = max(cases.sizes_of(add, torch.float32, 1, "meta"))
+    big = max(cases.sizes_of(add, torch.float32, 4, "meta"))
     assert big >= 16 * small
-    again = max(cases.input_bytes(s) for s in cases.samples(add, torch.float32, 1, "meta", False))
+    again = max(cases.sizes_of(add, torch.float32, 1, "meta"))
     assert again == small
 
 
@@ -116,3 +116,27 @@ def test_sweep_runs_resumes_and_compares(tmp_path, cmd):
         summary = op_sweep.compare([out], [out], tmp_path / "cmp")
         assert summary["verdicts"].get("matched", 0) == len(done)
         assert (tmp_path / "cmp" / "table.md").read_text().count("softmax") == 2
+
+
+def test_compare_gives_a_refused_group_to_its_traced_samples(tmp_path):
+    events = [["a", 1, 2048], ["f", 1, 0]]
+    traced = [
+        {"id": "matmul||bf16|forward|3", "status": "ok", "events": events},
+        {"id": "matmul||fp32|forward|3", "status": "ok", "events": events},
+    ]
+    measured = [
+        {"id": "matmul||bf16|forward|-", "status": "not_sampled", "reason": "dtype not on CUDA"},
+        {"id": "matmul||fp32|forward|3", "status": "ok", "events": events},
+    ]
+    for name, rows in (("t.jsonl", traced), ("m.jsonl", measured)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = op_sweep.compare([tmp_path / "m.jsonl"], [tmp_path / "t.jsonl"], tmp_path / "out")
+    assert got["cases"] == {
+        "matmul||bf16|forward|3": {"verdict": "not sampled", "detail": "dtype not on CUDA"},
+        "matmul||fp32|forward|3": {
+            "verdict": "matched",
+            "detail": "",
+            "peak_gpu": 2048,
+            "peak_traced": 2048,
+        },
+    }
