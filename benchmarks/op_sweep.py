@@ -107,7 +107,11 @@ def _group_rows(
     except Exception as exc:
         choice = cases.Choice(reason=f"choosing samples failed: {type(exc).__name__}: {exc}")
     for direction in args.directions:
-        reason = cases.cuda_reason(op, dtype, direction) if args.cmd == "measure" else ""
+        if args.cmd == "measure":
+            reason = cases.cuda_reason(op, dtype, direction)
+        else:  # CUDA or CPU: OpInfo's CUDA dtypes here lack those it decides by the GPU
+            known = op.supported_dtypes("cuda") | op.supported_dtypes("cpu")
+            reason = "" if dtype in known else "dtype not supported by the op"
         reason = reason or choice.reason
         if not reason and direction == "backward" and not op.supports_autograd:
             reason = "no backward (supports_autograd is False)"

@@ -83,11 +83,14 @@ def classify(real: list[list[Any]], traced: list[list[Any]]) -> tuple[str, str]:
 
 def compare_rows(real: dict[str, Any] | None, traced: dict[str, Any] | None) -> dict[str, Any]:
     """One case's verdict from its measured and traced rows (either may be missing)."""
-    for row, side in ((traced, "trace"), (real, "gpu")):
+    sides = ((real, "gpu"), (traced, "trace"))
+    for row, side in sides:
         if row is None:
             return {"verdict": "missing", "detail": f"no {side} row"}
+    for row, side in sides:  # a case either side cannot run is not sampled, errors or not
         if row["status"] == "not_sampled":
-            return {"verdict": "not sampled", "detail": row.get("reason", "")}
+            return {"verdict": "not sampled", "detail": f"{side}: {row.get('reason', '')}"}
+    for row, side in sides:
         if row["status"] == "error":
             return {"verdict": "error", "detail": f"{side}: {row.get('error', '')}"[:200]}
     assert real is not None and traced is not None

@@ -86,6 +86,9 @@ def test_compare_rows_not_sampled_and_errors():
         "detail": "trace: NotImplementedError: _unique2",
     }
     assert compare_rows(ok, ok)["verdict"] == "matched"
+    # a dtype the GPU lacks is not sampled, whatever the trace made of it
+    assert compare_rows(skipped, failed)["verdict"] == "not sampled"
+    assert compare_rows(None, ok) == {"verdict": "missing", "detail": "no gpu row"}
 
 
 def test_scaled_grows_opinfo_sizes_and_restores_them():
@@ -132,7 +135,7 @@ def test_compare_gives_a_refused_group_to_its_traced_samples(tmp_path):
         (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
     got = op_sweep.compare([tmp_path / "m.jsonl"], [tmp_path / "t.jsonl"], tmp_path / "out")
     assert got["cases"] == {
-        "matmul||bf16|forward|3": {"verdict": "not sampled", "detail": "dtype not on CUDA"},
+        "matmul||bf16|forward|3": {"verdict": "not sampled", "detail": "gpu: dtype not on CUDA"},
         "matmul||fp32|forward|3": {
             "verdict": "matched",
             "detail": "",
