@@ -139,12 +139,12 @@ def _case_row(
 ) -> dict[str, Any]:
     if i not in found:
         return _row(cid, "error", error="fewer samples on the CPU than on meta", side="samples")
-    sample, direction = found[i], cid.split("|")[3]
+    (sample, on_cpu), direction = found[i], cid.split("|")[3]
     extra = {"k": choice.k, "input_bytes": cases.input_bytes(sample)}
     start = time.perf_counter()
     try:
         with _time_limit(args.case_timeout):
-            result = side(op, sample, direction)
+            result = side(op, sample, direction, on_cpu)
     except cases.NotSampled as exc:
         return _row(cid, "not_sampled", reason=str(exc), **extra)
     except Exception as exc:
@@ -177,7 +177,14 @@ def sweep(args: argparse.Namespace, side: Callable[..., dict[str, Any]], head: d
                 if time.perf_counter() - start > args.budget_s:
                     print(f"budget spent: {written} cases written", file=sys.stderr)
                     return written
-                for row in _group_rows(op, dname, args, side):
+                began = f"{cases.op_key(op)}|{dname}|*|started"
+                rows = (
+                    _died_in(group, args) if began in done else _group_rows(op, dname, args, side)
+                )
+                if began not in done:
+                    f.write(json.dumps({"id": began, "status": "group"}) + "\n")
+                    f.flush()
+                for row in rows:
                     if row["id"] in done:
                         continue
                     f.write(json.dumps(row) + "\n")
@@ -192,6 +199,15 @@ def sweep(args: argparse.Namespace, side: Callable[..., dict[str, Any]], head: d
     return written
 
 
+def _died_in(group: str, args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    """Rows for a group a former run started and never ended: the process died in it (a
+    crash in native code), so it is not run again."""
+    key = group.removesuffix("|*|*")
+    for direction in args.directions:
+        cid = f"{key}|{direction}|-"
+        yield _row(cid, "error", error="the process died in this op and dtype", side="process")
+
+
 def _context_broken(row: dict[str, Any]) -> bool:
     error = row.get("error", "")
     return row["status"] == "error" and ("CUDA error" in error or "illegal memory" in error)
@@ -200,14 +216,16 @@ def _context_broken(row: dict[str, Any]) -> bool:
 def trace_side(args: argparse.Namespace) -> Callable[..., dict[str, Any]]:
     from op_sweep_sides import trace_case
 
-    return lambda op, sample, direction: trace_case(op, sample, direction, args.gpu)
+    return lambda op, sample, direction, on_cpu: trace_case(op, sample, direction, on_cpu, args.gpu)
 
 
 def measure_side(args: argparse.Namespace) -> Callable[..., dict[str, Any]]:
     from op_sweep_sides import DryRecorder, GpuRecorder, measure_case
 
     recorder = DryRecorder() if args.dry_run else GpuRecorder()
-    return lambda op, sample, direction: measure_case(op, sample, direction, recorder)
+    return lambda op, sample, direction, on_cpu: measure_case(
+        op, sample, direction, on_cpu, recorder
+    )
 
 
 def compare(measured: list[Path], traced: list[Path], out: Path) -> dict[str, Any]:
@@ -218,7 +236,7 @@ def compare(measured: list[Path], traced: list[Path], out: Path) -> dict[str, An
     traced_groups = {cid.rpartition("|")[0] for cid in mine}
     for cid in sorted(set(real) | set(mine)):
         group, _, sample = cid.rpartition("|")
-        if cid.endswith("|*|*") or cid == "meta":
+        if cid.startswith("meta") or "|*|" in cid:
             continue
         if sample == "-" and cid not in mine and group in traced_groups:
             continue  # the GPU refused a group the trace sampled: its samples say so

@@ -132,7 +132,8 @@ def sizes_of(op: Any, dtype: torch.dtype, k: int, device: str) -> list[int]:
 
 
 def chosen(op: Any, dtype: torch.dtype, k: int, grad: bool, indices: tuple[int, ...]) -> dict:
-    """The samples at ``indices`` made on the CPU (those before them made and dropped)."""
+    """The samples at ``indices`` made on the CPU (those before them made and dropped), each
+    as ``(sample, on_cpu)``: which of its tensors the op wants on the CPU (:func:`_on_cpu`)."""
     kept = {}
     with contextlib.closing(samples(op, dtype, k, "cpu", grad)) as found:
         for i, s in enumerate(found):
@@ -140,7 +141,27 @@ def chosen(op: Any, dtype: torch.dtype, k: int, grad: bool, indices: tuple[int, 
                 kept[i] = s
             if i >= max(indices):
                 break
-    return kept
+    where = _on_cpu(op, dtype, k, grad, indices)
+    return {i: (s, where.get(i, [])) for i, s in kept.items()}
+
+
+def _on_cpu(
+    op: Any, dtype: torch.dtype, k: int, grad: bool, indices: tuple[int, ...]
+) -> dict[int, list[bool]]:
+    """For each sample at ``indices``, whether each tensor (in ``moved``'s order) stays on the
+    CPU: the samples made for the meta device show it (a ``tensor_split`` index tensor is made
+    on the CPU whatever the device). Empty where samples cannot be made on meta."""
+    where: dict[int, list[bool]] = {}
+    try:
+        with contextlib.closing(samples(op, dtype, k, "meta", grad)) as found:
+            for i, s in enumerate(found):
+                if i in indices:
+                    where[i] = _cpu_flags(s)
+                if i >= max(indices):
+                    break
+    except Exception:
+        return {}
+    return where
 
 
 @dataclass(frozen=True)
@@ -218,15 +239,35 @@ def _pick(k: int, sizes: list[int], per_op: int) -> Choice | None:
     return Choice(k, chosen, tuple(sizes[i] for i in chosen))
 
 
-def moved(sample: Any, move: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """The sample with each tensor moved by ``move``; leaves keep ``requires_grad``."""
+def _cpu_flags(sample: Any) -> list[bool]:
+    """Whether each tensor of ``sample``, in ``transform``'s order, is on the CPU."""
+    flags: list[bool] = []
+
+    def note(t: Any) -> Any:
+        if isinstance(t, torch.Tensor):
+            flags.append(t.device.type == "cpu")
+        return t
+
+    sample.transform(note)
+    return flags
+
+
+def moved(
+    sample: Any, move: Callable[[torch.Tensor], torch.Tensor], on_cpu: list[bool] | None = None
+) -> Any:
+    """The sample with each tensor moved by ``move`` but those ``on_cpu`` flags (in
+    ``transform``'s order) keep on the CPU; leaves keep ``requires_grad``."""
     done: dict[int, torch.Tensor] = {}
+    on_cpu = on_cpu or []
+    count = [0]
 
     def one(x: Any) -> Any:
         if not isinstance(x, torch.Tensor):
             return x
+        n, count[0] = count[0], count[0] + 1
         if id(x) not in done:
-            t = move(x.detach())
+            stays = n < len(on_cpu) and on_cpu[n]
+            t = x.detach() if stays else move(x.detach())
             done[id(x)] = t.requires_grad_(True) if x.requires_grad else t
         return done[id(x)]
 

@@ -29,7 +29,9 @@ _GPU_KINDS = {
 }
 
 
-def trace_case(op: Any, sample: Any, direction: str, gpu_name: str = "h100") -> dict[str, Any]:
+def trace_case(
+    op: Any, sample: Any, direction: str, on_cpu: list[bool] | None = None, gpu_name: str = "h100"
+) -> dict[str, Any]:
     """memfit's events for the call on ``sample`` (CPU tensors), with the emulator's peaks."""
     from memfit._gpus import resolve_gpu
     from memfit.allocator import AllocatorReplay, ReplayOps
@@ -44,7 +46,7 @@ def trace_case(op: Any, sample: Any, direction: str, gpu_name: str = "h100") -> 
             session.shadows.set(meta, t)  # values for data-dependent ops (nonzero, item)
         return meta
 
-    meta = moved(sample, to_meta)
+    meta = moved(sample, to_meta, on_cpu)
 
     def backward() -> None:
         rec.phase = "step.backward"
@@ -133,10 +135,12 @@ class DryRecorder:
         return {"events": [], "peak_allocated": 0, "peak_reserved": 0, "truncated": False}
 
 
-def measure_case(op: Any, sample: Any, direction: str, recorder: Any) -> dict[str, Any]:
+def measure_case(
+    op: Any, sample: Any, direction: str, on_cpu: list[bool], recorder: Any
+) -> dict[str, Any]:
     """The allocator's events for the call on ``sample`` moved to ``recorder.device``: a
     warm-up call, then the recorded one (inputs made before recording starts)."""
-    on_device = moved(sample, lambda t: t.to(recorder.device))
+    on_device = moved(sample, lambda t: t.to(recorder.device), on_cpu)
     run_call(op, on_device, direction)
     recorder.sync()
     recorder.start()

@@ -143,3 +143,10 @@ def test_compare_gives_a_refused_group_to_its_traced_samples(tmp_path):
             "peak_traced": 2048,
         },
     }
+
+
+def test_moved_keeps_the_tensors_an_op_wants_on_the_cpu():
+    x, sections = torch.randn(4, 6, requires_grad=True), torch.tensor([1, 3])
+    got = cases.moved(SampleInput(x, args=(sections,)), lambda t: t.to("meta"), [False, True])
+    assert got.input.device.type == "meta" and got.input.requires_grad and got.input.is_leaf
+    assert got.args[0].device.type == "cpu"
