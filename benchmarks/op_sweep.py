@@ -141,6 +141,8 @@ def _case_row(
         return _row(cid, "error", error="fewer samples on the CPU than on meta", side="samples")
     (sample, on_cpu), direction = found[i], cid.split("|")[3]
     extra = {"k": choice.k, "input_bytes": cases.input_bytes(sample)}
+    if choice.small:
+        extra["small"] = True
     start = time.perf_counter()
     try:
         with _time_limit(args.case_timeout):

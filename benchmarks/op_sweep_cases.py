@@ -13,14 +13,15 @@ argument written with them grows together, and the sample stays valid. For each 
 smallest ``k`` is used at which some samples' tensors total ``MIN_BYTES`` (1 MiB) to
 ``MAX_BYTES`` (64 MiB), with no sample before them over ``MAKE_BYTES`` (sizes found first on the
 meta device, without data; a sample function that needs data is sized on the CPU); the largest
-``per_op`` of those samples are the cases. Samples
-written with literal sizes do not grow; an (op, dtype) with no sample of ``MIN_BYTES`` at any
-factor is reported as not sampled.
+``per_op`` of those samples are the cases. Samples written with literal sizes do not grow
+(convolutions, pools, attention, most of ``linalg``): an (op, dtype) with no sample of
+``MIN_BYTES`` at any factor runs its largest samples found instead, its rows marked ``small``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 import types
@@ -172,29 +173,43 @@ class Choice:
     indices: tuple[int, ...] = ()
     sizes: tuple[int, ...] = ()
     reason: str = ""
+    small: bool = False  # no sample reached MIN_BYTES: the largest found
 
 
 def choose(op: Any, dtype: torch.dtype, per_op: int) -> Choice:
     """The smallest factor with samples of ``MIN_BYTES`` to ``MAX_BYTES``, and the largest
-    ``per_op`` of them (module doc); sizes found on the meta device, without data."""
-    largest = 0
+    ``per_op`` of them (module doc); sizes found on the meta device, without data. With none
+    at any factor, the largest samples found (:func:`_small`)."""
+    best: tuple[int, list[int]] = (0, [])
     for k in FACTORS:
         start = time.perf_counter()
         try:
             sizes = sizes_of(op, dtype, k, "meta")
         except Exception:  # the sample function needs data: sizes from the CPU
             if k > 1:
-                return Choice(reason=f"under {MIN_BYTES} B (largest {largest} B at k<{k})")
+                return _small(best, per_op, f"meta samples fail at k={k}")
             return _choose_on_cpu(op, dtype, per_op)
         if not sizes:
             return Choice(reason="no samples")
-        largest = max([largest, *(n for n in sizes if n < MIN_BYTES)])
+        if max(sizes) < MIN_BYTES and max(sizes) > max(best[1], default=0):
+            best = (k, sizes)
         picked = _pick(k, sizes, per_op)
         if picked is not None:
             return picked
         if time.perf_counter() - start > LADDER_SECONDS:
-            return Choice(reason=f"under {MIN_BYTES} B up to k={k} (largest {largest} B, slow)")
-    return Choice(reason=f"under {MIN_BYTES} B at every factor (largest {largest} B)")
+            return _small(best, per_op, f"slow at k={k}")
+    return _small(best, per_op, "every factor")
+
+
+def _small(best: tuple[int, list[int]], per_op: int, why: str) -> Choice:
+    """No sample reaches ``MIN_BYTES``: the largest ones found (at the factor ``best`` gives)
+    are still cases, marked ``small`` (convolutions, pools and attention write their sample
+    sizes as literals, which no factor grows)."""
+    k, sizes = best
+    picked = _pick(k, sizes, per_op, floor=1) if sizes else None
+    if picked is None:
+        return Choice(reason=f"no sample with a tensor ({why})")
+    return dataclasses.replace(picked, small=True)
 
 
 def _choose_on_cpu(op: Any, dtype: torch.dtype, per_op: int) -> Choice:
@@ -208,6 +223,7 @@ def _choose_on_cpu(op: Any, dtype: torch.dtype, per_op: int) -> Choice:
     if not first:
         return Choice(reason="no samples")
     sizes = [input_bytes(s) for s in first]
+    best = (1, sizes)
     ndim = max((t.dim() for s in first for t in tensors(s)), default=0)
     for k in FACTORS:
         if k > 1:
@@ -217,21 +233,23 @@ def _choose_on_cpu(op: Any, dtype: torch.dtype, per_op: int) -> Choice:
                 sizes = sizes_of(op, dtype, k, "cpu")
             except Exception:
                 break
+            if sizes and max(sizes) < MIN_BYTES and max(sizes) > max(best[1], default=0):
+                best = (k, sizes)
         picked = _pick(k, sizes, per_op)
         if picked is not None:
             return picked
-    return Choice(reason=f"under {MIN_BYTES} B at every factor (largest {max(sizes)} B, cpu)")
+    return _small(best, per_op, "every factor, cpu")
 
 
-def _pick(k: int, sizes: list[int], per_op: int) -> Choice | None:
-    """Samples of ``MIN_BYTES`` to ``MAX_BYTES`` with none before them over ``MAKE_BYTES``
+def _pick(k: int, sizes: list[int], per_op: int, floor: int = MIN_BYTES) -> Choice | None:
+    """Samples of ``floor`` to ``MAX_BYTES`` with none before them over ``MAKE_BYTES``
     (all samples up to the last chosen are made on the CPU), largest first."""
     fits, made = [], 0
     for i, n in enumerate(sizes):
         made = max(made, n)
         if made > MAKE_BYTES:
             break
-        if MIN_BYTES <= n <= MAX_BYTES:
+        if floor <= n <= MAX_BYTES:
             fits.append(i)
     if not fits:
         return None
