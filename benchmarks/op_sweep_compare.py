@@ -97,12 +97,22 @@ def compare_rows(real: dict[str, Any] | None, traced: dict[str, Any] | None) -> 
     if real.get("truncated"):
         return {"verdict": "error", "detail": "gpu: trace truncated (max_entries)"}
     verdict, detail = classify(real["events"], traced["events"])
-    return {
+    if verdict == "matched" and not tokens(real["events"]):
+        detail = "no allocation"
+    out = {
         "verdict": verdict,
         "detail": detail,
         "peak_gpu": peak(tokens(real["events"])),
         "peak_traced": peak(tokens(traced["events"])),
     }
+    # the allocator's own peaks over the call (from the cache emptied, inputs held) against
+    # the emulator's replay of the traced events (from nothing)
+    for key in ("peak_allocated", "peak_reserved"):
+        if key in real and key in traced:
+            out[f"{key}_gpu"], out[f"{key}_traced"] = real[key], traced[key]
+    if traced.get("small"):
+        out["small"] = True
+    return out
 
 
 def summarize(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -116,8 +126,10 @@ def summarize(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         by_op.setdefault(op, Counter())[res["verdict"]] += 1
         if res["verdict"] == "mismatched":
             causes[res["detail"].split(":")[0]] += 1
+    small = Counter(res["verdict"] for res in results.values() if res.get("small"))
     return {
         "verdicts": dict(verdicts),
+        "small_verdicts": dict(small),
         "causes": dict(causes),
         "by_op": {op: dict(c) for op, c in sorted(by_op.items())},
     }
