@@ -139,7 +139,7 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
     """A table by op: counts of each verdict and the first mismatch's cause."""
     summary = summarize(results)
     lines = [
-        "| op | matched | mismatched | not sampled | error | first mismatch |",
+        "| op | matched | mismatched | not sampled | error or missing | first mismatch |",
         "|---|---|---|---|---|---|",
     ]
     first: dict[str, str] = {}
