@@ -16,8 +16,11 @@ process, each case caught on its own (an error is a row; a CUDA error that break
 ends the run after its row), with a first row naming the GPU and versions; ``--dry-run`` runs
 the same loop on the CPU with nothing recorded. Both append one JSON line per case as it ends
 and skip the cases (and whole op-dtype groups) already in the file, so a run cut by its
-``--budget-s`` (seconds) resumes where it stopped. ``compare`` classifies each case
-(``op_sweep_compare.py``) and writes ``summary.json`` and ``table.md``.
+``--budget-s`` (seconds) resumes where it stopped; ``--case-timeout`` (seconds) ends a case
+that runs too long (between Python operations). A group (op and dtype) a former run started and
+never ended (the process aborted or was killed in it) is written as an error and not run again.
+``compare`` classifies each case (``op_sweep_compare.py``) and writes ``summary.json`` and
+``table.md``. Rows marked ``small`` are samples below 1 MiB (ops whose samples no factor grows).
 """
 
 from __future__ import annotations
