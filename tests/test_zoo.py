@@ -257,6 +257,8 @@ def _rows(path):
 
 
 def test_the_dry_run_runs_memfits_loop_resumes_and_records_an_interrupted_one(tmp_path):
+    pytest.importorskip("timm")  # the tiny models come from each zoo
+    pytest.importorskip("torchvision")
     import zoo_measure
 
     models, out = _tiny_models(tmp_path / "models.json"), tmp_path / "measured.jsonl"

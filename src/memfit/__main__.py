@@ -1,5 +1,5 @@
 """``python -m memfit``."""
 
-from memfit.cli import entry
+from memfit._command import run
 
-entry()
+run()

@@ -89,7 +89,7 @@ def test_ctrl_c_ends_a_plan_within_a_second(tmp_path: Path, after: float) -> Non
 
 SWALLOWS = """\
 import sys, time
-from memfit.cli import _interrupt
+from memfit import _interrupt
 
 _interrupt.install()
 try:  # "ready" inside the try: an interrupt right after it is swallowed too, not uncaught

@@ -22,8 +22,8 @@ from typing import NoReturn
 
 from rich.console import Console
 
+import memfit._interrupt as _interrupt
 from memfit._errors import MemfitError, NoGPUError
-from memfit.cli import _interrupt
 from memfit.cli._argv import join_negative_values
 from memfit.cli._output import OutputConsole, OutputError, guarded_stdout, silence_stdout
 from memfit.cli._parser import make_parser
@@ -35,7 +35,7 @@ _ERROR_CODES = {"plan": 2}  # memfit plan: 1 is "nothing fits the budget"
 
 
 def entry() -> NoReturn:
-    """The ``memfit`` command: :func:`main` with Ctrl-C handled (:mod:`memfit.cli._interrupt`),
+    """The ``memfit`` command: :func:`main` with Ctrl-C handled (:mod:`memfit._interrupt`),
     then an exit without the garbage collector's last passes over torch's and the model
     libraries' objects (0.7 s of the interpreter's teardown)."""
     _interrupt.install()  # Ctrl-C: out within a second, whatever the command is doing
