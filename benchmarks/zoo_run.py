@@ -143,9 +143,9 @@ def machine() -> dict[str, Any]:
 
 
 def _git_state(src: Path) -> dict[str, Any]:
-    def git(*args: str) -> str:
+    def git(*args: str) -> str:  # trailing blanks only: a status line starts with one
         done = subprocess.run(["git", *args], cwd=src, capture_output=True, text=True)
-        return done.stdout.strip()
+        return done.stdout.rstrip()
 
     changed = [line[3:] for line in git("status", "--porcelain", "--", ".").splitlines()]
     return {"commit": git("rev-parse", "HEAD"), "uncommitted": changed}
