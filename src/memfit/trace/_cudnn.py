@@ -32,6 +32,7 @@ from memfit.trace._layouts import channels_last
 __all__ = ["ConvWorkspaces", "cudnn_data"]
 
 _DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+_ITEM_SIZES = {name: dtype.itemsize for dtype, name in _DTYPES.items()}
 
 
 @functools.cache
@@ -152,7 +153,7 @@ class ConvWorkspaces:
         self.unknown.add(what)
         output = _output_bytes(x, weight, stride, padding, dilation, transposed, groups)
         largest = max(_nbytes(x), output)
-        kind = _kind(int(x.shape[1]), groups, weight)
+        kind = _kind(int(x.shape[1]), groups, weight.shape[2:])
         ratios = _bound_ratios(self.table)
         kept = [p for p in phases if p != "bias" or (x.dim() == 4 and channels_last(x))]
         bounds = [ratios.get((kind, phase), ratios.get(("", phase), 0.0)) for phase in kept]
@@ -183,6 +184,13 @@ def _nbytes(t: torch.Tensor) -> int:
     return int(t.numel()) * t.element_size()
 
 
+def _out_size(n: int, k: int, s: int, p: int, d: int = 1, transposed: bool = False) -> int:
+    """One spatial dimension of a convolution's output (output padding left out)."""
+    if transposed:
+        return (n - 1) * s - 2 * p + d * (k - 1) + 1
+    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+
 def _output_bytes(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -192,31 +200,23 @@ def _output_bytes(
     transposed: bool,
     groups: int = 1,
 ) -> int:
-    """The bytes of the convolution's output, from the shapes (output padding left out)."""
-    spatial = x.dim() - 2
-    sizes = []
-    for i in range(spatial):
-        n, k = int(x.shape[2 + i]), int(weight.shape[2 + i])
-        s, p = int(stride[i % len(stride)]), int(padding[i % len(padding)])
-        d = int(dilation[i % len(dilation)])
-        if transposed:
-            sizes.append((n - 1) * s - 2 * p + d * (k - 1) + 1)
-        else:
-            sizes.append((n + 2 * p - d * (k - 1) - 1) // s + 1)
+    """The bytes of the convolution's output, from the shapes."""
     # a transposed convolution's weight is (in, out / groups, ...)
     channels = int(weight.shape[1]) * groups if transposed else int(weight.shape[0])
     count = int(x.shape[0]) * channels
-    for size in sizes:
+    for i in range(x.dim() - 2):
+        s, p, d = (int(v[i % len(v)]) for v in (stride, padding, dilation))
+        size = _out_size(int(x.shape[2 + i]), int(weight.shape[2 + i]), s, p, d, transposed)
         count *= max(size, 0)
     return count * x.element_size()
 
 
-def _kind(channels: int, groups: int, weight: torch.Tensor) -> str:
+def _kind(channels: int, groups: int, kernel: Sequence[int]) -> str:
     """The kind of convolution, as cuDNN's engines differ by it: depthwise, grouped, pointwise
     (every kernel dimension 1) or dense."""
     if groups > 1:
         return "depthwise" if groups == channels else "grouped"
-    return "pointwise" if all(int(k) == 1 for k in weight.shape[2:]) else "dense"
+    return "pointwise" if all(int(k) == 1 for k in kernel) else "dense"
 
 
 _MIN_SAMPLES = 20  # fewer of a kind and phase in the table: the bound over every kind
@@ -231,9 +231,9 @@ def _bound_ratios(table: str) -> dict[tuple[str, str], float]:
     for key, phases in _table(table).items():
         fields, dtype = key.split("|")[0], key.split("|")[1]
         c, h, w, k, kh, kw, sh, sw, ph, pw, g = (int(f) for f in fields.split(","))
-        size = {"fp32": 4, "bf16": 2, "fp16": 2}[dtype]
-        ho, wo = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
-        kind = _kind(c, g, torch.empty(k, c // g, kh, kw, device="meta"))
+        size = _ITEM_SIZES[dtype]
+        ho, wo = _out_size(h, kh, sh, ph), _out_size(w, kw, sw, pw)
+        kind = _kind(c, g, (kh, kw))
         for phase, by_batch in phases.items():
             for batch, sizes in by_batch.items():
                 largest = max(c * h * w, k * ho * wo) * int(batch) * size
