@@ -46,15 +46,18 @@ def make_batch(n, seq_len):
 PLAN = ["-b", "256", "-s", "128", "--gpu", "2GiB", "--workers", "2"]
 
 
-def _left_behind(tag: str) -> int:
-    count = 0
+def processes_tagged(tag: str) -> list[int]:
+    """The processes whose environment holds ``tag`` (a command and anything it forked)."""
+    found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                count += tag.encode() in (entry / "environ").read_bytes()
-            except OSError:
-                continue
-    return count
+        if not entry.name.isdigit():
+            continue
+        try:
+            if tag.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
 
 
 def one_run(model: Path, delay: float) -> dict[str, Any]:
@@ -79,7 +82,7 @@ def one_run(model: Path, delay: float) -> dict[str, Any]:
         "seconds_to_exit": round(took, 3),
         "exit_code": proc.returncode,
         "traceback": "Traceback" in out + err,
-        "left_behind": _left_behind(tag),
+        "left_behind": len(processes_tagged(tag)),
     }
 
 

@@ -15,40 +15,13 @@ import pytest
 
 pytest.importorskip("transformers")
 
-SMALL_GPT2 = """\
-import torch
-import transformers
-
-
-def make():
-    config = transformers.GPT2Config(
-        n_layer=12, n_embd=64, n_head=2, vocab_size=256, n_positions=128, bos_token_id=0,
-        eos_token_id=0,
-    )
-    return transformers.GPT2LMHeadModel(config)
-
-
-def make_batch(n, seq_len):
-    ids = torch.randint(0, 256, (n, seq_len))
-    return {"input_ids": ids, "labels": ids}
-"""
-
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+# the benchmark that times the same interrupts: its model, its plan and its process count
+from interrupt_latency import MODEL as SMALL_GPT2
+from interrupt_latency import PLAN
+from interrupt_latency import processes_tagged as _processes_tagged
 
 HANG = 5.0  # seconds: an interrupted command still running after this hangs
-
-
-def _processes_tagged(tag: str) -> list[int]:
-    """The processes whose environment holds ``tag`` (the command and anything it forked)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if tag.encode() in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:  # gone, or not ours to read
-            continue
-    return found
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
@@ -59,7 +32,7 @@ def test_ctrl_c_ends_a_plan_within_a_second(tmp_path: Path, after: float) -> Non
     tag = f"MEMFIT_INTERRUPT_TEST={uuid.uuid4().hex}"
     env = {**os.environ, tag.split("=")[0]: tag.split("=")[1]}
     cmd = [sys.executable, "-m", "memfit"]
-    args = ["plan", f"{model}:make", "-b", "256", "-s", "128", "--gpu", "2GiB", "--workers", "2"]
+    args = ["plan", f"{model}:make", *PLAN]
     # a process group of its own, as a shell gives a command: Ctrl-C reaches the whole group
     proc = subprocess.Popen(
         [*cmd, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
