@@ -1,6 +1,7 @@
 """Ctrl-C ends the ``memfit`` command within a second, whatever it is doing.
 
-The first Ctrl-C raises :class:`KeyboardInterrupt` as Python's own handler does, and the
+The first Ctrl-C raises :class:`KeyboardInterrupt` as Python's own handler does (not inside an
+import, whose extension code may abort on it: there the watchdog below ends the command), and the
 command unwinds: :func:`memfit.cli.main` prints "Interrupted." and returns 130, and the forked
 workers are killed on the way out. Two things can keep a process running after that, and a
 watchdog covers both: code that swallows the interrupt (a library's bare ``except:`` around an
@@ -61,7 +62,21 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
     watchdog = threading.Timer(WATCHDOG_SECONDS, exit_interrupted)
     watchdog.daemon = True
     watchdog.start()
+    if _importing(frame):
+        # an import's extension code may not survive an exception thrown through it (a
+        # pybind11 callback aborts the process: "terminate called after throwing"); there is
+        # nothing to unwind yet, and the watchdog ends the command
+        return
     raise KeyboardInterrupt
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside an import (Python's import machinery is on its stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _write(stream: object, text: str) -> None:

@@ -89,3 +89,36 @@ def test_an_interrupt_something_swallows_still_ends_the_command() -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130 and "Interrupted." in err and "Traceback" not in err
     assert time.monotonic() - sent < HANG
+
+
+IMPORTS = """\
+import sys, time
+from memfit import _interrupt
+
+_interrupt.install()
+sys.path.insert(0, sys.argv[1])
+import slow_module  # its body sleeps: the interrupt lands inside the import
+"""
+
+
+def test_an_interrupt_inside_an_import_ends_the_command_without_raising_there(
+    tmp_path: Path,
+) -> None:
+    # an extension's import (pybind11) aborts the process on an exception thrown through it
+    (tmp_path / "slow_module.py").write_text(
+        "import time\nprint('ready', flush=True)\ntime.sleep(30)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", IMPORTS, str(tmp_path)], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "Interrupted." in err and "Traceback" not in err, err
+    assert time.monotonic() - sent < HANG
