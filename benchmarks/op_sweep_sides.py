@@ -33,6 +33,7 @@ def trace_case(
     op: Any, sample: Any, direction: str, on_cpu: list[bool] | None = None, gpu_name: str = "h100"
 ) -> dict[str, Any]:
     """memfit's events for the call on ``sample`` (CPU tensors), with the emulator's peaks."""
+    from memfit._events import Category
     from memfit._gpus import resolve_gpu
     from memfit.allocator import AllocatorReplay, ReplayOps
     from memfit.trace._tracer import _Session
@@ -46,17 +47,27 @@ def trace_case(
             session.shadows.set(meta, t)  # values for data-dependent ops (nonzero, item)
         return meta
 
-    meta = moved(sample, to_meta, on_cpu)
+    inputs: list[torch.Tensor] = []
+
+    def to_meta_input(t: torch.Tensor) -> torch.Tensor:
+        meta_t = to_meta(t)
+        inputs.append(meta_t)
+        return meta_t
+
+    meta = moved(sample, to_meta_input, on_cpu)
 
     def backward() -> None:
         rec.phase = "step.backward"
 
     with session.active():
         rec.phase = "step.forward"
+        for t in inputs:  # the GPU made them before recording: a view of one is no allocation
+            rec.track(t, Category.INPUT, "input")
         start = len(rec.events)
         run_call(op, meta, direction, backward)
         raw = rec.events[start:]
-    kept = [e for e in raw if e.block not in rec.persistent]
+    before = {e.block for e in rec.events[:start] if e.kind == "alloc"}  # the inputs
+    kept = [e for e in raw if e.block not in rec.persistent and e.block not in before]
     events: list[list[Any]] = []
     for e in kept:
         if e.kind == "alloc":
