@@ -68,29 +68,38 @@ def test_estimate_only_does_not_initialise_cuda():
     assert int(out.stdout.strip().splitlines()[-1]) > 0
 
 
-TF32_CHILD = """
+PRECISION_CHILD = """
 import json, torch
-from memfit.estimator._measure import measure
-from memfit.workload._models import resolve_model
+import memfit.estimator
+from memfit.runtime._bs_trials import cuda_runner
 from memfit.workload import make_workload
 
-peaks = {}
-for mode in ("highest", "high", "highest"):
-    torch.set_float32_matmul_precision(mode)
-    m, _ = measure(make_workload(resolve_model("bert-base-uncased"), batch_size=8, seq_len=256))
-    peaks[mode] = [m.peak_allocated, m.peak_reserved]
-print("RESULT", json.dumps(peaks))
+seen = []
+measure = memfit.estimator.measure
+
+def recording(workload, **kwargs):
+    seen.append(torch.get_float32_matmul_precision())
+    return measure(workload, **kwargs)
+
+memfit.estimator.measure = recording
+torch.set_float32_matmul_precision("highest")
+def workload_at(n):
+    return make_workload("bert-base-uncased", batch_size=n, seq_len=128)
+
+run = cuda_runner(workload_at, 20 * 2**30)
+run(4)
+print("RESULT", json.dumps({"during": seen, "after": torch.get_float32_matmul_precision()}))
 """
 
 
-def test_tf32_trials_hold_the_same_memory_as_fp32():
-    """The finder's trials run fp32 products in TF32; the peaks must not change (the first
-    run of a process is left out: it differs from later ones by one-time allocations)."""
-    out = subprocess.run([sys.executable, "-c", TF32_CHILD], capture_output=True, text=True)
+def test_trials_run_at_the_callers_matmul_precision():
+    """A trial measures the step the user runs: fp32 products in the precision the caller set
+    (TF32 changes cuBLAS's kernels and the peaks with them)."""
+    out = subprocess.run([sys.executable, "-c", PRECISION_CHILD], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     line = next(s for s in out.stdout.splitlines() if s.startswith("RESULT "))
-    peaks = json.loads(line[len("RESULT ") :])
-    assert peaks["high"] == peaks["highest"]
+    seen = json.loads(line[len("RESULT ") :])
+    assert seen == {"during": ["highest"], "after": "highest"}
 
 
 def test_cli_confirm_runs_a_trial_and_reports_it():

@@ -160,9 +160,9 @@ def cuda_runner(workload_at: Callable[[int], Workload], cap: int) -> Callable[[i
 
     Each trial builds a fresh model and optimizer (:func:`memfit.estimator._measure.measure`, as
     ``memfit validate`` does) and leaves the device as it found it, the caller's memory
-    fraction and matrix-product precision restored. fp32 products run in TF32 during a trial:
-    the cuBLAS workspaces are fixed in size, so the memory is the same to the byte (measured
-    on an H200: BERT-base, GPT-2, ResNet-50) in a half to a third of the time.
+    fraction restored. fp32 products run at the caller's precision: in TF32 a trial ran in a
+    half to a third of the time, but cuBLAS then picks other kernels and the peaks differ
+    (BERT-base on an H100, torch 2.11: 256 KiB less allocated, 21 MB more reserved).
     """
     import torch
 
@@ -174,11 +174,9 @@ def cuda_runner(workload_at: Callable[[int], Workload], cap: int) -> Callable[[i
     def run(batch_size: int) -> TrialRun:
         start = time.perf_counter()
         message = ""
-        prior = torch.get_float32_matmul_precision()
         prior_fraction = _memory_fraction(torch)
         retries_before = torch.cuda.memory_stats().get("num_alloc_retries", 0)
         try:
-            torch.set_float32_matmul_precision("high")
             # a caller's smaller fraction stands
             torch.cuda.set_per_process_memory_fraction(min(fraction, prior_fraction))
             measured, _ = measure(workload_at(batch_size))
@@ -191,7 +189,6 @@ def cuda_runner(workload_at: Callable[[int], Workload], cap: int) -> Callable[[i
             peak_allocated = torch.cuda.max_memory_allocated()
             exc.__traceback__ = None  # the frames hold the trial's tensors
         finally:
-            torch.set_float32_matmul_precision(prior)
             torch.cuda.set_per_process_memory_fraction(prior_fraction)
         seconds = time.perf_counter() - start
         retries = torch.cuda.memory_stats().get("num_alloc_retries", 0) - retries_before
