@@ -3,11 +3,12 @@
     PYTHONPATH=src python benchmarks/align.py ID TRACE.pickle.gz [--min-mib 1] [--show 8]
         [--context 6] [--from-step] [--dump FILE]
 
-``ID`` is a workload of ``benchmarks/workloads.py``, or
-``plan:PLANS.json:MODEL@BUDGET:STEPS``, the chosen plan of ``plan_proof.py``'s row run for STEPS
-steps through memfit's loop, as ``plan_proof.py measure --history`` records it
-(``loop-*.pickle.gz``); ``TRACE`` is the snapshot that ``gpu_measure.py --traces`` saved for
-it (``torch.cuda.memory._snapshot()``, gzipped or not).
+``ID`` is a workload of ``benchmarks/workloads.py``, ``zoo:MODEL/MODE`` (a workload of the
+zoo sweep, recorded by ``zoo_history.py``), or ``plan:PLANS.json:MODEL@BUDGET:STEPS``, the
+chosen plan of ``plan_proof.py``'s row run for STEPS steps through memfit's loop, as
+``plan_proof.py measure --history`` records it (``loop-*.pickle.gz``); ``TRACE`` is the
+snapshot that ``gpu_measure.py --traces`` saved for it (``torch.cuda.memory._snapshot()``,
+gzipped or not).
 Both sequences are reduced to the allocations of at least ``--min-mib`` MiB and their frees,
 each written as ``+SIZE`` / ``-SIZE`` (the bytes requested, before the allocator rounds
 them; ``--round`` compares them rounded to 512 bytes, as the allocator sees them), and aligned
@@ -102,6 +103,10 @@ def traced_events(workload_id: str) -> tuple[list[tuple[str, int, int, str]], in
         workload = parallelize_gpu._workload(workload_id.partition(":")[2])
     elif workload_id.startswith("plan:"):
         workload, entry = _plan_workload(workload_id)
+    elif workload_id.startswith("zoo:"):  # a workload of the zoo sweep (zoo_history.py)
+        from zoo_history import zoo_workload
+
+        workload = zoo_workload(workload_id.removeprefix("zoo:"), gpu=gpu)
     else:
         found = next((e for e in ALL if e["id"] == workload_id), None)
         if found is None:

@@ -7,6 +7,9 @@
 #   bash benchmarks/gpu_session.sh attention  # SDPA's kernel choice: synthetic grid and real models (~6 min)
 #   bash benchmarks/gpu_session.sh monitor    # monitor overhead (~3 min) and the cuDNN probe (~5 min)
 #   bash benchmarks/gpu_session.sh x2         # on 2 GPUs: DDP guard test, 2-GPU NVML fixture, monitor
+#   bash benchmarks/gpu_session.sh sweeps [SECONDS]  # fit and finder tests, then the op sweep
+#                                             # (3 shards) beside the zoo sweep (2 shards), the
+#                                             # zoo's convolutions, allocator histories
 #   bash benchmarks/gpu_session.sh heldout ID...  # predict on this host's CPU first, then measure
 #                                             # with allocator traces (fresh process each)
 #
@@ -21,6 +24,16 @@ step() {  # step NAME SECONDS COMMAND...
     local start=$SECONDS
     timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - start)) s" | tee -a "$OUT/steps.txt"
+}
+zoo_shard() {  # K SECONDS: zoo.py measure, started again after a CUDA error ends it (exit 3)
+    local k=$1 end=$((SECONDS + $2)) rc=3
+    while [ "$rc" -eq 3 ] && [ "$SECONDS" -lt $((end - 30)) ]; do
+        OMP_NUM_THREADS=3 timeout $((end - SECONDS + 60)) python benchmarks/zoo.py measure \
+            --shard "$k/2" --budget-seconds $((end - SECONDS)) \
+            --out "$OUT/sweeps/zoo-measured-$k-of-2.jsonl" >> "$OUT/zoo-$k.log" 2>&1
+        rc=$?
+        echo "zoo-$k: exit $rc at $SECONDS s" | tee -a "$OUT/steps.txt"
+    done
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt"
 python -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" >> "$OUT/gpu.txt"
@@ -91,6 +104,34 @@ PY
         step monitor-bench-x2 150 python benchmarks/monitor_overhead.py --out "$OUT/monitor_overhead_x2.json"
     fi
     ;;
+sweeps)
+    # resumes: the files already measured travel in $SWEEP_FROM (op-measured-K-of-3.jsonl,
+    # zoo-measured-K-of-2.jsonl); each shard appends to its own copy. With
+    # $SWEEP_FROM/zoo-convs.json (zoo_convs.py list), its convolutions are probed beside them;
+    # with $ZOO_HISTORY (zoo workload ids), their allocator histories are recorded at the end.
+    step gpu-tests-fit 150 python -m pytest -q tests/gpu/test_fit_gpu.py \
+        tests/gpu/test_batch_size_gpu.py -p no:cacheprovider -rA -v --timeout 120
+    seconds=${2:-330}
+    mkdir -p "$OUT/sweeps"
+    [ -n "${SWEEP_FROM:-}" ] && cp "$SWEEP_FROM"/*-measured-*.jsonl "$OUT/sweeps/" 2>/dev/null
+    for k in 1 2 3; do
+        OMP_NUM_THREADS=3 step "op-sweep-$k" $((seconds + 90)) python benchmarks/op_sweep.py \
+            measure "$OUT/sweeps/op-measured-$k-of-3.jsonl" --shard $((k - 1))/3 \
+            --budget-s "$seconds" --case-timeout 30 &
+    done
+    for k in 1 2; do zoo_shard "$k" "$seconds" & done
+    if [ -f "${SWEEP_FROM:-}/zoo-convs.json" ]; then
+        step zoo-convs $((seconds + 60)) python benchmarks/zoo_convs.py probe \
+            "$SWEEP_FROM/zoo-convs.json" --out "$OUT/zoo-convs-probe.json.gz" --budget-s "$seconds" &
+    fi
+    wait
+    if [ -n "${ZOO_HISTORY:-}" ]; then
+        # shellcheck disable=SC2086  # ids, one word each
+        step zoo-history 150 python benchmarks/zoo_history.py "$OUT/history" $ZOO_HISTORY
+        (cd "$OUT/history" && tar czf ../history.tar.gz ./*) && rm -rf "$OUT/history"
+    fi
+    (cd "$OUT/sweeps" && tar czf ../sweeps.tar.gz ./*.jsonl) && rm -rf "$OUT/sweeps"
+    ;;
 heldout)
     shift
     # the prediction is written (and timestamped) before the first measurement starts
@@ -100,7 +141,7 @@ heldout)
     (cd "$OUT/m" && tar czf ../traces.tar.gz ./*.pickle.gz) && rm -rf "$OUT/m"
     ;;
 *)
-    echo "unknown part '$1': give tests, finders, attention, monitor, x2 or heldout" >&2
+    echo "unknown part '$1': give tests, finders, attention, monitor, sweeps, x2 or heldout" >&2
     exit 2
     ;;
 esac

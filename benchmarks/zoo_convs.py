@@ -1,0 +1,215 @@
+"""The zoo's convolutions that memfit's cuDNN table does not answer, probed on the GPU.
+
+A convolution's workspace depends on the engine cuDNN picks, which only the GPU tells
+(``memfit/trace/_cudnn.py``). The table holds the shapes of a few networks at a few batches;
+the zoo's convolutional networks use thousands of other shapes, at their own batches. This
+lists, for every torchvision and timm workload of the zoo sweep, each 2-d convolution whose
+shape is not in the table or whose batch it does not hold (interpolated or scaled), as the
+trace of the workload meets it, and probes them on the GPU at those batches:
+
+    PYTHONPATH=src python benchmarks/zoo_convs.py list --out convs.json [--models MODELS.json]
+    PYTHONPATH=src python benchmarks/zoo_convs.py probe convs.json --out PROBE.json.gz \\
+        [--budget-s 300]                                        # on a GPU
+
+``list`` traces each workload on the CPU (the batches of the sweep's ``models.json``) and
+writes the configurations largest first (by the larger of input and output bytes: the
+workspaces that move a peak), each with the workloads it came from; a few configurations the
+table already holds go first, measured again as a check that the GPU at hand picks the
+engines the table's GPU did. ``probe`` runs ``cudnn_probe.py``'s probe on each, largest first,
+within ``--budget-s`` seconds, and writes the probe document that ``build_cudnn_table.py``
+reads (saved as it goes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gzip
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+ROOT = Path(__file__).resolve().parent
+MODELS = ROOT / "results" / "2026-12-06-cpu-zoo-sweep" / "models.json"
+CHECKS = 12  # configurations the table holds, probed again first
+
+
+def _config(args: tuple[Any, ...], batch: int) -> dict[str, Any] | None:
+    """The probe's configuration of an ``aten.convolution`` call, or None where the probe
+    cannot run it (transposed, dilated, not 2-d, a dtype the table does not key)."""
+    from memfit.trace import _cudnn
+
+    x, weight, bias, stride, padding, dilation, transposed, _, groups = args[:9]
+    if transposed or any(int(d) != 1 for d in dilation) or x.dim() != 4:
+        return None
+    dtype = _cudnn._DTYPES.get(x.dtype)
+    if dtype is None:
+        return None
+    _, c, h, w = (int(s) for s in x.shape)
+    cfg = {
+        "c": c,
+        "h": h,
+        "w": w,
+        "k": int(weight.shape[0]),
+        "kernel": [int(s) for s in weight.shape[2:]],
+        "stride": [int(s) for s in stride],
+        "padding": [int(p) for p in padding],
+        "groups": int(groups),
+        "bias": bias is not None,
+        "batch": batch,
+        "dtype": dtype,
+    }
+    if _cudnn.channels_last(x):
+        cfg["nhwc"] = True
+    return cfg
+
+
+def _table_answers(cfg: dict[str, Any], train: bool) -> bool:
+    """Whether the table holds the configuration's key at its batch for every phase it runs."""
+    from build_cudnn_table import key
+
+    from memfit.trace import _cudnn
+
+    entry = _cudnn._table().get(key(cfg))
+    if entry is None:
+        return False
+    phases = ("fwd", "dgrad", "wgrad") if train else ("fwd",)
+    return all(str(cfg["batch"]) in entry.get(p, {}) for p in phases if entry.get(p))
+
+
+def convolutions_of(entry: dict[str, Any], mode: str, batch: int) -> list[dict[str, Any]]:
+    """The 2-d convolutions the trace of the workload meets (one per configuration)."""
+    from zoo_inputs import workload_for
+
+    import memfit
+    from memfit.trace import _cudnn
+
+    seen: dict[str, dict[str, Any]] = {}
+    original = _cudnn.ConvWorkspaces.forward
+
+    def forward(self: Any, args: tuple[Any, ...]) -> list[int]:
+        cfg = _config(args, int(args[0].shape[0]))
+        if cfg is not None:
+            seen.setdefault(json.dumps(cfg, sort_keys=True), cfg)
+        return original(self, args)
+
+    _cudnn.ConvWorkspaces.forward = forward  # type: ignore[method-assign]
+    try:
+        memfit.estimate(workload_for(entry, mode, batch, "h100"))
+    finally:
+        _cudnn.ConvWorkspaces.forward = original  # type: ignore[method-assign]
+    return list(seen.values())
+
+
+def _size(cfg: dict[str, Any]) -> int:
+    (kh, kw), (sh, sw), (ph, pw) = cfg["kernel"], cfg["stride"], cfg["padding"]
+    ho, wo = (cfg["h"] + 2 * ph - kh) // sh + 1, (cfg["w"] + 2 * pw - kw) // sw + 1
+    return cfg["batch"] * max(cfg["c"] * cfg["h"] * cfg["w"], cfg["k"] * ho * wo)
+
+
+def run_list(models: Path, out: Path) -> int:
+    document = json.loads(models.read_text())
+    found: dict[str, dict[str, Any]] = {}
+    checks: dict[str, dict[str, Any]] = {}
+    entries = [e for e in document["entries"] if e["source"] in ("torchvision", "timm")]
+    start = time.perf_counter()
+    for n, entry in enumerate(entries, 1):
+        for mode, workload in entry.get("workloads", {}).items():
+            train = mode == "train"
+            wid = f"{entry['id']}/{mode}"
+            try:
+                convs = convolutions_of(entry, mode, workload["batch_size"])
+            except Exception as exc:  # a workload memfit refuses: no convolutions to list
+                print(f"{wid}: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
+                continue
+            for cfg in convs:
+                cfg = {**cfg, "train": train}
+                name = json.dumps(cfg, sort_keys=True)
+                bucket = checks if _table_answers(cfg, train) else found
+                bucket.setdefault(name, {**cfg, "workloads": []})["workloads"].append(wid)
+        print(
+            f"[{n}/{len(entries)}, {time.perf_counter() - start:.0f} s] {entry['id']}", flush=True
+        )
+    configs = sorted(found.values(), key=_size, reverse=True)
+    known = sorted(checks.values(), key=_size, reverse=True)[:CHECKS]
+    for cfg in known:
+        cfg["check"] = True
+    out.write_text(
+        json.dumps(
+            {
+                "meta": {"date": dt.date.today().isoformat(), "models": str(models)},
+                "configs": known + configs,
+            },
+            indent=0,
+        )
+        + "\n"
+    )
+    print(f"{len(configs)} configurations to probe, {len(known)} to check -> {out}")
+    return 0
+
+
+def run_probe(listing: Path, out: Path, budget_s: float) -> int:
+    import torch
+    from cudnn_probe import probe_conv
+
+    configs = json.loads(listing.read_text())["configs"]
+    document: dict[str, Any] = {
+        "meta": {
+            "date": dt.date.today().isoformat(),
+            "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version(),
+            "benchmark": torch.backends.cudnn.benchmark,
+            "command": " ".join(sys.argv),
+        },
+        "conv": [],
+        "lstm": [],
+        "failed": [],
+    }
+    start = saved = time.monotonic()
+
+    def save() -> None:
+        with gzip.open(out, "wt") as fh:
+            json.dump(document, fh)
+
+    for cfg in configs:
+        if time.monotonic() - start > budget_s:
+            break
+        probe = {k: v for k, v in cfg.items() if k not in ("batch", "dtype", "train", "workloads")}
+        try:
+            probed = probe_conv(probe, cfg["batch"], cfg["dtype"], cfg["train"])
+        except torch.OutOfMemoryError as exc:
+            document["failed"].append({**cfg, "error": str(exc).splitlines()[0]})
+        else:
+            document["conv"].append({**probed, "workloads": cfg["workloads"]})
+        torch.cuda.empty_cache()
+        if time.monotonic() - saved > 20:
+            save()
+            saved = time.monotonic()
+    save()
+    print(f"{len(document['conv'])} of {len(configs)} configurations probed -> {out}")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    listing = sub.add_parser("list")
+    listing.add_argument("--models", type=Path, default=MODELS)
+    listing.add_argument("--out", type=Path, required=True)
+    probe = sub.add_parser("probe")
+    probe.add_argument("listing", type=Path)
+    probe.add_argument("--out", type=Path, required=True)
+    probe.add_argument("--budget-s", type=float, default=300.0)
+    args = parser.parse_args()
+    if args.command == "list":
+        return run_list(args.models, args.out)
+    return run_probe(args.listing, args.out, args.budget_s)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
