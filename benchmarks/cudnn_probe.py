@@ -190,6 +190,18 @@ def probe_lstm(
     }
 
 
+def probe_meta() -> dict:
+    """The GPU, the versions and the command a probe document was made with."""
+    return {
+        "date": dt.date.today().isoformat(),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "benchmark": torch.backends.cudnn.benchmark,
+        "command": " ".join(sys.argv),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
@@ -204,14 +216,7 @@ def main() -> int:
     parser.add_argument("--lstm-infer", action="store_true", help="also probe inference calls")
     args = parser.parse_args()
     out = {
-        "meta": {
-            "date": dt.date.today().isoformat(),
-            "gpu": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "cudnn": torch.backends.cudnn.version(),
-            "benchmark": torch.backends.cudnn.benchmark,
-            "command": " ".join(sys.argv),
-        },
+        "meta": probe_meta(),
         "conv": [],
         "lstm": [],
     }

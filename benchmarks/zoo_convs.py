@@ -154,18 +154,11 @@ def run_list(models: Path, out: Path) -> int:
 
 def run_probe(listing: Path, out: Path, budget_s: float) -> int:
     import torch
-    from cudnn_probe import probe_conv
+    from cudnn_probe import probe_conv, probe_meta
 
     configs = json.loads(listing.read_text())["configs"]
     document: dict[str, Any] = {
-        "meta": {
-            "date": dt.date.today().isoformat(),
-            "gpu": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "cudnn": torch.backends.cudnn.version(),
-            "benchmark": torch.backends.cudnn.benchmark,
-            "command": " ".join(sys.argv),
-        },
+        "meta": probe_meta(),
         "conv": [],
         "lstm": [],
         "failed": [],

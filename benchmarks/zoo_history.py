@@ -40,25 +40,16 @@ def file_name(wid: str) -> str:
     return wid.replace("/", "-").replace(":", "-") + ".pickle.gz"
 
 
-def _strip(snapshot: dict) -> dict:
-    for trace in snapshot.get("device_traces", []):
-        for entry in trace:
-            entry.pop("frames", None)
-    for seg in snapshot.get("segments", []):
-        for block in seg.get("blocks", []):
-            block.pop("frames", None)
-    return snapshot
-
-
 def record(wid: str, out: Path, models: Path) -> dict[str, Any]:
     import torch
+    from gpu_measure import _strip_frames
 
     from memfit.estimator import measure
 
     torch.manual_seed(0)
     measured, snapshot = measure(zoo_workload(wid, models), record_history=True)
     with gzip.open(out / file_name(wid), "wb") as fh:
-        pickle.dump(_strip(snapshot), fh)
+        pickle.dump(_strip_frames(snapshot), fh)
     return {
         "id": wid,
         "peak_allocated": measured.peak_allocated,
