@@ -48,6 +48,15 @@ def test_matmul_forward_in_bf16_allocates_its_output():
     assert got["persistent"], "the cuBLAS workspace of the first launch is listed apart"
 
 
+def test_a_view_of_an_input_allocates_nothing():
+    """The GPU made the inputs before recording: a view of one is no allocation, and the
+    backward's only tensor is the gradient it is given."""
+    x = torch.randn(256, 1024, requires_grad=True)
+    assert trace_case(_Op(torch.t), SampleInput(x), "forward")["events"] == []
+    got = trace_case(_Op(torch.t), SampleInput(x), "backward")
+    assert _allocs(got["events"]) == [256 * 1024 * 4]
+
+
 def test_softmax_backward_allocations():
     n = 128 * 1024 * 4  # one (128, 1024) float32 tensor
     x = torch.randn(128, 1024, requires_grad=True)
