@@ -1194,6 +1194,63 @@ HELD_OUT_TIED_HEAD: list[dict[str, Any]] = [
 ]
 
 
+# Held out: models written by hand as users write them (no zoo), with unusual ops among them:
+# FFTs, scatter and index ops, sampling grids, unfold, hand-written attention, packed
+# sequences; predicted with predict.py and committed before gpu_measure.py measured them.
+HELD_OUT_HANDWRITTEN: list[dict[str, Any]] = [
+    {"id": "hw-fno2d-fp32-b32", "model": "benchmarks/models/fno2d.py:make_model", "batch_size": 32},
+    {
+        "id": "hw-gnn-message-passing-fp32-b64",
+        "model": "benchmarks/models/gnn_message_passing.py:make_model",
+        "batch_size": 64,
+    },
+    {
+        "id": "hw-spatial-transformer-bf16mixed-b256",
+        "model": "benchmarks/models/spatial_transformer.py:make_model",
+        "batch_size": 256,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw-unfold-vit-bf16mixed-b128",
+        "model": "benchmarks/models/unfold_vit.py:make_model",
+        "batch_size": 128,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw-attention-lm-bf16mixed-b16-s1024",
+        "model": "benchmarks/models/handwritten_attention_lm.py:make_model",
+        "batch_size": 16,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw-packed-gru-fp32-b64-s512",
+        "model": "benchmarks/models/packed_gru.py:make_model",
+        "batch_size": 64,
+        "seq_len": 512,
+    },
+    {
+        "id": "hw-edgeconv-knn-fp32-b32",
+        "model": "benchmarks/models/edgeconv_knn.py:make_model",
+        "batch_size": 32,
+    },
+    {
+        "id": "hw-vq-vae-fp32-b256",
+        "model": "benchmarks/models/vq_vae.py:make_model",
+        "batch_size": 256,
+    },
+    {
+        "id": "hw-embedding-bag-recommender-fp32-b32768",
+        "model": "benchmarks/models/embedding_bag_recommender.py:make_model",
+        "batch_size": 32768,
+    },
+    {
+        "id": "hw-stft-audio-fp32-b256",
+        "model": "benchmarks/models/stft_audio_classifier.py:make_model",
+        "batch_size": 256,
+    },
+]
+
 ALL = (
     WORKLOADS
     + HELD_OUT
@@ -1222,4 +1279,5 @@ ALL = (
     + HELD_OUT_ZERO_2
     + DDP_GAP
     + HELD_OUT_TIED_HEAD
+    + HELD_OUT_HANDWRITTEN
 )

@@ -7,7 +7,8 @@ lists, for every torchvision and timm workload of the zoo sweep, each 2-d convol
 shape is not in the table or whose batch it does not hold (interpolated or scaled), as the
 trace of the workload meets it, and probes them on the GPU at those batches:
 
-    PYTHONPATH=src python benchmarks/zoo_convs.py list --out convs.json [--models MODELS.json]
+    PYTHONPATH=src python benchmarks/zoo_convs.py list --out convs.json [--models MODELS.json] \
+        [--also ID ...]                                         # workloads of workloads.py too
     PYTHONPATH=src python benchmarks/zoo_convs.py probe convs.json --out PROBE.json.gz \\
         [--budget-s 300]                                        # on a GPU
 
@@ -23,11 +24,13 @@ reads (saved as it goes).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import gzip
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,11 +84,9 @@ def _table_answers(cfg: dict[str, Any], train: bool) -> bool:
     return all(str(cfg["batch"]) in entry.get(p, {}) for p in phases if entry.get(p))
 
 
-def convolutions_of(entry: dict[str, Any], mode: str, batch: int) -> list[dict[str, Any]]:
-    """The 2-d convolutions the trace of the workload meets (one per configuration)."""
-    from zoo_inputs import workload_for
-
-    import memfit
+@contextlib.contextmanager
+def _recording() -> Iterator[dict[str, dict[str, Any]]]:
+    """The 2-d convolutions traced while this lasts (one per configuration)."""
     from memfit.trace import _cudnn
 
     seen: dict[str, dict[str, Any]] = {}
@@ -99,9 +100,25 @@ def convolutions_of(entry: dict[str, Any], mode: str, batch: int) -> list[dict[s
 
     _cudnn.ConvWorkspaces.forward = forward  # type: ignore[method-assign]
     try:
-        memfit.estimate(workload_for(entry, mode, batch, "h100"))
+        yield seen
     finally:
         _cudnn.ConvWorkspaces.forward = original  # type: ignore[method-assign]
+
+
+def convolutions_of(job: tuple[dict[str, Any] | str, str, int]) -> list[dict[str, Any]]:
+    """The convolutions of a zoo workload (entry, mode, batch), or of a workload of
+    ``benchmarks/workloads.py`` (its id, its own mode and batch)."""
+    from workloads import ALL, estimate_entry
+    from zoo_inputs import workload_for
+
+    import memfit
+
+    entry, mode, batch = job
+    with _recording() as seen:
+        if isinstance(entry, str):
+            estimate_entry(next(e for e in ALL if e["id"] == entry))
+        else:
+            memfit.estimate(workload_for(entry, mode, batch, "h100"))
     return list(seen.values())
 
 
@@ -111,29 +128,49 @@ def _size(cfg: dict[str, Any]) -> int:
     return cfg["batch"] * max(cfg["c"] * cfg["h"] * cfg["w"], cfg["k"] * ho * wo)
 
 
-def run_list(models: Path, out: Path) -> int:
+def _mode_of(wid: str) -> str:
+    from workloads import ALL
+
+    return str(next(e for e in ALL if e["id"] == wid).get("mode", "train"))
+
+
+def _job(job: tuple[dict[str, Any] | str, str, int]) -> tuple[str, list[dict[str, Any]] | str]:
+    entry, mode, _ = job
+    wid = entry if isinstance(entry, str) else f"{entry['id']}/{mode}"
+    try:
+        return wid, convolutions_of(job)
+    except Exception as exc:  # a workload memfit refuses: no convolutions to list
+        return wid, f"{type(exc).__name__}: {str(exc)[:120]}"
+
+
+def run_list(models: Path, out: Path, also: list[str]) -> int:
+    import multiprocessing
+
     document = json.loads(models.read_text())
     found: dict[str, dict[str, Any]] = {}
     checks: dict[str, dict[str, Any]] = {}
     entries = [e for e in document["entries"] if e["source"] in ("torchvision", "timm")]
+    jobs: list[tuple[dict[str, Any] | str, str, int]] = [
+        (entry, mode, workload["batch_size"])
+        for entry in entries
+        for mode, workload in entry.get("workloads", {}).items()
+    ]
+    jobs += [(wid, _mode_of(wid), 0) for wid in also]
     start = time.perf_counter()
-    for n, entry in enumerate(entries, 1):
-        for mode, workload in entry.get("workloads", {}).items():
-            train = mode == "train"
-            wid = f"{entry['id']}/{mode}"
-            try:
-                convs = convolutions_of(entry, mode, workload["batch_size"])
-            except Exception as exc:  # a workload memfit refuses: no convolutions to list
-                print(f"{wid}: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
+    # a fresh worker every few workloads: what the traces leave behind adds up to the
+    # machine's memory over a few hundred models
+    with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=8) as pool:
+        for n, (wid, convs) in enumerate(pool.imap(_job, jobs), 1):
+            if isinstance(convs, str):
+                print(f"{wid}: {convs}", file=sys.stderr)
                 continue
+            train = wid.endswith("/train") or (wid in also and _mode_of(wid) == "train")
             for cfg in convs:
                 cfg = {**cfg, "train": train}
                 name = json.dumps(cfg, sort_keys=True)
                 bucket = checks if _table_answers(cfg, train) else found
                 bucket.setdefault(name, {**cfg, "workloads": []})["workloads"].append(wid)
-        print(
-            f"[{n}/{len(entries)}, {time.perf_counter() - start:.0f} s] {entry['id']}", flush=True
-        )
+            print(f"[{n}/{len(jobs)}, {time.perf_counter() - start:.0f} s] {wid}", flush=True)
     configs = sorted(found.values(), key=_size, reverse=True)
     known = sorted(checks.values(), key=_size, reverse=True)[:CHECKS]
     for cfg in known:
@@ -194,13 +231,14 @@ def main() -> int:
     listing = sub.add_parser("list")
     listing.add_argument("--models", type=Path, default=MODELS)
     listing.add_argument("--out", type=Path, required=True)
+    listing.add_argument("--also", nargs="*", default=[], help="workloads of workloads.py")
     probe = sub.add_parser("probe")
     probe.add_argument("listing", type=Path)
     probe.add_argument("--out", type=Path, required=True)
     probe.add_argument("--budget-s", type=float, default=300.0)
     args = parser.parse_args()
     if args.command == "list":
-        return run_list(args.models, args.out)
+        return run_list(args.models, args.out, args.also)
     return run_probe(args.listing, args.out, args.budget_s)
 
 
