@@ -10,15 +10,17 @@ input gradient (dgrad) and of the weight gradient (wgrad).
     python benchmarks/build_cudnn_table.py PROBE.json.gz [MORE.json.gz ...] \
         src/memfit/trace/data/cudnn_sm90.json
 
-The table in the package is built from every H200 probe so far, in this order (the meta's
+The table in the package is built from every probe so far, in this order (the meta's
 ``command`` lists them): ``results/2026-11-30-h200-estimate-accuracy/cudnn_probe.json.gz``,
 ``results/2026-11-30-h200-finder-monitor-cudnn/cudnn_probe_conv.json.gz`` and
 ``cudnn_probe_lstm.json.gz``,
 ``results/2026-12-01-h200-user-steps-compiled/cudnn/cudnn_probe_families.json.gz`` and
 ``cudnn_probe_regnet.json.gz``, and
 ``results/2026-12-02-h200-activation-offload/cudnn_probe_convnext_nhwc.json.gz`` (ConvNeXt-T's
-channels-last convolutions). Per configuration and phase: the forward's workspaces, the input
-gradient's, the weight gradient's, and the bias gradient's reduction's.
+channels-last convolutions), and the H100's
+``results/2026-12-06-h100-zoo-convolutions/zoo-convs-probe.json.gz`` (the zoo sweep's 10,191
+convolutions at its batches, ``zoo_convs.py``). Per configuration and phase: the forward's
+workspaces, the input gradient's, the weight gradient's, and the bias gradient's reduction's.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from collections import Counter
 from typing import Any
 
 ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
+# Hopper chips of one engine set: cuDNN picks the same engines on both (12 configurations the
+# H200 probed, probed again on an H100, took the same workspaces: results/2026-12-06-h100-zoo-
+# convolutions); a table of sm90 takes probes from either
+SM90 = ("H100", "H200")
 PHASES = ("fwd", "dgrad", "dgrad", "wgrad", "bias")
 
 
@@ -145,10 +151,14 @@ def lstm_workspace_fits(probe: dict[str, Any]) -> dict[str, list[float]]:
 
 def merge(probes: list[dict[str, Any]]) -> dict[str, Any]:
     """One probe document from several runs on the same GPU and library versions."""
-    versions = {(p["meta"]["gpu"], p["meta"]["torch"], p["meta"]["cudnn"]) for p in probes}
+    versions = {(p["meta"]["torch"], p["meta"]["cudnn"]) for p in probes}
     if len(versions) != 1:
-        raise ValueError(f"probes from different GPUs or versions cannot be merged: {versions}")
+        raise ValueError(f"probes from different library versions cannot be merged: {versions}")
+    gpus = sorted({p["meta"]["gpu"] for p in probes})
+    if not all(any(chip in gpu for chip in SM90) for gpu in gpus):
+        raise ValueError(f"probes from GPUs other than sm90 ones cannot be merged: {gpus}")
     meta = dict(probes[0]["meta"])
+    meta["gpu"] = " and ".join(gpus)
     meta["command"] = " | ".join(p["meta"]["command"] for p in probes)
     meta["date"] = max(p["meta"]["date"] for p in probes)
     return {

@@ -53,6 +53,7 @@ PROBES = [
     "benchmarks/results/2026-12-01-h200-user-steps-compiled/cudnn/cudnn_probe_regnet.json.gz",
     # ConvNeXt-T's convolutions that see its permuted (channels-last) tensors
     "benchmarks/results/2026-12-02-h200-activation-offload/cudnn_probe_convnext_nhwc.json.gz",
+    "benchmarks/results/2026-12-06-h100-zoo-convolutions/zoo-convs-probe.json.gz",
 ]
 
 
@@ -76,12 +77,15 @@ def test_the_committed_table_is_what_the_probe_gives() -> None:
     assert {k.split("|")[0] for k in committed["lstm_workspace"]} == {"fp32", "bf16", "fp16"}
 
 
-def test_probes_of_one_gpu_merge_and_others_do_not() -> None:
+def test_probes_of_sm90_gpus_merge_and_others_do_not() -> None:
     build, probe = _builder(), _probe()
     assert build.build(build.merge([probe, probe]))["conv"] == _table()
     other = {**probe, "meta": {**probe["meta"], "gpu": "NVIDIA A100-SXM4-80GB"}}
     with pytest.raises(ValueError, match="cannot be merged"):
         build.merge([probe, other])
+    newer = {**probe, "meta": {**probe["meta"], "cudnn": probe["meta"]["cudnn"] + 100}}
+    with pytest.raises(ValueError, match="cannot be merged"):
+        build.merge([probe, newer])
 
 
 def test_measured_batch_sizes_are_exact_and_others_interpolated() -> None:
