@@ -10,6 +10,9 @@
 #   bash benchmarks/gpu_session.sh sweeps [SECONDS]  # fit and finder tests, then the op sweep
 #                                             # (3 shards) beside the zoo sweep (2 shards), the
 #                                             # zoo's convolutions, allocator histories
+#   HELDOUT=... ZOO_HISTORY=... bash benchmarks/gpu_session.sh recheck [SECONDS]
+#                                             # held-out workloads, zoo workloads in fresh
+#                                             # processes, then SECONDS more of the zoo sweep
 #   bash benchmarks/gpu_session.sh heldout ID...  # predict on this host's CPU first, then measure
 #                                             # with allocator traces (fresh process each)
 #
@@ -132,6 +135,22 @@ sweeps)
     fi
     (cd "$OUT/sweeps" && tar czf ../sweeps.tar.gz ./*.jsonl) && rm -rf "$OUT/sweeps"
     ;;
+recheck)
+    # one at a time, nothing beside: the held-out workloads of $HELDOUT (predicted and
+    # committed before), then the zoo workloads of $ZOO_HISTORY again, each in a fresh process
+    # with its allocator history, then what is left of the zoo sweep ($SWEEP_FROM's files)
+    # shellcheck disable=SC2086  # ids, one word each
+    step measure 300 python benchmarks/gpu_measure.py "$OUT/m" --only $HELDOUT --traces
+    mv "$OUT/m/measured.json" "$OUT/measured.json" 2>/dev/null
+    (cd "$OUT/m" && tar czf ../traces.tar.gz ./*.pickle.gz) && rm -rf "$OUT/m"
+    # shellcheck disable=SC2086
+    step zoo-history 200 python benchmarks/zoo_history.py "$OUT/history" $ZOO_HISTORY
+    (cd "$OUT/history" && tar czf ../history.tar.gz ./*) && rm -rf "$OUT/history"
+    mkdir -p "$OUT/sweeps"
+    cp "$SWEEP_FROM"/zoo-measured-*.jsonl "$OUT/sweeps/"
+    zoo_shard 1 "${2:-60}"
+    (cd "$OUT/sweeps" && tar czf ../sweeps.tar.gz ./*.jsonl) && rm -rf "$OUT/sweeps"
+    ;;
 heldout)
     shift
     # the prediction is written (and timestamped) before the first measurement starts
@@ -141,7 +160,7 @@ heldout)
     (cd "$OUT/m" && tar czf ../traces.tar.gz ./*.pickle.gz) && rm -rf "$OUT/m"
     ;;
 *)
-    echo "unknown part '$1': give tests, finders, attention, monitor, sweeps, x2 or heldout" >&2
+    echo "unknown part '$1': give tests, finders, attention, monitor, sweeps, recheck, x2 or heldout" >&2
     exit 2
     ;;
 esac
