@@ -159,3 +159,18 @@ def test_moved_keeps_the_tensors_an_op_wants_on_the_cpu():
     got = cases.moved(SampleInput(x, args=(sections,)), lambda t: t.to("meta"), [False, True])
     assert got.input.device.type == "meta" and got.input.requires_grad and got.input.is_leaf
     assert got.args[0].device.type == "cpu"
+
+
+def test_a_full_reduction_splits_across_blocks_and_frees_last_first():
+    """H100, torch 2.11: ``std`` of 512,000 float32 elements allocates its output, then 63
+    blocks' Welford records (16 bytes each) and 4 bytes of semaphores, freed semaphores first."""
+    x = torch.randn(512_000)
+    got = trace_case(_Op(torch.std), SampleInput(x), "forward")
+    assert tokens(got["events"]) == [
+        ("+", 4),
+        ("+", 1008),
+        ("+", 4),
+        ("-", 4),
+        ("-", 1008),
+        ("-", 4),
+    ]

@@ -422,8 +422,9 @@ class Recorder(TorchDispatchMode):
             scratch_at = len(self.events)
             # kernel-internal scratch: allocated after the outputs, freed when the kernel ends
             held: list[int] = []
+            last_first = self.kernels.frees_last_first(func)
             for group in self.kernels.scratch(func, args, kwargs):
-                held = self._scratch(group, held)
+                held = self._scratch(group, held, last_first)
             for block in held:
                 self.free(block)
         for block in copies:
@@ -466,16 +467,19 @@ class Recorder(TorchDispatchMode):
         with contextlib.suppress(AttributeError):  # a type without a __dict__: not marked
             exc.memfit_failed_op = self.failure  # type: ignore[attr-defined]
 
-    def _scratch(self, group: list[Scratch], held: list[int] | None = None) -> list[int]:
+    def _scratch(
+        self, group: list[Scratch], held: list[int] | None = None, last_first: bool = False
+    ) -> list[int]:
         """Workspaces that live together: allocated, then ``held`` (kept from the group
-        before) freed, then this group's freed but for its own held ones, which it returns."""
+        before) freed, then this group's freed (the last allocated first if ``last_first``)
+        but for its own held ones, which it returns."""
         blocks = [
             (self._rule_alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
             for item in group
         ]
         for block in held or ():
             self.free(block)
-        for block, keep in blocks:
+        for block, keep in reversed(blocks) if last_first else blocks:
             if not keep:
                 self.free(block)
         return [block for block, keep in blocks if keep]
