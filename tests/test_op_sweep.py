@@ -174,3 +174,16 @@ def test_a_full_reduction_splits_across_blocks_and_frees_last_first():
         ("-", 1008),
         ("-", 4),
     ]
+
+
+def test_an_op_cuda_runs_as_its_composite_allocates_its_pieces():
+    """H100, torch 2.11: ``isinf`` has no CUDA kernel; its composite takes ``abs`` of the input
+    (409,600 float32 elements) before the boolean output, and frees it after."""
+    x = torch.randn(409_600)
+    got = trace_case(_Op(torch.isinf), SampleInput(x), "forward")
+    assert tokens(got["events"]) == [
+        ("+", 1_638_400),
+        ("+", 409_600),
+        ("-", 1_638_400),
+        ("-", 409_600),
+    ]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch._C import DispatchKey
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
@@ -79,6 +80,20 @@ def _composite(func: Any) -> bool:
         known = known and not any(has(name, key) for key in own)
         _COMPOSITE[func] = known
     return known
+
+
+_aten = torch.ops.aten
+# Ops CUDA runs through their CompositeExplicitAutograd kernel (they have no CUDA kernel), whose
+# pieces allocate beyond the output; the meta kernel registered for each would make the output
+# alone. H100 traces, torch 2.11: ``isinf`` takes ``abs`` of its input first, ``dist`` the
+# difference of its inputs, ``mvlgamma`` an (n, p) ``lgamma`` table.
+_EXPLICIT_COMPOSITES = frozenset(
+    {
+        _aten.isinf.default,
+        _aten.dist.default,
+        _aten.mvlgamma.default,
+    }
+)
 
 
 def _sole_owner(t: torch.Tensor) -> bool:
@@ -354,6 +369,9 @@ class Recorder(TorchDispatchMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        if func in _EXPLICIT_COMPOSITES:  # as CUDA runs it: its pieces
+            with self:
+                return func._op_dk(DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
         if (func is INDEX and has_mask(args[1])) or func is MASKED_SELECT:
             with self:  # by the mask's positions (nonzero), as CUDA does
                 if func is INDEX:
