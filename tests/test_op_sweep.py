@@ -187,3 +187,15 @@ def test_an_op_cuda_runs_as_its_composite_allocates_its_pieces():
         ("-", 1_638_400),
         ("-", 409_600),
     ]
+
+
+def test_backward_formulas_write_into_their_fresh_tensors_in_place():
+    """H100, torch 2.11: ``max(dim)``'s backward scatters into the zeros it made and
+    ``trace``'s fills their diagonal, in place (a dispatch mode would see out-of-place ops): one
+    input-sized gradient each, no second one."""
+    n = 160 * 3200 * 4
+    x = torch.randn(160, 3200, requires_grad=True)
+    got = trace_case(_Op(lambda t: torch.max(t, 1)), SampleInput(x), "backward")
+    assert _allocs(got["events"]).count(n) == 1
+    got = trace_case(_Op(torch.trace), SampleInput(x), "backward")
+    assert _allocs(got["events"]).count(n) == 1

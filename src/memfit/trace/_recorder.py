@@ -59,6 +59,18 @@ _NO_FUNCTION_MODE = torch._C.DisableTorchFunction
 _ADD_INPLACE = torch.ops.aten.add_.Tensor
 _INDEX_PUT = torch.ops.aten.index_put.default
 _INDEX_PUT_IMPL = torch.ops.aten._index_put_impl_.default
+# backward formulas that write into a tensor they just made in place unless a tensor is
+# "subclass-like", which any Python dispatch mode makes them all (FunctionsManual.cpp):
+# max/min/sort/topk's ``value_selecting_reduction_backward`` scatters into zeros,
+# ``trace_backward`` fills the zeros' diagonal, a full max/min's ``evenly_distribute_backward``
+# ands the input's NaN mask with the value's
+_IN_PLACE = {
+    torch.ops.aten.logical_and.default: torch.ops.aten.logical_and_.default,
+    torch.ops.aten.scatter.src: torch.ops.aten.scatter_.src,
+    torch.ops.aten.scatter.value: torch.ops.aten.scatter_.value,
+    torch.ops.aten.index_fill.int_Tensor: torch.ops.aten.index_fill_.int_Tensor,
+    torch.ops.aten.index_fill.int_Scalar: torch.ops.aten.index_fill_.int_Scalar,
+}
 _COMPOSITE: dict[Any, bool] = {}  # op -> whether CUDA runs it as its decomposition (below)
 
 
@@ -385,6 +397,10 @@ class Recorder(TorchDispatchMode):
             with _NO_FUNCTION_MODE():
                 if self._scatters_into_fresh_zeros(args, kwargs):
                     func, args, kwargs = _INDEX_PUT_IMPL, (*args[:3], True, True), {}
+        elif func in _IN_PLACE:
+            with _NO_FUNCTION_MODE():
+                if self._fresh_in_backward(args[0]):
+                    func = _IN_PLACE[func]
         if puts_by_positions(func, args, kwargs):
             with self:  # by the masks' positions (nonzero), as CUDA does
                 return put_by_positions(func, args, kwargs)
@@ -514,9 +530,15 @@ class Recorder(TorchDispatchMode):
         hidden) float32 tensor per MoE layer that the GPU never allocates).
         """
         accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
-        if not accumulate or torch.is_grad_enabled() or not self.phase.endswith("backward"):
+        return bool(accumulate) and self._fresh_in_backward(args[0])
+
+    def _fresh_in_backward(self, zeros: Any) -> bool:
+        """Whether ``zeros`` was made by the backward node now running and nothing else holds
+        its storage: what a backward formula writes into in place on the GPU, where the trace
+        (a dispatch mode) sees its out-of-place form (:data:`_IN_PLACE`). H100 traces, torch
+        2.11: ``max(dim)``'s backward allocates one input-sized gradient, not two."""
+        if torch.is_grad_enabled() or not self.phase.endswith("backward"):
             return False
-        zeros = args[0]
         node = torch._C._current_autograd_node()
         if node is None or not isinstance(zeros, torch.Tensor) or zeros.device.type != "meta":
             return False
