@@ -199,3 +199,23 @@ def test_backward_formulas_write_into_their_fresh_tensors_in_place():
     assert _allocs(got["events"]).count(n) == 1
     got = trace_case(_Op(torch.trace), SampleInput(x), "backward")
     assert _allocs(got["events"]).count(n) == 1
+
+
+def test_renorm_frees_its_scratch_as_scopes_end():
+    """H100, torch 2.11, (160, 160, 160) bf16 over the last dim: the output, the norms, the
+    norm's split-reduction scratch (freed when the norm is made), the scale factors, then the
+    factors and the norms freed."""
+    x = torch.randn(160, 160, 160, dtype=torch.bfloat16)
+    got = trace_case(_Op(torch.renorm), SampleInput(x, args=(2, -1, 0.5)), "forward")
+    assert tokens(got["events"]) == [
+        ("+", 8_192_000),
+        ("+", 640),
+        ("+", 32_768_000),
+        ("+", 8),
+        ("-", 8),
+        ("-", 32_768_000),
+        ("+", 320),
+        ("-", 320),
+        ("-", 640),
+        ("-", 8_192_000),
+    ]

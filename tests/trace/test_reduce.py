@@ -4,7 +4,7 @@ benchmarks/results/2026-11-30-h200-estimate-accuracy/traces): buffer bytes, then
 import pytest
 import torch
 
-from memfit.trace._reduce import reduce_op_scratch, reduction_scratch
+from memfit.trace._reduce import reduce_op_scratch, reduction_scratch, renorm_scratch
 
 H200 = (132, 2048)
 
@@ -94,3 +94,19 @@ def test_a_boolean_sum_copies_its_input_to_int64_first():
     half = _meta(15, torch.bfloat16)  # read as it is when summed into float32
     assert reduce_op_scratch(aten.sum.default, (half,), {"dtype": torch.float32}, *H100) == []
     assert reduce_op_scratch(aten.sum.default, (half,), {}, *H100) == []
+
+
+def test_renorm_holds_its_norms_over_the_reduction_then_takes_scale_factors():
+    # H100, torch 2.11, renorm(x, 2, -1, 0.5) of (160, 160, 160) bf16
+    x = torch.empty(160, 160, 160, dtype=torch.bfloat16, device="meta")
+    assert renorm_scratch((x, 2, -1, 0.5), *H100) == [
+        [
+            (640, "renorm slice norms", True),
+            (32_768_000, "reduction partial results"),
+            (8, "reduction semaphores"),
+        ],
+        [(320, "renorm scale factors")],
+    ]
+    # float32, (80, 80, 80) over dim 1: the norms alone, no factors of another type
+    y = torch.empty(80, 80, 80, device="meta")
+    assert renorm_scratch((y, 2, 1, 0.5), *H100) == [[(320, "renorm slice norms", True)]]

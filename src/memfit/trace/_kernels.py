@@ -24,7 +24,12 @@ from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
 from memfit.trace._layouts import channels_last
-from memfit.trace._reduce import REDUCE_OPS, reduce_op_scratch, reduction_scratch
+from memfit.trace._reduce import (
+    REDUCE_OPS,
+    reduce_op_scratch,
+    reduction_scratch,
+    renorm_scratch,
+)
 from memfit.trace._scratch import SORTS, Scratch, sort_scratch
 from memfit.trace._sdpa import backward_ran_cudnn
 
@@ -153,6 +158,7 @@ RULE_OPS = frozenset(
         aten.multinomial.default,
         *SORTS,
         *REDUCE_OPS,
+        aten.renorm.default,
     }
 )
 
@@ -242,6 +248,8 @@ class KernelModel:
             return _efficient_backward_scratch(args)
         if func in SORTS:
             return sort_scratch(args, kwargs)
+        if func is aten.renorm.default:
+            return renorm_scratch(args, self.sm_count, self.threads_per_sm)
         own = fake_scratch(func, args, kwargs)
         if own:
             return own
@@ -251,8 +259,9 @@ class KernelModel:
     def frees_last_first(self, func: Any) -> bool:
         """Whether the kernel frees its scratch in the reverse order of allocation: a
         reduction's buffers are C++ locals, destroyed last first (H100 traces, torch 2.11:
-        semaphores, then partial results, then the input's cast copy)."""
-        return func in REDUCE_OPS
+        semaphores, then partial results, then the input's cast copy; ``renorm``'s scale
+        factors, then its norms)."""
+        return func in REDUCE_OPS or func is aten.renorm.default
 
     def between_outputs(
         self, func: Any, args: tuple[Any, ...]

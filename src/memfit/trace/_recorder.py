@@ -505,16 +505,21 @@ class Recorder(TorchDispatchMode):
         self, group: list[Scratch], held: list[int] | None = None, last_first: bool = False
     ) -> list[int]:
         """Workspaces that live together: allocated, then ``held`` (kept from the group
-        before) freed, then this group's freed (the last allocated first if ``last_first``)
-        but for its own held ones, which it returns."""
+        before) freed, then this group's freed but for its own held ones, which it returns.
+        ``last_first`` frees as C++ scopes do: this group's last allocated first, then
+        ``held``."""
         blocks = [
             (self._rule_alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
             for item in group
         ]
-        for block in held or ():
-            self.free(block)
+        if not last_first:
+            for block in held or ():
+                self.free(block)
         for block, keep in reversed(blocks) if last_first else blocks:
             if not keep:
+                self.free(block)
+        if last_first:  # held by an outer scope: outlives this group's own
+            for block in reversed(held or ()):
                 self.free(block)
         return [block for block, keep in blocks if keep]
 
