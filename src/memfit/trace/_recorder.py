@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._costs import StepCosts
 from memfit.trace._cpu_scalars import call_with_cpu_scalars
+from memfit.trace._cuda_forms import EXPLICIT_COMPOSITES, IN_PLACE
 from memfit.trace._data_shapes import (
     INDEX,
     MASKED_SELECT,
@@ -59,18 +60,6 @@ _NO_FUNCTION_MODE = torch._C.DisableTorchFunction
 _ADD_INPLACE = torch.ops.aten.add_.Tensor
 _INDEX_PUT = torch.ops.aten.index_put.default
 _INDEX_PUT_IMPL = torch.ops.aten._index_put_impl_.default
-# backward formulas that write into a tensor they just made in place unless a tensor is
-# "subclass-like", which any Python dispatch mode makes them all (FunctionsManual.cpp):
-# max/min/sort/topk's ``value_selecting_reduction_backward`` scatters into zeros,
-# ``trace_backward`` fills the zeros' diagonal, a full max/min's ``evenly_distribute_backward``
-# ands the input's NaN mask with the value's
-_IN_PLACE = {
-    torch.ops.aten.logical_and.default: torch.ops.aten.logical_and_.default,
-    torch.ops.aten.scatter.src: torch.ops.aten.scatter_.src,
-    torch.ops.aten.scatter.value: torch.ops.aten.scatter_.value,
-    torch.ops.aten.index_fill.int_Tensor: torch.ops.aten.index_fill_.int_Tensor,
-    torch.ops.aten.index_fill.int_Scalar: torch.ops.aten.index_fill_.int_Scalar,
-}
 _COMPOSITE: dict[Any, bool] = {}  # op -> whether CUDA runs it as its decomposition (below)
 
 
@@ -92,20 +81,6 @@ def _composite(func: Any) -> bool:
         known = known and not any(has(name, key) for key in own)
         _COMPOSITE[func] = known
     return known
-
-
-_aten = torch.ops.aten
-# Ops CUDA runs through their CompositeExplicitAutograd kernel (they have no CUDA kernel), whose
-# pieces allocate beyond the output; the meta kernel registered for each would make the output
-# alone. H100 traces, torch 2.11: ``isinf`` takes ``abs`` of its input first, ``dist`` the
-# difference of its inputs, ``mvlgamma`` an (n, p) ``lgamma`` table.
-_EXPLICIT_COMPOSITES = frozenset(
-    {
-        _aten.isinf.default,
-        _aten.dist.default,
-        _aten.mvlgamma.default,
-    }
-)
 
 
 def _sole_owner(t: torch.Tensor) -> bool:
@@ -381,7 +356,7 @@ class Recorder(TorchDispatchMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
-        if func in _EXPLICIT_COMPOSITES:  # as CUDA runs it: its pieces
+        if func in EXPLICIT_COMPOSITES:  # as CUDA runs it: its pieces
             with self:
                 return func._op_dk(DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
         if (func is INDEX and has_mask(args[1])) or func is MASKED_SELECT:
@@ -397,10 +372,10 @@ class Recorder(TorchDispatchMode):
             with _NO_FUNCTION_MODE():
                 if self._scatters_into_fresh_zeros(args, kwargs):
                     func, args, kwargs = _INDEX_PUT_IMPL, (*args[:3], True, True), {}
-        elif func in _IN_PLACE:
+        elif func in IN_PLACE:
             with _NO_FUNCTION_MODE():
                 if self._fresh_in_backward(args[0]):
-                    func = _IN_PLACE[func]
+                    func = IN_PLACE[func]
         if puts_by_positions(func, args, kwargs):
             with self:  # by the masks' positions (nonzero), as CUDA does
                 return put_by_positions(func, args, kwargs)
@@ -540,7 +515,7 @@ class Recorder(TorchDispatchMode):
     def _fresh_in_backward(self, zeros: Any) -> bool:
         """Whether ``zeros`` was made by the backward node now running and nothing else holds
         its storage: what a backward formula writes into in place on the GPU, where the trace
-        (a dispatch mode) sees its out-of-place form (:data:`_IN_PLACE`). H100 traces, torch
+        (a dispatch mode) sees its out-of-place form (:data:`IN_PLACE`). H100 traces, torch
         2.11: ``max(dim)``'s backward allocates one input-sized gradient, not two."""
         if torch.is_grad_enabled() or not self.phase.endswith("backward"):
             return False

@@ -1,0 +1,43 @@
+"""Ops that the trace, a Python dispatch mode, would see in another form than CUDA runs them.
+
+The recorder runs them in CUDA's form, so that the allocations it records are the GPU's:
+
+* :data:`EXPLICIT_COMPOSITES` have no CUDA kernel: CUDA runs their CompositeExplicitAutograd
+  kernel, whose pieces allocate, while a meta kernel registered for each would make the output
+  alone;
+* :data:`IN_PLACE` maps out-of-place ops to the in-place ones that backward formulas call on
+  the GPU (``Recorder._fresh_in_backward`` says when).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["EXPLICIT_COMPOSITES", "IN_PLACE"]
+
+aten = torch.ops.aten
+
+# Ops CUDA runs through their CompositeExplicitAutograd kernel (they have no CUDA kernel), whose
+# pieces allocate beyond the output; the meta kernel registered for each would make the output
+# alone. H100 traces, torch 2.11: ``isinf`` takes ``abs`` of its input first, ``dist`` the
+# difference of its inputs, ``mvlgamma`` an (n, p) ``lgamma`` table.
+EXPLICIT_COMPOSITES = frozenset(
+    {
+        aten.isinf.default,
+        aten.dist.default,
+        aten.mvlgamma.default,
+    }
+)
+
+# backward formulas that write into a tensor they just made in place unless a tensor is
+# "subclass-like", which any Python dispatch mode makes them all (FunctionsManual.cpp):
+# max/min/sort/topk's ``value_selecting_reduction_backward`` scatters into zeros,
+# ``trace_backward`` fills the zeros' diagonal, a full max/min's ``evenly_distribute_backward``
+# ands the input's NaN mask with the value's
+IN_PLACE = {
+    aten.logical_and.default: aten.logical_and_.default,
+    aten.scatter.src: aten.scatter_.src,
+    aten.scatter.value: aten.scatter_.value,
+    aten.index_fill.int_Tensor: aten.index_fill_.int_Tensor,
+    aten.index_fill.int_Scalar: aten.index_fill_.int_Scalar,
+}
