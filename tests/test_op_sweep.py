@@ -219,3 +219,22 @@ def test_renorm_frees_its_scratch_as_scopes_end():
         ("-", 640),
         ("-", 8_192_000),
     ]
+
+
+def test_logsumexp_allocates_its_composites_pieces():
+    """H100, torch 2.11, ``logsumexp`` of (640, 640) float32 over dim 1: the maxima, their
+    ``abs`` and its infinity mask (freed), the shifted input, then the output."""
+    x = torch.randn(640, 640)
+    got = trace_case(_Op(torch.logsumexp), SampleInput(x, args=(1,)), "forward")
+    assert tokens(got["events"]) == [
+        ("+", 2560),
+        ("+", 2560),
+        ("+", 640),
+        ("-", 640),
+        ("-", 2560),
+        ("+", 1_638_400),
+        ("+", 2560),
+        ("-", 1_638_400),
+        ("-", 2560),
+        ("-", 2560),
+    ]

@@ -2,32 +2,35 @@
 
 The recorder runs them in CUDA's form, so that the allocations it records are the GPU's:
 
-* :data:`EXPLICIT_COMPOSITES` have no CUDA kernel: CUDA runs their CompositeExplicitAutograd
-  kernel, whose pieces allocate, while a meta kernel registered for each would make the output
-  alone;
+* :data:`EXPLICIT_COMPOSITES` have no CUDA kernel: CUDA runs their composite kernel, whose
+  pieces allocate, while a meta kernel registered for each would make the output alone;
 * :data:`IN_PLACE` maps out-of-place ops to the in-place ones that backward formulas call on
   the GPU (``Recorder._fresh_in_backward`` says when).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from torch._C import DispatchKey
 
 __all__ = ["EXPLICIT_COMPOSITES", "IN_PLACE"]
 
 aten = torch.ops.aten
 
-# Ops CUDA runs through their CompositeExplicitAutograd kernel (they have no CUDA kernel), whose
-# pieces allocate beyond the output; the meta kernel registered for each would make the output
-# alone. H100 traces, torch 2.11: ``isinf`` takes ``abs`` of its input first, ``dist`` the
-# difference of its inputs, ``mvlgamma`` an (n, p) ``lgamma`` table.
-EXPLICIT_COMPOSITES = frozenset(
-    {
-        aten.isinf.default,
-        aten.dist.default,
-        aten.mvlgamma.default,
-    }
-)
+# Ops CUDA runs through a composite kernel (they have no CUDA kernel), whose pieces allocate
+# beyond the output, by the dispatch key of that kernel; the meta kernel registered for each would
+# make the output alone. H100 traces, torch 2.11: ``isinf`` takes ``abs`` of its input first,
+# ``dist`` the difference of its inputs, ``mvlgamma`` an (n, p) ``lgamma`` table, ``logsumexp``
+# (through its ``out=`` form) the maxima, their infinity mask and the shifted input.
+EXPLICIT_COMPOSITES: dict[Any, DispatchKey] = {
+    aten.isinf.default: DispatchKey.CompositeExplicitAutograd,
+    aten.dist.default: DispatchKey.CompositeExplicitAutograd,
+    aten.mvlgamma.default: DispatchKey.CompositeExplicitAutograd,
+    aten.logsumexp.default: DispatchKey.CompositeExplicitAutograd,
+    aten.logsumexp.out: DispatchKey.CompositeExplicitAutogradNonFunctional,
+}
 
 # backward formulas that write into a tensor they just made in place unless a tensor is
 # "subclass-like", which any Python dispatch mode makes them all (FunctionsManual.cpp):

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch._C import DispatchKey
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
@@ -358,7 +357,7 @@ class Recorder(TorchDispatchMode):
                 return out
         if func in EXPLICIT_COMPOSITES:  # as CUDA runs it: its pieces
             with self:
-                return func._op_dk(DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
+                return func._op_dk(EXPLICIT_COMPOSITES[func], *args, **kwargs)
         if (func is INDEX and has_mask(args[1])) or func is MASKED_SELECT:
             with self:  # by the mask's positions (nonzero), as CUDA does
                 if func is INDEX:
