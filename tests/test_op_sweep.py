@@ -238,3 +238,10 @@ def test_logsumexp_allocates_its_composites_pieces():
         ("-", 2560),
         ("-", 2560),
     ]
+
+
+def test_count_nonzero_sums_its_mask_through_an_int64_copy():
+    """H100, torch 2.11, 15 float32 elements: the ``!= 0`` mask, the 8-byte count, then the
+    sum's int64 copy of the mask."""
+    got = trace_case(_Op(torch.count_nonzero), SampleInput(torch.randn(15)), "forward")
+    assert _allocs(got["events"]) == [15, 8, 120]

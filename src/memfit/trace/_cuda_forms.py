@@ -19,17 +19,22 @@ __all__ = ["EXPLICIT_COMPOSITES", "IN_PLACE"]
 
 aten = torch.ops.aten
 
-# Ops CUDA runs through a composite kernel (they have no CUDA kernel), whose pieces allocate
-# beyond the output, by the dispatch key of that kernel; the meta kernel registered for each would
-# make the output alone. H100 traces, torch 2.11: ``isinf`` takes ``abs`` of its input first,
-# ``dist`` the difference of its inputs, ``mvlgamma`` an (n, p) ``lgamma`` table, ``logsumexp``
-# (through its ``out=`` form) the maxima, their infinity mask and the shifted input.
+# Ops CUDA runs through a composite kernel (none of their own, or one of ATen ops only), whose
+# pieces allocate beyond the output, by the dispatch key of that kernel; the meta kernel
+# registered for each would make the output alone. H100 traces, torch 2.11: ``isinf`` takes
+# ``abs`` of its input first, ``dist`` the difference of its inputs, ``mvlgamma`` an (n, p)
+# ``lgamma`` table, ``logsumexp`` (through its ``out=`` form) the maxima, their infinity mask and
+# the shifted input.
 EXPLICIT_COMPOSITES: dict[Any, DispatchKey] = {
     aten.isinf.default: DispatchKey.CompositeExplicitAutograd,
     aten.dist.default: DispatchKey.CompositeExplicitAutograd,
     aten.mvlgamma.default: DispatchKey.CompositeExplicitAutograd,
     aten.logsumexp.default: DispatchKey.CompositeExplicitAutograd,
     aten.logsumexp.out: DispatchKey.CompositeExplicitAutogradNonFunctional,
+    aten.count_nonzero.default: DispatchKey.CompositeExplicitAutograd,
+    # its CUDA kernel is ATen ops only, ``(self != 0).sum(dims)``: the mask, then the sum's
+    # int64 copy of it (H100, 15 elements: 15, the 8-byte output, 120)
+    aten.count_nonzero.dim_IntList: DispatchKey.CUDA,
 }
 
 # backward formulas that write into a tensor they just made in place unless a tensor is
