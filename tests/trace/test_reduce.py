@@ -78,6 +78,7 @@ def _meta(n, dtype):
         (aten.var_mean.correction, 512_000, torch.float32, 1_008),
         (aten.std.correction, 409_600, torch.float32, 800),
         (aten.linalg_vector_norm.default, 409_600, torch.float32, 200),
+        (aten.all.default, 409_600, torch.bool, 50),  # a bool (equal's eq(a, b).all())
     ],
 )
 def test_each_reduction_accumulates_in_its_own_type(func, n, dtype, expected):
