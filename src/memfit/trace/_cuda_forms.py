@@ -37,13 +37,11 @@ EXPLICIT_COMPOSITES: dict[Any, DispatchKey] = {
     aten.count_nonzero.dim_IntList: DispatchKey.CUDA,
 }
 
-# backward formulas that write into a tensor they just made in place unless a tensor is
+# backward formulas that write into zeros they just made in place unless a tensor is
 # "subclass-like", which any Python dispatch mode makes them all (FunctionsManual.cpp):
-# max/min/sort/topk's ``value_selecting_reduction_backward`` scatters into zeros,
-# ``trace_backward`` fills the zeros' diagonal, a full max/min's ``evenly_distribute_backward``
-# ands the input's NaN mask with the value's
+# max/min/sort/topk's ``value_selecting_reduction_backward`` scatters into them,
+# ``trace_backward`` fills their diagonal
 IN_PLACE = {
-    aten.logical_and.default: aten.logical_and_.default,
     aten.scatter.src: aten.scatter_.src,
     aten.scatter.value: aten.scatter_.value,
     aten.index_fill.int_Tensor: aten.index_fill_.int_Tensor,

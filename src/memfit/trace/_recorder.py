@@ -82,6 +82,9 @@ def _composite(func: Any) -> bool:
     return known
 
 
+_ZEROS = frozenset({"zeros", "zeros_like", "new_zeros"})
+
+
 def _sole_owner(t: torch.Tensor) -> bool:
     """Not a view of another tensor's storage, and non-overlapping and dense: what the
     autograd engine adds into in place."""
@@ -373,7 +376,7 @@ class Recorder(TorchDispatchMode):
                     func, args, kwargs = _INDEX_PUT_IMPL, (*args[:3], True, True), {}
         elif func in IN_PLACE:
             with _NO_FUNCTION_MODE():
-                if self._fresh_in_backward(args[0]):
+                if self._fresh_in_backward(args[0], zeros_only=True):
                     func = IN_PLACE[func]
         if puts_by_positions(func, args, kwargs):
             with self:  # by the masks' positions (nonzero), as CUDA does
@@ -511,18 +514,23 @@ class Recorder(TorchDispatchMode):
         accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
         return bool(accumulate) and self._fresh_in_backward(args[0])
 
-    def _fresh_in_backward(self, zeros: Any) -> bool:
+    def _fresh_in_backward(self, zeros: Any, zeros_only: bool = False) -> bool:
         """Whether ``zeros`` was made by the backward node now running and nothing else holds
-        its storage: what a backward formula writes into in place on the GPU, where the trace
-        (a dispatch mode) sees its out-of-place form (:data:`IN_PLACE`). H100 traces, torch
-        2.11: ``max(dim)``'s backward allocates one input-sized gradient, not two."""
+        its storage (and, if ``zeros_only``, was made as zeros): what a backward formula writes
+        into in place on the GPU, where the trace (a dispatch mode) sees its out-of-place form
+        (:data:`IN_PLACE`). H100 traces, torch 2.11: ``max(dim)``'s backward allocates one
+        input-sized gradient, not two. Formulas that scatter out of place into a tensor they
+        made otherwise (``scatter_reduce``'s, which keeps it) are left as they are."""
         if torch.is_grad_enabled() or not self.phase.endswith("backward"):
             return False
         node = torch._C._current_autograd_node()
         if node is None or not isinstance(zeros, torch.Tensor) or zeros.device.type != "meta":
             return False
         made_by = self._made_by.get(self._key(zeros.untyped_storage()))
-        return made_by == node._sequence_nr() and _sole_owner(zeros)
+        if made_by != node._sequence_nr() or not _sole_owner(zeros):
+            return False
+        block = self.block_of(zeros) if zeros_only else None
+        return not zeros_only or (block is not None and self.info(block).op in _ZEROS)
 
     def _accumulates_in_place(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Whether this ``add`` is the autograd engine summing two gradients of one input into
