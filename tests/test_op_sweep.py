@@ -159,3 +159,89 @@ def test_moved_keeps_the_tensors_an_op_wants_on_the_cpu():
     got = cases.moved(SampleInput(x, args=(sections,)), lambda t: t.to("meta"), [False, True])
     assert got.input.device.type == "meta" and got.input.requires_grad and got.input.is_leaf
     assert got.args[0].device.type == "cpu"
+
+
+def test_a_full_reduction_splits_across_blocks_and_frees_last_first():
+    """H100, torch 2.11: ``std`` of 512,000 float32 elements allocates its output, then 63
+    blocks' Welford records (16 bytes each) and 4 bytes of semaphores, freed semaphores first."""
+    x = torch.randn(512_000)
+    got = trace_case(_Op(torch.std), SampleInput(x), "forward")
+    assert tokens(got["events"]) == [
+        ("+", 4),
+        ("+", 1008),
+        ("+", 4),
+        ("-", 4),
+        ("-", 1008),
+        ("-", 4),
+    ]
+
+
+def test_an_op_cuda_runs_as_its_composite_allocates_its_pieces():
+    """H100, torch 2.11: ``isinf`` has no CUDA kernel; its composite takes ``abs`` of the input
+    (409,600 float32 elements) before the boolean output, and frees it after."""
+    x = torch.randn(409_600)
+    got = trace_case(_Op(torch.isinf), SampleInput(x), "forward")
+    assert tokens(got["events"]) == [
+        ("+", 1_638_400),
+        ("+", 409_600),
+        ("-", 1_638_400),
+        ("-", 409_600),
+    ]
+
+
+def test_backward_formulas_write_into_their_fresh_tensors_in_place():
+    """H100, torch 2.11: ``max(dim)``'s backward scatters into the zeros it made and
+    ``trace``'s fills their diagonal, in place (a dispatch mode would see out-of-place ops): one
+    input-sized gradient each, no second one."""
+    n = 160 * 3200 * 4
+    x = torch.randn(160, 3200, requires_grad=True)
+    got = trace_case(_Op(lambda t: torch.max(t, 1)), SampleInput(x), "backward")
+    assert _allocs(got["events"]).count(n) == 1
+    got = trace_case(_Op(torch.trace), SampleInput(x), "backward")
+    assert _allocs(got["events"]).count(n) == 1
+
+
+def test_renorm_frees_its_scratch_as_scopes_end():
+    """H100, torch 2.11, (160, 160, 160) bf16 over the last dim: the output, the norms, the
+    norm's split-reduction scratch (freed when the norm is made), the scale factors, then the
+    factors and the norms freed."""
+    x = torch.randn(160, 160, 160, dtype=torch.bfloat16)
+    got = trace_case(_Op(torch.renorm), SampleInput(x, args=(2, -1, 0.5)), "forward")
+    assert tokens(got["events"]) == [
+        ("+", 8_192_000),
+        ("+", 640),
+        ("+", 32_768_000),
+        ("+", 8),
+        ("-", 8),
+        ("-", 32_768_000),
+        ("+", 320),
+        ("-", 320),
+        ("-", 640),
+        ("-", 8_192_000),
+    ]
+
+
+def test_logsumexp_allocates_its_composites_pieces():
+    """H100, torch 2.11, ``logsumexp`` of (640, 640) float32 over dim 1: the maxima, their
+    ``abs`` and its infinity mask (freed), the shifted input, then the output."""
+    x = torch.randn(640, 640)
+    got = trace_case(_Op(torch.logsumexp), SampleInput(x, args=(1,)), "forward")
+    assert tokens(got["events"]) == [
+        ("+", 2560),
+        ("+", 2560),
+        ("+", 640),
+        ("-", 640),
+        ("-", 2560),
+        ("+", 1_638_400),
+        ("+", 2560),
+        ("-", 1_638_400),
+        ("-", 2560),
+        ("-", 2560),
+    ]
+
+
+def test_count_nonzero_sums_its_mask_through_an_int64_copy():
+    """H100, torch 2.11, 15 float32 elements: the ``!= 0`` mask, the 8-byte count, then the
+    sum's int64 copy of the mask."""
+    got = trace_case(_Op(torch.count_nonzero), SampleInput(torch.randn(15)), "forward")
+    assert _allocs(got["events"]) == [15, 8, 120]

@@ -4,7 +4,7 @@ benchmarks/results/2026-11-30-h200-estimate-accuracy/traces): buffer bytes, then
 import pytest
 import torch
 
-from memfit.trace._reduce import reduction_scratch
+from memfit.trace._reduce import reduce_op_scratch, reduction_scratch, renorm_scratch
 
 H200 = (132, 2048)
 
@@ -54,3 +54,60 @@ def test_a_channels_last_bias_gradient_matches_the_gpu(shape, expected):
 def test_an_overlapping_input_is_not_modelled():
     x = torch.empty(768, 1, device="meta").expand(768, 6304)
     assert reduction_scratch(x, [1], *H200) is None
+
+
+aten = torch.ops.aten
+H100 = (132, 2048)
+
+
+def _meta(n, dtype):
+    return torch.empty(n, dtype=dtype, device="meta")
+
+
+@pytest.mark.parametrize(
+    ("func", "n", "dtype", "expected"),
+    [
+        # H100 traces, torch 2.11 (the op sweep): full reductions' partial results follow
+        # each kernel's accumulator type
+        (aten.prod.default, 4_096_000, torch.bfloat16, 2_000),  # float
+        (aten.max.default, 4_096_000, torch.bfloat16, 1_000),  # the input's own type
+        (aten.max.default, 512_000, torch.float32, 252),
+        (aten.aminmax.default, 4_096_000, torch.bfloat16, 2_000),  # a pair of it
+        (aten.aminmax.default, 512_000, torch.float32, 504),
+        (aten.std.correction, 4_096_000, torch.bfloat16, 8_000),  # a Welford record
+        (aten.var_mean.correction, 512_000, torch.float32, 1_008),
+        (aten.std.correction, 409_600, torch.float32, 800),
+        (aten.linalg_vector_norm.default, 409_600, torch.float32, 200),
+        (aten.all.default, 409_600, torch.bool, 50),  # a bool (equal's eq(a, b).all())
+    ],
+)
+def test_each_reduction_accumulates_in_its_own_type(func, n, dtype, expected):
+    got = reduce_op_scratch(func, (_meta(n, dtype),), {}, *H100)
+    assert got == [(expected, "reduction partial results"), (4, "reduction semaphores")]
+
+
+def test_a_boolean_sum_copies_its_input_to_int64_first():
+    # count_nonzero of 15 elements on an H100: the 8-byte output, then a 120-byte copy
+    mask = _meta(15, torch.bool)
+    assert reduce_op_scratch(aten.sum.dim_IntList, (mask, []), {}, *H100) == [
+        (120, "reduction input cast")
+    ]
+    half = _meta(15, torch.bfloat16)  # read as it is when summed into float32
+    assert reduce_op_scratch(aten.sum.default, (half,), {"dtype": torch.float32}, *H100) == []
+    assert reduce_op_scratch(aten.sum.default, (half,), {}, *H100) == []
+
+
+def test_renorm_holds_its_norms_over_the_reduction_then_takes_scale_factors():
+    # H100, torch 2.11, renorm(x, 2, -1, 0.5) of (160, 160, 160) bf16
+    x = torch.empty(160, 160, 160, dtype=torch.bfloat16, device="meta")
+    assert renorm_scratch((x, 2, -1, 0.5), *H100) == [
+        [
+            (640, "renorm slice norms", True),
+            (32_768_000, "reduction partial results"),
+            (8, "reduction semaphores"),
+        ],
+        [(320, "renorm scale factors")],
+    ]
+    # float32, (80, 80, 80) over dim 1: the norms alone, no factors of another type
+    y = torch.empty(80, 80, 80, device="meta")
+    assert renorm_scratch((y, 2, 1, 0.5), *H100) == [[(320, "renorm slice norms", True)]]

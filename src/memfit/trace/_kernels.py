@@ -24,7 +24,12 @@ from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
 from memfit.trace._layouts import channels_last
-from memfit.trace._reduce import reduction_scratch
+from memfit.trace._reduce import (
+    REDUCE_OPS,
+    reduce_op_scratch,
+    reduction_scratch,
+    renorm_scratch,
+)
 from memfit.trace._scratch import SORTS, Scratch, sort_scratch
 from memfit.trace._sdpa import backward_ran_cudnn
 
@@ -48,15 +53,6 @@ _CUBLAS_OPS = {
 
 
 _HALF = (torch.float16, torch.bfloat16)
-_FULL_REDUCTIONS = {aten.sum.default, aten.mean.default}
-_REDUCTIONS = {
-    aten.sum.dim_IntList,
-    aten.mean.dim,
-    aten.amax.default,
-    aten.amin.default,
-    aten.linalg_vector_norm.default,
-    *_FULL_REDUCTIONS,
-}
 
 
 def _efficient_backward_scratch(args: tuple[Any, ...]) -> list[list[Scratch]]:
@@ -161,7 +157,8 @@ RULE_OPS = frozenset(
         aten._softmax_backward_data.default,
         aten.multinomial.default,
         *SORTS,
-        *_REDUCTIONS,
+        *REDUCE_OPS,
+        aten.renorm.default,
     }
 )
 
@@ -251,11 +248,20 @@ class KernelModel:
             return _efficient_backward_scratch(args)
         if func in SORTS:
             return sort_scratch(args, kwargs)
+        if func is aten.renorm.default:
+            return renorm_scratch(args, self.sm_count, self.threads_per_sm)
         own = fake_scratch(func, args, kwargs)
         if own:
             return own
         together: list[Scratch] = list(self._scratch(func, args, kwargs))
         return [together] if together else []
+
+    def frees_last_first(self, func: Any) -> bool:
+        """Whether the kernel frees its scratch in the reverse order of allocation: a
+        reduction's buffers are C++ locals, destroyed last first (H100 traces, torch 2.11:
+        semaphores, then partial results, then the input's cast copy; ``renorm``'s scale
+        factors, then its norms)."""
+        return func in REDUCE_OPS or func is aten.renorm.default
 
     def between_outputs(
         self, func: Any, args: tuple[Any, ...]
@@ -318,11 +324,8 @@ class KernelModel:
             grad = args[0]  # made contiguous after the gradients are allocated
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
                 return [(grad.numel() * grad.element_size(), "layer norm contiguous grad copy")]
-        if func in _REDUCTIONS:
-            dims = args[1] if len(args) > 1 and func not in _FULL_REDUCTIONS else None
-            if func is aten.linalg_vector_norm.default:
-                dims = args[2] if len(args) > 2 else kwargs.get("dim")
-            return self._reduction(args[0], dims)
+        if func in REDUCE_OPS:
+            return reduce_op_scratch(func, args, kwargs, self.sm_count, self.threads_per_sm)
         return ()
 
     def _reduction(self, x: torch.Tensor, dims: Any) -> list[tuple[int, str]]:

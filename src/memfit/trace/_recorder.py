@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._costs import StepCosts
 from memfit.trace._cpu_scalars import call_with_cpu_scalars
+from memfit.trace._cuda_forms import EXPLICIT_COMPOSITES, IN_PLACE
 from memfit.trace._data_shapes import (
     INDEX,
     MASKED_SELECT,
@@ -79,6 +80,9 @@ def _composite(func: Any) -> bool:
         known = known and not any(has(name, key) for key in own)
         _COMPOSITE[func] = known
     return known
+
+
+_ZEROS = frozenset({"zeros", "zeros_like", "new_zeros"})
 
 
 def _sole_owner(t: torch.Tensor) -> bool:
@@ -354,6 +358,9 @@ class Recorder(TorchDispatchMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        if func in EXPLICIT_COMPOSITES:  # as CUDA runs it: its pieces
+            with self:
+                return func._op_dk(EXPLICIT_COMPOSITES[func], *args, **kwargs)
         if (func is INDEX and has_mask(args[1])) or func is MASKED_SELECT:
             with self:  # by the mask's positions (nonzero), as CUDA does
                 if func is INDEX:
@@ -367,6 +374,10 @@ class Recorder(TorchDispatchMode):
             with _NO_FUNCTION_MODE():
                 if self._scatters_into_fresh_zeros(args, kwargs):
                     func, args, kwargs = _INDEX_PUT_IMPL, (*args[:3], True, True), {}
+        elif func in IN_PLACE:
+            with _NO_FUNCTION_MODE():
+                if self._fresh_in_backward(args[0], zeros_only=True):
+                    func = IN_PLACE[func]
         if puts_by_positions(func, args, kwargs):
             with self:  # by the masks' positions (nonzero), as CUDA does
                 return put_by_positions(func, args, kwargs)
@@ -422,8 +433,9 @@ class Recorder(TorchDispatchMode):
             scratch_at = len(self.events)
             # kernel-internal scratch: allocated after the outputs, freed when the kernel ends
             held: list[int] = []
+            last_first = self.kernels.frees_last_first(func)
             for group in self.kernels.scratch(func, args, kwargs):
-                held = self._scratch(group, held)
+                held = self._scratch(group, held, last_first)
             for block in held:
                 self.free(block)
         for block in copies:
@@ -466,17 +478,25 @@ class Recorder(TorchDispatchMode):
         with contextlib.suppress(AttributeError):  # a type without a __dict__: not marked
             exc.memfit_failed_op = self.failure  # type: ignore[attr-defined]
 
-    def _scratch(self, group: list[Scratch], held: list[int] | None = None) -> list[int]:
+    def _scratch(
+        self, group: list[Scratch], held: list[int] | None = None, last_first: bool = False
+    ) -> list[int]:
         """Workspaces that live together: allocated, then ``held`` (kept from the group
-        before) freed, then this group's freed but for its own held ones, which it returns."""
+        before) freed, then this group's freed but for its own held ones, which it returns.
+        ``last_first`` frees as C++ scopes do: this group's last allocated first, then
+        ``held``."""
         blocks = [
             (self._rule_alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
             for item in group
         ]
-        for block in held or ():
-            self.free(block)
-        for block, keep in blocks:
+        if not last_first:
+            for block in held or ():
+                self.free(block)
+        for block, keep in reversed(blocks) if last_first else blocks:
             if not keep:
+                self.free(block)
+        if last_first:  # held by an outer scope: outlives this group's own
+            for block in reversed(held or ()):
                 self.free(block)
         return [block for block, keep in blocks if keep]
 
@@ -492,14 +512,25 @@ class Recorder(TorchDispatchMode):
         hidden) float32 tensor per MoE layer that the GPU never allocates).
         """
         accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
-        if not accumulate or torch.is_grad_enabled() or not self.phase.endswith("backward"):
+        return bool(accumulate) and self._fresh_in_backward(args[0])
+
+    def _fresh_in_backward(self, zeros: Any, zeros_only: bool = False) -> bool:
+        """Whether ``zeros`` was made by the backward node now running and nothing else holds
+        its storage (and, if ``zeros_only``, was made as zeros): what a backward formula writes
+        into in place on the GPU, where the trace (a dispatch mode) sees its out-of-place form
+        (:data:`IN_PLACE`). H100 traces, torch 2.11: ``max(dim)``'s backward allocates one
+        input-sized gradient, not two. Formulas that scatter out of place into a tensor they
+        made otherwise (``scatter_reduce``'s, which keeps it) are left as they are."""
+        if torch.is_grad_enabled() or not self.phase.endswith("backward"):
             return False
-        zeros = args[0]
         node = torch._C._current_autograd_node()
         if node is None or not isinstance(zeros, torch.Tensor) or zeros.device.type != "meta":
             return False
         made_by = self._made_by.get(self._key(zeros.untyped_storage()))
-        return made_by == node._sequence_nr() and _sole_owner(zeros)
+        if made_by != node._sequence_nr() or not _sole_owner(zeros):
+            return False
+        block = self.block_of(zeros) if zeros_only else None
+        return not zeros_only or (block is not None and self.info(block).op in _ZEROS)
 
     def _accumulates_in_place(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Whether this ``add`` is the autograd engine summing two gradients of one input into

@@ -6,15 +6,36 @@ semaphore array, both taken from the caching allocator for the kernel's duration
 follow ``setReduceConfig`` and ``ReduceConfig::global_memory_size`` in
 ``ATen/native/cuda/Reduce.cuh`` (torch 2.11); e.g. the bias gradient of a Linear layer
 (``grad.sum(0)`` over 6304 x 768 fp32 on an H200) takes 38,928,384 + 24 bytes, as measured.
+
+The buffer holds one accumulator per output and block, so its size follows the kernel's
+accumulator type (``arg_t``), which differs between reductions (:func:`reduce_op_scratch`):
+``sum``, ``mean``, ``prod`` and the norms accumulate in float for half inputs; ``max``, ``min``,
+``amax`` and ``amin`` in the input's own type; ``aminmax`` in a pair of it; ``all`` and ``any``
+in a bool; ``var``, ``std`` and
+their ``_mean`` forms in a Welford record (mean, m2, count, float count: 16 bytes, 32 in
+double). H100 traces, torch 2.11, full reductions of 4,096,000 bf16 elements (500 blocks):
+``prod`` 2,000 bytes, ``max`` 1,000, ``aminmax`` 2,000, ``std`` 8,000; of 512,000 float32
+elements (63 blocks): 252, 252, 504 and 1,008.
+
+A ``sum``, ``mean`` or ``prod`` whose accumulating type differs from its input's (a boolean
+mask counted into int64, a ``dtype=`` argument) first copies the input into that type
+(``make_reduction``, ReduceOps.cpp), after its output and before the kernel; only half inputs
+summed into float32 are read as they are (H100, torch 2.11: ``count_nonzero`` of 15 elements
+allocates its 8-byte output, then a 120-byte int64 copy of the mask).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-__all__ = ["reduction_scratch"]
+from memfit.trace._scratch import Scratch
+
+__all__ = ["REDUCE_OPS", "reduce_op_scratch", "reduction_scratch", "renorm_scratch"]
+
+aten = torch.ops.aten
 
 _MAX_NUM_THREADS = 512
 _MIN_VALUES_PER_THREAD = 16
@@ -45,13 +66,18 @@ def _coalesce(shape: Sequence[int], reduced: set[int]) -> list[tuple[int, bool]]
 
 
 def reduction_scratch(
-    x: torch.Tensor, dims: Sequence[int] | None, sm_count: int, threads_per_sm: int
+    x: torch.Tensor,
+    dims: Sequence[int] | None,
+    sm_count: int,
+    threads_per_sm: int,
+    arg_size: int | None = None,
 ) -> tuple[int, int] | None:
     """(buffer bytes, semaphore bytes) a CUDA reduction of ``x`` over ``dims`` allocates, or
     None when it reduces within each block. A permuted ``x`` whose elements are dense (a
     channels-last gradient) is reduced in its memory order, as TensorIterator reorders it: a
     convolution's bias gradient, ``grad.sum((0, 2, 3))`` of a channels-last ``grad``, takes
-    4x its bf16 bytes (H200: ConvNeXt-T's and ViT-B/16's, measured)."""
+    4x its bf16 bytes (H200: ConvNeXt-T's and ViT-B/16's, measured). ``arg_size`` is the
+    bytes of the kernel's accumulator (default: a float, a double for float64 inputs)."""
     if x.numel() == 0:
         return None
     ndim = x.dim()
@@ -71,7 +97,8 @@ def reduction_scratch(
         if not is_reduced:
             num_outputs *= size
     inputs_per_output = x.numel() // num_outputs
-    arg_size = 8 if x.dtype == torch.float64 else 4
+    if arg_size is None:
+        arg_size = 8 if x.dtype == torch.float64 else 4
     num_reduce_dims = sum(1 for _, r in layout if r)
     on_fastest = layout[0][1] or num_reduce_dims == len(layout)
     output_vec = 1
@@ -127,3 +154,128 @@ def reduction_scratch(
     if not block_x_reduce:
         size *= block_width * output_vec
     return size, 4 * grid_x
+
+
+_DIM_AT: dict[Any, int] = {  # the position of the ``dim`` argument; absent: a full reduction
+    aten.sum.dim_IntList: 1,
+    aten.mean.dim: 1,
+    aten.nansum.default: 1,
+    aten.prod.dim_int: 1,
+    aten.amax.default: 1,
+    aten.amin.default: 1,
+    aten.linalg_vector_norm.default: 2,
+    aten.norm.ScalarOpt_dim: 2,
+    aten.var.correction: 1,
+    aten.std.correction: 1,
+    aten.var_mean.correction: 1,
+    aten.std_mean.correction: 1,
+    aten.aminmax.default: 99,  # keyword only
+    aten.all.dim: 1,
+    aten.all.dims: 1,
+    aten.any.dim: 1,
+    aten.any.dims: 1,
+}
+_FULL = (
+    aten.sum.default,
+    aten.mean.default,
+    aten.prod.default,
+    aten.max.default,
+    aten.all.default,
+    aten.any.default,
+)
+_CASTS = frozenset(  # copy an input of another type than they accumulate in (make_reduction)
+    {
+        aten.sum.default,
+        aten.sum.dim_IntList,
+        aten.mean.default,
+        aten.mean.dim,
+        aten.nansum.default,
+        aten.prod.default,
+        aten.prod.dim_int,
+    }
+)
+_OWN_TYPE = frozenset({aten.amax.default, aten.amin.default, aten.max.default, aten.min.default})
+_LOGICAL = frozenset(
+    {aten.all.default, aten.all.dim, aten.all.dims, aten.any.default, aten.any.dim, aten.any.dims}
+)
+_WELFORD = frozenset(
+    {aten.var.correction, aten.std.correction, aten.var_mean.correction, aten.std_mean.correction}
+)
+REDUCE_OPS = frozenset({*_DIM_AT, *_FULL, aten.min.default, aten.norm.Scalar})
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _dims(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int] | None:
+    if func in _FULL:
+        return None
+    at = _DIM_AT.get(func)
+    dims = args[at] if at is not None and len(args) > at else kwargs.get("dim")
+    if dims is None:
+        return None
+    return [int(dims)] if isinstance(dims, int) else [int(d) for d in dims]
+
+
+def _accumulated(func: Any, x: torch.Tensor, kwargs: dict[str, Any]) -> torch.dtype:
+    """The type a ``_CASTS`` reduction accumulates in: ``dtype=``, else int64 for integers
+    and booleans (``sum``, ``prod``), else the input's."""
+    dtype = kwargs.get("dtype")
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if not x.is_floating_point() and not x.is_complex():
+        return torch.int64
+    return x.dtype
+
+
+def reduce_op_scratch(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], sm_count: int, threads_per_sm: int
+) -> list[tuple[int, str]]:
+    """What a reduction op of :data:`REDUCE_OPS` allocates beyond its outputs, in order: the
+    copy of its input in the type it accumulates in (if any), then the partial results and
+    semaphores of a reduction split across blocks (see the module doc)."""
+    x = args[0] if args else None
+    if not isinstance(x, torch.Tensor) or x.numel() == 0:
+        return []
+    out: list[tuple[int, str]] = []
+    size = x.element_size()
+    arg_size = 8 if x.dtype == torch.float64 else 4
+    if func in _CASTS:
+        acc = _accumulated(func, x, kwargs)
+        if acc != x.dtype and not (x.dtype in _HALF and acc == torch.float32):
+            out.append((x.numel() * acc.itemsize, "reduction input cast"))
+            arg_size = max(4, acc.itemsize)
+    elif func in _OWN_TYPE:
+        arg_size = size
+    elif func is aten.aminmax.default:
+        arg_size = 2 * size
+    elif func in _LOGICAL:
+        arg_size = 1  # a bool
+    elif func in _WELFORD:
+        arg_size = 4 * arg_size
+    scratch = reduction_scratch(x, _dims(func, args, kwargs), sm_count, threads_per_sm, arg_size)
+    if scratch is not None:
+        out += [(scratch[0], "reduction partial results"), (scratch[1], "reduction semaphores")]
+    return out
+
+
+def renorm_scratch(
+    args: tuple[Any, ...], sm_count: int, threads_per_sm: int
+) -> list[list[Scratch]]:
+    """``renorm``'s temporaries after its output (``renorm_out``, Normalization.cpp): the norm
+    of each slice along ``dim`` in the accumulating type (a ``linalg_vector_norm`` over the
+    other dims, held to the end, with its own split-reduction scratch), then, for half inputs,
+    the scale factors in the input's type. H100 traces, torch 2.11, (160, 160, 160) bf16 over
+    dim -1: 640, 32,768,000 and 8 (the reduction's), 320."""
+    x, dim = args[0], args[2]
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.numel() == 0:
+        return []
+    dim = int(dim) % x.dim()
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    slices = int(x.shape[dim])
+    out: list[Scratch] = [(slices * acc.itemsize, "renorm slice norms", True)]
+    others = [d for d in range(x.dim()) if d != dim]
+    scratch = reduction_scratch(x, others, sm_count, threads_per_sm, acc.itemsize)
+    if scratch is not None:
+        out += [(scratch[0], "reduction partial results"), (scratch[1], "reduction semaphores")]
+    if acc != x.dtype:
+        return [out, [(slices * x.element_size(), "renorm scale factors")]]
+    return [out]
