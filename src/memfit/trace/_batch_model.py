@@ -43,6 +43,7 @@ from typing import Any
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._costs import PhaseCost, StepCosts
 from memfit.trace._kernel_calls import CallSite, KernelCalls, RuleMemory
+from memfit.trace._scratch import group_frees
 from memfit.trace._trace_notes import held_batch_note
 from memfit.trace._tracer import Trace
 
@@ -356,9 +357,8 @@ class _Emitter:
                     (self._alloc(site, item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
                     for item in group
                 ]
-                self._free(kept)
-                self._free([block for block, keep in blocks if not keep])
-                kept = [block for block, keep in blocks if keep]
+                frees, kept = group_frees(blocks, kept, mem.last_first)
+                self._free(frees)
             self._free(kept)
             self._free(self.copies.pop(n, []))
 

@@ -81,6 +81,7 @@ class RuleMemory:
     early: int | None
     groups: list[list[Scratch]]
     interpolated: int
+    last_first: bool = False  # the groups' scratch freed last first (KernelModel.frees_last_first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +109,8 @@ class KernelCall:
             early = model.copies_freed_after(self.func) if copies and between else None
             groups = model.scratch(self.func, args, kwargs)
             interpolated = model.convolutions.interpolated - before
-        return RuleMemory(copies, between, early, groups, interpolated)
+        last_first = model.frees_last_first(self.func)
+        return RuleMemory(copies, between, early, groups, interpolated, last_first)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from memfit.trace._kernels import RULE_OPS, KernelModel, Scratch
 from memfit.trace._layouts import cuda_layout, cuda_order
 from memfit.trace._leaves import tensors_in
 from memfit.trace._meta_cache import META_CACHE
+from memfit.trace._scratch import group_frees
 from memfit.trace._shadow import ShadowValues
 
 __all__ = ["Recorder"]
@@ -481,24 +482,17 @@ class Recorder(TorchDispatchMode):
     def _scratch(
         self, group: list[Scratch], held: list[int] | None = None, last_first: bool = False
     ) -> list[int]:
-        """Workspaces that live together: allocated, then ``held`` (kept from the group
-        before) freed, then this group's freed but for its own held ones, which it returns.
-        ``last_first`` frees as C++ scopes do: this group's last allocated first, then
-        ``held``."""
+        """Workspaces that live together: allocated, then freed in the order
+        :func:`group_frees` gives (``held``: kept from the group before); returns the blocks
+        this group holds into the next."""
         blocks = [
             (self._rule_alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
             for item in group
         ]
-        if not last_first:
-            for block in held or ():
-                self.free(block)
-        for block, keep in reversed(blocks) if last_first else blocks:
-            if not keep:
-                self.free(block)
-        if last_first:  # held by an outer scope: outlives this group's own
-            for block in reversed(held or ()):
-                self.free(block)
-        return [block for block, keep in blocks if keep]
+        frees, kept = group_frees(blocks, list(held or ()), last_first)
+        for block in frees:
+            self.free(block)
+        return kept
 
     def _scatters_into_fresh_zeros(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Whether this ``index_put`` is the backward of an advanced-index gather (``x[idx]``,

@@ -11,13 +11,28 @@ from typing import Any
 
 import torch
 
-__all__ = ["SORTS", "Scratch", "sort_scratch"]
+__all__ = ["SORTS", "Scratch", "group_frees", "sort_scratch"]
 
 aten = torch.ops.aten
 
 Scratch = tuple[int, str] | tuple[int, str, bool]  # bytes, label[, held into the next group]
 
 SORTS = frozenset({aten.sort.default, aten.sort.stable})
+
+
+def group_frees(
+    blocks: list[tuple[int, bool]], held: list[int], last_first: bool
+) -> tuple[list[int], list[int]]:
+    """The blocks freed after one group of scratch is allocated, in order, and the group's
+    blocks held into the next: ``blocks`` are the group's (block, held on), ``held`` those the
+    group before kept. Freed first to last: ``held``, then the group's own; ``last_first``
+    (a kernel whose scratch is C++ locals, destroyed in reverse) the group's last first, then
+    ``held`` (an outer scope's), last first too."""
+    own = [block for block, keep in blocks if not keep]
+    kept = [block for block, keep in blocks if keep]
+    if last_first:
+        return [*reversed(own), *reversed(held)], kept
+    return [*held, *own], kept
 
 
 def sort_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scratch]]:
