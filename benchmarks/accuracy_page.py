@@ -78,6 +78,8 @@ INPUTS = "2026-12-02-h200-offloaded-inputs-ddp-views"
 INPUTS_CPU = "2026-12-02-cpu-offloaded-inputs-predictions"
 ZOO = "2026-12-06-cpu-zoo-sweep"
 ZOO_H100 = "2026-12-06-h100-zoo-sweep"
+ZOO_REPREDICTED = "2026-12-06-cpu-zoo-repredicted"
+ZOO_CONV_TABLE = "2026-12-06-cpu-zoo-after-conv-table"
 
 SOURCES: list[Source] = [
     Source(f"{ACCURACY}/measured-part1.json", "validation", measured, versions=GPU_HOST),
@@ -317,6 +319,8 @@ SOURCES: list[Source] = [
     # is declared after them with zoo_measured
     Source(f"{ZOO}/models.json", "zoo", zoo_models),
     Source(f"{ZOO}/estimates.jsonl", "zoo", zoo_estimates, prediction=True),
+    Source(f"{ZOO_REPREDICTED}/estimates.jsonl", "zoo", zoo_estimates),
+    Source(f"{ZOO_CONV_TABLE}/estimates.jsonl", "zoo", zoo_estimates),
     *(Source(f"{ZOO_H100}/measured-{k}-of-2.jsonl", "zoo", zoo_measured, gpu=H100) for k in (1, 2)),
 ]
 

@@ -102,8 +102,7 @@ def zoo_section(
         f"{RESERVED_TOLERANCE:g}% of the measured peak reserved. Below: estimates more than 1% "
         "under the measured peak reserved. Peaks are allocated / reserved, in GiB.",
         "",
-        *_summary_table(result),
-        "",
+        *_summaries(files, models.data, measured, result),
         *_causes_table(result),
         *_unlisted_table(result),
         *_workload_table(result, percent, gib),
@@ -118,6 +117,26 @@ def zoo_section(
     ]
     compared = [r for r in result["rows"] if "error_reserved" in r]
     return [(r["error_allocated"], r["error_reserved"]) for r in compared], lines
+
+
+def _summaries(
+    files: dict[str, list[tuple[ZooFile, Source]]],
+    models: dict[str, Any],
+    measured: list[dict[str, Any]],
+    latest: dict[str, Any],
+) -> list[str]:
+    """A summary table per estimates file, in the order declared (each against every
+    measurement, a prediction's as it was committed), then the latest estimate of each
+    workload; one table where there is one file."""
+    found = files.get("estimates", [])
+    if len(found) < 2:
+        return [*_summary_table(latest), ""]
+    lines: list[str] = []
+    for i, (f, src) in enumerate(found, 1):
+        kind = "predictions committed before the measurements" if src.prediction else "estimates"
+        lines += [f"`{src.path}` ({kind}) [{i + 1}]:", ""]
+        lines += [*_summary_table(compare(models, f.data, measured)), ""]
+    return lines
 
 
 def _summary_table(result: dict[str, Any]) -> list[str]:
