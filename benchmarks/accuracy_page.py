@@ -80,6 +80,7 @@ ZOO = "2026-12-06-cpu-zoo-sweep"
 ZOO_H100 = "2026-12-06-h100-zoo-sweep"
 ZOO_REPREDICTED = "2026-12-06-cpu-zoo-repredicted"
 ZOO_CONV_TABLE = "2026-12-06-cpu-zoo-after-conv-table"
+HANDWRITTEN = "2026-12-06-h100-handwritten-models"
 
 SOURCES: list[Source] = [
     Source(f"{ACCURACY}/measured-part1.json", "validation", measured, versions=GPU_HOST),
@@ -111,6 +112,8 @@ SOURCES: list[Source] = [
     Source(f"{FAMILIES}/heldout/predictions-local.json", "families", predictions, prediction=True),
     Source(f"{FAMILIES}/heldout/measured.json", "families", measured, versions=GPU_HOST),
     Source(f"{FAMILIES}/heldout/estimates-after-local.json", None, predictions),
+    Source(f"{HANDWRITTEN}/predictions.json", "handwritten", predictions, prediction=True),
+    Source(f"{HANDWRITTEN}/measured.json", "handwritten", measured, versions=GPU_HOST),
     Source(
         f"{FAMILIES}/heldout-steps/predictions-local.json", "steps", predictions, prediction=True
     ),
@@ -328,6 +331,7 @@ TOPICS: list[tuple[str, str]] = [
     ("validation", "Validation set"),
     ("libraries", "Validation set's T5 workloads under transformers 5.24.0"),
     ("families", "Held-out model families"),
+    ("handwritten", "Held-out models written by hand"),
     ("steps", "Step functions: accumulation, generation, mixture of experts"),
     ("settings", "Accumulation, checkpointing and allocator settings"),
     ("compiled", "Compiled steps (torch.compile) and the activation memory budget"),
