@@ -3,12 +3,13 @@
 A convolution's workspace depends on the engine cuDNN picks, which only the GPU tells
 (``memfit/trace/_cudnn.py``). The table holds the shapes of a few networks at a few batches;
 the zoo's convolutional networks use thousands of other shapes, at their own batches. This
-lists, for every torchvision and timm workload of the zoo sweep, each 2-d convolution whose
-shape is not in the table or whose batch it does not hold (interpolated or scaled), as the
-trace of the workload meets it, and probes them on the GPU at those batches:
+lists, for every workload of the zoo sweep of ``--sources`` (torchvision and timm unless
+told), each 2-d convolution (a 1-d one as the 2-d one of height 1 that cuDNN runs) whose shape
+is not in the table or whose batch it does not hold (interpolated or scaled), as the trace of
+the workload meets it, and probes them on the GPU at those batches:
 
     PYTHONPATH=src python benchmarks/zoo_convs.py list --out convs.json [--models MODELS.json] \
-        [--also ID ...]                                         # workloads of workloads.py too
+        [--sources transformers ...] [--also ID ...]          # workloads of workloads.py too
     PYTHONPATH=src python benchmarks/zoo_convs.py probe convs.json --out PROBE.json.gz \\
         [--budget-s 300]                                        # on a GPU
 
@@ -47,18 +48,24 @@ def _config(args: tuple[Any, ...], batch: int) -> dict[str, Any] | None:
     from memfit.trace import _cudnn
 
     x, weight, bias, stride, padding, dilation, transposed, _, groups = args[:9]
-    if transposed or any(int(d) != 1 for d in dilation) or x.dim() != 4:
+    if transposed or any(int(d) != 1 for d in dilation) or x.dim() not in (3, 4):
         return None
     dtype = _cudnn._DTYPES.get(x.dtype)
     if dtype is None:
         return None
-    _, c, h, w = (int(s) for s in x.shape)
+    if x.dim() == 3:  # cuDNN runs it as the 2-d convolution of height 1 (memfit.trace._cudnn)
+        _, c, w = (int(s) for s in x.shape)
+        h, kernel = 1, [1, int(weight.shape[2])]
+        stride, padding = [1, int(stride[0])], [0, int(padding[0])]
+    else:
+        _, c, h, w = (int(s) for s in x.shape)
+        kernel = [int(s) for s in weight.shape[2:]]
     cfg = {
         "c": c,
         "h": h,
         "w": w,
         "k": int(weight.shape[0]),
-        "kernel": [int(s) for s in weight.shape[2:]],
+        "kernel": kernel,
         "stride": [int(s) for s in stride],
         "padding": [int(p) for p in padding],
         "groups": int(groups),
@@ -66,7 +73,7 @@ def _config(args: tuple[Any, ...], batch: int) -> dict[str, Any] | None:
         "batch": batch,
         "dtype": dtype,
     }
-    if _cudnn.channels_last(x):
+    if x.dim() == 4 and _cudnn.channels_last(x):
         cfg["nhwc"] = True
     return cfg
 
@@ -143,13 +150,13 @@ def _job(job: tuple[dict[str, Any] | str, str, int]) -> tuple[str, list[dict[str
         return wid, f"{type(exc).__name__}: {str(exc)[:120]}"
 
 
-def run_list(models: Path, out: Path, also: list[str]) -> int:
+def run_list(models: Path, out: Path, also: list[str], sources: list[str]) -> int:
     import multiprocessing
 
     document = json.loads(models.read_text())
     found: dict[str, dict[str, Any]] = {}
     checks: dict[str, dict[str, Any]] = {}
-    entries = [e for e in document["entries"] if e["source"] in ("torchvision", "timm")]
+    entries = [e for e in document["entries"] if e["source"] in sources]
     jobs: list[tuple[dict[str, Any] | str, str, int]] = [
         (entry, mode, workload["batch_size"])
         for entry in entries
@@ -232,13 +239,14 @@ def main() -> int:
     listing.add_argument("--models", type=Path, default=MODELS)
     listing.add_argument("--out", type=Path, required=True)
     listing.add_argument("--also", nargs="*", default=[], help="workloads of workloads.py")
+    listing.add_argument("--sources", nargs="*", default=["torchvision", "timm"])
     probe = sub.add_parser("probe")
     probe.add_argument("listing", type=Path)
     probe.add_argument("--out", type=Path, required=True)
     probe.add_argument("--budget-s", type=float, default=300.0)
     args = parser.parse_args()
     if args.command == "list":
-        return run_list(args.models, args.out, args.also)
+        return run_list(args.models, args.out, args.also, args.sources)
     return run_probe(args.listing, args.out, args.budget_s)
 
 
