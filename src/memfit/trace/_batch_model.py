@@ -356,8 +356,8 @@ class _Emitter:
                     (self._alloc(site, item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
                     for item in group
                 ]
-                self._free(kept)
                 self._free([block for block, keep in blocks if not keep])
+                self._free(kept)
                 kept = [block for block, keep in blocks if keep]
             self._free(kept)
             self._free(self.copies.pop(n, []))

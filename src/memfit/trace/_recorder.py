@@ -478,17 +478,18 @@ class Recorder(TorchDispatchMode):
             exc.memfit_failed_op = self.failure  # type: ignore[attr-defined]
 
     def _scratch(self, group: list[Scratch], held: list[int] | None = None) -> list[int]:
-        """Workspaces that live together: allocated, then ``held`` (kept from the group
-        before) freed, then this group's freed but for its own held ones, which it returns."""
+        """Workspaces that live together: allocated, then freed but for its own held ones,
+        then ``held`` (kept from the group before, a buffer declared before this group's)
+        freed; returns its held ones."""
         blocks = [
             (self._rule_alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
             for item in group
         ]
-        for block in held or ():
-            self.free(block)
         for block, keep in blocks:
             if not keep:
                 self.free(block)
+        for block in held or ():
+            self.free(block)
         return [block for block, keep in blocks if keep]
 
     def _scatters_into_fresh_zeros(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["SORTS", "Scratch", "sort_scratch"]
+__all__ = ["SORTS", "Scratch", "radix_sort_storage", "sort_scratch"]
 
 aten = torch.ops.aten
 
@@ -39,7 +39,7 @@ def sort_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scr
     if nsort <= 4096:
         return []
     if rows == 1 or nsort >= 1_000_000:  # row by row: one row's initial indices
-        cub = nsort * (size + 8) + nsort // 4
+        cub = radix_sort_storage(nsort, size, 8)
         return [[(8 * nsort, "sort initial indices", True)], [(cub, "cub radix sort storage")]]
     if rows >= 128:  # cub's segmented sort, on reverse indices
         cub = n * (size + 8) + n // 4
@@ -48,6 +48,31 @@ def sort_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scr
         (8 * n, "sort (index, row) pairs", True),
         (8 * n, "sort (index, row) pairs, sorted", True),
         (size * n, "sort keys output"),
-        (n * (size + 8) + n // 4, "cub radix sort storage"),
+        (radix_sort_storage(n, size, 8), "cub radix sort storage"),
     ]
     return [pairs, [(n // 4, "cub row id sort storage")]]
+
+
+_RADIX_DIGITS = 256  # cub's onesweep sort: 8 bits a pass
+_ALIGN = 256  # cub aligns each temporary and adds ALIGN - 1 bytes to the total
+
+
+def radix_sort_storage(n: int, key_size: int, value_size: int) -> int:
+    """Bytes of the temporary storage cub's onesweep radix sort of ``n`` (key, value) pairs
+    asks for (``DispatchRadixSort::InvokeOnesweep``, which ATen's ``radix_sort_pairs`` runs):
+    64-bit histograms of each pass, a 32-bit lookback slot per digit and tile, an alternate
+    keys and values buffer (none for a one-pass sort), 32-bit counters per pass, each rounded
+    up to 256 bytes, plus 255 bytes of alignment. A tile is 256 threads of 21 pairs, 22 with
+    2-byte keys (H100 and H200 traces, torch 2.11, int64 values: 512,000 float32 keys
+    6,251,007 bytes, 4,096,000 bfloat16 keys 41,710,079, 4,861,952 float32 keys 59,278,847);
+    other key sizes take 21 (not measured)."""
+    passes = key_size  # 8 bits a pass
+    tile = 256 * (22 if key_size <= 2 else 21)
+    parts = [
+        passes * _RADIX_DIGITS * 8,
+        -(-n // tile) * _RADIX_DIGITS * 4,
+        n * key_size if passes > 1 else 0,
+        n * value_size if passes > 1 else 0,
+        passes * 4,
+    ]
+    return sum(-(-p // _ALIGN) * _ALIGN for p in parts) + _ALIGN - 1
