@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._costs import StepCosts
 from memfit.trace._cpu_scalars import call_with_cpu_scalars
+from memfit.trace._cuda_composites import cuda_composite
 from memfit.trace._data_shapes import (
     INDEX,
     MASKED_SELECT,
@@ -361,6 +362,10 @@ class Recorder(TorchDispatchMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        composite = cuda_composite(func)
+        if composite is not None:  # a CUDA kernel written as other ops: those ops
+            with self:
+                return composite(*args, **kwargs)
         if (func is INDEX and has_mask(args[1])) or func is MASKED_SELECT:
             with self:  # by the mask's positions (nonzero), as CUDA does
                 if func is INDEX:

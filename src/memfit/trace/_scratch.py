@@ -22,7 +22,8 @@ SORTS = frozenset({aten.sort.default, aten.sort.stable})
 
 def sort_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scratch]]:
     """CUDA's sort of rows longer than 4,096 (``launch_stable_sort_kernel`` in ATen's
-    SortStable.cu; shorter rows sort in place). For fewer than 128 rows (top-p sampling's sort
+    SortStable.cu; shorter rows sort in place, their elements numbered first by an int64
+    ``arange`` of the dim, freed before the sort: ``fillSliceWithIndex`` in Sort.cpp). For fewer than 128 rows (top-p sampling's sort
     of the scores) it sorts all rows at once: (index, row) pairs twice (8 bytes an element each,
     held to the end), a keys output and cub's radix sort storage (keys and pairs once more and
     its histograms), then a small sort of the row ids. H200 traces, torch 2.11, 32 x 151,936
@@ -36,8 +37,8 @@ def sort_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scr
         return []
     n, nsort, size = x.numel(), int(x.shape[dim]), x.element_size()
     rows = n // max(nsort, 1)
-    if nsort <= 4096:
-        return []
+    if nsort <= 4096:  # in place, by index ranks from an int64 ``arange`` of the dim
+        return [[(8 * nsort, "sort index range")]]
     if rows == 1 or nsort >= 1_000_000:  # row by row: one row's initial indices
         cub = radix_sort_storage(nsort, size, 8)
         return [[(8 * nsort, "sort initial indices", True)], [(cub, "cub radix sort storage")]]

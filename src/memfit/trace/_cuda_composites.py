@@ -1,0 +1,59 @@
+"""Ops whose CUDA kernel is written as other ATen ops: the trace runs those ops instead.
+
+A meta kernel gives such an op's outputs alone, while on the GPU each op inside it allocates
+its own outputs through the caching allocator. Run under the trace's dispatch mode, the ops
+inside are recorded one by one, with their own rules (a sort's scratch, a reduction's).
+
+``median()`` and ``nanmedian()`` over all elements (``median_impl`` in ATen's
+cuda/Sorting.cpp) sort the flattened input (values, int64 indices and the sort's own
+scratch: 8 bytes an element and more), then pick the middle value: ``median`` with a
+``where`` on whether the largest is NaN, ``nanmedian`` after counting the NaNs (``isnan``,
+``sum``, ``item``) with a ``clone``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["cuda_composite"]
+
+aten = torch.ops.aten
+
+
+def _median(x: torch.Tensor, ignore_nan: bool) -> torch.Tensor:
+    size = x.numel()
+    if size == 0:
+        return aten.full.default([], float("nan"), dtype=x.dtype, device=x.device)
+    flat = aten.reshape.default(x, [-1])
+    values = aten.sort.default(flat)[0]
+    if not ignore_nan:
+        last = aten.select.int(values, 0, -1)
+        middle = aten.select.int(values, 0, (size - 1) // 2)
+        return aten.where.self(aten.isnan.default(last), last, middle)
+    isnan = aten.isnan.default(values)
+    count = aten.sum.default(isnan)
+    nans = int(count.item())
+    del count, isnan  # C++ temporaries: both live to the end of the statement, last first
+    return aten.clone.default(aten.select.int(values, 0, (size - nans - 1) // 2))
+
+
+def _median_all(x: torch.Tensor) -> torch.Tensor:
+    return _median(x, ignore_nan=False)
+
+
+def _nanmedian_all(x: torch.Tensor) -> torch.Tensor:
+    return _median(x, ignore_nan=True)
+
+
+_COMPOSITES: dict[Any, Callable[..., Any]] = {
+    aten.median.default: _median_all,
+    aten.nanmedian.default: _nanmedian_all,
+}
+
+
+def cuda_composite(func: Any) -> Callable[..., Any] | None:
+    """The ATen ops ``func``'s CUDA kernel runs, as a function of its arguments, or None."""
+    return _COMPOSITES.get(func)
