@@ -23,7 +23,7 @@ from memfit._units import MiB
 from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
-from memfit.trace._layouts import channels_last
+from memfit.trace._layouts import RESIZED_FROM_INPUT, channels_last
 from memfit.trace._reduce import reduction_scratch
 from memfit.trace._scratch import SORTS, Scratch, sort_scratch
 from memfit.trace._sdpa import backward_ran_cudnn
@@ -175,6 +175,8 @@ RULE_OPS = frozenset(
         aten._softmax_backward_data.default,
         aten.multinomial.default,
         aten.mode.default,
+        aten.unfold_backward.default,
+        *RESIZED_FROM_INPUT,
         *SORTS,
         *_REDUCTIONS,
     }
@@ -249,6 +251,12 @@ class KernelModel:
             grad = args[0]
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
                 return [(grad.numel() * grad.element_size(), "embedding backward contiguous grad")]
+        if func in RESIZED_FROM_INPUT:
+            x = args[0]
+            size = x.numel() * x.element_size()
+            out = func(*args)
+            if out.numel() * out.element_size() > size:
+                return [(size, f"{func.overloadpacket.__name__} output before its resize")]
         return temporaries(func, args)
 
     def scratch(
@@ -331,6 +339,11 @@ class KernelModel:
             return _multinomial_scratch(args, kwargs)
         if func is aten.mode.default:
             return _mode_scratch(args, kwargs)
+        if func is aten.unfold_backward.default and int(args[4]) < int(args[3]):
+            # overlapping windows: UnfoldBackward.cpp indexes the input's dim with an int64
+            # arange of it once the zeroed gradient is allocated (H100 traces, torch 2.11:
+            # 320 bytes for a dim of 40)
+            return [(8 * int(args[1][args[2]]), "unfold backward index of the dim")]
         if func is aten.native_layer_norm_backward.default:
             grad = args[0]  # made contiguous after the gradients are allocated
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
