@@ -23,7 +23,7 @@ __all__ = ["cuda_composite"]
 aten = torch.ops.aten
 
 
-def _median(x: torch.Tensor, ignore_nan: bool) -> torch.Tensor:
+def _median(x: torch.Tensor, ignore_nan: bool) -> Any:
     size = x.numel()
     if size == 0:
         return aten.full.default([], float("nan"), dtype=x.dtype, device=x.device)
@@ -40,11 +40,11 @@ def _median(x: torch.Tensor, ignore_nan: bool) -> torch.Tensor:
     return aten.clone.default(aten.select.int(values, 0, (size - nans - 1) // 2))
 
 
-def _median_all(x: torch.Tensor) -> torch.Tensor:
+def _median_all(x: torch.Tensor) -> Any:
     return _median(x, ignore_nan=False)
 
 
-def _nanmedian_all(x: torch.Tensor) -> torch.Tensor:
+def _nanmedian_all(x: torch.Tensor) -> Any:
     return _median(x, ignore_nan=True)
 
 

@@ -95,6 +95,37 @@ def _embedding_backward_scratch(args: tuple[Any, ...]) -> list[tuple[int, str]]:
     return [(rows * int(grad.shape[-1]) * 4, "embedding backward partial sums (float32)")]
 
 
+_SCATTER_REDUCES = frozenset({aten.scatter_reduce.two, aten.scatter_reduce_.two})
+_MEAN_REDUCES = _SCATTER_REDUCES | {aten.index_reduce.default, aten.index_reduce_.default}
+
+
+def _reduce_mean_scratch(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[list[Scratch]]:
+    """``scatter_reduce`` and ``index_reduce`` with ``reduce="mean"`` count what each output
+    element received once the sums are in (TensorAdvancedIndexing.cpp, Indexing.cu): ones like
+    the source summed into counts like the output (``scatter_reduce`` holds both; ``index_reduce``
+    frees the ones after adding them), then ``counts == 0`` (a bool a count) to fill the empty
+    ones; counts and ones are freed last-first when the kernel returns (H100 traces, torch 2.11,
+    bfloat16)."""
+    reduce = args[4] if len(args) > 4 else kwargs.get("reduce")
+    out, source = args[0], args[3]
+    if reduce != "mean" or not all(isinstance(t, torch.Tensor) for t in (out, source)):
+        return []
+    counts: Scratch = (
+        out.numel() * out.element_size(),
+        f"{func.overloadpacket.__name__} counts",
+        True,
+    )
+    ones = source.numel() * source.element_size()
+    first: list[Scratch] = (
+        [(ones, "mean reduce ones like the source", True), counts]
+        if func in _SCATTER_REDUCES
+        else [counts, (ones, "mean reduce ones like the source")]
+    )
+    return [first, [(out.numel(), "mean reduce empty counts mask")]]
+
+
 def _mode_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[int, str]]:
     """CUDA's ``mode`` (TensorModeKernel.cpp) moves the reduced dim last and makes the input
     contiguous after it allocates its outputs: a copy of the input unless the dim is already
@@ -176,6 +207,7 @@ RULE_OPS = frozenset(
         aten.multinomial.default,
         aten.mode.default,
         aten.unfold_backward.default,
+        *_MEAN_REDUCES,
         *RESIZED_FROM_INPUT,
         *SORTS,
         *_REDUCTIONS,
@@ -274,6 +306,8 @@ class KernelModel:
             return _efficient_backward_scratch(args)
         if func in SORTS:
             return sort_scratch(args, kwargs)
+        if func in _MEAN_REDUCES:
+            return _reduce_mean_scratch(func, args, kwargs)
         own = fake_scratch(func, args, kwargs)
         if own:
             return own

@@ -19,6 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
+from memfit.trace._backward_fills import FILLING_NODES, FILLS_IN_PLACE
 from memfit.trace._costs import StepCosts
 from memfit.trace._cpu_scalars import call_with_cpu_scalars
 from memfit.trace._cuda_composites import cuda_composite
@@ -59,13 +60,6 @@ _NO_FUNCTION_MODE = torch._C.DisableTorchFunction
 _ADD_INPLACE = torch.ops.aten.add_.Tensor
 _INDEX_PUT = torch.ops.aten.index_put.default
 _INDEX_PUT_IMPL = torch.ops.aten._index_put_impl_.default
-# backward formulas that fill the zeros they made in place, out of place under a dispatch mode
-_FILLS_IN_PLACE = {
-    aten.scatter.src: aten.scatter_.src,
-    aten.scatter_add.default: aten.scatter_add_.default,
-    aten.index_add.default: aten.index_add_.default,
-    aten.put.default: aten.put_.default,
-}
 _COMPOSITE: dict[Any, bool] = {}  # op -> whether CUDA runs it as its decomposition (below)
 
 
@@ -379,10 +373,10 @@ class Recorder(TorchDispatchMode):
             with _NO_FUNCTION_MODE():
                 if self._scatters_into_fresh_zeros(args, kwargs):
                     func, args, kwargs = _INDEX_PUT_IMPL, (*args[:3], True, True), {}
-        elif func in _FILLS_IN_PLACE:
+        elif func in FILLS_IN_PLACE:
             with _NO_FUNCTION_MODE():
-                if self._fills_fresh_zeros(args):
-                    func = _FILLS_IN_PLACE[func]
+                if self._fills_fresh_zeros(args, FILLING_NODES):
+                    func = FILLS_IN_PLACE[func]
         if puts_by_positions(func, args, kwargs):
             with self:  # by the masks' positions (nonzero), as CUDA does
                 return put_by_positions(func, args, kwargs)
@@ -440,7 +434,7 @@ class Recorder(TorchDispatchMode):
             held: list[int] = []
             for group in self.kernels.scratch(func, args, kwargs):
                 held = self._scratch(group, held)
-            for block in held:
+            for block in reversed(held):
                 self.free(block)
         for block in copies:
             self.free(block)
@@ -484,8 +478,8 @@ class Recorder(TorchDispatchMode):
 
     def _scratch(self, group: list[Scratch], held: list[int] | None = None) -> list[int]:
         """Workspaces that live together: allocated, then freed but for its own held ones,
-        then ``held`` (kept from the group before, a buffer declared before this group's)
-        freed; returns its held ones."""
+        then ``held`` (kept from the group before, buffers declared before this group's)
+        freed last-first; returns its held ones."""
         blocks = [
             (self._rule_alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
             for item in group
@@ -493,7 +487,7 @@ class Recorder(TorchDispatchMode):
         for block, keep in blocks:
             if not keep:
                 self.free(block)
-        for block in held or ():
+        for block in reversed(held or ()):
             self.free(block)
         return [block for block, keep in blocks if keep]
 
@@ -511,24 +505,19 @@ class Recorder(TorchDispatchMode):
         accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
         return bool(accumulate) and self._fills_fresh_zeros(args)
 
-    def _fills_fresh_zeros(self, args: tuple[Any, ...]) -> bool:
-        """Whether this out-of-place fill (``scatter``, ``scatter_add``, ``index_add``,
-        ``put``) writes into a tensor the running backward node made and alone holds: the
-        backward of an op that selects values (``sort``, ``topk``, ``cummax``, ``gather``,
-        ``index_select``, ``take``), which fills its fresh zeros in place on the GPU.
-
-        Those formulas (``value_selecting_reduction_backward``, ``gather_backward``,
-        ``cummaxmin_backward``, ``take_backward``, ``index_select_backward`` in
-        FunctionsManual.cpp) call the out-of-place op when a tensor is "subclass-like", which
-        any Python dispatch mode makes them all; the trace would allocate a second input-sized
-        tensor that the GPU never allocates (H100 traces, torch 2.11: ``topk`` of 4,000,000
-        float32 elements, a 16 MB gradient once, not twice).
-        """
+    def _fills_fresh_zeros(
+        self, args: tuple[Any, ...], nodes: frozenset[str] = frozenset()
+    ) -> bool:
+        """Whether this out-of-place op writes into a tensor the running backward node (one
+        of ``nodes``, if given) made and alone holds, as on the GPU it would in place
+        (``_backward_fills``)."""
         if torch.is_grad_enabled() or not self.phase.endswith("backward"):
             return False
         zeros = args[0]
         node = torch._C._current_autograd_node()
         if node is None or not isinstance(zeros, torch.Tensor) or zeros.device.type != "meta":
+            return False
+        if nodes and node.name() not in nodes:
             return False
         made_by = self._made_by.get(self._key(zeros.untyped_storage()))
         return made_by == node._sequence_nr() and _sole_owner(zeros)

@@ -22,15 +22,16 @@ SORTS = frozenset({aten.sort.default, aten.sort.stable})
 
 def sort_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scratch]]:
     """CUDA's sort of rows longer than 4,096 (``launch_stable_sort_kernel`` in ATen's
-    SortStable.cu; shorter rows sort in place, their elements numbered first by an int64
-    ``arange`` of the dim, freed before the sort: ``fillSliceWithIndex`` in Sort.cpp). For fewer than 128 rows (top-p sampling's sort
-    of the scores) it sorts all rows at once: (index, row) pairs twice (8 bytes an element each,
-    held to the end), a keys output and cub's radix sort storage (keys and pairs once more and
-    its histograms), then a small sort of the row ids. H200 traces, torch 2.11, 32 x 151,936
-    float32: 38,895,616 twice, 19,447,808 and 59,278,847 (0.19 bytes an element beyond keys
-    and pairs; bfloat16 0.18, 8 x 32,000 0.20-0.23), then 867,839. Histograms are taken as a
-    quarter byte an element, at least what was measured. Other row counts: from the source,
-    with cub's storage taken the same way (not measured)."""
+    SortStable.cu). Shorter rows sort in place, their elements numbered first by an int64
+    ``arange`` of the dim, freed before the sort (``fillSliceWithIndex`` in Sort.cpp). For
+    fewer than 128 rows (top-p sampling's sort of the scores) it sorts all rows at once:
+    (index, row) pairs twice (8 bytes an element each, held to the end), a keys output and
+    cub's radix sort storage (:func:`radix_sort_storage`), then a small sort of the row ids.
+    H200 traces, torch 2.11, 32 x 151,936 float32: 38,895,616 twice, 19,447,808 and
+    59,278,847, then 867,839. Other row counts: from the source, with cub's segmented sort
+    storage taken as keys and pairs once more and a quarter byte an element (not measured).
+    The buffers a group holds outlive the next group's: the initial indices are freed after
+    cub's storage (H100 traces)."""
     x = args[0]
     dim = args[1] if len(args) > 1 and isinstance(args[1], int) else kwargs.get("dim", -1)
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.numel() == 0:
