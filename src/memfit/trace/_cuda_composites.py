@@ -9,10 +9,16 @@ cuda/Sorting.cpp) sort the flattened input (values, int64 indices and the sort's
 scratch: 8 bytes an element and more), then pick the middle value: ``median`` with a
 ``where`` on whether the largest is NaN, ``nanmedian`` after counting the NaNs (``isnan``,
 ``sum``, ``item``) with a ``clone``.
+
+``masked_scatter`` clones its input, broadcast with the mask, and scatters into the clone in
+place (``masked_scatter_``, whose kernel has its own scratch); its backward
+(``masked_scatter_backward``) selects the gradient at the mask (``masked_select``: ``nonzero``
+and an index) and pads it with zeros (``cat``) to the input's size.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -48,9 +54,27 @@ def _nanmedian_all(x: torch.Tensor) -> Any:
     return _median(x, ignore_nan=True)
 
 
+def _masked_scatter(x: torch.Tensor, mask: torch.Tensor, source: torch.Tensor) -> Any:
+    shape = list(torch.broadcast_shapes(mask.shape, x.shape))
+    mask, x = aten.expand.default(mask, shape), aten.expand.default(x, shape)
+    out = aten.clone.default(x, memory_format=torch.contiguous_format)
+    return aten.masked_scatter_.default(out, mask, source)
+
+
+def _masked_scatter_backward(grad: torch.Tensor, mask: torch.Tensor, sizes: list[int]) -> Any:
+    selected = aten.masked_select.default(grad, mask)
+    missing = math.prod(sizes) - selected.numel()
+    if missing > 0:
+        zeros = aten.zeros.default([missing], dtype=grad.dtype, device=grad.device)
+        selected = aten.cat.default([selected, zeros])
+    return aten.view.default(selected, list(sizes))
+
+
 _COMPOSITES: dict[Any, Callable[..., Any]] = {
     aten.median.default: _median_all,
     aten.nanmedian.default: _nanmedian_all,
+    aten.masked_scatter.default: _masked_scatter,
+    aten.masked_scatter_backward.default: _masked_scatter_backward,
 }
 
 

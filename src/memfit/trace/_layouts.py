@@ -97,12 +97,21 @@ def _nbytes(t: torch.Tensor) -> int:
 RESIZED_FROM_INPUT = frozenset({aten.im2col.default, aten.col2im.default})
 
 
-_REVERSED = frozenset({aten.native_dropout.default, aten._ctc_loss.default, aten._ctc_loss.Tensor})
+_REVERSED = frozenset(
+    {
+        aten.native_dropout.default,
+        aten._ctc_loss.default,
+        aten._ctc_loss.Tensor,
+        aten.nll_loss2d_forward.default,
+    }
+)
 
 
 def cuda_order(func: Any, out: Any) -> Any:
     """``out`` in the order the CUDA kernel allocates its outputs: dropout's mask before its
-    output, CTC loss's log_alpha before the per-sample loss."""
+    output, CTC loss's log_alpha before the per-sample loss, 2-d NLL loss's total weight
+    before the loss (``nll_loss2d_forward_cuda`` sizes ``total_weight`` first: H100 traces,
+    torch 2.11)."""
     if func in _REVERSED and isinstance(out, tuple):
         return out[::-1]
     return out

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["SORTS", "Scratch", "radix_sort_storage", "sort_scratch"]
+__all__ = ["SORTS", "Scratch", "radix_sort_storage", "scan_storage", "sort_scratch"]
 
 aten = torch.ops.aten
 
@@ -78,3 +78,12 @@ def radix_sort_storage(n: int, key_size: int, value_size: int) -> int:
         passes * 4,
     ]
     return sum(-(-p // _ALIGN) * _ALIGN for p in parts) + _ALIGN - 1
+
+
+def scan_storage(n: int) -> int:
+    """Bytes of the temporary storage cub's exclusive scan of ``n`` elements into int64 asks
+    for (``mask_exclusive_sum``): a 16-byte tile descriptor for each tile of 896 elements and
+    32 more, rounded up to 256 bytes, one 256-byte block and 255 bytes of alignment (H100
+    traces, torch 2.11: 8,447 bytes for 409,600 mask elements, 4,682,239 for 262,144,000)."""
+    tiles = -(-n // 896) + 32
+    return -(-tiles * 16 // _ALIGN) * _ALIGN + _ALIGN + _ALIGN - 1
