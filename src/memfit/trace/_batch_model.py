@@ -357,8 +357,7 @@ class _Emitter:
                     for item in group
                 ]
                 self._free([block for block, keep in blocks if not keep])
-                self._free(kept[::-1])
-                kept = [block for block, keep in blocks if keep]
+                kept += [block for block, keep in blocks if keep]
             self._free(kept[::-1])
             self._free(self.copies.pop(n, []))
 

@@ -14,6 +14,12 @@ scratch: 8 bytes an element and more), then pick the middle value: ``median`` wi
 place (``masked_scatter_``, whose kernel has its own scratch); its backward
 (``masked_scatter_backward``) selects the gradient at the mask (``masked_select``: ``nonzero``
 and an index) and pads it with zeros (``cat``) to the input's size.
+
+``_unsafe_masked_index`` (which compiled code calls) clamps its indices, indexes, and fills
+where the mask is false (``logical_not``, ``masked_fill``); its backward
+``_unsafe_masked_index_put_accumulate`` clamps the indices again, zeroes the values where the
+mask is false and puts them with ``index_put`` accumulating (a clone, then the sort-based
+kernel: ``_index_put``).
 """
 
 from __future__ import annotations
@@ -70,7 +76,38 @@ def _masked_scatter_backward(grad: torch.Tensor, mask: torch.Tensor, sizes: list
     return aten.view.default(selected, list(sizes))
 
 
+def _clamped(x: torch.Tensor, indices: list[Any]) -> list[Any]:
+    return [
+        None if i is None else aten.clamp.default(i, -int(size), int(size) - 1)
+        for i, size in zip(indices, x.shape, strict=False)
+    ]
+
+
+def _unsafe_masked_index(x: torch.Tensor, mask: torch.Tensor, indices: list[Any], fill: Any) -> Any:
+    if x.numel() == 0:  # the meta kernel's empty-input path
+        return NotImplemented
+    clamped = _clamped(x, indices)
+    result = aten.index.Tensor(x, clamped)  # _unsafe_index on CUDA
+    out = aten.masked_fill.Scalar(result, aten.logical_not.default(mask), fill)
+    del result, clamped  # as C++ destroys them: the later first
+    return out
+
+
+def _unsafe_masked_index_put_accumulate(
+    x: torch.Tensor, mask: torch.Tensor, indices: list[Any], values: torch.Tensor
+) -> Any:
+    if x.numel() == 0:
+        return aten.clone.default(x)
+    clamped = _clamped(x, indices)
+    masked = aten.masked_fill.Scalar(values, aten.logical_not.default(mask), 0)
+    out = aten.index_put.default(x, clamped, masked, True)  # _unsafe_index_put on CUDA
+    del masked, clamped  # as C++ destroys them: the later first
+    return out
+
+
 _COMPOSITES: dict[Any, Callable[..., Any]] = {
+    aten._unsafe_masked_index.default: _unsafe_masked_index,
+    aten._unsafe_masked_index_put_accumulate.default: _unsafe_masked_index_put_accumulate,
     aten.median.default: _median_all,
     aten.nanmedian.default: _nanmedian_all,
     aten.masked_scatter.default: _masked_scatter,

@@ -119,7 +119,11 @@ def puts_by_positions(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 
 
 def put_by_positions(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The ``index_put`` call by the masks' positions, under the trace's dispatch mode."""
+    """The ``index_put`` call by the masks' positions, under the trace's dispatch mode; the
+    out-of-place one clones first, as ATen's ``index_put`` does before ``index_put_``."""
+    if func is aten.index_put.default:
+        out = aten.clone.default(args[0], memory_format=torch.preserve_format)
+        return aten.index_put_.default(out, _positions(args[1]), *args[2:], **kwargs)
     return func(args[0], _positions(args[1]), *args[2:], **kwargs)
 
 

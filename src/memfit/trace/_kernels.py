@@ -23,6 +23,7 @@ from memfit._units import MiB
 from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
+from memfit.trace._index_put import ACCUMULATING_PUTS, index_put_scratch
 from memfit.trace._layouts import RESIZED_FROM_INPUT, channels_last
 from memfit.trace._reduce import reduction_scratch
 from memfit.trace._scratch import SORTS, Scratch, scan_storage, sort_scratch
@@ -93,6 +94,26 @@ def _embedding_backward_scratch(args: tuple[Any, ...]) -> list[tuple[int, str]]:
         return []  # a direct kernel, no scratch
     rows = n // 10 + min(n, num_weights)
     return [(rows * int(grad.shape[-1]) * 4, "embedding backward partial sums (float32)")]
+
+
+def _index_copies(indices: list[Any]) -> list[tuple[int, str]]:
+    """CUDA's advanced indexing (``AdvancedIndex`` in ATen's TensorAdvancedIndexing.cpp)
+    broadcasts two or more index tensors to one shape and, unless their strides then all
+    match, makes each contiguous: a copy of each broadcast one, before the output (H100
+    traces, torch 2.11: indices of 160 x 1 x 1, 1 x 160 x 1 and 1 x 1 x 160 int64, three
+    32,768,000-byte copies freed after the output). Masks are positions by then."""
+    defined = [i for i in indices if isinstance(i, torch.Tensor)]
+    if len(defined) < 2 or any(i.dtype in (torch.bool, torch.uint8) for i in defined):
+        return []
+    shape = torch.broadcast_shapes(*(i.shape for i in defined))
+    expanded = [i.expand(shape) for i in defined]
+    if all(e.stride() == expanded[0].stride() for e in expanded):
+        return []
+    return [
+        (e.numel() * e.element_size(), "index made contiguous")
+        for e in expanded
+        if not e.is_contiguous()
+    ]
 
 
 def _masked_scatter_scratch(args: tuple[Any, ...]) -> list[list[Scratch]]:
@@ -224,6 +245,8 @@ RULE_OPS = frozenset(
         aten.mode.default,
         aten.unfold_backward.default,
         aten.masked_scatter_.default,
+        aten.index.Tensor,
+        *ACCUMULATING_PUTS,
         *_MEAN_REDUCES,
         *RESIZED_FROM_INPUT,
         *SORTS,
@@ -300,6 +323,8 @@ class KernelModel:
             grad = args[0]
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
                 return [(grad.numel() * grad.element_size(), "embedding backward contiguous grad")]
+        if func is aten.index.Tensor:
+            return _index_copies(args[1])
         if func in RESIZED_FROM_INPUT:
             x = args[0]
             size = x.numel() * x.element_size()
@@ -327,6 +352,8 @@ class KernelModel:
             return _reduce_mean_scratch(func, args, kwargs)
         if func is aten.masked_scatter_.default:
             return _masked_scatter_scratch(args)
+        if func in ACCUMULATING_PUTS:
+            return index_put_scratch(args, kwargs)
         own = fake_scratch(func, args, kwargs)
         if own:
             return own

@@ -359,7 +359,9 @@ class Recorder(TorchDispatchMode):
         composite = cuda_composite(func)
         if composite is not None:  # a CUDA kernel written as other ops: those ops
             with self:
-                return composite(*args, **kwargs)
+                out = composite(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
         if (func is INDEX and has_mask(args[1])) or func is MASKED_SELECT:
             with self:  # by the mask's positions (nonzero), as CUDA does
                 if func is INDEX:
@@ -477,9 +479,9 @@ class Recorder(TorchDispatchMode):
             exc.memfit_failed_op = self.failure  # type: ignore[attr-defined]
 
     def _scratch(self, group: list[Scratch], held: list[int] | None = None) -> list[int]:
-        """Workspaces that live together: allocated, then freed but for its own held ones,
-        then ``held`` (kept from the group before, buffers declared before this group's)
-        freed last-first; returns its held ones."""
+        """Workspaces that live together: allocated, then freed but for the held ones, which
+        join ``held`` (the groups' before: buffers a kernel keeps to its end, freed by the
+        caller last-first); returns them all."""
         blocks = [
             (self._rule_alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
             for item in group
@@ -487,9 +489,7 @@ class Recorder(TorchDispatchMode):
         for block, keep in blocks:
             if not keep:
                 self.free(block)
-        for block in reversed(held or ()):
-            self.free(block)
-        return [block for block, keep in blocks if keep]
+        return [*(held or ()), *(block for block, keep in blocks if keep)]
 
     def _scatters_into_fresh_zeros(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Whether this ``index_put`` is the backward of an advanced-index gather (``x[idx]``,

@@ -15,7 +15,8 @@ __all__ = ["SORTS", "Scratch", "radix_sort_storage", "scan_storage", "sort_scrat
 
 aten = torch.ops.aten
 
-Scratch = tuple[int, str] | tuple[int, str, bool]  # bytes, label[, held into the next group]
+# bytes, label[, held: kept to the kernel's end, freed last-first after every group's scratch]
+Scratch = tuple[int, str] | tuple[int, str, bool]
 
 SORTS = frozenset({aten.sort.default, aten.sort.stable})
 
@@ -30,8 +31,7 @@ def sort_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scr
     H200 traces, torch 2.11, 32 x 151,936 float32: 38,895,616 twice, 19,447,808 and
     59,278,847, then 867,839. Other row counts: from the source, with cub's segmented sort
     storage taken as keys and pairs once more and a quarter byte an element (not measured).
-    The buffers a group holds outlive the next group's: the initial indices are freed after
-    cub's storage (H100 traces)."""
+    The initial indices are held to the end, freed after cub's storage (H100 traces)."""
     x = args[0]
     dim = args[1] if len(args) > 1 and isinstance(args[1], int) else kwargs.get("dim", -1)
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.numel() == 0:
@@ -59,17 +59,22 @@ _RADIX_DIGITS = 256  # cub's onesweep sort: 8 bits a pass
 _ALIGN = 256  # cub aligns each temporary and adds ALIGN - 1 bytes to the total
 
 
-def radix_sort_storage(n: int, key_size: int, value_size: int) -> int:
+def radix_sort_storage(n: int, key_size: int, value_size: int, bits: int | None = None) -> int:
     """Bytes of the temporary storage cub's onesweep radix sort of ``n`` (key, value) pairs
-    asks for (``DispatchRadixSort::InvokeOnesweep``, which ATen's ``radix_sort_pairs`` runs):
-    64-bit histograms of each pass, a 32-bit lookback slot per digit and tile, an alternate
-    keys and values buffer (none for a one-pass sort), 32-bit counters per pass, each rounded
-    up to 256 bytes, plus 255 bytes of alignment. A tile is 256 threads of 21 pairs, 22 with
-    2-byte keys (H100 and H200 traces, torch 2.11, int64 values: 512,000 float32 keys
-    6,251,007 bytes, 4,096,000 bfloat16 keys 41,710,079, 4,861,952 float32 keys 59,278,847);
-    other key sizes take 21 (not measured)."""
-    passes = key_size  # 8 bits a pass
-    tile = 256 * (22 if key_size <= 2 else 21)
+    on ``bits`` of the keys (all by default) asks for (``DispatchRadixSort::InvokeOnesweep``,
+    which ATen's ``radix_sort_pairs`` runs): 64-bit histograms of each 8-bit pass, a 32-bit
+    lookback slot per digit and tile, an alternate keys and values buffer (none for a one-pass
+    sort), 32-bit counters per pass, each rounded up to 256 bytes, plus 255 bytes of
+    alignment. A tile is 256 threads of 22 pairs with 2-byte keys, 21 with 4-byte keys, 18
+    with 8-byte keys (H100 and H200 traces, torch 2.11, int64 values: 512,000 float32 keys
+    6,251,007 bytes, 4,096,000 bfloat16 keys 41,710,079, 4,861,952 float32 keys 59,278,847,
+    511,920 int64 keys on 16 bits 8,310,271). A sort that fits one tile of cub's single-tile
+    kernel asks for 1 byte; that tile is taken as 256 threads of 19 pairs, 9 with 8-byte keys
+    or values (cub's policy, not measured)."""
+    passes = -(-(8 * key_size if bits is None else bits) // 8)
+    if n <= 256 * (9 if max(key_size, value_size) > 4 else 19):
+        return 1
+    tile = 256 * {1: 22, 2: 22, 4: 21}.get(key_size, 18)
     parts = [
         passes * _RADIX_DIGITS * 8,
         -(-n // tile) * _RADIX_DIGITS * 4,
