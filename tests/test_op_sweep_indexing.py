@@ -159,3 +159,32 @@ def test_index_by_broadcast_indices_copies_them():
     assert got == _seq(
         "+32768000 +32768000 +32768000 +16384000 -32768000 -32768000 -32768000 -16384000"
     )
+
+
+def test_embedding_bag_sizes_its_bags_before_its_output():
+    weight = torch.randn(640, 320)
+    ids = torch.randint(0, 640, (320, 320))
+    got = _toks(F.embedding_bag, ids, "forward", weight, mode="sum")
+    assert got == _seq("+2560 +2560 +819200 +409600 -819200 -2560 -2560 -409600")
+
+
+def test_embedding_bag_backward_sorts_and_sums_partial_segments():
+    weight = torch.randn(640, 320, requires_grad=True)
+    ids = torch.randint(0, 640, (320, 320))
+    got = _toks(F.embedding_bag, ids, "backward", weight, mode="sum")
+    assert "+1678847" in got and "+13926400" in got  # cub's sort storage, the partial sums
+
+
+def test_masked_index_put_accumulate_peaks_as_on_the_gpu():
+    """Clamped indices, masked values, a clone, then the sort-based put (H100: a peak of
+    26,999,296 bytes, the index bounds checks aside)."""
+    x = torch.randn(40, 40, 40)
+    mask = torch.rand(80, 79, 81) < 0.5
+    idx = [torch.randint(0, 40, s) for s in ((80, 1, 1), (1, 79, 1), (1, 1, 81))]
+    values = torch.randn(80, 79, 81)
+    got = trace_case(
+        _Op(torch.ops.aten._unsafe_masked_index_put_accumulate),
+        SampleInput(x, args=(mask, idx, values)),
+        "forward",
+    )
+    assert got["peak_allocated"] == 26_999_296

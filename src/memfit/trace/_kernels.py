@@ -21,6 +21,7 @@ import torch
 from memfit._gpus import Architecture
 from memfit._units import MiB
 from memfit.trace._cudnn import ConvWorkspaces
+from memfit.trace._embedding_backward import EMBEDDING_BACKWARDS, embedding_backward_scratch
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
 from memfit.trace._index_put import ACCUMULATING_PUTS, index_put_scratch
@@ -81,19 +82,6 @@ def _efficient_backward_scratch(args: tuple[Any, ...]) -> list[list[Scratch]]:
     ]
     workspace = b * s * h * d * 4 + b * h * 128
     return [delta, [(workspace, "memory-efficient attention backward workspace")]]
-
-
-def _embedding_backward_scratch(args: tuple[Any, ...]) -> list[tuple[int, str]]:
-    """CUDA's embedding backward for more than 3,072 indices sorts them and sums the rows of
-    each partial segment (at most 10 rows) in float32 first: a buffer of (n / 10 + min(n,
-    vocabulary)) rows (H200 traces, torch 2.11: 73,818,112 bytes for TinyLlama's 8,192 tokens
-    of width 2,048; 55,363,584 for BERT-base's 16,384 of width 768)."""
-    grad, indices, num_weights = args[0], args[1], int(args[2])
-    n = indices.numel()
-    if n <= 3072:
-        return []  # a direct kernel, no scratch
-    rows = n // 10 + min(n, num_weights)
-    return [(rows * int(grad.shape[-1]) * 4, "embedding backward partial sums (float32)")]
 
 
 def _index_copies(indices: list[Any]) -> list[tuple[int, str]]:
@@ -236,7 +224,7 @@ RULE_OPS = frozenset(
         aten.convolution.default,
         aten.convolution_backward.default,
         aten.embedding.default,
-        aten.embedding_dense_backward.default,
+        *EMBEDDING_BACKWARDS,
         aten._scaled_dot_product_efficient_attention_backward.default,
         aten._scaled_dot_product_flash_attention_backward.default,
         aten._scaled_dot_product_cudnn_attention_backward.default,
@@ -354,6 +342,8 @@ class KernelModel:
             return _masked_scatter_scratch(args)
         if func in ACCUMULATING_PUTS:
             return index_put_scratch(args, kwargs)
+        if func in EMBEDDING_BACKWARDS:
+            return embedding_backward_scratch(func, args)
         own = fake_scratch(func, args, kwargs)
         if own:
             return own
@@ -406,8 +396,6 @@ class KernelModel:
             # 1024 x 64 x 4 + 8 x 12 x 1024 x 4 + 256 per layer, at every budget
             q = args[1]
             return [_fused_backward_workspace(q, args[2], int(q.shape[2]), int(q.shape[3]))]
-        if func is aten.embedding_dense_backward.default:
-            return _embedding_backward_scratch(args)
         if func is aten._softmax_backward_data.default:
             # SoftMax.cu multiplies the gradient by the output into a temporary once the input
             # gradient is allocated (H200 traces, torch 2.11: one scores-sized tensor after every

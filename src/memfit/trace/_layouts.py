@@ -111,7 +111,13 @@ def cuda_order(func: Any, out: Any) -> Any:
     """``out`` in the order the CUDA kernel allocates its outputs: dropout's mask before its
     output, CTC loss's log_alpha before the per-sample loss, 2-d NLL loss's total weight
     before the loss (``nll_loss2d_forward_cuda`` sizes ``total_weight`` first: H100 traces,
-    torch 2.11)."""
+    torch 2.11), embedding bag's bag sizes and bag of each index before its output
+    (``_embedding_bag_cuda``: H100 traces, torch 2.11)."""
     if func in _REVERSED and isinstance(out, tuple):
         return out[::-1]
+    if func in _BAGS and isinstance(out, tuple) and len(out) == 4:
+        return (out[2], out[1], out[0], out[3])
     return out
+
+
+_BAGS = frozenset({aten._embedding_bag.default, aten._embedding_bag_forward_only.default})
