@@ -188,3 +188,11 @@ def test_masked_index_put_accumulate_peaks_as_on_the_gpu():
         "forward",
     )
     assert got["peak_allocated"] == 26_999_296
+
+
+def test_unique_values_keep_the_input_sized_storage():
+    """CUDA writes the distinct values into an input-sized buffer and resizes it to their
+    count, keeping the storage (H100: 2,048,000 bytes for 512,000 float32 of few values)."""
+    x = torch.randint(0, 4, (512_000,)).float()
+    assert _toks(torch.unique, x, "forward") == _seq("+2048000 -2048000")
+    assert _toks(torch.unique_consecutive, x, "forward") == _seq("+2048000 -2048000")
