@@ -357,9 +357,10 @@ class _Emitter:
                     (self._alloc(site, item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
                     for item in group
                 ]
-                frees, kept = group_frees(blocks, kept, mem.last_first)
+                frees, held = group_frees(blocks, mem.last_first)
                 self._free(frees)
-            self._free(kept)
+                kept += held
+            self._free(kept[::-1])
             self._free(self.copies.pop(n, []))
 
 

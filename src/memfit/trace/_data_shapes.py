@@ -36,6 +36,7 @@ __all__ = [
     "has_mask",
     "index_by_positions",
     "is_dynamic",
+    "keep_capacity",
     "largest",
     "put_by_positions",
     "puts_by_positions",
@@ -119,7 +120,11 @@ def puts_by_positions(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 
 
 def put_by_positions(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The ``index_put`` call by the masks' positions, under the trace's dispatch mode."""
+    """The ``index_put`` call by the masks' positions, under the trace's dispatch mode; the
+    out-of-place one clones first, as ATen's ``index_put`` does before ``index_put_``."""
+    if func is aten.index_put.default:
+        out = aten.clone.default(args[0], memory_format=torch.preserve_format)
+        return aten.index_put_.default(out, _positions(args[1]), *args[2:], **kwargs)
     return func(args[0], _positions(args[1]), *args[2:], **kwargs)
 
 
@@ -189,6 +194,26 @@ def largest(
     rows = src.size(params["dim"])  # unique_dim, unique_dim_consecutive, with a dim
     outs = [_empty(src.shape, src.dtype), _empty((rows,), torch.long)]
     return (*outs, _empty((rows,), torch.long)), "every slice distinct"
+
+
+# CUDA's unique (cuda/Unique.cu) writes the distinct values into an input-sized buffer and
+# then resizes it to their count, which keeps the storage: the values hold the input's bytes
+# (H100 traces, torch 2.11: 8,192,000 bytes for 4,096,000 bfloat16 elements of few values)
+_INPUT_SIZED_VALUES = frozenset(
+    {aten._unique.default, aten._unique2.default, aten.unique_consecutive.default}
+)
+
+
+def keep_capacity(func: Any, args: tuple[Any, ...], result: Any) -> None:
+    """Give ``result``'s tensors (meta, sized from known values) the storage CUDA leaves
+    them: the values of a unique as many bytes as its input (:data:`_INPUT_SIZED_VALUES`)."""
+    if func not in _INPUT_SIZED_VALUES or not isinstance(result, tuple):
+        return
+    values, src = result[0], args[0]
+    size = src.numel() * values.element_size()
+    if values.device.type == "meta" and values.untyped_storage().nbytes() < size:
+        storage = torch.UntypedStorage(size, device="meta")
+        values.set_(storage, 0, values.shape, values.stride())
 
 
 def sized_by_known(

@@ -21,16 +21,18 @@ import torch
 from memfit._gpus import Architecture
 from memfit._units import MiB
 from memfit.trace._cudnn import ConvWorkspaces
+from memfit.trace._embedding_backward import EMBEDDING_BACKWARDS, embedding_backward_scratch
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
-from memfit.trace._layouts import channels_last
+from memfit.trace._index_put import ACCUMULATING_PUTS, index_put_scratch
+from memfit.trace._layouts import RESIZED_FROM_INPUT, channels_last
 from memfit.trace._reduce import (
     REDUCE_OPS,
     reduce_op_scratch,
     reduction_scratch,
     renorm_scratch,
 )
-from memfit.trace._scratch import SORTS, Scratch, sort_scratch
+from memfit.trace._scratch import SORTS, Scratch, scan_storage, sort_scratch
 from memfit.trace._sdpa import backward_ran_cudnn
 
 __all__ = ["RULE_OPS", "KernelModel", "Scratch"]
@@ -78,17 +80,85 @@ def _efficient_backward_scratch(args: tuple[Any, ...]) -> list[list[Scratch]]:
     return [delta, [(workspace, "memory-efficient attention backward workspace")]]
 
 
-def _embedding_backward_scratch(args: tuple[Any, ...]) -> list[tuple[int, str]]:
-    """CUDA's embedding backward for more than 3,072 indices sorts them and sums the rows of
-    each partial segment (at most 10 rows) in float32 first: a buffer of (n / 10 + min(n,
-    vocabulary)) rows (H200 traces, torch 2.11: 73,818,112 bytes for TinyLlama's 8,192 tokens
-    of width 2,048; 55,363,584 for BERT-base's 16,384 of width 768)."""
-    grad, indices, num_weights = args[0], args[1], int(args[2])
-    n = indices.numel()
-    if n <= 3072:
-        return []  # a direct kernel, no scratch
-    rows = n // 10 + min(n, num_weights)
-    return [(rows * int(grad.shape[-1]) * 4, "embedding backward partial sums (float32)")]
+def _index_copies(indices: list[Any]) -> list[tuple[int, str]]:
+    """CUDA's advanced indexing (``AdvancedIndex`` in ATen's TensorAdvancedIndexing.cpp)
+    broadcasts two or more index tensors to one shape and, unless their strides then all
+    match, makes each contiguous: a copy of each broadcast one, before the output (H100
+    traces, torch 2.11: indices of 160 x 1 x 1, 1 x 160 x 1 and 1 x 1 x 160 int64, three
+    32,768,000-byte copies freed after the output). Masks are positions by then."""
+    defined = [i for i in indices if isinstance(i, torch.Tensor)]
+    if len(defined) < 2 or any(i.dtype in (torch.bool, torch.uint8) for i in defined):
+        return []
+    shape = torch.broadcast_shapes(*(i.shape for i in defined))
+    expanded = [i.expand(shape) for i in defined]
+    if all(e.stride() == expanded[0].stride() for e in expanded):
+        return []
+    return [
+        (e.numel() * e.element_size(), "index made contiguous")
+        for e in expanded
+        if not e.is_contiguous()
+    ]
+
+
+def _masked_scatter_scratch(args: tuple[Any, ...]) -> list[list[Scratch]]:
+    """CUDA's ``masked_scatter_`` (``masked_scatter_cuda_impl``) finds where each source
+    element goes by an int64 prefix sum of the mask, broadcast to ``self`` and made contiguous
+    (a copy unless it already is), through cub's scan storage; all freed last-first when it
+    returns (H100 traces, torch 2.11: 640 x 640 bfloat16 with a 640 mask row, 3,276,800,
+    409,600 and 8,447 bytes)."""
+    out, mask = args[0], args[1]
+    n = out.numel()
+    if n == 0:
+        return []
+    held: list[Scratch] = [(8 * n, "masked scatter mask prefix sum", True)]
+    if tuple(mask.shape) != tuple(out.shape) or not mask.is_contiguous():
+        held.append((n * mask.element_size(), "masked scatter mask made contiguous", True))
+    return [held, [(scan_storage(n), "cub scan storage")]]
+
+
+_SCATTER_REDUCES = frozenset({aten.scatter_reduce.two, aten.scatter_reduce_.two})
+_MEAN_REDUCES = _SCATTER_REDUCES | {aten.index_reduce.default, aten.index_reduce_.default}
+
+
+def _reduce_mean_scratch(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[list[Scratch]]:
+    """``scatter_reduce`` and ``index_reduce`` with ``reduce="mean"`` count what each output
+    element received once the sums are in (TensorAdvancedIndexing.cpp, Indexing.cu): ones like
+    the source summed into counts like the output (``scatter_reduce`` holds both; ``index_reduce``
+    frees the ones after adding them), then ``counts == 0`` (a bool a count) to fill the empty
+    ones; counts and ones are freed last-first when the kernel returns (H100 traces, torch 2.11,
+    bfloat16)."""
+    reduce = args[4] if len(args) > 4 else kwargs.get("reduce")
+    out, source = args[0], args[3]
+    if reduce != "mean" or not all(isinstance(t, torch.Tensor) for t in (out, source)):
+        return []
+    counts: Scratch = (
+        out.numel() * out.element_size(),
+        f"{func.overloadpacket.__name__} counts",
+        True,
+    )
+    ones = source.numel() * source.element_size()
+    first: list[Scratch] = (
+        [(ones, "mean reduce ones like the source", True), counts]
+        if func in _SCATTER_REDUCES
+        else [counts, (ones, "mean reduce ones like the source")]
+    )
+    return [first, [(out.numel(), "mean reduce empty counts mask")]]
+
+
+def _mode_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[int, str]]:
+    """CUDA's ``mode`` (TensorModeKernel.cpp) moves the reduced dim last and makes the input
+    contiguous after it allocates its outputs: a copy of the input unless the dim is already
+    last (H100 traces, torch 2.11: mode over dim 1 of 80 x 80 x 80 float32, 2,048,000 bytes
+    after the values and indices, freed when the kernel ends)."""
+    x = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", -1)
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.numel() == 0:
+        return []
+    if int(x.shape[dim]) == 1 or x.transpose(dim, -1).is_contiguous():
+        return []
+    return [(x.numel() * x.element_size(), "mode input made contiguous, its dim last")]
 
 
 def _multinomial_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[int, str]]:
@@ -150,12 +220,19 @@ RULE_OPS = frozenset(
         aten.convolution.default,
         aten.convolution_backward.default,
         aten.embedding.default,
-        aten.embedding_dense_backward.default,
+        *EMBEDDING_BACKWARDS,
         aten._scaled_dot_product_efficient_attention_backward.default,
         aten._scaled_dot_product_flash_attention_backward.default,
         aten._scaled_dot_product_cudnn_attention_backward.default,
         aten._softmax_backward_data.default,
         aten.multinomial.default,
+        aten.mode.default,
+        aten.unfold_backward.default,
+        aten.masked_scatter_.default,
+        aten.index.Tensor,
+        *ACCUMULATING_PUTS,
+        *_MEAN_REDUCES,
+        *RESIZED_FROM_INPUT,
         *SORTS,
         *REDUCE_OPS,
         aten.renorm.default,
@@ -231,6 +308,14 @@ class KernelModel:
             grad = args[0]
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
                 return [(grad.numel() * grad.element_size(), "embedding backward contiguous grad")]
+        if func is aten.index.Tensor:
+            return _index_copies(args[1])
+        if func in RESIZED_FROM_INPUT:
+            x = args[0]
+            size = x.numel() * x.element_size()
+            out = func(*args)
+            if out.numel() * out.element_size() > size:
+                return [(size, f"{func.overloadpacket.__name__} output before its resize")]
         return temporaries(func, args)
 
     def scratch(
@@ -250,6 +335,14 @@ class KernelModel:
             return sort_scratch(args, kwargs)
         if func is aten.renorm.default:
             return renorm_scratch(args, self.sm_count, self.threads_per_sm)
+        if func in _MEAN_REDUCES:
+            return _reduce_mean_scratch(func, args, kwargs)
+        if func is aten.masked_scatter_.default:
+            return _masked_scatter_scratch(args)
+        if func in ACCUMULATING_PUTS:
+            return index_put_scratch(args, kwargs)
+        if func in EMBEDDING_BACKWARDS:
+            return embedding_backward_scratch(func, args)
         own = fake_scratch(func, args, kwargs)
         if own:
             return own
@@ -309,8 +402,6 @@ class KernelModel:
             # 1024 x 64 x 4 + 8 x 12 x 1024 x 4 + 256 per layer, at every budget
             q = args[1]
             return [_fused_backward_workspace(q, args[2], int(q.shape[2]), int(q.shape[3]))]
-        if func is aten.embedding_dense_backward.default:
-            return _embedding_backward_scratch(args)
         if func is aten._softmax_backward_data.default:
             # SoftMax.cu multiplies the gradient by the output into a temporary once the input
             # gradient is allocated (H200 traces, torch 2.11: one scores-sized tensor after every
@@ -320,6 +411,13 @@ class KernelModel:
             return [(size, "softmax backward grad x output")]
         if func is aten.multinomial.default:
             return _multinomial_scratch(args, kwargs)
+        if func is aten.mode.default:
+            return _mode_scratch(args, kwargs)
+        if func is aten.unfold_backward.default and int(args[4]) < int(args[3]):
+            # overlapping windows: UnfoldBackward.cpp indexes the input's dim with an int64
+            # arange of it once the zeroed gradient is allocated (H100 traces, torch 2.11:
+            # 320 bytes for a dim of 40)
+            return [(8 * int(args[1][args[2]]), "unfold backward index of the dim")]
         if func is aten.native_layer_norm_backward.default:
             grad = args[0]  # made contiguous after the gradients are allocated
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():

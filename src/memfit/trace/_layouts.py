@@ -10,7 +10,8 @@ which of them copy (layer norm makes a contiguous copy of its input: ConvNeXt's 
 activations channels-last, and the trace must see it the same way). Memory-efficient
 attention writes a bias gradient dense where the meta kernel keeps the bias's broadcast
 strides. And CUDA's dropout allocates its mask before its output, the meta kernel the other
-way round (H200 traces); CUDA's CTC loss its log_alpha before the loss (LossCTC.cu).
+way round (H200 traces); CUDA's CTC loss its log_alpha before the loss (LossCTC.cu). im2col
+and col2im resize an input-sized output (:data:`RESIZED_FROM_INPUT`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["channels_last", "cuda_layout", "cuda_order"]
+__all__ = ["RESIZED_FROM_INPUT", "channels_last", "cuda_layout", "cuda_order"]
 
 aten = torch.ops.aten
 _EMPTY = aten.empty_strided.default
@@ -75,15 +76,48 @@ def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
         # to the bias's shape (H200, torch 2.11: 268,435,456 bytes for T5-small's b32 s512)
         grad_bias = out[3]
         return (*out[:3], torch.empty(grad_bias.shape, dtype=grad_bias.dtype, device="meta"))
+    if func in RESIZED_FROM_INPUT and isinstance(out, torch.Tensor) and out.device.type == "meta":
+        size = _nbytes(args[0])
+        if _nbytes(out) < size:  # resize_ to fewer bytes keeps the input-sized storage
+            kept = torch.empty(0, dtype=out.dtype, device="meta")
+            storage = torch.UntypedStorage(size, device="meta")
+            return kept.set_(storage, 0, out.shape, out.stride())
     return out
 
 
-_REVERSED = frozenset({aten.native_dropout.default, aten._ctc_loss.default, aten._ctc_loss.Tensor})
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+# CUDA's im2col and col2im allocate their output as ``empty_like(input)`` and then resize it
+# (Im2Col.cu, Col2Im.cu): a larger output is a new allocation after the input-sized one, which
+# it frees (``KernelModel.copies_first``); a smaller one keeps the input-sized storage (H100
+# traces, torch 2.11: ``F.unfold`` of a 2 x 3 x 5 x 5 float32 input, 600 bytes, then 1,536 for
+# 2 x 2 windows at stride 1; 600 alone for stride 2)
+RESIZED_FROM_INPUT = frozenset({aten.im2col.default, aten.col2im.default})
+
+
+_REVERSED = frozenset(
+    {
+        aten.native_dropout.default,
+        aten._ctc_loss.default,
+        aten._ctc_loss.Tensor,
+        aten.nll_loss2d_forward.default,
+    }
+)
 
 
 def cuda_order(func: Any, out: Any) -> Any:
     """``out`` in the order the CUDA kernel allocates its outputs: dropout's mask before its
-    output, CTC loss's log_alpha before the per-sample loss."""
+    output, CTC loss's log_alpha before the per-sample loss, 2-d NLL loss's total weight
+    before the loss (``nll_loss2d_forward_cuda`` sizes ``total_weight`` first: H100 traces,
+    torch 2.11), embedding bag's bag sizes and bag of each index before its output
+    (``_embedding_bag_cuda``: H100 traces, torch 2.11)."""
     if func in _REVERSED and isinstance(out, tuple):
         return out[::-1]
+    if func in _BAGS and isinstance(out, tuple) and len(out) == 4:
+        return (out[2], out[1], out[0], out[3])
     return out
+
+
+_BAGS = frozenset({aten._embedding_bag.default, aten._embedding_bag_forward_only.default})

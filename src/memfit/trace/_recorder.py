@@ -19,8 +19,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
+from memfit.trace._backward_fills import FILLING_NODES, FILLS_IN_PLACE
 from memfit.trace._costs import StepCosts
 from memfit.trace._cpu_scalars import call_with_cpu_scalars
+from memfit.trace._cuda_composites import cuda_composite
 from memfit.trace._cuda_forms import EXPLICIT_COMPOSITES, IN_PLACE
 from memfit.trace._data_shapes import (
     INDEX,
@@ -362,6 +364,12 @@ class Recorder(TorchDispatchMode):
         if func in EXPLICIT_COMPOSITES:  # as CUDA runs it: its pieces
             with self:
                 return func._op_dk(EXPLICIT_COMPOSITES[func], *args, **kwargs)
+        composite = cuda_composite(func)
+        if composite is not None:  # a CUDA kernel written as other ops: those ops
+            with self:
+                out = composite(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
         if (func is INDEX and has_mask(args[1])) or func is MASKED_SELECT:
             with self:  # by the mask's positions (nonzero), as CUDA does
                 if func is INDEX:
@@ -375,9 +383,11 @@ class Recorder(TorchDispatchMode):
             with _NO_FUNCTION_MODE():
                 if self._scatters_into_fresh_zeros(args, kwargs):
                     func, args, kwargs = _INDEX_PUT_IMPL, (*args[:3], True, True), {}
-        elif func in IN_PLACE:
+        elif func in FILLS_IN_PLACE or func in IN_PLACE:
             with _NO_FUNCTION_MODE():
-                if self._fresh_in_backward(args[0], zeros_only=True):
+                if func in FILLS_IN_PLACE and self._fresh_in_backward(args[0], nodes=FILLING_NODES):
+                    func = FILLS_IN_PLACE[func]
+                elif func in IN_PLACE and self._fresh_in_backward(args[0], zeros_only=True):
                     func = IN_PLACE[func]
         if puts_by_positions(func, args, kwargs):
             with self:  # by the masks' positions (nonzero), as CUDA does
@@ -436,8 +446,8 @@ class Recorder(TorchDispatchMode):
             held: list[int] = []
             last_first = self.kernels.frees_last_first(func)
             for group in self.kernels.scratch(func, args, kwargs):
-                held = self._scratch(group, held, last_first)
-            for block in held:
+                held += self._scratch(group, last_first)
+            for block in reversed(held):
                 self.free(block)
         for block in copies:
             self.free(block)
@@ -479,17 +489,15 @@ class Recorder(TorchDispatchMode):
         with contextlib.suppress(AttributeError):  # a type without a __dict__: not marked
             exc.memfit_failed_op = self.failure  # type: ignore[attr-defined]
 
-    def _scratch(
-        self, group: list[Scratch], held: list[int] | None = None, last_first: bool = False
-    ) -> list[int]:
+    def _scratch(self, group: list[Scratch], last_first: bool = False) -> list[int]:
         """Workspaces that live together: allocated, then freed in the order
-        :func:`group_frees` gives (``held``: kept from the group before); returns the blocks
-        this group holds into the next."""
+        :func:`group_frees` gives but for the ones held, which it returns (buffers a kernel
+        keeps to its end, freed by the caller last first)."""
         blocks = [
             (self._rule_alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
             for item in group
         ]
-        frees, kept = group_frees(blocks, list(held or ()), last_first)
+        frees, kept = group_frees(blocks, last_first)
         for block in frees:
             self.free(block)
         return kept
@@ -508,17 +516,22 @@ class Recorder(TorchDispatchMode):
         accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
         return bool(accumulate) and self._fresh_in_backward(args[0])
 
-    def _fresh_in_backward(self, zeros: Any, zeros_only: bool = False) -> bool:
-        """Whether ``zeros`` was made by the backward node now running and nothing else holds
-        its storage (and, if ``zeros_only``, was made as zeros): what a backward formula writes
-        into in place on the GPU, where the trace (a dispatch mode) sees its out-of-place form
-        (:data:`IN_PLACE`). H100 traces, torch 2.11: ``max(dim)``'s backward allocates one
-        input-sized gradient, not two. Formulas that scatter out of place into a tensor they
-        made otherwise (``scatter_reduce``'s, which keeps it) are left as they are."""
+    def _fresh_in_backward(
+        self, zeros: Any, zeros_only: bool = False, nodes: frozenset[str] = frozenset()
+    ) -> bool:
+        """Whether ``zeros`` was made by the backward node now running (one of ``nodes``, if
+        given) and nothing else holds its storage (and, if ``zeros_only``, was made as zeros):
+        what a backward formula writes into in place on the GPU, where the trace (a dispatch
+        mode) sees its out-of-place form (:data:`IN_PLACE`, ``_backward_fills``). H100 traces,
+        torch 2.11: ``max(dim)``'s backward allocates one input-sized gradient, not two.
+        Formulas that scatter out of place into a tensor they made otherwise
+        (``scatter_reduce``'s, which keeps it) are left as they are."""
         if torch.is_grad_enabled() or not self.phase.endswith("backward"):
             return False
         node = torch._C._current_autograd_node()
         if node is None or not isinstance(zeros, torch.Tensor) or zeros.device.type != "meta":
+            return False
+        if nodes and node.name() not in nodes:
             return False
         made_by = self._made_by.get(self._key(zeros.untyped_storage()))
         if made_by != node._sequence_nr() or not _sole_owner(zeros):

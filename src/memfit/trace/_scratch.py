@@ -11,50 +11,47 @@ from typing import Any
 
 import torch
 
-__all__ = ["SORTS", "Scratch", "group_frees", "sort_scratch"]
+__all__ = ["SORTS", "Scratch", "group_frees", "radix_sort_storage", "scan_storage", "sort_scratch"]
 
 aten = torch.ops.aten
 
-Scratch = tuple[int, str] | tuple[int, str, bool]  # bytes, label[, held into the next group]
+# bytes, label[, held: kept to the kernel's end, freed last-first after every group's scratch]
+Scratch = tuple[int, str] | tuple[int, str, bool]
 
 SORTS = frozenset({aten.sort.default, aten.sort.stable})
 
 
-def group_frees(
-    blocks: list[tuple[int, bool]], held: list[int], last_first: bool
-) -> tuple[list[int], list[int]]:
-    """The blocks freed after one group of scratch is allocated, in order, and the group's
-    blocks held into the next: ``blocks`` are the group's (block, held on), ``held`` those the
-    group before kept. Freed first to last: ``held``, then the group's own; ``last_first``
-    (a kernel whose scratch is C++ locals, destroyed in reverse) the group's last first, then
-    ``held`` (an outer scope's), last first too."""
+def group_frees(blocks: list[tuple[int, bool]], last_first: bool) -> tuple[list[int], list[int]]:
+    """The blocks freed as soon as one group of scratch is allocated, in order, and the ones the
+    kernel holds to its end (freed then, last first): ``blocks`` are the group's (block, held).
+    ``last_first``: a kernel whose scratch is C++ locals, destroyed in reverse (a reduction's
+    semaphores, then its partial results, then its input's cast copy)."""
     own = [block for block, keep in blocks if not keep]
     kept = [block for block, keep in blocks if keep]
-    if last_first:
-        return [*reversed(own), *reversed(held)], kept
-    return [*held, *own], kept
+    return (own[::-1] if last_first else own), kept
 
 
 def sort_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scratch]]:
     """CUDA's sort of rows longer than 4,096 (``launch_stable_sort_kernel`` in ATen's
-    SortStable.cu; shorter rows sort in place). For fewer than 128 rows (top-p sampling's sort
-    of the scores) it sorts all rows at once: (index, row) pairs twice (8 bytes an element each,
-    held to the end), a keys output and cub's radix sort storage (keys and pairs once more and
-    its histograms), then a small sort of the row ids. H200 traces, torch 2.11, 32 x 151,936
-    float32: 38,895,616 twice, 19,447,808 and 59,278,847 (0.19 bytes an element beyond keys
-    and pairs; bfloat16 0.18, 8 x 32,000 0.20-0.23), then 867,839. Histograms are taken as a
-    quarter byte an element, at least what was measured. Other row counts: from the source,
-    with cub's storage taken the same way (not measured)."""
+    SortStable.cu). Shorter rows sort in place, their elements numbered first by an int64
+    ``arange`` of the dim, freed before the sort (``fillSliceWithIndex`` in Sort.cpp). For
+    fewer than 128 rows (top-p sampling's sort of the scores) it sorts all rows at once:
+    (index, row) pairs twice (8 bytes an element each, held to the end), a keys output and
+    cub's radix sort storage (:func:`radix_sort_storage`), then a small sort of the row ids.
+    H200 traces, torch 2.11, 32 x 151,936 float32: 38,895,616 twice, 19,447,808 and
+    59,278,847, then 867,839. Other row counts: from the source, with cub's segmented sort
+    storage taken as keys and pairs once more and a quarter byte an element (not measured).
+    The initial indices are held to the end, freed after cub's storage (H100 traces)."""
     x = args[0]
     dim = args[1] if len(args) > 1 and isinstance(args[1], int) else kwargs.get("dim", -1)
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.numel() == 0:
         return []
     n, nsort, size = x.numel(), int(x.shape[dim]), x.element_size()
     rows = n // max(nsort, 1)
-    if nsort <= 4096:
-        return []
+    if nsort <= 4096:  # in place, by index ranks from an int64 ``arange`` of the dim
+        return [[(8 * nsort, "sort index range")]]
     if rows == 1 or nsort >= 1_000_000:  # row by row: one row's initial indices
-        cub = nsort * (size + 8) + nsort // 4
+        cub = radix_sort_storage(nsort, size, 8)
         return [[(8 * nsort, "sort initial indices", True)], [(cub, "cub radix sort storage")]]
     if rows >= 128:  # cub's segmented sort, on reverse indices
         cub = n * (size + 8) + n // 4
@@ -63,6 +60,45 @@ def sort_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scr
         (8 * n, "sort (index, row) pairs", True),
         (8 * n, "sort (index, row) pairs, sorted", True),
         (size * n, "sort keys output"),
-        (n * (size + 8) + n // 4, "cub radix sort storage"),
+        (radix_sort_storage(n, size, 8), "cub radix sort storage"),
     ]
     return [pairs, [(n // 4, "cub row id sort storage")]]
+
+
+_RADIX_DIGITS = 256  # cub's onesweep sort: 8 bits a pass
+_ALIGN = 256  # cub aligns each temporary and adds ALIGN - 1 bytes to the total
+
+
+def radix_sort_storage(n: int, key_size: int, value_size: int, bits: int | None = None) -> int:
+    """Bytes of the temporary storage cub's onesweep radix sort of ``n`` (key, value) pairs
+    on ``bits`` of the keys (all by default) asks for (``DispatchRadixSort::InvokeOnesweep``,
+    which ATen's ``radix_sort_pairs`` runs): 64-bit histograms of each 8-bit pass, a 32-bit
+    lookback slot per digit and tile, an alternate keys and values buffer (none for a one-pass
+    sort), 32-bit counters per pass, each rounded up to 256 bytes, plus 255 bytes of
+    alignment. A tile is 256 threads of 22 pairs with 2-byte keys, 21 with 4-byte keys, 18
+    with 8-byte keys (H100 and H200 traces, torch 2.11, int64 values: 512,000 float32 keys
+    6,251,007 bytes, 4,096,000 bfloat16 keys 41,710,079, 4,861,952 float32 keys 59,278,847,
+    511,920 int64 keys on 16 bits 8,310,271). A sort that fits one tile of cub's single-tile
+    kernel asks for 1 byte; that tile is taken as 256 threads of 19 pairs, 9 with 8-byte keys
+    or values (cub's policy, not measured)."""
+    passes = -(-(8 * key_size if bits is None else bits) // 8)
+    if n <= 256 * (9 if max(key_size, value_size) > 4 else 19):
+        return 1
+    tile = 256 * {1: 22, 2: 22, 4: 21}.get(key_size, 18)
+    parts = [
+        passes * _RADIX_DIGITS * 8,
+        -(-n // tile) * _RADIX_DIGITS * 4,
+        n * key_size if passes > 1 else 0,
+        n * value_size if passes > 1 else 0,
+        passes * 4,
+    ]
+    return sum(-(-p // _ALIGN) * _ALIGN for p in parts) + _ALIGN - 1
+
+
+def scan_storage(n: int) -> int:
+    """Bytes of the temporary storage cub's exclusive scan of ``n`` elements into int64 asks
+    for (``mask_exclusive_sum``): a 16-byte tile descriptor for each tile of 896 elements and
+    32 more, rounded up to 256 bytes, one 256-byte block and 255 bytes of alignment (H100
+    traces, torch 2.11: 8,447 bytes for 409,600 mask elements, 4,682,239 for 262,144,000)."""
+    tiles = -(-n // 896) + 32
+    return -(-tiles * 16 // _ALIGN) * _ALIGN + _ALIGN + _ALIGN - 1

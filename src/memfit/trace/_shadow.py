@@ -24,6 +24,7 @@ from memfit.trace._data_shapes import (
     SHAPE_ONLY,
     display_name,
     is_dynamic,
+    keep_capacity,
     largest,
     sized_by_known,
 )
@@ -316,6 +317,7 @@ class ShadowValues:
                 return meta
 
             result = tree_map(to_meta, real)
+            keep_capacity(func, args, result)
             origin = self._origins(args, kwargs)
             if origin:
                 for t in _tensors(result):

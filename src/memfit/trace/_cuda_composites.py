@@ -1,0 +1,120 @@
+"""Ops whose CUDA kernel is written as other ATen ops: the trace runs those ops instead.
+
+A meta kernel gives such an op's outputs alone, while on the GPU each op inside it allocates
+its own outputs through the caching allocator. Run under the trace's dispatch mode, the ops
+inside are recorded one by one, with their own rules (a sort's scratch, a reduction's).
+
+``median()`` and ``nanmedian()`` over all elements (``median_impl`` in ATen's
+cuda/Sorting.cpp) sort the flattened input (values, int64 indices and the sort's own
+scratch: 8 bytes an element and more), then pick the middle value: ``median`` with a
+``where`` on whether the largest is NaN, ``nanmedian`` after counting the NaNs (``isnan``,
+``sum``, ``item``) with a ``clone``.
+
+``masked_scatter`` clones its input, broadcast with the mask, and scatters into the clone in
+place (``masked_scatter_``, whose kernel has its own scratch); its backward
+(``masked_scatter_backward``) selects the gradient at the mask (``masked_select``: ``nonzero``
+and an index) and pads it with zeros (``cat``) to the input's size.
+
+``_unsafe_masked_index`` (which compiled code calls) clamps its indices, indexes, and fills
+where the mask is false (``logical_not``, ``masked_fill``); its backward
+``_unsafe_masked_index_put_accumulate`` clamps the indices again, zeroes the values where the
+mask is false and puts them with ``index_put`` accumulating (a clone, then the sort-based
+kernel: ``_index_put``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["cuda_composite"]
+
+aten = torch.ops.aten
+
+
+def _median(x: torch.Tensor, ignore_nan: bool) -> Any:
+    size = x.numel()
+    if size == 0:
+        return aten.full.default([], float("nan"), dtype=x.dtype, device=x.device)
+    flat = aten.reshape.default(x, [-1])
+    values = aten.sort.default(flat)[0]
+    if not ignore_nan:
+        last = aten.select.int(values, 0, -1)
+        middle = aten.select.int(values, 0, (size - 1) // 2)
+        return aten.where.self(aten.isnan.default(last), last, middle)
+    isnan = aten.isnan.default(values)
+    count = aten.sum.default(isnan)
+    nans = int(count.item())
+    del count, isnan  # C++ temporaries: both live to the end of the statement, last first
+    return aten.clone.default(aten.select.int(values, 0, (size - nans - 1) // 2))
+
+
+def _median_all(x: torch.Tensor) -> Any:
+    return _median(x, ignore_nan=False)
+
+
+def _nanmedian_all(x: torch.Tensor) -> Any:
+    return _median(x, ignore_nan=True)
+
+
+def _masked_scatter(x: torch.Tensor, mask: torch.Tensor, source: torch.Tensor) -> Any:
+    shape = list(torch.broadcast_shapes(mask.shape, x.shape))
+    mask, x = aten.expand.default(mask, shape), aten.expand.default(x, shape)
+    out = aten.clone.default(x, memory_format=torch.contiguous_format)
+    return aten.masked_scatter_.default(out, mask, source)
+
+
+def _masked_scatter_backward(grad: torch.Tensor, mask: torch.Tensor, sizes: list[int]) -> Any:
+    selected = aten.masked_select.default(grad, mask)
+    missing = math.prod(sizes) - selected.numel()
+    if missing > 0:
+        zeros = aten.zeros.default([missing], dtype=grad.dtype, device=grad.device)
+        selected = aten.cat.default([selected, zeros])
+    return aten.view.default(selected, list(sizes))
+
+
+def _clamped(x: torch.Tensor, indices: list[Any]) -> list[Any]:
+    return [
+        None if i is None else aten.clamp.default(i, -int(size), int(size) - 1)
+        for i, size in zip(indices, x.shape, strict=False)
+    ]
+
+
+def _unsafe_masked_index(x: torch.Tensor, mask: torch.Tensor, indices: list[Any], fill: Any) -> Any:
+    if x.numel() == 0:  # the meta kernel's empty-input path
+        return NotImplemented
+    clamped = _clamped(x, indices)
+    result = aten.index.Tensor(x, clamped)  # _unsafe_index on CUDA
+    out = aten.masked_fill.Scalar(result, aten.logical_not.default(mask), fill)
+    del result, clamped  # as C++ destroys them: the later first
+    return out
+
+
+def _unsafe_masked_index_put_accumulate(
+    x: torch.Tensor, mask: torch.Tensor, indices: list[Any], values: torch.Tensor
+) -> Any:
+    if x.numel() == 0:
+        return aten.clone.default(x)
+    clamped = _clamped(x, indices)
+    masked = aten.masked_fill.Scalar(values, aten.logical_not.default(mask), 0)
+    out = aten.index_put.default(x, clamped, masked, True)  # _unsafe_index_put on CUDA
+    del masked, clamped  # as C++ destroys them: the later first
+    return out
+
+
+_COMPOSITES: dict[Any, Callable[..., Any]] = {
+    aten._unsafe_masked_index.default: _unsafe_masked_index,
+    aten._unsafe_masked_index_put_accumulate.default: _unsafe_masked_index_put_accumulate,
+    aten.median.default: _median_all,
+    aten.nanmedian.default: _nanmedian_all,
+    aten.masked_scatter.default: _masked_scatter,
+    aten.masked_scatter_backward.default: _masked_scatter_backward,
+}
+
+
+def cuda_composite(func: Any) -> Callable[..., Any] | None:
+    """The ATen ops ``func``'s CUDA kernel runs, as a function of its arguments, or None."""
+    return _COMPOSITES.get(func)
