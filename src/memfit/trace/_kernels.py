@@ -6,6 +6,7 @@
 * Fused attention's backward (cuDNN's on an H200, flash attention's elsewhere) allocates one
   workspace for a float32 dQ accumulator and the softmax row sums.
 * cuDNN convolutions take a workspace per call, sized by the engine cuDNN picks (``_cudnn``).
+* cuFFT's plans take input copies and a workspace per call (``_spectral``).
 
 Sizes were read from real traces on an H200 with torch 2.11 (benchmarks/results/).
 """
@@ -27,6 +28,7 @@ from memfit.trace._layouts import channels_last
 from memfit.trace._reduce import reduction_scratch
 from memfit.trace._scratch import SORTS, Scratch, sort_scratch
 from memfit.trace._sdpa import backward_ran_cudnn
+from memfit.trace._spectral import FFT_OPS, fft_scratch, roll_temporaries
 
 __all__ = ["RULE_OPS", "KernelModel", "Scratch"]
 
@@ -160,6 +162,8 @@ RULE_OPS = frozenset(
         aten._scaled_dot_product_cudnn_attention_backward.default,
         aten._softmax_backward_data.default,
         aten.multinomial.default,
+        aten.roll.default,
+        *FFT_OPS,
         *SORTS,
         *_REDUCTIONS,
     }
@@ -234,6 +238,8 @@ class KernelModel:
             grad = args[0]
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
                 return [(grad.numel() * grad.element_size(), "embedding backward contiguous grad")]
+        if func is aten.roll.default:
+            return roll_temporaries(args, {})
         return temporaries(func, args)
 
     def scratch(
@@ -251,6 +257,8 @@ class KernelModel:
             return _efficient_backward_scratch(args)
         if func in SORTS:
             return sort_scratch(args, kwargs)
+        if func in FFT_OPS:
+            return fft_scratch(func, args)
         own = fake_scratch(func, args, kwargs)
         if own:
             return own
