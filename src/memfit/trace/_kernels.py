@@ -6,7 +6,8 @@
 * Fused attention's backward (cuDNN's on an H200, flash attention's elsewhere) allocates one
   workspace for a float32 dQ accumulator and the softmax row sums.
 * cuDNN convolutions take a workspace per call, sized by the engine cuDNN picks (``_cudnn``).
-* cuFFT's plans take input copies and a workspace per call (``_spectral``).
+* cuFFT's plans take input copies and a workspace per call (``_spectral``); distance
+  backwards a per-pair buffer, Cholesky solves a copy of the factor (``_linalg``).
 
 Sizes were read from real traces on an H200 with torch 2.11 (benchmarks/results/).
 """
@@ -25,6 +26,7 @@ from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
 from memfit.trace._layouts import channels_last
+from memfit.trace._linalg import LINALG_OPS, linalg_scratch
 from memfit.trace._reduce import reduction_scratch
 from memfit.trace._scratch import SORTS, Scratch, sort_scratch
 from memfit.trace._sdpa import backward_ran_cudnn
@@ -164,6 +166,7 @@ RULE_OPS = frozenset(
         aten.multinomial.default,
         aten.roll.default,
         *FFT_OPS,
+        *LINALG_OPS,
         *SORTS,
         *_REDUCTIONS,
     }
@@ -322,6 +325,8 @@ class KernelModel:
             return [(size, "softmax backward grad x output")]
         if func is aten.multinomial.default:
             return _multinomial_scratch(args, kwargs)
+        if func in LINALG_OPS:
+            return linalg_scratch(func, args)
         if func is aten.native_layer_norm_backward.default:
             grad = args[0]  # made contiguous after the gradients are allocated
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
