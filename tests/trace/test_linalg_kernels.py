@@ -55,3 +55,10 @@ def test_cholesky_solve_clones_the_factor_after_its_output():
     factor = torch.randn(2, 32, 32).mT  # column-major already: cloned all the same
     assert _allocs(torch.cholesky_solve, b, factor) == [2 * 32 * 32 * 4] * 2
     assert _allocs(torch.cholesky_inverse, factor) == [2 * 32 * 32 * 4] * 2
+
+
+def test_linalg_error_checks_take_one_byte_for_any():
+    # H100, linalg.cholesky of (2, 5, 5): the factor, the infos, ..., then infos.any()'s byte
+    a = torch.randn(2, 5, 5)
+    a = a @ a.mT + torch.eye(5)
+    assert _allocs(torch.linalg.cholesky, a) == [200, 8, 1]

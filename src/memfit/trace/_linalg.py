@@ -12,6 +12,9 @@
   identity for the inverse), against a batched column-major clone of the factor
   (``cloneBatchedColumnMajor``), taken after the output and freed when the kernel returns
   (H100: 819,200 bytes for a (2, 320, 320) float32 factor, even one already column-major).
+* ``_linalg_check_errors``, which every ``torch.linalg`` function that reports errors calls on
+  its ``info`` tensor, asks ``infos.any()`` first: a one-byte result on the GPU, then read on
+  the host.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ _FACTOR_CLONE = {
     aten._cholesky_solve_helper.default: 1,
     aten.cholesky_inverse.default: 0,  # (self, upper): self is the factor
 }
-LINALG_OPS = frozenset(_DISTANCE_BACKWARD | set(_FACTOR_CLONE))
+LINALG_OPS = frozenset(
+    _DISTANCE_BACKWARD | set(_FACTOR_CLONE) | {aten._linalg_check_errors.default}
+)
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -58,6 +63,11 @@ def linalg_scratch(func: Any, args: tuple[Any, ...]) -> list[tuple[int, str]]:
     """What one of :data:`LINALG_OPS` allocates after its output, freed when it returns."""
     if func in _DISTANCE_BACKWARD:
         return _distance_buffer(func, args)
+    if func is aten._linalg_check_errors.default:
+        infos = args[0]
+        if not isinstance(infos, torch.Tensor) or infos.numel() == 0:
+            return []
+        return [(1, "linalg error check (infos.any())")]
     factor = args[_FACTOR_CLONE[func]]
     if not isinstance(factor, torch.Tensor) or factor.numel() == 0:
         return []
