@@ -184,6 +184,21 @@ def test_transposed_dilated_and_3d_convolutions_are_bounded_too() -> None:
     assert {"3-d", "transposed", "dilated"} <= ws.unknown
 
 
+def test_a_1d_convolution_is_looked_up_as_the_2d_one_cudnn_runs() -> None:
+    # a pointwise 1-d convolution over one position is the table's 1x1 2-d one of height 1
+    ws = ConvWorkspaces()
+    x = torch.empty(128, 10, 1, device="meta", dtype=torch.bfloat16)
+    w = torch.empty(240, 10, 1, device="meta", dtype=torch.bfloat16)
+    measured = _table()["10,1,1,240,1,1,1,1,0,0,1|bf16"]["fwd"]["128"]
+    assert measured and ws.forward((x, w, None, [1], [0], [1], False, [0], 1)) == measured
+    assert not ws.unknown
+    # one the table does not hold is bounded, named by its 2-d key
+    x = torch.empty(2, 4, 8, device="meta")
+    w = torch.empty(3, 4, 3, device="meta")
+    assert ws.forward((x, w, None, [1], [0], [1], False, [0], 1))
+    assert ws.unknown == {"4,1,8,3,1,3,1,1,0,0,1"}
+
+
 def test_a_channels_last_convolution_has_its_own_measured_workspaces() -> None:
     # cuDNN picks other engines in NHWC (ConvNeXt after its stem's LayerNorm2d): the NCHW probe
     # says nothing about them, so the table keys them apart (|nhwc, probed separately);

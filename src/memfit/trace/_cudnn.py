@@ -8,8 +8,9 @@ a table measured on an H200 (``benchmarks/cudnn_probe.py`` -> ``benchmarks/build
 for the convolutions of the catalog's CNNs, per dtype and layout (channels-last where the model
 hands cuDNN a permuted tensor), at batch 32 and 128 and others; and after a bias gradient, the
 scratch its reduction takes (a channels-last one: 4x the output's bf16 bytes). Other batch sizes are
-interpolated (most workspaces grow linearly with the batch). A convolution not in the table (a
-shape no probe ran, a transposed, dilated, 1-D or 3-D one) is given a workspace bounded from
+interpolated (most workspaces grow linearly with the batch). A 1-D convolution is looked up as
+the 2-D one of height 1 that PyTorch hands cuDNN. A convolution not in the table (a
+shape no probe ran, a transposed, dilated or 3-D one) is given a workspace bounded from
 above: the larger of its input and output bytes times a ratio read off the same table, the one
 95% of its large convolutions' workspaces stay under, phase by phase. Counting none would be
 the unsafe side: the zoo sweep on an H100 found estimates of networks with such convolutions up
@@ -59,8 +60,16 @@ def _key(
     groups: int,
 ) -> str | None:
     dtype = _DTYPES.get(x.dtype)
-    if dtype is None or x.dim() != 4 or weight.dim() != 4:
+    if dtype is None or x.dim() != weight.dim() or x.dim() not in (3, 4):
         return None
+    if x.dim() == 3:
+        # ATen's _convolution runs a 1-d convolution as a 2-d one of height 1 (``view4d`` of
+        # the input made contiguous and of the weight, ``view1d_as_2d`` of the parameters):
+        # cuDNN sees, and the table keys, (N, C, 1, L) by (K, C / groups, 1, kL)
+        _, c, w = (int(s) for s in x.shape)
+        k, _, kw = (int(s) for s in weight.shape)
+        fields = [c, 1, w, k, 1, kw, 1, int(stride[0]), 0, int(padding[0]), groups]
+        return ",".join(str(f) for f in fields) + f"|{dtype}"
     _, c, h, w = (int(s) for s in x.shape)
     k, _, kh, kw = (int(s) for s in weight.shape)
     fields = [c, h, w, k, kh, kw, *(int(s) for s in stride), *(int(p) for p in padding), groups]

@@ -6,6 +6,8 @@
 * Fused attention's backward (cuDNN's on an H200, flash attention's elsewhere) allocates one
   workspace for a float32 dQ accumulator and the softmax row sums.
 * cuDNN convolutions take a workspace per call, sized by the engine cuDNN picks (``_cudnn``).
+* cuFFT's plans take input copies and a workspace per call (``_spectral``); distance
+  backwards a per-pair buffer, Cholesky solves a copy of the factor (``_linalg``).
 
 Sizes were read from real traces on an H200 with torch 2.11 (benchmarks/results/).
 """
@@ -26,6 +28,7 @@ from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
 from memfit.trace._index_put import ACCUMULATING_PUTS, index_put_scratch
 from memfit.trace._layouts import RESIZED_FROM_INPUT, channels_last
+from memfit.trace._linalg import LINALG_OPS, linalg_scratch
 from memfit.trace._reduce import (
     REDUCE_OPS,
     reduce_op_scratch,
@@ -34,6 +37,7 @@ from memfit.trace._reduce import (
 )
 from memfit.trace._scratch import SORTS, Scratch, scan_storage, sort_scratch
 from memfit.trace._sdpa import backward_ran_cudnn
+from memfit.trace._spectral import FFT_OPS, fft_scratch, roll_temporaries
 
 __all__ = ["RULE_OPS", "KernelModel", "Scratch"]
 
@@ -233,6 +237,9 @@ RULE_OPS = frozenset(
         *ACCUMULATING_PUTS,
         *_MEAN_REDUCES,
         *RESIZED_FROM_INPUT,
+        aten.roll.default,
+        *FFT_OPS,
+        *LINALG_OPS,
         *SORTS,
         *REDUCE_OPS,
         aten.renorm.default,
@@ -316,6 +323,8 @@ class KernelModel:
             out = func(*args)
             if out.numel() * out.element_size() > size:
                 return [(size, f"{func.overloadpacket.__name__} output before its resize")]
+        if func is aten.roll.default:
+            return roll_temporaries(args, {})
         return temporaries(func, args)
 
     def scratch(
@@ -343,6 +352,8 @@ class KernelModel:
             return index_put_scratch(args, kwargs)
         if func in EMBEDDING_BACKWARDS:
             return embedding_backward_scratch(func, args)
+        if func in FFT_OPS:
+            return fft_scratch(func, args)
         own = fake_scratch(func, args, kwargs)
         if own:
             return own
@@ -418,6 +429,8 @@ class KernelModel:
             # arange of it once the zeroed gradient is allocated (H100 traces, torch 2.11:
             # 320 bytes for a dim of 40)
             return [(8 * int(args[1][args[2]]), "unfold backward index of the dim")]
+        if func in LINALG_OPS:
+            return linalg_scratch(func, args)
         if func is aten.native_layer_norm_backward.default:
             grad = args[0]  # made contiguous after the gradients are allocated
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
