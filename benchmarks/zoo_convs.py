@@ -48,7 +48,8 @@ def _config(args: tuple[Any, ...], batch: int) -> dict[str, Any] | None:
     from memfit.trace import _cudnn
 
     x, weight, bias, stride, padding, dilation, transposed, _, groups = args[:9]
-    if transposed or any(int(d) != 1 for d in dilation) or x.dim() not in (3, 4):
+    dilated = any(int(d) != 1 for d in dilation)
+    if transposed or dilated or x.dim() not in (3, 4) or x.dim() != weight.dim():
         return None
     dtype = _cudnn._DTYPES.get(x.dtype)
     if dtype is None:
@@ -57,9 +58,10 @@ def _config(args: tuple[Any, ...], batch: int) -> dict[str, Any] | None:
         _, c, w = (int(s) for s in x.shape)
         h, kernel = 1, [1, int(weight.shape[2])]
         stride, padding = [1, int(stride[0])], [0, int(padding[0])]
-    else:
+    else:  # a parameter of one value stands for both dims, as ATen expands it
         _, c, h, w = (int(s) for s in x.shape)
         kernel = [int(s) for s in weight.shape[2:]]
+        stride, padding = [*stride] * (3 - len(stride)), [*padding] * (3 - len(padding))
     cfg = {
         "c": c,
         "h": h,
