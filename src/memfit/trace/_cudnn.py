@@ -162,10 +162,10 @@ class ConvWorkspaces:
         self.unknown.add(what)
         output = _output_bytes(x, weight, stride, padding, dilation, transposed, groups)
         largest = max(_nbytes(x), output)
-        kind = _kind(int(x.shape[1]), groups, weight.shape[2:])
+        kinds = _kinds(int(x.shape[1]), groups, weight.shape[2:], stride, padding)
         ratios = _bound_ratios(self.table)
         kept = [p for p in phases if p != "bias" or (x.dim() == 4 and channels_last(x))]
-        bounds = [ratios.get((kind, phase), ratios.get(("", phase), 0.0)) for phase in kept]
+        bounds = [_ratio(ratios, kinds, phase) for phase in kept]
         return [round(largest * ratio) for ratio in bounds if ratio]
 
     def notes(self) -> list[str]:
@@ -220,12 +220,37 @@ def _output_bytes(
     return count * x.element_size()
 
 
-def _kind(channels: int, groups: int, kernel: Sequence[int]) -> str:
-    """The kind of convolution, as cuDNN's engines differ by it: depthwise, grouped, pointwise
-    (every kernel dimension 1) or dense."""
+def _kinds(
+    channels: int,
+    groups: int,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+) -> tuple[str, ...]:
+    """The kinds of convolution a convolution is, the most specific last, as cuDNN's engines
+    differ by them: depthwise, grouped, pointwise (every kernel dimension 1) or dense; and a
+    dense one whose kernel steps by its own size without padding (a patch embedding) is also a
+    patch one, whose engines take up to 3.8 times the input (a dense one's 95% stay under
+    2.2: CLIP's 32x32 patches took 2.76 times, H100 traces)."""
     if groups > 1:
-        return "depthwise" if groups == channels else "grouped"
-    return "pointwise" if all(int(k) == 1 for k in kernel) else "dense"
+        return ("depthwise",) if groups == channels else ("grouped",)
+    if all(int(k) == 1 for k in kernel):
+        return ("pointwise",)
+    n = len(kernel)
+    tiles = all(
+        int(kernel[i]) == int(stride[i % len(stride)]) and int(padding[i % len(padding)]) == 0
+        for i in range(n)
+    )
+    return ("dense", "patch") if tiles else ("dense",)
+
+
+def _ratio(ratios: dict[tuple[str, str], float], kinds: Sequence[str], phase: str) -> float:
+    """The bound's ratio for the most specific of ``kinds`` the table has enough samples of
+    (none: the ratio over every kind)."""
+    for kind in reversed(kinds):
+        if (kind, phase) in ratios:
+            return ratios[kind, phase]
+    return ratios.get(("", phase), 0.0)
 
 
 _MIN_SAMPLES = 20  # fewer of a kind and phase in the table: the bound over every kind
@@ -233,23 +258,23 @@ _MIN_SAMPLES = 20  # fewer of a kind and phase in the table: the bound over ever
 
 @functools.cache
 def _bound_ratios(table: str) -> dict[tuple[str, str], float]:
-    """Per kind of convolution (``""``: every kind) and phase, the workspace over the larger
-    of input and output bytes that :data:`BOUND_SHARE` of the table's large convolutions stay
-    under (none taken counts). Depthwise convolutions' forward takes none in the table."""
+    """Per kind of convolution (``""``: every kind; a patch one counts as dense too) and phase,
+    the workspace over the larger of input and output bytes that :data:`BOUND_SHARE` of the
+    table's large convolutions stay under (none taken counts). Depthwise convolutions' forward
+    takes none in the table."""
     samples: dict[tuple[str, str], list[float]] = {}
     for key, phases in _table(table).items():
         fields, dtype = key.split("|")[0], key.split("|")[1]
         c, h, w, k, kh, kw, sh, sw, ph, pw, g = (int(f) for f in fields.split(","))
         size = _ITEM_SIZES[dtype]
         ho, wo = _out_size(h, kh, sh, ph), _out_size(w, kw, sw, pw)
-        kind = _kind(c, g, (kh, kw))
+        kinds = ("", *_kinds(c, g, (kh, kw), (sh, sw), (ph, pw)))
         for phase, by_batch in phases.items():
             for batch, sizes in by_batch.items():
                 largest = max(c * h * w, k * ho * wo) * int(batch) * size
                 if largest >= _LARGE:
-                    ratio = sum(sizes) / largest
-                    samples.setdefault((kind, phase), []).append(ratio)
-                    samples.setdefault(("", phase), []).append(ratio)
+                    for kind in kinds:
+                        samples.setdefault((kind, phase), []).append(sum(sizes) / largest)
     ratios = {}
     for (kind, phase), values in samples.items():
         if len(values) >= _MIN_SAMPLES:

@@ -27,7 +27,7 @@ from memfit.trace._embedding_backward import EMBEDDING_BACKWARDS, embedding_back
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
 from memfit.trace._index_put import ACCUMULATING_PUTS, index_put_scratch
-from memfit.trace._layouts import RESIZED_FROM_INPUT, channels_last
+from memfit.trace._layouts import RESIZED_FROM_INPUT, channels_last, conv_memory_format
 from memfit.trace._linalg import LINALG_OPS, linalg_scratch
 from memfit.trace._reduce import (
     REDUCE_OPS,
@@ -228,6 +228,8 @@ RULE_OPS = frozenset(
         aten._scaled_dot_product_efficient_attention_backward.default,
         aten._scaled_dot_product_flash_attention_backward.default,
         aten._scaled_dot_product_cudnn_attention_backward.default,
+        aten._softmax.default,
+        aten._log_softmax.default,
         aten._softmax_backward_data.default,
         aten.multinomial.default,
         aten.mode.default,
@@ -297,6 +299,10 @@ class KernelModel:
             x = args[0] if func is aten.native_layer_norm.default else args[1]
             if isinstance(x, torch.Tensor) and not x.is_contiguous():
                 return [(x.numel() * x.element_size(), "layer norm contiguous input copy")]
+        if func is aten.convolution.default:
+            copy = _conv_input_copy(args)
+            if copy:
+                return [(copy, "convolution input copy")]
         if func is aten.convolution_backward.default:
             grad = _conv_grad_copy(args)
             if grad:
@@ -413,6 +419,13 @@ class KernelModel:
             # 1024 x 64 x 4 + 8 x 12 x 1024 x 4 + 256 per layer, at every budget
             q = args[1]
             return [_fused_backward_workspace(q, args[2], int(q.shape[2]), int(q.shape[3]))]
+        if func in (aten._softmax.default, aten._log_softmax.default):
+            # SoftMax.cu's host_softmax: ``input_.contiguous()`` once the output is allocated
+            # (H100 traces, torch 2.11: Longformer's float32 [305, 512, 4, 513] attention
+            # scores, 1,281,761,280 bytes after each layer's softmax output)
+            x = args[0]
+            if isinstance(x, torch.Tensor) and not x.is_contiguous():
+                return [(x.numel() * x.element_size(), "softmax contiguous input copy")]
         if func is aten._softmax_backward_data.default:
             # SoftMax.cu multiplies the gradient by the output into a temporary once the input
             # gradient is allocated (H200 traces, torch 2.11: one scores-sized tensor after every
@@ -445,6 +458,23 @@ class KernelModel:
         if scratch is None:
             return []
         return [(scratch[0], "reduction partial results"), (scratch[1], "reduction semaphores")]
+
+
+def _conv_input_copy(args: tuple[Any, ...]) -> int:
+    """Bytes of the copy a CUDA convolution makes of an input not laid out as it runs
+    (``at::_convolution``: ``input.contiguous()`` for a 1-d one, viewed as 2-d;
+    ``input.contiguous(cudnn_conv_suggest_memory_format)`` for cuDNN, contiguous for the
+    depthwise kernel, which runs only where that format is), made before the output and
+    freed when the call ends. H100 traces, torch 2.11, timm's efficientvit_m0 b1024 bf16: a
+    6,422,528-byte copy of each channel chunk of a channels-last [4096, 64, 7, 7] that its
+    cascaded attention convolves; 0 when none is made."""
+    x, weight = args[0], args[1]
+    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        return 0
+    fmt = torch.contiguous_format if x.dim() == 3 else conv_memory_format(x, weight)
+    if x.is_contiguous(memory_format=fmt):
+        return 0
+    return int(x.numel() * x.element_size())
 
 
 def _conv_grad_copy(args: tuple[Any, ...]) -> int:

@@ -20,21 +20,53 @@ from typing import Any
 
 import torch
 
-__all__ = ["RESIZED_FROM_INPUT", "channels_last", "cuda_layout", "cuda_order"]
+__all__ = ["RESIZED_FROM_INPUT", "channels_last", "conv_memory_format", "cuda_layout", "cuda_order"]
 
 aten = torch.ops.aten
 _EMPTY = aten.empty_strided.default
 
 
 def channels_last(t: Any) -> bool:
-    """``suggest_memory_format(t) == ChannelsLast`` for a 4-d tensor."""
+    """``suggest_memory_format(t) == ChannelsLast`` for a 4-d tensor: its strides are ordered
+    as channels-last ones (channels innermost, then width, height, batch), dense or not (a
+    slice of channels of a channels-last tensor still suggests channels-last)."""
     return (
         isinstance(t, torch.Tensor)
         and t.dim() == 4
         and t.dtype != torch.float64
-        and not t.is_contiguous()
-        and t.is_contiguous(memory_format=torch.channels_last)
+        and _strides_like_channels_last(t, (1, 3, 2, 0))
     )
+
+
+def _strides_like_channels_last(t: torch.Tensor, order: tuple[int, ...]) -> bool:
+    """c10's ``is_channels_last_strides_2d`` / ``_3d``: the strides grow along ``order``,
+    each at least the extent of the one before; ambiguous cases (a channel stride equal to the
+    batch's, a zero channel stride) count as contiguous, as they do in c10."""
+    sizes, strides = tuple(int(s) for s in t.shape), t.stride()
+    if strides[1] == 0:
+        return False
+    least = 0
+    for d in order:
+        if sizes[d] == 0 or strides[d] < least:
+            return False
+        if d == 0 and least == strides[1]:
+            return False
+        least = strides[d] * sizes[d]
+    return True
+
+
+def conv_memory_format(x: Any, weight: Any) -> torch.memory_format:
+    """The layout a CUDA convolution runs in (``cudnn_conv_suggest_memory_format``):
+    channels-last when the input or the weight suggests it, else contiguous (float64 always
+    contiguous); a 1-d convolution runs on a contiguous input viewed as 2-d."""
+    tensors = (x, weight)
+    if any(t.dtype == torch.float64 for t in tensors):
+        return torch.contiguous_format
+    if x.dim() == 4 and any(channels_last(t) for t in tensors):
+        return torch.channels_last
+    if x.dim() == 5 and any(_strides_like_channels_last(t, (1, 4, 3, 2, 0)) for t in tensors):
+        return torch.channels_last_3d
+    return torch.contiguous_format
 
 
 def _as_channels_last(t: Any) -> Any:
