@@ -24,6 +24,7 @@ from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
 from memfit.trace._layouts import channels_last
+from memfit.trace._operand_copies import BMMS, bmm_operand_copies, c2r_input_copy
 from memfit.trace._reduce import (
     REDUCE_OPS,
     reduce_op_scratch,
@@ -159,6 +160,7 @@ RULE_OPS = frozenset(
         *SORTS,
         *REDUCE_OPS,
         aten.renorm.default,
+        *BMMS,
     }
 )
 
@@ -260,8 +262,8 @@ class KernelModel:
         """Whether the kernel frees its scratch in the reverse order of allocation: a
         reduction's buffers are C++ locals, destroyed last first (H100 traces, torch 2.11:
         semaphores, then partial results, then the input's cast copy; ``renorm``'s scale
-        factors, then its norms)."""
-        return func in REDUCE_OPS or func is aten.renorm.default
+        factors, then its norms; a batched product's operand copies, second first)."""
+        return func in REDUCE_OPS or func is aten.renorm.default or func in BMMS
 
     def between_outputs(
         self, func: Any, args: tuple[Any, ...]
@@ -326,6 +328,10 @@ class KernelModel:
                 return [(grad.numel() * grad.element_size(), "layer norm contiguous grad copy")]
         if func in REDUCE_OPS:
             return reduce_op_scratch(func, args, kwargs, self.sm_count, self.threads_per_sm)
+        if func in BMMS:
+            return bmm_operand_copies(func, args)
+        if func is aten._fft_c2r.default:
+            return c2r_input_copy(args)
         return ()
 
     def _reduction(self, x: torch.Tensor, dims: Any) -> list[tuple[int, str]]:
