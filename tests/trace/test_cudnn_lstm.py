@@ -139,3 +139,20 @@ def test_inference_takes_no_reserve_space_and_its_own_probed_workspace() -> None
     assert "cuDNN LSTM reserve space" not in names
     # inference calls were probed: their own fit, not training's
     assert not any("inference workspace taken from training's" in n for n in trace.notes)
+
+
+def test_a_gru_says_its_cudnn_memory_is_not_modelled() -> None:
+    def loss(m: nn.Module, b: torch.Tensor) -> torch.Tensor:
+        packed = nn.utils.rnn.pack_padded_sequence(b, [4, 3], batch_first=True)
+        out, _ = m(packed)
+        return out.data.sum()
+
+    work = Workload(
+        build_model=lambda: nn.GRU(8, 8, batch_first=True, bidirectional=True),
+        make_batch=lambda: torch.randn(2, 4, 8),
+        loss_fn=loss,
+        optimizer="sgd",
+        steps=1,
+    )
+    notes = trace_workload(work, resolve_gpu("h100")).notes
+    assert any("a GRU ran PyTorch's cell kernels" in n for n in notes)

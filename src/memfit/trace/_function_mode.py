@@ -27,7 +27,14 @@ from torch.overrides import TorchFunctionMode
 
 from memfit.trace import _autocast
 from memfit.trace._host_data import HOST_DATA_FUNCS, from_host_data
-from memfit.trace._rnn import LSTM_FUNCTION, RnnHooks, cudnn_lstm, cudnn_lstm_autocast
+from memfit.trace._rnn import (
+    LSTM_FUNCTION,
+    OTHER_RNN_FUNCTIONS,
+    RnnHooks,
+    cudnn_lstm,
+    cudnn_lstm_autocast,
+    note_cell_kernels,
+)
 from memfit.trace._sdpa import run_sdpa
 
 __all__ = ["TraceFunctionMode", "python_function_reentry"]
@@ -226,6 +233,8 @@ class TraceFunctionMode(TorchFunctionMode):
                 out = cudnn_lstm(args, self.rnn)
             if out is not None:
                 return self._stamped(out)
+        if self.rnn is not None and any(func is f for f in OTHER_RNN_FUNCTIONS):
+            note_cell_kernels(func, self.rnn)
         if func is _CTC_LOSS and self.ctc_loss is not None:
             self.ctc_loss(args, kwargs)  # which CUDA kernel runs it depends on them
         if isinstance(func, types.FunctionType):

@@ -29,6 +29,7 @@ from memfit.trace._fake_kernels import temporaries
 from memfit.trace._index_put import ACCUMULATING_PUTS, index_put_scratch
 from memfit.trace._layouts import RESIZED_FROM_INPUT, channels_last, conv_memory_format
 from memfit.trace._linalg import LINALG_OPS, linalg_scratch
+from memfit.trace._operand_copies import BMMS, bmm_operand_copies
 from memfit.trace._reduce import (
     REDUCE_OPS,
     reduce_op_scratch,
@@ -245,6 +246,7 @@ RULE_OPS = frozenset(
         *SORTS,
         *REDUCE_OPS,
         aten.renorm.default,
+        *BMMS,
     }
 )
 
@@ -370,8 +372,8 @@ class KernelModel:
         """Whether the kernel frees its scratch in the reverse order of allocation: a
         reduction's buffers are C++ locals, destroyed last first (H100 traces, torch 2.11:
         semaphores, then partial results, then the input's cast copy; ``renorm``'s scale
-        factors, then its norms)."""
-        return func in REDUCE_OPS or func is aten.renorm.default
+        factors, then its norms; a batched product's operand copies, second first)."""
+        return func in REDUCE_OPS or func is aten.renorm.default or func in BMMS
 
     def between_outputs(
         self, func: Any, args: tuple[Any, ...]
@@ -450,6 +452,8 @@ class KernelModel:
                 return [(grad.numel() * grad.element_size(), "layer norm contiguous grad copy")]
         if func in REDUCE_OPS:
             return reduce_op_scratch(func, args, kwargs, self.sm_count, self.threads_per_sm)
+        if func in BMMS:
+            return bmm_operand_copies(func, args)
         return ()
 
     def _reduction(self, x: torch.Tensor, dims: Any) -> list[tuple[int, str]]:
