@@ -357,7 +357,7 @@ class _Emitter:
                     for item in group
                 ]
                 self._free(kept)
-                self._free([block for block, keep in blocks if not keep])
+                self._free([block for block, keep in reversed(blocks) if not keep])
                 kept = [block for block, keep in blocks if keep]
             self._free(kept)
             self._free(self.copies.pop(n, []))

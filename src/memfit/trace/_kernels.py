@@ -21,6 +21,7 @@ import torch
 from memfit._gpus import Architecture
 from memfit._units import MiB
 from memfit.trace._cudnn import ConvWorkspaces
+from memfit.trace._efficient_attention import efficient_backward_copies, efficient_backward_scratch
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
 from memfit.trace._layouts import channels_last
@@ -48,6 +49,12 @@ _CUBLAS_OPS = {
 
 
 _HALF = (torch.float16, torch.bfloat16)
+_EFFICIENT_BACKWARD = frozenset(
+    {
+        aten._scaled_dot_product_efficient_attention_backward.default,
+        aten._efficient_attention_backward.default,
+    }
+)
 _FULL_REDUCTIONS = {aten.sum.default, aten.mean.default}
 _REDUCTIONS = {
     aten.sum.dim_IntList,
@@ -57,29 +64,6 @@ _REDUCTIONS = {
     aten.linalg_vector_norm.default,
     *_FULL_REDUCTIONS,
 }
-
-
-def _efficient_backward_scratch(args: tuple[Any, ...]) -> list[list[Scratch]]:
-    """The memory-efficient attention backward's scratch (H200 traces, torch 2.11, BERT-base
-    and T5-small in fp32): ``delta = (grad_out.float() * out.float()).sum(-1)`` made
-    contiguous, whose temporaries go before the kernel's workspace (a float32 dQ accumulator
-    and 128 bytes per batch and head: 50,380,800 for BERT-base b32 s512) is taken."""
-    grad_out, q = args[0], args[1]
-    b, h, s, d = (int(x) for x in q.shape)
-    dv = int(grad_out.shape[-1])
-    rows = b * h * s * 4
-    wide = b * h * s * dv * 4
-    delta: list[Scratch] = []
-    if grad_out.dtype != torch.float32:
-        delta += [(wide, "attention backward grad_out in float32")]
-        delta += [(wide, "attention backward output in float32")]
-    delta += [
-        (wide, "attention backward grad_out x output"),
-        (rows, "attention backward row sums"),
-        (rows, "attention backward delta", True),
-    ]
-    workspace = b * s * h * d * 4 + b * h * 128
-    return [delta, [(workspace, "memory-efficient attention backward workspace")]]
 
 
 def _embedding_backward_scratch(args: tuple[Any, ...]) -> list[tuple[int, str]]:
@@ -155,7 +139,7 @@ RULE_OPS = frozenset(
         aten.convolution_backward.default,
         aten.embedding.default,
         aten.embedding_dense_backward.default,
-        aten._scaled_dot_product_efficient_attention_backward.default,
+        *_EFFICIENT_BACKWARD,
         aten._scaled_dot_product_flash_attention_backward.default,
         aten._scaled_dot_product_cudnn_attention_backward.default,
         aten._softmax_backward_data.default,
@@ -234,6 +218,8 @@ class KernelModel:
             grad = args[0]
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
                 return [(grad.numel() * grad.element_size(), "embedding backward contiguous grad")]
+        if func in _EFFICIENT_BACKWARD:
+            return efficient_backward_copies(func, args)
         return temporaries(func, args)
 
     def scratch(
@@ -247,8 +233,8 @@ class KernelModel:
                 [(n, "cuDNN convolution workspace")] for n in self.convolutions.forward(args)
             ]
             return workspaces
-        if func is aten._scaled_dot_product_efficient_attention_backward.default:
-            return _efficient_backward_scratch(args)
+        if func in _EFFICIENT_BACKWARD:
+            return efficient_backward_scratch(func, args, kwargs)
         if func in SORTS:
             return sort_scratch(args, kwargs)
         own = fake_scratch(func, args, kwargs)
@@ -290,11 +276,11 @@ class KernelModel:
             s_round = _round_up(s, 128)
             d_round = _round_up(d, 32) if d <= 128 else _round_up(d, 64)
             if backward_ran_cudnn(q, args[2], float(args[10]), self.sm):
-                # cuDNN's backward does not pad the sequence to flash's 128 (H200, torch 2.11,
-                # CLIP ViT-B/32 b128: 20,500,736 = 128 x 8 x 77 x 64 x 4 + 128 x 8 x 77 x 4 + 256
-                # for its 77-token text tower, 19,968,256 for the 50-patch vision tower); head
-                # dims other than 64 were not seen, so their rounding is kept
-                s_round = s
+                # cuDNN's backward pads neither the sequence to flash's 128 nor the head dim
+                # (H200, torch 2.11, CLIP ViT-B/32 b128: 20,500,736 = 128 x 8 x 77 x 64 x 4 +
+                # 128 x 8 x 77 x 4 + 256 for its 77-token text tower; H100 op sweep: 1,984 =
+                # 4 x 4 x 3 x 8 x 4 + 4 x 4 x 3 x 4 + 256 for head dim 8)
+                s_round, d_round = s, d
             return [_fused_backward_workspace(q, args[2], s_round, d_round)]
         if func is aten._scaled_dot_product_cudnn_attention_backward.default:
             # called by name in a compiled model's wrapper (eager traces run cuDNN's attention

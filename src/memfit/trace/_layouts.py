@@ -8,9 +8,11 @@ Sizes are the same either way; what changes is which later ops see a contiguous 
 which of them copy (layer norm makes a contiguous copy of its input: ConvNeXt's permuted
 ``(N, H, W, C)`` view is contiguous on the GPU, after the stem's LayerNorm2d turned the
 activations channels-last, and the trace must see it the same way). Memory-efficient
-attention writes a bias gradient dense where the meta kernel keeps the bias's broadcast
-strides. And CUDA's dropout allocates its mask before its output, the meta kernel the other
-way round (H200 traces); CUDA's CTC loss its log_alpha before the loss (LossCTC.cu).
+attention writes a bias gradient dense (its rows padded to 16) where the meta kernel keeps
+the bias's broadcast strides, and keeps its philox seed and offset on the CPU. And CUDA's
+dropout allocates its mask before its output, the meta kernel the other way round (H200
+traces); CUDA's CTC loss its log_alpha before the loss (LossCTC.cu); cuDNN attention its
+seed and offset before its output.
 """
 
 from __future__ import annotations
@@ -65,17 +67,48 @@ def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
         # through a transpose); cuDNN follows the input and the weight: contiguous gradients,
         # which autograd then keeps as the weight's .grad (no copy into the weight's layout)
         return (_as_contiguous(out[0]), _as_contiguous(out[1]), *out[2:])
-    if (
-        func is aten._scaled_dot_product_efficient_attention_backward.default
-        and isinstance(out, tuple)
-        and isinstance(out[3], torch.Tensor)
-    ):
-        # the bias gradient is dense at the full (batch, heads, q, k) size even for a bias
-        # broadcast over the batch (meta keeps the bias's zero strides); autograd then sums it
-        # to the bias's shape (H200, torch 2.11: 268,435,456 bytes for T5-small's b32 s512)
-        grad_bias = out[3]
-        return (*out[:3], torch.empty(grad_bias.shape, dtype=grad_bias.dtype, device="meta"))
+    if func in _EFFICIENT_BACKWARD and isinstance(out, tuple) and isinstance(out[3], torch.Tensor):
+        if func is aten._efficient_attention_backward.default and not _arg(args, 15, False):
+            # no bias gradient asked for: CUDA leaves it undefined, meta allocates a scalar
+            return (*out[:3], None)
+        return (*out[:3], _padded_bias_grad(out[3]))
+    if func in _EFFICIENT_FORWARD and isinstance(out, tuple):
+        # the philox seed and offset are CPU scalars unless a CUDA graph is being captured
+        # (attention.cu, torch 2.11: the H100 op sweep allocates no 8-byte blocks for them)
+        with torch._C.DisableTorchFunction():
+            seeds = [torch.empty((), dtype=torch.int64, device="cpu") for _ in range(2)]
+        return (*out[:2], *seeds, *out[4:])
     return out
+
+
+_EFFICIENT_FORWARD = frozenset(
+    {
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._efficient_attention_forward.default,
+    }
+)
+_EFFICIENT_BACKWARD = frozenset(
+    {
+        aten._scaled_dot_product_efficient_attention_backward.default,
+        aten._efficient_attention_backward.default,
+    }
+)
+
+
+def _arg(args: tuple[Any, ...], i: int, default: Any) -> Any:
+    return args[i] if len(args) > i else default
+
+
+def _padded_bias_grad(grad_bias: torch.Tensor) -> torch.Tensor:
+    """The memory-efficient backward's bias gradient: dense at the full (batch, heads, q, k)
+    size even for a bias broadcast over the batch (meta keeps the bias's zero strides), its
+    last dimension allocated rounded up to 16 and sliced back (attention_backward.cu); autograd
+    then sums it to the bias's shape. H200, torch 2.11: 268,435,456 bytes for T5-small's b32
+    s512; H100 op sweep: 3,072 bytes for a (4, 4, 3, 6) float32 gradient."""
+    *lead, keys = (int(n) for n in grad_bias.shape)
+    with torch._C.DisableTorchFunction():
+        padded = torch.empty((*lead, -(-keys // 16) * 16), dtype=grad_bias.dtype, device="meta")
+        return padded[..., :keys]
 
 
 _REVERSED = frozenset({aten.native_dropout.default, aten._ctc_loss.default, aten._ctc_loss.Tensor})
@@ -83,7 +116,10 @@ _REVERSED = frozenset({aten.native_dropout.default, aten._ctc_loss.default, aten
 
 def cuda_order(func: Any, out: Any) -> Any:
     """``out`` in the order the CUDA kernel allocates its outputs: dropout's mask before its
-    output, CTC loss's log_alpha before the per-sample loss."""
+    output, CTC loss's log_alpha before the per-sample loss, cuDNN attention's philox seed and
+    offset before its output and log-sum-exp (attention.cu; H100 op sweep, torch 2.11)."""
     if func in _REVERSED and isinstance(out, tuple):
         return out[::-1]
+    if func is aten._scaled_dot_product_cudnn_attention.default and isinstance(out, tuple):
+        return (*out[6:8], *out[:6], *out[8:])
     return out
