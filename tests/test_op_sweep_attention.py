@@ -86,7 +86,7 @@ def test_memory_efficient_backward_of_packed_sequences():
         "compute_log_sumexp": True,
     }
     sample = SampleInput(q, args=(k, v), kwargs=kwargs)
-    op = _Op(lambda *a, **kw: torch.ops.aten._efficient_attention_forward(*a, **kw)[0])
+    op = _Op(torch.ops.aten._efficient_attention_forward)
     got = trace_case(op, sample, "backward")
     assert _signed(got["events"]) == [
         8192, 32768, 8192, 8192, 8192, 8192, 2048, 4198400, -2048, -4198400, -32768, -8192,
@@ -101,4 +101,28 @@ def test_a_reduction_frees_its_semaphores_before_its_partial_results():
     got = trace_case(_Op(F.l1_loss), SampleInput(x, args=(y,)), "forward")
     assert _signed(got["events"]) == [
         2048000, 2048000, 4, 252, 4, -4, -252, -2048000, -2048000, -4,
+    ]  # fmt: skip
+
+
+def test_flash_attention_backward_copies_its_strided_inputs_and_pads_its_accumulator():
+    # fp16 flash attention on a query transposed from (batch, heads, seq, dim): the output
+    # laid out as the query, so the gradient (ones_like) and the output are copied dense
+    # before the gradients; then softmax sums over 128 padded queries (8,192 bytes) and a dQ
+    # accumulator with the head dim padded to 32 (262,144)
+    q = torch.randn(4, 4, 11, 8, dtype=torch.float16).transpose(1, 2).requires_grad_()
+    k, v = (torch.randn(4, 32, 4, 8, dtype=torch.float16, requires_grad=True) for _ in "kv")
+    kwargs = {
+        "cum_seq_q": None,
+        "cum_seq_k": None,
+        "max_q": 11,
+        "max_k": 32,
+        "dropout_p": 0.0,
+        "is_causal": True,
+        "return_debug_mask": False,
+    }
+    op = _Op(torch.ops.aten._flash_attention_forward)
+    got = trace_case(op, SampleInput(q, args=(k, v), kwargs=kwargs), "backward")
+    assert _signed(got["events"]) == [
+        2816, 704, 16, 8, 2816, 2816, 2816, 2816, 8192, 8192, 8192, 262144, -262144, -8192,
+        -2816, -2816, -8, -16, -704, -2816, -2816, -8192, -8192, -2816,
     ]  # fmt: skip

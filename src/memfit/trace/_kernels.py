@@ -3,8 +3,9 @@
 * cuBLAS keeps one workspace per handle and stream, taken from the caching allocator at the
   first matmul and never returned. PyTorch gives each thread its own handle, and the autograd
   engine runs the backward pass on its own thread, so a training step holds two.
-* Fused attention's backward (cuDNN's on an H200, flash attention's elsewhere) allocates one
-  workspace for a float32 dQ accumulator and the softmax row sums.
+* Fused attention's backward: cuDNN's (Hopper) one workspace for a float32 dQ accumulator and
+  the softmax row sums; flash attention's and the memory-efficient kernel's
+  (``_attention_kernels``).
 * cuDNN convolutions take a workspace per call, sized by the engine cuDNN picks (``_cudnn``).
 
 Sizes were read from real traces on an H200 with torch 2.11 (benchmarks/results/).
@@ -20,14 +21,19 @@ import torch
 
 from memfit._gpus import Architecture
 from memfit._units import MiB
+from memfit.trace._attention_kernels import (
+    FLASH_BACKWARD,
+    efficient_backward_copies,
+    efficient_backward_scratch,
+    flash_backward_copies,
+    flash_backward_scratch,
+)
 from memfit.trace._cudnn import ConvWorkspaces
-from memfit.trace._efficient_attention import efficient_backward_copies, efficient_backward_scratch
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
 from memfit.trace._layouts import channels_last
 from memfit.trace._reduce import reduction_scratch
 from memfit.trace._scratch import SORTS, Scratch, sort_scratch
-from memfit.trace._sdpa import backward_ran_cudnn
 
 __all__ = ["RULE_OPS", "KernelModel", "Scratch"]
 
@@ -98,17 +104,14 @@ def _multinomial_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[
     return out
 
 
-def _fused_backward_workspace(
-    q: torch.Tensor, k: torch.Tensor, s_round: int, d_round: int
-) -> tuple[int, str]:
-    """Fused attention's backward workspace, cuDNN's (what an H200 runs for half precision) and
-    flash attention's alike: one buffer for the fp32 dq accumulator and the softmax sums, 256
-    bytes beyond both, and with grouped-query attention the per-query-head dK and dV (summed
-    into the key/value heads after). H200 traces, torch 2.11: 51,118,336 = 50,331,648 + 786,432
-    + 256 for GPT-2 b16 s1024; 135,266,560 = 68,157,696 + 2 x 33,554,432 for TinyLlama b4
-    s2048 (32 query heads, 4 key/value heads)."""
+def _fused_backward_workspace(q: torch.Tensor, k: torch.Tensor) -> tuple[int, str]:
+    """cuDNN's fused attention backward workspace: one buffer for the fp32 dq accumulator and
+    the softmax sums, 256 bytes beyond both, and with grouped-query attention the per-query-head
+    dK and dV (summed into the key/value heads after). H200 traces, torch 2.11: 51,118,336 =
+    50,331,648 + 786,432 + 256 for GPT-2 b16 s1024; 135,266,560 = 68,157,696 + 2 x 33,554,432
+    for TinyLlama b4 s2048 (32 query heads, 4 key/value heads)."""
     b, h, s, d = (int(x) for x in q.shape)
-    size = b * s_round * h * d_round * 4 + b * h * s_round * 4 + 256
+    size = b * s * h * d * 4 + b * h * s * 4 + 256
     label = "fused attention backward workspace (dQ accumulator, softmax sums)"
     if int(k.shape[1]) != h:
         size += 2 * b * s * h * d * k.element_size()
@@ -121,10 +124,6 @@ def _flattens_as_view(t: torch.Tensor) -> bool:
     the ones inside it exactly."""
     dims = [(n, st) for n, st in zip(t.shape, t.stride(), strict=True) if n != 1]
     return all(outer[1] == inner[1] * inner[0] for outer, inner in itertools.pairwise(dims))
-
-
-def _round_up(x: int, m: int) -> int:
-    return (x + m - 1) // m * m
 
 
 # the ops a rule of :class:`KernelModel` may add copies or scratch to (``copies_first``,
@@ -140,7 +139,7 @@ RULE_OPS = frozenset(
         aten.embedding.default,
         aten.embedding_dense_backward.default,
         *_EFFICIENT_BACKWARD,
-        aten._scaled_dot_product_flash_attention_backward.default,
+        *FLASH_BACKWARD,
         aten._scaled_dot_product_cudnn_attention_backward.default,
         aten._softmax_backward_data.default,
         aten.multinomial.default,
@@ -220,6 +219,8 @@ class KernelModel:
                 return [(grad.numel() * grad.element_size(), "embedding backward contiguous grad")]
         if func in _EFFICIENT_BACKWARD:
             return efficient_backward_copies(func, args)
+        if func in FLASH_BACKWARD:
+            return flash_backward_copies(func, args)
         return temporaries(func, args)
 
     def scratch(
@@ -270,25 +271,15 @@ class KernelModel:
     def _scratch(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Iterable[tuple[int, str]]:
-        if func is aten._scaled_dot_product_flash_attention_backward.default:
-            q = args[1]
-            s, d = int(q.shape[2]), int(q.shape[3])
-            s_round = _round_up(s, 128)
-            d_round = _round_up(d, 32) if d <= 128 else _round_up(d, 64)
-            if backward_ran_cudnn(q, args[2], float(args[10]), self.sm):
-                # cuDNN's backward pads neither the sequence to flash's 128 nor the head dim
-                # (H200, torch 2.11, CLIP ViT-B/32 b128: 20,500,736 = 128 x 8 x 77 x 64 x 4 +
-                # 128 x 8 x 77 x 4 + 256 for its 77-token text tower; H100 op sweep: 1,984 =
-                # 4 x 4 x 3 x 8 x 4 + 4 x 4 x 3 x 4 + 256 for head dim 8)
-                s_round, d_round = s, d
-            return [_fused_backward_workspace(q, args[2], s_round, d_round)]
+        if func in FLASH_BACKWARD:
+            return flash_backward_scratch(func, args)
         if func is aten._scaled_dot_product_cudnn_attention_backward.default:
-            # called by name in a compiled model's wrapper (eager traces run cuDNN's attention
-            # through flash attention's kernel, above): the same workspace, the sequence not
-            # padded; H200 traces, torch 2.11, compiled GPT-2 b8 s1024: 25,559,296 = 8 x 12 x
-            # 1024 x 64 x 4 + 8 x 12 x 1024 x 4 + 256 per layer, at every budget
+            # neither the sequence nor the head dim padded; H200 traces, torch 2.11: 20,500,736
+            # = 128 x 8 x 77 x 64 x 4 + 128 x 8 x 77 x 4 + 256 for CLIP ViT-B/32's 77-token
+            # text tower (b128); compiled GPT-2 b8 s1024: 25,559,296 per layer; H100 op sweep:
+            # 1,984 = 4 x 4 x 3 x 8 x 4 + 4 x 4 x 3 x 4 + 256 for head dim 8
             q = args[1]
-            return [_fused_backward_workspace(q, args[2], int(q.shape[2]), int(q.shape[3]))]
+            return [_fused_backward_workspace(q, args[2])]
         if func is aten.embedding_dense_backward.default:
             return _embedding_backward_scratch(args)
         if func is aten._softmax_backward_data.default:

@@ -120,13 +120,6 @@ def _cudnn_takes(
     return k.shape[-2] > 1 and not (q.shape[-2] == 1 and dropout_p > 0)
 
 
-def backward_ran_cudnn(q: torch.Tensor, k: torch.Tensor, dropout_p: float, sm: int) -> bool:
-    """Whether a flash-attention backward of the trace stands for cuDNN's on the GPU: the trace
-    runs both as ``_scaled_dot_product_flash_attention``, and flash is chosen only where cuDNN
-    refuses a call, which no mask makes it accept (:func:`choose_backend`)."""
-    return Architecture(sm).runs_cudnn_attention and _cudnn_takes(q, k, None, dropout_p)
-
-
 def _strided_rows(attn_mask: torch.Tensor | None) -> bool:
     """A mask whose rows are not contiguous (transformers 5.17's T5 position bias, which is
     transposed)."""

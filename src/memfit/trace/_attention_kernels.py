@@ -1,4 +1,8 @@
-"""What the memory-efficient attention's CUDA backward allocates beyond its gradients.
+"""What the fused attention kernels' CUDA backwards allocate beyond their gradients.
+
+Flash attention's (``flash_backward_copies``, ``flash_backward_scratch``): see those.
+
+The memory-efficient kernel's:
 
 ``_efficient_attention_backward`` (ATen's attention_backward.cu, torch 2.11), which SDPA's
 ``_scaled_dot_product_efficient_attention_backward`` calls on transposed views:
@@ -29,7 +33,13 @@ import torch
 
 from memfit.trace._scratch import Scratch
 
-__all__ = ["efficient_backward_copies", "efficient_backward_scratch"]
+__all__ = [
+    "FLASH_BACKWARD",
+    "efficient_backward_copies",
+    "efficient_backward_scratch",
+    "flash_backward_copies",
+    "flash_backward_scratch",
+]
 
 aten = torch.ops.aten
 
@@ -144,3 +154,50 @@ def efficient_backward_scratch(
     if not workspace:
         return [delta]
     return [delta, [(workspace, "memory-efficient attention backward workspace")]]
+
+
+FLASH_BACKWARD = frozenset(
+    {
+        aten._flash_attention_backward.default,
+        aten._scaled_dot_product_flash_attention_backward.default,
+    }
+)
+
+
+def _bmhk(func: Any, t: torch.Tensor) -> torch.Tensor:
+    """``t`` in (batch, seq, heads, dim) order, as the flash kernel takes it: SDPA's op
+    transposes its (batch, heads, seq, dim) tensors first."""
+    if func is aten._scaled_dot_product_flash_attention_backward.default:
+        return t.transpose(1, 2)
+    return t
+
+
+def flash_backward_copies(func: Any, args: tuple[Any, ...]) -> list[tuple[int, str]]:
+    """``_flash_attention_backward``'s ``grad_out.contiguous()`` and ``out.contiguous()`` (the
+    kernel wants both dense), made before the gradients and freed when it returns."""
+    copies = []
+    for t, what in ((args[0], "grad_out"), (args[4], "output")):
+        if isinstance(t, torch.Tensor) and not _bmhk(func, t).is_contiguous():
+            copies.append((t.numel() * t.element_size(), f"flash attention backward {what} copy"))
+    return copies
+
+
+def flash_backward_scratch(func: Any, args: tuple[Any, ...]) -> list[tuple[int, str]]:
+    """``mha_bwd`` (flash_api.cpp) after the gradients: the softmax row sums (float32, the
+    queries rounded up to 128), a float32 dQ accumulator (head dim rounded up to 32, or to 64
+    beyond 128), and with fewer key/value heads than query heads dK and dV at every query head,
+    summed into the gradients after. H100 op sweep, torch 2.11: 8,192 and 262,144 bytes for 4
+    sequences of 11 queries, 4 heads of dim 8."""
+    q, k = _bmhk(func, args[1]), _bmhk(func, args[2])
+    b, s, h, d = (int(x) for x in q.shape)
+    s_round = -(-s // 128) * 128
+    d_round = -(-d // 32) * 32 if d <= 128 else -(-d // 64) * 64
+    group = [
+        (b * h * s_round * 4, "flash attention backward softmax sums"),
+        (b * s_round * h * d_round * 4, "flash attention backward dQ accumulator"),
+    ]
+    if int(k.shape[2]) != h:
+        expanded = b * int(k.shape[1]) * h * d * k.element_size()
+        group += [(expanded, "flash attention backward expanded dK")]
+        group += [(expanded, "flash attention backward expanded dV")]
+    return group
