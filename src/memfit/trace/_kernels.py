@@ -32,6 +32,7 @@ from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
 from memfit.trace._layouts import channels_last
+from memfit.trace._loss_kernels import LOSS_OPS, loss_copies, loss_scratch
 from memfit.trace._reduce import reduction_scratch
 from memfit.trace._scratch import SORTS, Scratch, sort_scratch
 
@@ -140,6 +141,7 @@ RULE_OPS = frozenset(
         aten.embedding_dense_backward.default,
         *_EFFICIENT_BACKWARD,
         *FLASH_BACKWARD,
+        *LOSS_OPS,
         aten._scaled_dot_product_cudnn_attention_backward.default,
         aten._softmax_backward_data.default,
         aten.multinomial.default,
@@ -221,6 +223,8 @@ class KernelModel:
             return efficient_backward_copies(func, args)
         if func in FLASH_BACKWARD:
             return flash_backward_copies(func, args)
+        if func in LOSS_OPS:
+            return loss_copies(func, args)
         return temporaries(func, args)
 
     def scratch(
@@ -238,6 +242,8 @@ class KernelModel:
             return efficient_backward_scratch(func, args, kwargs)
         if func in SORTS:
             return sort_scratch(args, kwargs)
+        if func in LOSS_OPS:
+            return loss_scratch(func, args, self._reduction)
         own = fake_scratch(func, args, kwargs)
         if own:
             return own

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from memfit.trace._loss_kernels import loss_output
+
 __all__ = ["channels_last", "cuda_layout", "cuda_order"]
 
 aten = torch.ops.aten
@@ -78,7 +80,7 @@ def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
         with torch._C.DisableTorchFunction():
             seeds = [torch.empty((), dtype=torch.int64, device="cpu") for _ in range(2)]
         return (*out[:2], *seeds, *out[4:])
-    return out
+    return loss_output(func, args, out)
 
 
 _EFFICIENT_FORWARD = frozenset(
