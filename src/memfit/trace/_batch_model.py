@@ -356,10 +356,10 @@ class _Emitter:
                     (self._alloc(site, item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
                     for item in group
                 ]
-                self._free(kept)
+                self._free(kept[::-1])
                 self._free([block for block, keep in reversed(blocks) if not keep])
                 kept = [block for block, keep in blocks if keep]
-            self._free(kept)
+            self._free(kept[::-1])
             self._free(self.copies.pop(n, []))
 
 

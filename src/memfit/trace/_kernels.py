@@ -31,6 +31,7 @@ from memfit.trace._attention_kernels import (
 from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
+from memfit.trace._group_norm import GROUP_NORM_OPS, group_norm_scratch
 from memfit.trace._layouts import channels_last
 from memfit.trace._loss_kernels import LOSS_OPS, loss_copies, loss_scratch
 from memfit.trace._reduce import reduction_scratch
@@ -142,6 +143,7 @@ RULE_OPS = frozenset(
         *_EFFICIENT_BACKWARD,
         *FLASH_BACKWARD,
         *LOSS_OPS,
+        *GROUP_NORM_OPS,
         aten._scaled_dot_product_cudnn_attention_backward.default,
         aten._softmax_backward_data.default,
         aten.multinomial.default,
@@ -244,6 +246,8 @@ class KernelModel:
             return sort_scratch(args, kwargs)
         if func in LOSS_OPS:
             return loss_scratch(func, args, self._reduction)
+        if func in GROUP_NORM_OPS:
+            return group_norm_scratch(func, args)
         own = fake_scratch(func, args, kwargs)
         if own:
             return own

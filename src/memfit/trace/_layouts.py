@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from memfit.trace._loss_kernels import loss_output
+from memfit.trace._loss_kernels import log_sigmoid_output, loss_output
 
 __all__ = ["channels_last", "cuda_layout", "cuda_order"]
 
@@ -80,7 +80,7 @@ def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
         with torch._C.DisableTorchFunction():
             seeds = [torch.empty((), dtype=torch.int64, device="cpu") for _ in range(2)]
         return (*out[:2], *seeds, *out[4:])
-    return loss_output(func, args, out)
+    return log_sigmoid_output(func, loss_output(func, args, out))
 
 
 _EFFICIENT_FORWARD = frozenset(

@@ -11,7 +11,12 @@ unreduced loss, one element per input element, then reduces it with ``mean`` or 
 * ``soft_margin_loss``, ``binary_cross_entropy``: the unreduced loss is written into the output,
   reduced into a new scalar, and the output resized down to it (its storage kept) and copied;
 * ``huber_loss``: the unreduced loss is a temporary made before the scalar output, freed when
-  the call returns.
+  the call returns;
+* ``binary_cross_entropy_with_logits``: ``log_sigmoid(input)`` and the unreduced loss (with a
+  ``pos_weight``, its broadcast ``(pos_weight - 1) * target`` too, counted until the call
+  returns though CUDA frees it before the loss is made), made before the scalar output.
+
+``log_sigmoid_forward``'s second output, a buffer its CPU kernel fills, is empty on CUDA.
 
 The scalar a user holds (``loss``) thus keeps a storage of the input's size in the first two
 cases until it is freed: H100 op sweep, 512,000 float32 elements: 2,048,000 bytes beside the
@@ -27,7 +32,7 @@ import torch
 
 from memfit.trace._scratch import Scratch
 
-__all__ = ["LOSS_OPS", "loss_copies", "loss_output", "loss_scratch"]
+__all__ = ["LOSS_OPS", "log_sigmoid_output", "loss_copies", "loss_output", "loss_scratch"]
 
 aten = torch.ops.aten
 
@@ -35,14 +40,19 @@ Reduction = Callable[[torch.Tensor, Any], list[tuple[int, str]]]
 
 _RESIZED = frozenset({aten.mse_loss.default, aten.smooth_l1_loss.default})  # two full tensors
 _IN_PLACE = frozenset({aten.soft_margin_loss.default, aten.binary_cross_entropy.default})
-LOSS_OPS = frozenset({*_RESIZED, *_IN_PLACE, aten.huber_loss.default})
+_BEFORE = frozenset({aten.huber_loss.default, aten.binary_cross_entropy_with_logits.default})
+LOSS_OPS = frozenset({*_RESIZED, *_IN_PLACE, *_BEFORE})
 
 _REDUCTION_ARG = 2  # (input, target, reduction, ...) for all but binary_cross_entropy
 _MEAN, _SUM = 1, 2
 
 
 def _reduction(func: Any, args: tuple[Any, ...]) -> int:
-    i = 3 if func is aten.binary_cross_entropy.default else _REDUCTION_ARG
+    i = _REDUCTION_ARG
+    if func is aten.binary_cross_entropy.default:
+        i = 3
+    elif func is aten.binary_cross_entropy_with_logits.default:
+        i = 4
     return int(args[i]) if len(args) > i else _MEAN
 
 
@@ -78,11 +88,28 @@ def loss_output(func: Any, args: tuple[Any, ...], out: Any) -> Any:
 
 
 def loss_copies(func: Any, args: tuple[Any, ...]) -> list[tuple[int, str]]:
-    """``huber_loss``'s unreduced loss, made before its scalar output."""
-    if func is not aten.huber_loss.default or not _reduced(func, args):
+    """What ``huber_loss`` and ``binary_cross_entropy_with_logits`` make before their scalar
+    output (module doc)."""
+    if func not in _BEFORE or not _reduced(func, args):
         return []
     x = args[0]
-    return [(x.numel() * x.element_size(), "huber loss unreduced")]
+    size = x.numel() * x.element_size()
+    if func is aten.huber_loss.default:
+        return [(size, "huber loss unreduced")]
+    copies = [(size, "log_sigmoid of the logits")]
+    pos_weight = args[3] if len(args) > 3 else None
+    if isinstance(pos_weight, torch.Tensor):
+        shape = torch.broadcast_shapes(pos_weight.shape, args[1].shape)
+        weights = pos_weight.numel() * pos_weight.element_size()
+        copies += [(weights, "pos_weight - 1"), (_numel(shape) * x.element_size(), "log weight")]
+    return [*copies, (size, "binary cross entropy unreduced")]
+
+
+def _numel(shape: torch.Size) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 def loss_scratch(func: Any, args: tuple[Any, ...], reduce: Reduction) -> list[list[Scratch]]:
@@ -103,5 +130,15 @@ def loss_scratch(func: Any, args: tuple[Any, ...], reduce: Reduction) -> list[li
         group.append((full.numel() * full.element_size(), "loss unreduced"))
     elif func in _IN_PLACE:
         group.append((full.element_size(), "loss reduced"))
-    group += reduce(full, None)
+    group += reduce(full, None)  # the others' scalar output is the reduction's own
     return [group]
+
+
+def log_sigmoid_output(func: Any, out: Any) -> Any:
+    """``log_sigmoid_forward``'s (output, buffer) with the buffer empty, as CUDA returns it
+    (Activation.cu; H100 op sweep: one input-sized tensor, not two)."""
+    if func is not aten.log_sigmoid_forward.default or not isinstance(out, tuple):
+        return out
+    buffer = out[1]
+    with torch._C.DisableTorchFunction():
+        return (out[0], torch.empty(0, dtype=buffer.dtype, device="meta"))

@@ -424,7 +424,7 @@ class Recorder(TorchDispatchMode):
             held: list[int] = []
             for group in self.kernels.scratch(func, args, kwargs):
                 held = self._scratch(group, held)
-            for block in held:
+            for block in reversed(held):
                 self.free(block)
         for block in copies:
             self.free(block)
@@ -468,14 +468,14 @@ class Recorder(TorchDispatchMode):
 
     def _scratch(self, group: list[Scratch], held: list[int] | None = None) -> list[int]:
         """Workspaces that live together: allocated, then ``held`` (kept from the group
-        before) freed, then this group's freed, last made first (a reduction's semaphores
-        before its partial results: H100 op sweep, torch 2.11), but for its own held ones,
-        which it returns."""
+        before) freed, then this group's freed but for its own held ones, which it returns;
+        each set freed last made first, as C++ locals are (a reduction's semaphores before its
+        partial results: H100 op sweep, torch 2.11)."""
         blocks = [
             (self._rule_alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
             for item in group
         ]
-        for block in held or ():
+        for block in reversed(held or ()):
             self.free(block)
         for block, keep in reversed(blocks):  # the last made goes first, as C++ locals do
             if not keep:
