@@ -57,3 +57,14 @@ def test_huber_loss_makes_its_unreduced_loss_before_its_output():
 
 def test_binary_cross_entropy_reduces_into_a_scalar_and_keeps_its_output_storage():
     assert _signed(F.binary_cross_entropy, "forward") == [4 * N, 4, 252, 4, -4, -252, -4, -4 * N]
+
+
+def test_multi_margin_loss_sums_a_per_row_loss_and_has_a_backward():
+    # 1,280 rows of 640 classes: the scalar output, then a per-row loss summed into it; the
+    # backward (no meta kernel) allocates the input's gradient alone
+    x = torch.randn(1280, 640, requires_grad=True)
+    target = torch.randint(0, 640, (1280,))
+    sample = SampleInput(x, args=(target,), kwargs={"weight": None})
+    got = trace_case(_Op(F.multi_margin_loss), sample, "backward")
+    signed = [size if sign == "+" else -size for sign, size in tokens(got["events"])]
+    assert signed == [4, 5120, -5120, 4, 1280 * 640 * 4, -4, -4, -1280 * 640 * 4]

@@ -80,6 +80,13 @@ def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
         with torch._C.DisableTorchFunction():
             seeds = [torch.empty((), dtype=torch.int64, device="cpu") for _ in range(2)]
         return (*out[:2], *seeds, *out[4:])
+    if func is aten._efficientzerotensor.default and isinstance(out, torch.Tensor):
+        # a ZeroTensor: its allocator hands out no memory (ZeroTensorAllocator); a view
+        # over an empty storage, which the trace does not count (H100 op sweep: sgn's
+        # backward allocates no gradient)
+        with torch._C.DisableTorchFunction():
+            empty = torch.empty(0, dtype=out.dtype, device="meta")
+            return empty.as_strided(tuple(out.shape), (0,) * out.dim())
     return log_sigmoid_output(func, loss_output(func, args, out))
 
 
@@ -113,12 +120,20 @@ def _padded_bias_grad(grad_bias: torch.Tensor) -> torch.Tensor:
         return padded[..., :keys]
 
 
-_REVERSED = frozenset({aten.native_dropout.default, aten._ctc_loss.default, aten._ctc_loss.Tensor})
+_REVERSED = frozenset(
+    {
+        aten.native_dropout.default,
+        aten._ctc_loss.default,
+        aten._ctc_loss.Tensor,
+        aten.multilabel_margin_loss_forward.default,
+    }
+)
 
 
 def cuda_order(func: Any, out: Any) -> Any:
     """``out`` in the order the CUDA kernel allocates its outputs: dropout's mask before its
-    output, CTC loss's log_alpha before the per-sample loss, cuDNN attention's philox seed and
+    output, CTC loss's log_alpha before the per-sample loss (multilabel margin loss's is_target
+    before its output, likewise), cuDNN attention's philox seed and
     offset before its output and log-sum-exp (attention.cu; H100 op sweep, torch 2.11)."""
     if func in _REVERSED and isinstance(out, tuple):
         return out[::-1]

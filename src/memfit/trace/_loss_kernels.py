@@ -16,6 +16,10 @@ unreduced loss, one element per input element, then reduces it with ``mean`` or 
   ``pos_weight``, its broadcast ``(pos_weight - 1) * target`` too, counted until the call
   returns though CUDA frees it before the loss is made), made before the scalar output.
 
+The margin losses (MultiMarginCriterion.cu, MultiLabelMarginCriterion.cu) reduce a batch of
+rows through a per-row loss, made after the scalar output (``multilabel_margin_loss`` makes
+its ``is_target`` first, the output after it) and summed into it.
+
 ``log_sigmoid_forward``'s second output, a buffer its CPU kernel fills, is empty on CUDA.
 
 The scalar a user holds (``loss``) thus keeps a storage of the input's size in the first two
@@ -41,14 +45,15 @@ Reduction = Callable[[torch.Tensor, Any], list[tuple[int, str]]]
 _RESIZED = frozenset({aten.mse_loss.default, aten.smooth_l1_loss.default})  # two full tensors
 _IN_PLACE = frozenset({aten.soft_margin_loss.default, aten.binary_cross_entropy.default})
 _BEFORE = frozenset({aten.huber_loss.default, aten.binary_cross_entropy_with_logits.default})
-LOSS_OPS = frozenset({*_RESIZED, *_IN_PLACE, *_BEFORE})
+_PER_ROW = {aten.multi_margin_loss.default: 5, aten.multilabel_margin_loss_forward.default: 2}
+LOSS_OPS = frozenset({*_RESIZED, *_IN_PLACE, *_BEFORE, *_PER_ROW})
 
 _REDUCTION_ARG = 2  # (input, target, reduction, ...) for all but binary_cross_entropy
 _MEAN, _SUM = 1, 2
 
 
 def _reduction(func: Any, args: tuple[Any, ...]) -> int:
-    i = _REDUCTION_ARG
+    i = _PER_ROW.get(func, _REDUCTION_ARG)
     if func is aten.binary_cross_entropy.default:
         i = 3
     elif func is aten.binary_cross_entropy_with_logits.default:
@@ -119,6 +124,13 @@ def loss_scratch(func: Any, args: tuple[Any, ...], reduce: Reduction) -> list[li
     if not _reduced(func, args):
         return []
     x = args[0]
+    if func in _PER_ROW:
+        if x.dim() != 2:
+            return []  # a single row: reduced by the kernel itself
+        with torch._C.DisableTorchFunction():
+            rows = torch.empty((int(x.shape[0]),), dtype=x.dtype, device="meta")
+        per_row: list[Scratch] = [(rows.numel() * rows.element_size(), "margin loss per row")]
+        return [per_row + reduce(rows, None)]
     dtype = x.dtype
     if func in _RESIZED:
         dtype = torch.promote_types(x.dtype, args[1].dtype)

@@ -1,0 +1,36 @@
+"""Pointwise ops traced as the op sweep traces them (``benchmarks/op_sweep_sides``), against
+the allocations and frees an H100 made for the same calls (torch 2.11,
+benchmarks/results/2026-12-06-h100-op-sweep)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import op_sweep_cases as cases
+from op_sweep_compare import tokens
+from op_sweep_sides import trace_case
+
+cases.testing_importable()
+from torch.testing._internal.opinfo.core import SampleInput  # noqa: E402
+
+
+class _Op:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, x, *args, **kwargs):
+        return self.fn(x, *args, **kwargs)
+
+
+def test_a_zero_gradient_takes_no_memory():
+    # sgn's gradient for a real input is an efficient zero tensor, which CUDA backs with no
+    # memory: the output and the incoming gradient are the call's only allocations
+    x = torch.randn(640, 640, requires_grad=True)
+    got = trace_case(_Op(torch.sgn), SampleInput(x), "backward")
+    size = 640 * 640 * 4
+    assert tokens(got["events"]) == [("+", size), ("+", size), ("-", size), ("-", size)]
