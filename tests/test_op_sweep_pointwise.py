@@ -34,3 +34,11 @@ def test_a_zero_gradient_takes_no_memory():
     got = trace_case(_Op(torch.sgn), SampleInput(x), "backward")
     size = 640 * 640 * 4
     assert tokens(got["events"]) == [("+", size), ("+", size), ("-", size), ("-", size)]
+
+
+def test_mish_backward_allocates_the_input_gradient_alone():
+    # CUDA's fused mish_backward: the output, the incoming gradient and the input's gradient
+    x = torch.randn(640, 512, requires_grad=True)
+    got = trace_case(_Op(torch.nn.functional.mish), SampleInput(x), "backward")
+    size = 640 * 512 * 4
+    assert tokens(got["events"]) == [("+", size)] * 3 + [("-", size)] * 3
