@@ -42,3 +42,12 @@ def test_mish_backward_allocates_the_input_gradient_alone():
     got = trace_case(_Op(torch.nn.functional.mish), SampleInput(x), "backward")
     size = 640 * 512 * 4
     assert tokens(got["events"]) == [("+", size)] * 3 + [("-", size)] * 3
+
+
+def test_mish_backward_under_create_graph_is_the_real_gradient():
+    from memfit.trace._mish import _Mish
+
+    x = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    (got,) = torch.autograd.grad(_Mish.apply(x).sum(), x, create_graph=True)
+    (want,) = torch.autograd.grad(torch.nn.functional.mish(x).sum(), x, create_graph=True)
+    assert torch.allclose(got, want)

@@ -32,7 +32,8 @@ class _Mish(torch.autograd.Function):
         if torch.is_grad_enabled():  # differentiable: the formula PyTorch runs then
             tanh_softplus = torch.tanh(F.softplus(x))
             sigmoid = torch.sigmoid(x)
-            return grad * (tanh_softplus + x * sigmoid * (1 - tanh_softplus * tanh_softplus))
+            slope: torch.Tensor = x * sigmoid * (1 - tanh_softplus * tanh_softplus)
+            return grad * (tanh_softplus + slope)
         return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
