@@ -51,3 +51,14 @@ def test_mish_backward_under_create_graph_is_the_real_gradient():
     (got,) = torch.autograd.grad(_Mish.apply(x).sum(), x, create_graph=True)
     (want,) = torch.autograd.grad(torch.nn.functional.mish(x).sum(), x, create_graph=True)
     assert torch.allclose(got, want)
+
+
+def test_ldexp_runs_as_a_power_of_two_times_the_input():
+    # ldexp has no CUDA kernel: its composite makes pow(2, other) (with the base as an
+    # 8-byte tensor on the GPU for the call), then the product
+    x, other = torch.randn(80, 160, 80), torch.randn(80, 160, 80)
+    got = trace_case(_Op(torch.ldexp), SampleInput(x, args=(other,)), "forward")
+    size = 80 * 160 * 80 * 4
+    assert tokens(got["events"]) == [
+        ("+", size), ("+", 8), ("-", 8), ("+", size), ("-", size), ("-", size),
+    ]  # fmt: skip

@@ -106,6 +106,18 @@ def _multinomial_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[
     return out
 
 
+def _pow_scalar_scratch(args: tuple[Any, ...]) -> list[tuple[int, str]]:
+    """``pow(scalar, tensor)`` on CUDA (Pow.cpp's ``pow_Scalar_out``): the base made a tensor
+    on the GPU (``wrapped_scalar_tensor``: double, int64, bool or complex double) once the output
+    is allocated, freed when it returns; none for a base of 1, which fills the output (H100
+    op sweep, torch 2.11: 8 bytes in ``ldexp`` and in ``logaddexp2``'s backward)."""
+    base = args[0]
+    if base == 1:
+        return []
+    size = 16 if isinstance(base, complex) else 1 if isinstance(base, bool) else 8
+    return [(size, "pow's scalar base on the GPU")]
+
+
 def _fused_backward_workspace(q: torch.Tensor, k: torch.Tensor) -> tuple[int, str]:
     """cuDNN's fused attention backward workspace: one buffer for the fp32 dq accumulator and
     the softmax sums, 256 bytes beyond both, and with grouped-query attention the per-query-head
@@ -147,6 +159,7 @@ RULE_OPS = frozenset(
         aten._scaled_dot_product_cudnn_attention_backward.default,
         aten._softmax_backward_data.default,
         aten.multinomial.default,
+        aten.pow.Scalar,
         *SORTS,
         *_REDUCTIONS,
     }
@@ -301,6 +314,8 @@ class KernelModel:
             return [(size, "softmax backward grad x output")]
         if func is aten.multinomial.default:
             return _multinomial_scratch(args, kwargs)
+        if func is aten.pow.Scalar:
+            return _pow_scalar_scratch(args)
         if func is aten.native_layer_norm_backward.default:
             grad = args[0]  # made contiguous after the gradients are allocated
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():

@@ -59,6 +59,10 @@ _ADD_INPLACE = torch.ops.aten.add_.Tensor
 _INDEX_PUT = torch.ops.aten.index_put.default
 _INDEX_PUT_IMPL = torch.ops.aten._index_put_impl_.default
 _COMPOSITE: dict[Any, bool] = {}  # op -> whether CUDA runs it as its decomposition (below)
+# ops with no CUDA kernel whose CompositeExplicitAutograd kernel CUDA runs, below autograd,
+# as pieces that allocate (their meta kernel makes the output alone): ``ldexp`` is
+# ``mul(self, pow(2, other))``, an input-sized power beside the output (H100 op sweep)
+_EXPLICIT_PIECES = frozenset({torch.ops.aten.ldexp.Tensor})
 
 
 def _composite(func: Any) -> bool:
@@ -354,6 +358,9 @@ class Recorder(TorchDispatchMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        if func in _EXPLICIT_PIECES:
+            with self:
+                return func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
         if (func is INDEX and has_mask(args[1])) or func is MASKED_SELECT:
             with self:  # by the mask's positions (nonzero), as CUDA does
                 if func is INDEX:
