@@ -120,17 +120,32 @@ def test_flash_backward_takes_one_buffer_for_its_accumulator_and_sums():
     assert sizes == [b * s * h * d * 4 + b * h * s * 4 + 256]
 
 
-def test_grouped_query_flash_backward_adds_the_expanded_dk_dv_to_the_same_buffer():
+def test_grouped_query_cudnn_backward_adds_the_expanded_dk_dv_to_the_same_buffer():
     # TinyLlama b4 s2048 on an H200: one 135,266,560-byte buffer = 68,157,696 (dq accumulator,
     # softmax sums, 256) + 2 x 33,554,432 (dK and dV per query head)
     from memfit.trace._kernels import KernelModel
 
     q = torch.empty(4, 32, 2048, 64, dtype=torch.bfloat16, device="meta")
     kv = torch.empty(4, 4, 2048, 64, dtype=torch.bfloat16, device="meta")
-    func = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
-    args = (q, q, kv, kv, q, q, None, None, 2048, 2048, 0.0, True, None, None)
+    func = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
+    args = (q, q, kv, kv, q, q, None, None, None, None, None, 2048, 2048, 0.0, True, None)
     groups = KernelModel(90).scratch(func, args, {})
     assert [[size for size, _ in group] for group in groups] == [[135_266_560]]
+
+
+def test_grouped_query_flash_backward_expands_dk_dv_after_its_accumulator():
+    # mha_bwd (flash_api.cpp): the softmax sums, the dQ accumulator, then dK and dV at every
+    # query head, each its own buffer
+    from memfit.trace._kernels import KernelModel
+
+    q = torch.empty(4, 32, 2048, 64, dtype=torch.bfloat16, device="meta")
+    kv = torch.empty(4, 4, 2048, 64, dtype=torch.bfloat16, device="meta")
+    func = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
+    args = (q, q, kv, kv, q, q, None, None, 2048, 2048, 0.0, True, None, None)
+    groups = KernelModel(80).scratch(func, args, {})
+    assert [[size for size, _ in group] for group in groups] == [
+        [4 * 32 * 2048 * 4, 4 * 2048 * 32 * 64 * 4, 33_554_432, 33_554_432]
+    ]
 
 
 def _attention_trace(mask=None, *, grad=True, dtype=torch.bfloat16, heads=(8, 8)):
@@ -184,8 +199,15 @@ def test_cudnn_without_gradients_makes_no_log_sum_exp():
 
 
 def test_cudnn_with_gradients_saves_a_log_sum_exp():
-    trace, (b, h, s, _) = _attention_trace(grad=True)
-    assert b * h * s * 4 in _sizes(trace, "_scaled_dot_product_flash_attention")
+    # H100 op sweep (torch 2.11): cuDNN's op allocates its CUDA seed and offset first, then the
+    # output and the log-sum-exp
+    trace, (b, h, s, d) = _attention_trace(grad=True)
+    sizes = [
+        e.size
+        for e in trace.events
+        if e.kind == "alloc" and trace.infos[e.info].op == "_scaled_dot_product_cudnn_attention"
+    ]
+    assert sizes[:4] == [8, 8, b * h * s * d * 2, b * h * s * 4]
 
 
 @pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])

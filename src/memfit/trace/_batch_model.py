@@ -43,7 +43,7 @@ from typing import Any
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._costs import PhaseCost, StepCosts
 from memfit.trace._kernel_calls import CallSite, KernelCalls, RuleMemory
-from memfit.trace._scratch import group_frees
+from memfit.trace._scratch import end_frees, group_frees
 from memfit.trace._trace_notes import held_batch_note
 from memfit.trace._tracer import Trace
 
@@ -357,10 +357,9 @@ class _Emitter:
                     (self._alloc(site, item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
                     for item in group
                 ]
-                frees, held = group_frees(blocks, mem.last_first)
+                frees, kept = group_frees(blocks, kept, mem.order)
                 self._free(frees)
-                kept += held
-            self._free(kept[::-1])
+            self._free(end_frees(kept, mem.order))
             self._free(self.copies.pop(n, []))
 
 

@@ -6,6 +6,7 @@ It runs above autograd, so what it changes is recorded by autograd like the real
 * autocast: inside an emulated autocast region, inputs are cast per CUDA autocast's op lists
   (torchvision's ops per its own autocast kernels);
 * attention: ``scaled_dot_product_attention`` runs the kernel the target GPU would pick;
+* mish: its backward allocates what CUDA's fused kernel does (``_mish``);
 * CTC loss: its arguments as given are shown to the trace, which notes where a GPU may run
   cuDNN's kernel instead of PyTorch's (its arguments decide, before ATen converts them).
 
@@ -27,6 +28,7 @@ from torch.overrides import TorchFunctionMode
 
 from memfit.trace import _autocast
 from memfit.trace._host_data import HOST_DATA_FUNCS, from_host_data
+from memfit.trace._mish import mish
 from memfit.trace._rnn import (
     LSTM_FUNCTION,
     OTHER_RNN_FUNCTIONS,
@@ -217,6 +219,11 @@ class TraceFunctionMode(TorchFunctionMode):
                 out = _fused_dropout(func, args, kwargs)
             if out is not None:
                 return out
+        if func is F.mish:
+            with self:
+                out = mish(args, kwargs)
+            if out is not None:
+                return self._stamped(out)
         if func is _SDPA:
             if state.enabled:
                 args, kwargs = _autocast.cast_args("lowp", args, kwargs, state)

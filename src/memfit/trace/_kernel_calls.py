@@ -81,7 +81,10 @@ class RuleMemory:
     early: int | None
     groups: list[list[Scratch]]
     interpolated: int
-    last_first: bool = False  # the groups' scratch freed last first (KernelModel.frees_last_first)
+    order: tuple[bool, bool] = (
+        False,
+        False,
+    )  # how the groups are freed (KernelModel.scratch_order)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +112,8 @@ class KernelCall:
             early = model.copies_freed_after(self.func) if copies and between else None
             groups = model.scratch(self.func, args, kwargs)
             interpolated = model.convolutions.interpolated - before
-        last_first = model.frees_last_first(self.func)
-        return RuleMemory(copies, between, early, groups, interpolated, last_first)
+        order = model.scratch_order(self.func)
+        return RuleMemory(copies, between, early, groups, interpolated, order)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 * cuBLAS keeps one workspace per handle and stream, taken from the caching allocator at the
   first matmul and never returned. PyTorch gives each thread its own handle, and the autograd
   engine runs the backward pass on its own thread, so a training step holds two.
-* Fused attention's backward (cuDNN's on an H200, flash attention's elsewhere) allocates one
-  workspace for a float32 dQ accumulator and the softmax row sums.
+* Fused attention's backward: cuDNN's (Hopper) one workspace for a float32 dQ accumulator and
+  the softmax row sums; flash attention's and the memory-efficient kernel's
+  (``_attention_kernels``).
 * cuDNN convolutions take a workspace per call, sized by the engine cuDNN picks (``_cudnn``).
 * cuFFT's plans take input copies and a workspace per call (``_spectral``); distance
   backwards a per-pair buffer, Cholesky solves a copy of the factor (``_linalg``).
@@ -22,13 +23,22 @@ import torch
 
 from memfit._gpus import Architecture
 from memfit._units import MiB
+from memfit.trace._attention_kernels import (
+    FLASH_BACKWARD,
+    efficient_backward_copies,
+    efficient_backward_scratch,
+    flash_backward_copies,
+    flash_backward_scratch,
+)
 from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._embedding_backward import EMBEDDING_BACKWARDS, embedding_backward_scratch
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
+from memfit.trace._group_norm import GROUP_NORM_OPS, group_norm_scratch
 from memfit.trace._index_put import ACCUMULATING_PUTS, index_put_scratch
 from memfit.trace._layouts import RESIZED_FROM_INPUT, channels_last, conv_memory_format
 from memfit.trace._linalg import LINALG_OPS, linalg_scratch
+from memfit.trace._loss_kernels import LOSS_OPS, loss_copies, loss_scratch
 from memfit.trace._operand_copies import BMMS, bmm_operand_copies
 from memfit.trace._reduce import (
     REDUCE_OPS,
@@ -36,8 +46,7 @@ from memfit.trace._reduce import (
     reduction_scratch,
     renorm_scratch,
 )
-from memfit.trace._scratch import SORTS, Scratch, scan_storage, sort_scratch
-from memfit.trace._sdpa import backward_ran_cudnn
+from memfit.trace._scratch import SORTS, Order, Scratch, scan_storage, sort_scratch
 from memfit.trace._spectral import FFT_OPS, fft_scratch, roll_temporaries
 
 __all__ = ["RULE_OPS", "KernelModel", "Scratch"]
@@ -62,27 +71,12 @@ _CUBLAS_OPS = {
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def _efficient_backward_scratch(args: tuple[Any, ...]) -> list[list[Scratch]]:
-    """The memory-efficient attention backward's scratch (H200 traces, torch 2.11, BERT-base
-    and T5-small in fp32): ``delta = (grad_out.float() * out.float()).sum(-1)`` made
-    contiguous, whose temporaries go before the kernel's workspace (a float32 dQ accumulator
-    and 128 bytes per batch and head: 50,380,800 for BERT-base b32 s512) is taken."""
-    grad_out, q = args[0], args[1]
-    b, h, s, d = (int(x) for x in q.shape)
-    dv = int(grad_out.shape[-1])
-    rows = b * h * s * 4
-    wide = b * h * s * dv * 4
-    delta: list[Scratch] = []
-    if grad_out.dtype != torch.float32:
-        delta += [(wide, "attention backward grad_out in float32")]
-        delta += [(wide, "attention backward output in float32")]
-    delta += [
-        (wide, "attention backward grad_out x output"),
-        (rows, "attention backward row sums"),
-        (rows, "attention backward delta", True),
-    ]
-    workspace = b * s * h * d * 4 + b * h * 128
-    return [delta, [(workspace, "memory-efficient attention backward workspace")]]
+_EFFICIENT_BACKWARD = frozenset(
+    {
+        aten._scaled_dot_product_efficient_attention_backward.default,
+        aten._efficient_attention_backward.default,
+    }
+)
 
 
 def _index_copies(indices: list[Any]) -> list[tuple[int, str]]:
@@ -185,17 +179,26 @@ def _multinomial_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[
     return out
 
 
-def _fused_backward_workspace(
-    q: torch.Tensor, k: torch.Tensor, s_round: int, d_round: int
-) -> tuple[int, str]:
-    """Fused attention's backward workspace, cuDNN's (what an H200 runs for half precision) and
-    flash attention's alike: one buffer for the fp32 dq accumulator and the softmax sums, 256
-    bytes beyond both, and with grouped-query attention the per-query-head dK and dV (summed
-    into the key/value heads after). H200 traces, torch 2.11: 51,118,336 = 50,331,648 + 786,432
-    + 256 for GPT-2 b16 s1024; 135,266,560 = 68,157,696 + 2 x 33,554,432 for TinyLlama b4
-    s2048 (32 query heads, 4 key/value heads)."""
+def _pow_scalar_scratch(args: tuple[Any, ...]) -> list[tuple[int, str]]:
+    """``pow(scalar, tensor)`` on CUDA (Pow.cpp's ``pow_Scalar_out``): the base made a tensor
+    on the GPU (``wrapped_scalar_tensor``: double, int64, bool or complex double) once the output
+    is allocated, freed when it returns; none for a base of 1, which fills the output (H100
+    op sweep, torch 2.11: 8 bytes in ``ldexp`` and in ``logaddexp2``'s backward)."""
+    base = args[0]
+    if base == 1:
+        return []
+    size = 16 if isinstance(base, complex) else 1 if isinstance(base, bool) else 8
+    return [(size, "pow's scalar base on the GPU")]
+
+
+def _fused_backward_workspace(q: torch.Tensor, k: torch.Tensor) -> tuple[int, str]:
+    """cuDNN's fused attention backward workspace: one buffer for the fp32 dq accumulator and
+    the softmax sums, 256 bytes beyond both, and with grouped-query attention the per-query-head
+    dK and dV (summed into the key/value heads after). H200 traces, torch 2.11: 51,118,336 =
+    50,331,648 + 786,432 + 256 for GPT-2 b16 s1024; 135,266,560 = 68,157,696 + 2 x 33,554,432
+    for TinyLlama b4 s2048 (32 query heads, 4 key/value heads)."""
     b, h, s, d = (int(x) for x in q.shape)
-    size = b * s_round * h * d_round * 4 + b * h * s_round * 4 + 256
+    size = b * s * h * d * 4 + b * h * s * 4 + 256
     label = "fused attention backward workspace (dQ accumulator, softmax sums)"
     if int(k.shape[1]) != h:
         size += 2 * b * s * h * d * k.element_size()
@@ -210,10 +213,6 @@ def _flattens_as_view(t: torch.Tensor) -> bool:
     return all(outer[1] == inner[1] * inner[0] for outer, inner in itertools.pairwise(dims))
 
 
-def _round_up(x: int, m: int) -> int:
-    return (x + m - 1) // m * m
-
-
 # the ops a rule of :class:`KernelModel` may add copies or scratch to (``copies_first``,
 # ``scratch``, ``between_outputs``): a trace that logs its kernel calls (``_kernel_calls``)
 # logs each of these, at a batch where it adds nothing too, so that its rule can be asked again
@@ -226,8 +225,10 @@ RULE_OPS = frozenset(
         aten.convolution_backward.default,
         aten.embedding.default,
         *EMBEDDING_BACKWARDS,
-        aten._scaled_dot_product_efficient_attention_backward.default,
-        aten._scaled_dot_product_flash_attention_backward.default,
+        *_EFFICIENT_BACKWARD,
+        *FLASH_BACKWARD,
+        *LOSS_OPS,
+        *GROUP_NORM_OPS,
         aten._scaled_dot_product_cudnn_attention_backward.default,
         aten._softmax.default,
         aten._log_softmax.default,
@@ -243,12 +244,27 @@ RULE_OPS = frozenset(
         aten.roll.default,
         *FFT_OPS,
         *LINALG_OPS,
+        aten.pow.Scalar,
         *SORTS,
         *REDUCE_OPS,
         aten.renorm.default,
         *BMMS,
     }
 )
+
+
+_HELD_TO_END = frozenset(
+    {
+        *SORTS,
+        *ACCUMULATING_PUTS,
+        aten.masked_scatter_.default,
+        *_MEAN_REDUCES,
+        *EMBEDDING_BACKWARDS,
+    }
+)
+_HELD_AFTER = frozenset({aten.renorm.default, *BMMS})
+# C++ locals, freed last first, what a group holds before the next group's own
+_LAST_FIRST = frozenset({*_EFFICIENT_BACKWARD, *FLASH_BACKWARD, *LOSS_OPS, *GROUP_NORM_OPS})
 
 
 class KernelModel:
@@ -333,6 +349,12 @@ class KernelModel:
                 return [(size, f"{func.overloadpacket.__name__} output before its resize")]
         if func is aten.roll.default:
             return roll_temporaries(args, {})
+        if func in _EFFICIENT_BACKWARD:
+            return efficient_backward_copies(func, args)
+        if func in FLASH_BACKWARD:
+            return flash_backward_copies(func, args)
+        if func in LOSS_OPS:
+            return loss_copies(func, args)
         return temporaries(func, args)
 
     def scratch(
@@ -346,8 +368,8 @@ class KernelModel:
                 [(n, "cuDNN convolution workspace")] for n in self.convolutions.forward(args)
             ]
             return workspaces
-        if func is aten._scaled_dot_product_efficient_attention_backward.default:
-            return _efficient_backward_scratch(args)
+        if func in _EFFICIENT_BACKWARD:
+            return efficient_backward_scratch(func, args, kwargs)
         if func in SORTS:
             return sort_scratch(args, kwargs)
         if func is aten.renorm.default:
@@ -362,18 +384,27 @@ class KernelModel:
             return embedding_backward_scratch(func, args)
         if func in FFT_OPS:
             return fft_scratch(func, args)
+        if func in LOSS_OPS:
+            return loss_scratch(func, args, self._reduction)
+        if func in GROUP_NORM_OPS:
+            return group_norm_scratch(func, args)
         own = fake_scratch(func, args, kwargs)
         if own:
             return own
         together: list[Scratch] = list(self._scratch(func, args, kwargs))
         return [together] if together else []
 
-    def frees_last_first(self, func: Any) -> bool:
-        """Whether the kernel frees its scratch in the reverse order of allocation: a
-        reduction's buffers are C++ locals, destroyed last first (H100 traces, torch 2.11:
-        semaphores, then partial results, then the input's cast copy; ``renorm``'s scale
-        factors, then its norms; a batched product's operand copies, second first)."""
-        return func in REDUCE_OPS or func is aten.renorm.default or func in BMMS
+    def scratch_order(self, func: Any) -> Order:
+        """How the kernel frees its scratch groups (:func:`memfit.trace._scratch.group_frees`):
+        last first or not, and when what one group holds goes. Buffers held to the kernel's end:
+        a sort's, an accumulating ``index_put``'s, ``masked_scatter_``'s, a mean reduce's
+        counts, the embedding backward's; after the next group's own: a reduction's, a batched
+        product's, ``renorm``'s; before it: the rest (H100 traces, torch 2.11)."""
+        if func in _HELD_TO_END:
+            return False, "end"
+        if func in _HELD_AFTER or func in REDUCE_OPS:
+            return True, "after"
+        return func in _LAST_FIRST, "before"
 
     def between_outputs(
         self, func: Any, args: tuple[Any, ...]
@@ -402,25 +433,15 @@ class KernelModel:
     def _scratch(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Iterable[tuple[int, str]]:
-        if func is aten._scaled_dot_product_flash_attention_backward.default:
-            q = args[1]
-            s, d = int(q.shape[2]), int(q.shape[3])
-            s_round = _round_up(s, 128)
-            d_round = _round_up(d, 32) if d <= 128 else _round_up(d, 64)
-            if backward_ran_cudnn(q, args[2], float(args[10]), self.sm):
-                # cuDNN's backward does not pad the sequence to flash's 128 (H200, torch 2.11,
-                # CLIP ViT-B/32 b128: 20,500,736 = 128 x 8 x 77 x 64 x 4 + 128 x 8 x 77 x 4 + 256
-                # for its 77-token text tower, 19,968,256 for the 50-patch vision tower); head
-                # dims other than 64 were not seen, so their rounding is kept
-                s_round = s
-            return [_fused_backward_workspace(q, args[2], s_round, d_round)]
+        if func in FLASH_BACKWARD:
+            return flash_backward_scratch(func, args)
         if func is aten._scaled_dot_product_cudnn_attention_backward.default:
-            # called by name in a compiled model's wrapper (eager traces run cuDNN's attention
-            # through flash attention's kernel, above): the same workspace, the sequence not
-            # padded; H200 traces, torch 2.11, compiled GPT-2 b8 s1024: 25,559,296 = 8 x 12 x
-            # 1024 x 64 x 4 + 8 x 12 x 1024 x 4 + 256 per layer, at every budget
+            # neither the sequence nor the head dim padded; H200 traces, torch 2.11: 20,500,736
+            # = 128 x 8 x 77 x 64 x 4 + 128 x 8 x 77 x 4 + 256 for CLIP ViT-B/32's 77-token
+            # text tower (b128); compiled GPT-2 b8 s1024: 25,559,296 per layer; H100 op sweep:
+            # 1,984 = 4 x 4 x 3 x 8 x 4 + 4 x 4 x 3 x 4 + 256 for head dim 8
             q = args[1]
-            return [_fused_backward_workspace(q, args[2], int(q.shape[2]), int(q.shape[3]))]
+            return [_fused_backward_workspace(q, args[2])]
         if func in (aten._softmax.default, aten._log_softmax.default):
             # SoftMax.cu's host_softmax: ``input_.contiguous()`` once the output is allocated
             # (H100 traces, torch 2.11: Longformer's float32 [305, 512, 4, 513] attention
@@ -446,6 +467,8 @@ class KernelModel:
             return [(8 * int(args[1][args[2]]), "unfold backward index of the dim")]
         if func in LINALG_OPS:
             return linalg_scratch(func, args)
+        if func is aten.pow.Scalar:
+            return _pow_scalar_scratch(args)
         if func is aten.native_layer_norm_backward.default:
             grad = args[0]  # made contiguous after the gradients are allocated
             if isinstance(grad, torch.Tensor) and not grad.is_contiguous():

@@ -8,9 +8,11 @@ Sizes are the same either way; what changes is which later ops see a contiguous 
 which of them copy (layer norm makes a contiguous copy of its input: ConvNeXt's permuted
 ``(N, H, W, C)`` view is contiguous on the GPU, after the stem's LayerNorm2d turned the
 activations channels-last, and the trace must see it the same way). Memory-efficient
-attention writes a bias gradient dense where the meta kernel keeps the bias's broadcast
-strides. And CUDA's dropout allocates its mask before its output, the meta kernel the other
-way round (H200 traces); CUDA's CTC loss its log_alpha before the loss (LossCTC.cu). im2col
+attention writes a bias gradient dense (its rows padded to 16) where the meta kernel keeps
+the bias's broadcast strides, and keeps its philox seed and offset on the CPU. And CUDA's
+dropout allocates its mask before its output, the meta kernel the other way round (H200
+traces); CUDA's CTC loss its log_alpha before the loss (LossCTC.cu); cuDNN attention its
+seed and offset before its output. im2col
 and col2im resize an input-sized output (:data:`RESIZED_FROM_INPUT`).
 """
 
@@ -19,6 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from memfit.trace._loss_kernels import log_sigmoid_output, loss_output
 
 __all__ = ["RESIZED_FROM_INPUT", "channels_last", "conv_memory_format", "cuda_layout", "cuda_order"]
 
@@ -98,23 +102,61 @@ def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
         # through a transpose); cuDNN follows the input and the weight: contiguous gradients,
         # which autograd then keeps as the weight's .grad (no copy into the weight's layout)
         return (_as_contiguous(out[0]), _as_contiguous(out[1]), *out[2:])
-    if (
-        func is aten._scaled_dot_product_efficient_attention_backward.default
-        and isinstance(out, tuple)
-        and isinstance(out[3], torch.Tensor)
-    ):
-        # the bias gradient is dense at the full (batch, heads, q, k) size even for a bias
-        # broadcast over the batch (meta keeps the bias's zero strides); autograd then sums it
-        # to the bias's shape (H200, torch 2.11: 268,435,456 bytes for T5-small's b32 s512)
-        grad_bias = out[3]
-        return (*out[:3], torch.empty(grad_bias.shape, dtype=grad_bias.dtype, device="meta"))
+    if func in _EFFICIENT_BACKWARD and isinstance(out, tuple) and isinstance(out[3], torch.Tensor):
+        if func is aten._efficient_attention_backward.default and not _arg(args, 15, False):
+            # no bias gradient asked for: CUDA leaves it undefined, meta allocates a scalar
+            return (*out[:3], None)
+        return (*out[:3], _padded_bias_grad(out[3]))
+    if func in _EFFICIENT_FORWARD and isinstance(out, tuple):
+        # the philox seed and offset are CPU scalars unless a CUDA graph is being captured
+        # (attention.cu, torch 2.11: the H100 op sweep allocates no 8-byte blocks for them)
+        with torch._C.DisableTorchFunction():
+            seeds = [torch.empty((), dtype=torch.int64, device="cpu") for _ in range(2)]
+        return (*out[:2], *seeds, *out[4:])
+    if func is aten._efficientzerotensor.default and isinstance(out, torch.Tensor):
+        # a ZeroTensor: its allocator hands out no memory (ZeroTensorAllocator); a view
+        # over an empty storage, which the trace does not count (H100 op sweep: sgn's
+        # backward allocates no gradient)
+        with torch._C.DisableTorchFunction():
+            empty = torch.empty(0, dtype=out.dtype, device="meta")
+            return empty.as_strided(tuple(out.shape), (0,) * out.dim())
     if func in RESIZED_FROM_INPUT and isinstance(out, torch.Tensor) and out.device.type == "meta":
         size = _nbytes(args[0])
         if _nbytes(out) < size:  # resize_ to fewer bytes keeps the input-sized storage
             kept = torch.empty(0, dtype=out.dtype, device="meta")
             storage = torch.UntypedStorage(size, device="meta")
             return kept.set_(storage, 0, out.shape, out.stride())
-    return out
+    return log_sigmoid_output(func, loss_output(func, args, out))
+
+
+_EFFICIENT_FORWARD = frozenset(
+    {
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._efficient_attention_forward.default,
+    }
+)
+_EFFICIENT_BACKWARD = frozenset(
+    {
+        aten._scaled_dot_product_efficient_attention_backward.default,
+        aten._efficient_attention_backward.default,
+    }
+)
+
+
+def _arg(args: tuple[Any, ...], i: int, default: Any) -> Any:
+    return args[i] if len(args) > i else default
+
+
+def _padded_bias_grad(grad_bias: torch.Tensor) -> torch.Tensor:
+    """The memory-efficient backward's bias gradient: dense at the full (batch, heads, q, k)
+    size even for a bias broadcast over the batch (meta keeps the bias's zero strides), its
+    last dimension allocated rounded up to 16 and sliced back (attention_backward.cu); autograd
+    then sums it to the bias's shape. H200, torch 2.11: 268,435,456 bytes for T5-small's b32
+    s512; H100 op sweep: 3,072 bytes for a (4, 4, 3, 6) float32 gradient."""
+    *lead, keys = (int(n) for n in grad_bias.shape)
+    with torch._C.DisableTorchFunction():
+        padded = torch.empty((*lead, -(-keys // 16) * 16), dtype=grad_bias.dtype, device="meta")
+        return padded[..., :keys]
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -135,20 +177,24 @@ _REVERSED = frozenset(
         aten._ctc_loss.default,
         aten._ctc_loss.Tensor,
         aten.nll_loss2d_forward.default,
+        aten.multilabel_margin_loss_forward.default,
     }
 )
 
 
 def cuda_order(func: Any, out: Any) -> Any:
     """``out`` in the order the CUDA kernel allocates its outputs: dropout's mask before its
-    output, CTC loss's log_alpha before the per-sample loss, 2-d NLL loss's total weight
-    before the loss (``nll_loss2d_forward_cuda`` sizes ``total_weight`` first: H100 traces,
-    torch 2.11), embedding bag's bag sizes and bag of each index before its output
-    (``_embedding_bag_cuda``: H100 traces, torch 2.11)."""
+    output, CTC loss's log_alpha before the per-sample loss (multilabel margin loss's is_target
+    before its output, likewise), 2-d NLL loss's total weight before the loss
+    (``nll_loss2d_forward_cuda`` sizes ``total_weight`` first), embedding bag's bag sizes and
+    bag of each index before its output (``_embedding_bag_cuda``), cuDNN attention's philox
+    seed and offset before its output and log-sum-exp (attention.cu; H100 traces, torch 2.11)."""
     if func in _REVERSED and isinstance(out, tuple):
         return out[::-1]
     if func in _BAGS and isinstance(out, tuple) and len(out) == 4:
         return (out[2], out[1], out[0], out[3])
+    if func is aten._scaled_dot_product_cudnn_attention.default and isinstance(out, tuple):
+        return (*out[6:8], *out[:6], *out[8:])
     return out
 
 

@@ -39,7 +39,7 @@ from memfit.trace._kernels import RULE_OPS, KernelModel, Scratch
 from memfit.trace._layouts import cuda_layout, cuda_order
 from memfit.trace._leaves import tensors_in
 from memfit.trace._meta_cache import META_CACHE
-from memfit.trace._scratch import group_frees
+from memfit.trace._scratch import Order, end_frees, group_frees
 from memfit.trace._shadow import ShadowValues
 
 __all__ = ["Recorder"]
@@ -63,6 +63,10 @@ _ADD_INPLACE = torch.ops.aten.add_.Tensor
 _INDEX_PUT = torch.ops.aten.index_put.default
 _INDEX_PUT_IMPL = torch.ops.aten._index_put_impl_.default
 _COMPOSITE: dict[Any, bool] = {}  # op -> whether CUDA runs it as its decomposition (below)
+# ops with no CUDA kernel whose CompositeExplicitAutograd kernel CUDA runs, below autograd,
+# as pieces that allocate (their meta kernel makes the output alone): ``ldexp`` is
+# ``mul(self, pow(2, other))``, an input-sized power beside the output (H100 op sweep)
+_EXPLICIT_PIECES = frozenset({torch.ops.aten.ldexp.Tensor})
 
 
 def _composite(func: Any) -> bool:
@@ -370,6 +374,9 @@ class Recorder(TorchDispatchMode):
                 out = composite(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        if func in _EXPLICIT_PIECES:
+            with self:
+                return func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
         if (func is INDEX and has_mask(args[1])) or func is MASKED_SELECT:
             with self:  # by the mask's positions (nonzero), as CUDA does
                 if func is INDEX:
@@ -444,10 +451,10 @@ class Recorder(TorchDispatchMode):
             scratch_at = len(self.events)
             # kernel-internal scratch: allocated after the outputs, freed when the kernel ends
             held: list[int] = []
-            last_first = self.kernels.frees_last_first(func)
+            order = self.kernels.scratch_order(func)
             for group in self.kernels.scratch(func, args, kwargs):
-                held += self._scratch(group, last_first)
-            for block in reversed(held):
+                held = self._scratch(group, held, order)
+            for block in end_frees(held, order):
                 self.free(block)
         for block in copies:
             self.free(block)
@@ -489,15 +496,19 @@ class Recorder(TorchDispatchMode):
         with contextlib.suppress(AttributeError):  # a type without a __dict__: not marked
             exc.memfit_failed_op = self.failure  # type: ignore[attr-defined]
 
-    def _scratch(self, group: list[Scratch], last_first: bool = False) -> list[int]:
-        """Workspaces that live together: allocated, then freed in the order
-        :func:`group_frees` gives but for the ones held, which it returns (buffers a kernel
-        keeps to its end, freed by the caller last first)."""
+    def _scratch(
+        self,
+        group: list[Scratch],
+        held: list[int] | None = None,
+        order: Order = (False, "before"),
+    ) -> list[int]:
+        """Workspaces that live together: allocated, then freed as :func:`group_frees` says
+        (``held``: held from the groups before); returns the blocks held on."""
         blocks = [
             (self._rule_alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
             for item in group
         ]
-        frees, kept = group_frees(blocks, last_first)
+        frees, kept = group_frees(blocks, list(held or ()), order)
         for block in frees:
             self.free(block)
         return kept

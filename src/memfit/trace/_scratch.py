@@ -11,7 +11,16 @@ from typing import Any
 
 import torch
 
-__all__ = ["SORTS", "Scratch", "group_frees", "radix_sort_storage", "scan_storage", "sort_scratch"]
+__all__ = [
+    "SORTS",
+    "Order",
+    "Scratch",
+    "end_frees",
+    "group_frees",
+    "radix_sort_storage",
+    "scan_storage",
+    "sort_scratch",
+]
 
 aten = torch.ops.aten
 
@@ -21,14 +30,35 @@ Scratch = tuple[int, str] | tuple[int, str, bool]
 SORTS = frozenset({aten.sort.default, aten.sort.stable})
 
 
-def group_frees(blocks: list[tuple[int, bool]], last_first: bool) -> tuple[list[int], list[int]]:
-    """The blocks freed as soon as one group of scratch is allocated, in order, and the ones the
-    kernel holds to its end (freed then, last first): ``blocks`` are the group's (block, held).
-    ``last_first``: a kernel whose scratch is C++ locals, destroyed in reverse (a reduction's
-    semaphores, then its partial results, then its input's cast copy)."""
+Order = tuple[bool, str]  # (last first, when held blocks go: "before", "after" or "end")
+
+
+def group_frees(
+    blocks: list[tuple[int, bool]], held: list[int], order: Order
+) -> tuple[list[int], list[int]]:
+    """The blocks freed once one group of a kernel's scratch is allocated, in order, and the
+    blocks held on: ``blocks`` are the group's (block, held), ``held`` those held from the
+    groups before. ``order``: whether each set is freed last first (C++ locals: a reduction's
+    semaphores, then its partial results), and when the held blocks go: ``"before"`` this
+    group's own (the memory-efficient attention backward's delta before its workspace),
+    ``"after"`` them (an outer scope: ``renorm``'s norms after its scale factors), or at the
+    kernel's ``"end"`` (a sort's pairs, an accumulating ``index_put``'s sort): see
+    :func:`end_frees`."""
+    last_first, when = order
     own = [block for block, keep in blocks if not keep]
     kept = [block for block, keep in blocks if keep]
-    return (own[::-1] if last_first else own), kept
+    if last_first:
+        own, earlier = own[::-1], held[::-1]
+    else:
+        earlier = held
+    if when == "end":
+        return own, [*held, *kept]
+    return ([*earlier, *own] if when == "before" else [*own, *earlier]), kept
+
+
+def end_frees(held: list[int], order: Order) -> list[int]:
+    """The held blocks freed when the kernel ends, in order (:func:`group_frees`)."""
+    return held[::-1] if order[0] or order[1] == "end" else held
 
 
 def sort_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scratch]]:

@@ -7,10 +7,11 @@ rules below follow ``sdp_utils.cpp`` and what torch picks on an H200 (torch 2.11
 the validation set's models): on Hopper cuDNN's fused attention comes first for half
 precision, masks and dropout included; then flash, memory-efficient, math.
 
-cuDNN's kernel takes the memory flash attention takes when training (the output and a float32
-log-sum-exp per query; in backward dQ, dK, dV and one workspace for a float32 dQ accumulator
-and the softmax sums), so it is traced through flash attention's meta kernel; without
-gradients it makes no log-sum-exp (flash attention always does).
+cuDNN's kernel, traced through its own op when training, allocates a CUDA seed and offset, the
+output and a float32 log-sum-exp per query, and in backward dQ, dK, dV and one workspace for a
+float32 dQ accumulator and the softmax sums; without gradients it makes no log-sum-exp (flash
+attention always does). The memory-efficient kernel takes a mask whose rows are aligned to 8
+elements, padding a copy otherwise.
 """
 
 from __future__ import annotations
@@ -119,13 +120,6 @@ def _cudnn_takes(
     return k.shape[-2] > 1 and not (q.shape[-2] == 1 and dropout_p > 0)
 
 
-def backward_ran_cudnn(q: torch.Tensor, k: torch.Tensor, dropout_p: float, sm: int) -> bool:
-    """Whether a flash-attention backward of the trace stands for cuDNN's on the GPU: the trace
-    runs both as ``_scaled_dot_product_flash_attention``, and flash is chosen only where cuDNN
-    refuses a call, which no mask makes it accept (:func:`choose_backend`)."""
-    return Architecture(sm).runs_cudnn_attention and _cudnn_takes(q, k, None, dropout_p)
-
-
 def _strided_rows(attn_mask: torch.Tensor | None) -> bool:
     """A mask whose rows are not contiguous (transformers 5.17's T5 position bias, which is
     transposed)."""
@@ -143,7 +137,8 @@ def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[to
     enable_gqa = bool(kwargs.get("enable_gqa", False))
     backend = choose_backend(q, k, v, attn_mask, sm, enable_gqa, dropout_p)
     label = _label(backend, q, k, v, attn_mask, sm)
-    need_lse = q.requires_grad or k.requires_grad or v.requires_grad
+    # should_compute_logsumexp: an input that wants a gradient, with grad mode on
+    need_lse = (q.requires_grad or k.requires_grad or v.requires_grad) and torch.is_grad_enabled()
     bool_mask = attn_mask is not None and attn_mask.dtype == torch.bool
     if backend in ("cudnn", "efficient", "math") and bool_mask:
         # the kernels but flash take an additive mask: SDPA makes one of the query's dtype
@@ -158,24 +153,28 @@ def run_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], sm: int) -> tuple[to
         _cudnn_workspace(q.device)
         del seeds
         return out_only, label
-    if backend in ("cudnn", "flash"):
-        # both take fewer key/value heads natively (GQA): no expanded copies; a mask changes
-        # what is computed, not what is allocated, but cuDNN's backward needs it: SDPA keeps
-        # it (the additive copy of a boolean one) until that backward has run
-        if attn_mask is not None and need_lse and torch.is_grad_enabled():
-            q = _KeepForBackward.apply(q, attn_mask)
+    if backend == "cudnn":
+        # cuDNN's own op, as SDPA calls it: the seed and offset first, then the output and the
+        # log-sum-exp (its meta kernel makes them the other way round: ``cuda_order``), its
+        # 256-byte workspace; autograd keeps the mask (the additive copy of a boolean one)
+        # for the backward, which takes it too
+        out = torch.ops.aten._scaled_dot_product_cudnn_attention(
+            q, k, v, attn_mask, True, dropout_p, is_causal, False, scale=scale
+        )
+        _cudnn_workspace(q.device)
+        return out[0], label
+    if backend == "flash":
+        # takes fewer key/value heads natively (GQA): no expanded copies
         out = torch.ops.aten._scaled_dot_product_flash_attention(
             q, k, v, dropout_p, is_causal, False, scale=scale
         )
-        if backend == "cudnn":
-            _cudnn_workspace(q.device)
         return out[0], label
     if backend == "efficient":
         if attn_mask is not None:
             # SDPA expands the mask to (batch, heads, q, k): a learned bias broadcast over the
             # batch gets a gradient of that full size in backward
             b, h, sq, sk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-            attn_mask = attn_mask.expand(b, h, sq, sk)
+            attn_mask = _aligned_bias(attn_mask).expand(b, h, sq, sk)
         out = torch.ops.aten._scaled_dot_product_efficient_attention(
             q, k, v, attn_mask, need_lse, dropout_p, is_causal, scale=scale
         )
@@ -191,21 +190,6 @@ def _cudnn_workspace(device: torch.device) -> None:
     del workspace
 
 
-class _KeepForBackward(torch.autograd.Function):
-    """Passes ``q`` on and keeps ``keep`` alive until its backward, which runs right after the
-    attention's own (H200 traces, torch 2.11: BERT-base with a padded batch holds one additive
-    (b, 1, q, k) mask per layer from its forward to its backward)."""
-
-    @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(keep)
-        return q.view_as(q)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return grad, None
-
-
 def _like_query(q: torch.Tensor, dim: int) -> torch.Tensor:
     """An attention output laid out as the query is (fused kernels write it so: a query made
     by transposing (batch, seq, heads, dim) gives an output that needs no copy to go back)."""
@@ -215,6 +199,19 @@ def _like_query(q: torch.Tensor, dim: int) -> torch.Tensor:
     if q.stride(1) < q.stride(2):  # (batch, seq, heads, dim) in memory
         return q.new_empty((b, s, h, dim)).transpose(1, 2)
     return q.new_empty((b, h, s, dim))
+
+
+def _aligned_bias(mask: torch.Tensor) -> torch.Tensor:
+    """The mask as ``preprocess_mask`` hands it to the memory-efficient kernel: where a
+    stride but the last is not a multiple of 8 elements (or the last is not 1), a copy padded
+    by ``8 - keys % 8`` columns and sliced back (attention.cpp, torch 2.11), which autograd
+    keeps for backward like the mask itself. H100 op sweep: a (3, 6) float32 mask padded to
+    96 bytes, forward and backward."""
+    strides = mask.stride()
+    if mask.dim() and strides[-1] == 1 and all(st % 8 == 0 for st in strides[:-1]):
+        return mask
+    keys = mask.shape[-1]
+    return torch.nn.functional.pad(mask, (0, 8 - keys % 8))[..., :keys]
 
 
 def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

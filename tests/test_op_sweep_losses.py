@@ -1,0 +1,70 @@
+"""Reduced losses traced as the op sweep traces them (``benchmarks/op_sweep_sides``), against
+the allocations and frees an H100 made for the same calls (torch 2.11,
+benchmarks/results/2026-12-06-h100-op-sweep): the unreduced loss CUDA writes before it
+reduces, and the storage of that size some losses' scalar outputs keep."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import op_sweep_cases as cases
+from op_sweep_compare import tokens
+from op_sweep_sides import trace_case
+
+cases.testing_importable()
+from torch.testing._internal.opinfo.core import SampleInput  # noqa: E402
+
+N = 80 * 80 * 80  # elements of each input
+
+
+class _Op:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, x, *args, **kwargs):
+        return self.fn(x, *args, **kwargs)
+
+
+def _signed(fn, direction: str, dtype: torch.dtype = torch.float32, **kwargs) -> list[int]:
+    x = torch.rand(80, 80, 80, dtype=dtype, requires_grad=True)
+    y = torch.rand(80, 80, 80, dtype=dtype, requires_grad=True)
+    got = trace_case(_Op(fn), SampleInput(x, args=(y,), kwargs=kwargs), direction)
+    return [size if sign == "+" else -size for sign, size in tokens(got["events"])]
+
+
+def test_mse_loss_keeps_a_full_size_output_through_backward():
+    # the output made at the inputs' size and resized to a scalar, the unreduced loss, mean's
+    # partial results and semaphores; the output's storage lives until the loss is freed
+    assert _signed(F.mse_loss, "backward") == [
+        4 * N, 4 * N, 252, 4, -4, -252, -4 * N, 4, 4 * N, 4 * N, -4 * N, -4, -4 * N, -4 * N,
+    ]  # fmt: skip
+
+
+def test_smooth_l1_loss_reduces_a_second_full_size_tensor():
+    assert _signed(F.smooth_l1_loss, "forward") == [4 * N, 4 * N, 252, 4, -4, -252, -4 * N, -4 * N]
+
+
+def test_huber_loss_makes_its_unreduced_loss_before_its_output():
+    got = _signed(F.huber_loss, "forward", torch.bfloat16, reduction="mean", delta=8.7)
+    assert got == [2 * N, 2, 252, 4, -4, -252, -2 * N, -2]
+
+
+def test_binary_cross_entropy_reduces_into_a_scalar_and_keeps_its_output_storage():
+    assert _signed(F.binary_cross_entropy, "forward") == [4 * N, 4, 252, 4, -4, -252, -4, -4 * N]
+
+
+def test_multi_margin_loss_sums_a_per_row_loss_and_has_a_backward():
+    # 1,280 rows of 640 classes: the scalar output, then a per-row loss summed into it; the
+    # backward (no meta kernel) allocates the input's gradient alone
+    x = torch.randn(1280, 640, requires_grad=True)
+    target = torch.randint(0, 640, (1280,))
+    sample = SampleInput(x, args=(target,), kwargs={"weight": None})
+    got = trace_case(_Op(F.multi_margin_loss), sample, "backward")
+    signed = [size if sign == "+" else -size for sign, size in tokens(got["events"])]
+    assert signed == [4, 5120, -5120, 4, 1280 * 640 * 4, -4, -4, -1280 * 640 * 4]
