@@ -39,6 +39,7 @@ from accuracy_formats import (
     reestimated,
 )
 from accuracy_tables import render
+from accuracy_ops import op_sweep_summary
 from accuracy_zoo import zoo_estimates, zoo_measured, zoo_models
 
 PAGE = ROOT / "docs" / "accuracy.md"
@@ -81,6 +82,7 @@ ZOO_H100 = "2026-12-06-h100-zoo-sweep"
 ZOO_REPREDICTED = "2026-12-06-cpu-zoo-repredicted"
 ZOO_CONV_TABLE = "2026-12-06-cpu-zoo-after-conv-table"
 HANDWRITTEN = "2026-12-06-h100-handwritten-models"
+OP_SWEEP = "2026-12-06-h100-op-sweep"
 
 SOURCES: list[Source] = [
     Source(f"{ACCURACY}/measured-part1.json", "validation", measured, versions=GPU_HOST),
@@ -325,6 +327,8 @@ SOURCES: list[Source] = [
     Source(f"{ZOO_REPREDICTED}/estimates.jsonl", "zoo", zoo_estimates),
     Source(f"{ZOO_CONV_TABLE}/estimates.jsonl", "zoo", zoo_estimates),
     *(Source(f"{ZOO_H100}/measured-{k}-of-2.jsonl", "zoo", zoo_measured, gpu=H100) for k in (1, 2)),
+    # the op sweep (op_sweep.py compare): every OpInfo op's allocations, traced and on the GPU
+    Source(f"{OP_SWEEP}/summary.json", "opsweep", op_sweep_summary),
 ]
 
 TOPICS: list[tuple[str, str]] = [
@@ -339,6 +343,7 @@ TOPICS: list[tuple[str, str]] = [
     ("parallel", "Data parallel: DDP, FSDP2 and DeepSpeed ZeRO, rank 0"),
     ("optimizer", "Optimizer stepped in backward, 8-bit optimizer states"),
     ("zoo", "Zoo sweep"),
+    ("opsweep", "Op sweep"),
     ("finder", "Batch-size finder"),
     ("planner", "Plans against the configurations that ran"),
     ("steptime", "Step time"),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accuracy_formats import Finding, Peak, Plan, Race, Read, Source
+from accuracy_ops import op_sweep_section
 from accuracy_zoo import zoo_section
 
 GIB = 2**30
@@ -461,6 +462,8 @@ def render(read: Read, topics: list[tuple[str, str]]) -> str:
             if errors:
                 summary.append(_summary_line(title, errors))
             sections += lines
+        elif topic == "opsweep":  # an op at a time: a section of its own
+            sections += op_sweep_section(read, title)
         elif topic in memory:
             summary.append(_summary_line(title, [r.errors for r in memory[topic]]))
             sections += [f"## {title}", "", *memory_table(memory[topic]), ""]

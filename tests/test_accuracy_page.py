@@ -71,3 +71,24 @@ def test_check_passes_on_the_committed_page(modules):
 def test_errors_keep_two_decimals_and_show_the_first_digit_below_a_hundredth(modules, value, text):
     _, tables = modules
     assert tables.percent(value) == text
+
+
+def test_the_op_sweep_section_counts_matched_of_the_cases_both_sides_ran(modules):
+    page, _ = modules
+    formats = importlib.import_module("accuracy_formats")
+    ops = importlib.import_module("accuracy_ops")
+    cases = {
+        "add||fp32|forward|0": {"verdict": "matched"},
+        "add||fp32|backward|0": {"verdict": "mismatched", "detail": "extra alloc: 4 (x:temp)"},
+        "sort||bf16|forward|1": {"verdict": "matched"},
+        "sort||bf16|forward|-": {"verdict": "not sampled", "detail": "gpu: no bf16"},
+    }
+    summary = {"gpu": {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130"}, "cases": cases}
+    src = formats.Source("op/summary.json", "opsweep", ops.op_sweep_summary)
+    lines = ops.op_sweep_section(formats.Read([(ops.OpSweepFile(summary), src)]), "Op sweep")
+    text = "\n".join(lines)
+    assert "Matched: 2 of 3 (66.7%)" in text
+    assert "| fp32 | 1 of 1 (100.0%) | 0 of 1 (0.0%) |" in text
+    assert "| extra alloc | 1 |" in text
+    assert "| add | 1 | 1 | fp32/backward/0: extra alloc: 4 (x:temp) |" in text
+    assert ops.op_sweep_section(formats.Read([]), "Op sweep") == []
