@@ -38,8 +38,8 @@ from accuracy_formats import (
     read_all,
     reestimated,
 )
-from accuracy_tables import render
 from accuracy_ops import op_sweep_summary
+from accuracy_tables import render
 from accuracy_zoo import zoo_estimates, zoo_measured, zoo_models
 
 PAGE = ROOT / "docs" / "accuracy.md"
