@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from memfit.trace._kernels import KernelModel, Scratch
+from memfit.trace._scratch import Order
 
 __all__ = ["CallSite", "KernelCall", "KernelCalls", "RuleMemory", "describe", "rebuild"]
 
@@ -81,10 +82,7 @@ class RuleMemory:
     early: int | None
     groups: list[list[Scratch]]
     interpolated: int
-    order: tuple[bool, bool] = (
-        False,
-        False,
-    )  # how the groups are freed (KernelModel.scratch_order)
+    order: Order = (False, "before")  # how the groups are freed (KernelModel.scratch_order)
 
 
 @dataclass(frozen=True, slots=True)
