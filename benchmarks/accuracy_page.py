@@ -116,6 +116,7 @@ SOURCES: list[Source] = [
     Source(f"{FAMILIES}/heldout/estimates-after-local.json", None, predictions),
     Source(f"{HANDWRITTEN}/predictions.json", "handwritten", predictions, prediction=True),
     Source(f"{HANDWRITTEN}/measured.json", "handwritten", measured, versions=GPU_HOST),
+    Source(f"{HANDWRITTEN}/estimates-after.json", None, estimates_of(), versions=CPU_211),
     Source(
         f"{FAMILIES}/heldout-steps/predictions-local.json", "steps", predictions, prediction=True
     ),
