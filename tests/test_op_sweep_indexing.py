@@ -3,32 +3,12 @@ allocations the H100's caching allocator recorded for the same calls (torch 2.11
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import op_sweep_cases as cases
-from op_sweep_compare import tokens
-from op_sweep_sides import trace_case
+from tests.op_sweep_support import Op as _Op
+from tests.op_sweep_support import SampleInput, tokens, trace_case
 
 from memfit.trace._scratch import radix_sort_storage, scan_storage
-
-cases.testing_importable()
-from torch.testing._internal.opinfo.core import SampleInput  # noqa: E402
-
-
-class _Op:
-    """A stand-in OpInfo: calls ``fn`` on a sample, as OpInfo's ``__call__`` does."""
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def __call__(self, x, *args, **kwargs):
-        return self.fn(x, *args, **kwargs)
 
 
 def _seq(text):

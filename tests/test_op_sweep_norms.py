@@ -4,28 +4,10 @@ benchmarks/results/2026-12-06-h100-op-sweep)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import op_sweep_cases as cases
-from op_sweep_compare import tokens
-from op_sweep_sides import trace_case
-
-cases.testing_importable()
-from torch.testing._internal.opinfo.core import SampleInput  # noqa: E402
-
-
-class _Op:
-    def __init__(self, fn):
-        self.fn = fn
-
-    def __call__(self, x, *args, **kwargs):
-        return self.fn(x, *args, **kwargs)
+from tests.op_sweep_support import Op as _Op
+from tests.op_sweep_support import SampleInput, tokens, trace_case
 
 
 def test_group_norm_scale_shift_and_backward_scratch():
