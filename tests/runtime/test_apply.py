@@ -473,3 +473,24 @@ def test_a_plan_offloading_a_model_with_its_own_checkpointing_is_refused_before_
     from memfit.workload import offloader_of
 
     assert offloader_of(model) is None and model.is_gradient_checkpointing
+
+
+def test_apply_warns_when_the_cache_keeps_what_empty_cache_cannot_release(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    model = nn.Linear(8, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    plan = make_plan(model)  # a 1 GiB budget
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 2**28)
+    reserved = {"now": 2**28 + 2**27}  # 128 MiB cached: over a tenth of the budget
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: reserved["now"])
+    with pytest.warns(UserWarning, match=r"keeps 128\.00 MiB of cached CUDA memory"):
+        apply(model, optimizer, plan, loss_fn=lambda m, b: m(b).sum())
+    unapply(model, optimizer)
+    reserved["now"] = 2**28 + 2**20  # 1 MiB: nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        apply(model, optimizer, plan, loss_fn=lambda m, b: m(b).sum())
+    unapply(model, optimizer)
