@@ -105,7 +105,14 @@ def _unsafe_masked_index_put_accumulate(
     return out
 
 
+def _count_nonzero(x: torch.Tensor, dim: Any) -> torch.Tensor:
+    """``count_nonzero_cuda``: ``(self != 0).sum(dims)``, the mask, then the sum (its int64
+    copy of the mask: H100 traces, torch 2.11, 15 elements: 15, the 8-byte output, 120)."""
+    return (x != 0).sum(dim)
+
+
 _COMPOSITES: dict[Any, Callable[..., Any]] = {
+    aten.count_nonzero.dim_IntList: _count_nonzero,
     aten._unsafe_masked_index.default: _unsafe_masked_index,
     aten._unsafe_masked_index_put_accumulate.default: _unsafe_masked_index_put_accumulate,
     aten.median.default: _median_all,

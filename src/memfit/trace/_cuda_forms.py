@@ -32,9 +32,8 @@ EXPLICIT_COMPOSITES: dict[Any, DispatchKey] = {
     aten.logsumexp.default: DispatchKey.CompositeExplicitAutograd,
     aten.logsumexp.out: DispatchKey.CompositeExplicitAutogradNonFunctional,
     aten.count_nonzero.default: DispatchKey.CompositeExplicitAutograd,
-    # its CUDA kernel is ATen ops only, ``(self != 0).sum(dims)``: the mask, then the sum's
-    # int64 copy of it (H100, 15 elements: 15, the 8-byte output, 120)
-    aten.count_nonzero.dim_IntList: DispatchKey.CUDA,
+    # (``count_nonzero.dim_IntList``'s CUDA kernel is ATen ops only: ``_cuda_composites``, as
+    # a CPU build of torch has no CUDA kernel to call)
 }
 
 # backward formulas that write into zeros they just made in place unless a tensor is
