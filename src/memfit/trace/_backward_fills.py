@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["FILLING_NODES", "FILLS_IN_PLACE"]
+__all__ = ["FILLING_NODES", "FILLS_IN_PLACE", "ZEROS_FILLED_IN_PLACE"]
 
 aten = torch.ops.aten
 
@@ -39,3 +39,13 @@ FILLING_NODES = frozenset(
         *(f"{op}Backward0" for op in ("Cummax", "Cummin", "Gather", "Take", "IndexSelect")),
     }
 )
+
+# Any backward node's fill of zeros it just made (``value_selecting_reduction_backward``'s
+# scatter of max/min/sort/topk, ``trace_backward``'s diagonal): in place on the GPU when the
+# zeros are the node's own (``Recorder._fresh_in_backward(zeros_only=True)``)
+ZEROS_FILLED_IN_PLACE: dict[Any, Any] = {
+    aten.scatter.src: aten.scatter_.src,
+    aten.scatter.value: aten.scatter_.value,
+    aten.index_fill.int_Tensor: aten.index_fill_.int_Tensor,
+    aten.index_fill.int_Scalar: aten.index_fill_.int_Scalar,
+}

@@ -15,6 +15,12 @@ place (``masked_scatter_``, whose kernel has its own scratch); its backward
 (``masked_scatter_backward``) selects the gradient at the mask (``masked_select``: ``nonzero``
 and an index) and pads it with zeros (``cat``) to the input's size.
 
+Others have no CUDA kernel of their own: CUDA runs their composite kernel, which the trace
+calls by its dispatch key (:data:`_BY_KEY`). H100 traces, torch 2.11: ``isinf`` takes ``abs`` of
+its input first, ``dist`` the difference of its inputs, ``mvlgamma`` an (n, p) ``lgamma``
+table, ``logsumexp`` (through its ``out=`` form) the maxima, their infinity mask and the
+shifted input, ``ldexp`` ``mul(self, pow(2, other))``, an input-sized power beside the output.
+
 ``_unsafe_masked_index`` (which compiled code calls) clamps its indices, indexes, and fills
 where the mask is false (``logical_not``, ``masked_fill``); its backward
 ``_unsafe_masked_index_put_accumulate`` clamps the indices again, zeroes the values where the
@@ -24,11 +30,13 @@ kernel: ``_index_put``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._C import DispatchKey
 
 __all__ = ["cuda_composite"]
 
@@ -122,6 +130,20 @@ _COMPOSITES: dict[Any, Callable[..., Any]] = {
 }
 
 
+_BY_KEY: dict[Any, DispatchKey] = {
+    aten.isinf.default: DispatchKey.CompositeExplicitAutograd,
+    aten.dist.default: DispatchKey.CompositeExplicitAutograd,
+    aten.mvlgamma.default: DispatchKey.CompositeExplicitAutograd,
+    aten.logsumexp.default: DispatchKey.CompositeExplicitAutograd,
+    aten.logsumexp.out: DispatchKey.CompositeExplicitAutogradNonFunctional,
+    aten.count_nonzero.default: DispatchKey.CompositeExplicitAutograd,
+    aten.ldexp.Tensor: DispatchKey.CompositeExplicitAutograd,
+}
+
+
 def cuda_composite(func: Any) -> Callable[..., Any] | None:
     """The ATen ops ``func``'s CUDA kernel runs, as a function of its arguments, or None."""
+    key = _BY_KEY.get(func)
+    if key is not None:
+        return functools.partial(func._op_dk, key)
     return _COMPOSITES.get(func)

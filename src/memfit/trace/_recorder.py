@@ -19,11 +19,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
-from memfit.trace._backward_fills import FILLING_NODES, FILLS_IN_PLACE
+from memfit.trace._backward_fills import FILLING_NODES, FILLS_IN_PLACE, ZEROS_FILLED_IN_PLACE
 from memfit.trace._costs import StepCosts
 from memfit.trace._cpu_scalars import call_with_cpu_scalars
 from memfit.trace._cuda_composites import cuda_composite
-from memfit.trace._cuda_forms import EXPLICIT_COMPOSITES, IN_PLACE
 from memfit.trace._data_shapes import (
     INDEX,
     MASKED_SELECT,
@@ -63,10 +62,6 @@ _ADD_INPLACE = torch.ops.aten.add_.Tensor
 _INDEX_PUT = torch.ops.aten.index_put.default
 _INDEX_PUT_IMPL = torch.ops.aten._index_put_impl_.default
 _COMPOSITE: dict[Any, bool] = {}  # op -> whether CUDA runs it as its decomposition (below)
-# ops with no CUDA kernel whose CompositeExplicitAutograd kernel CUDA runs, below autograd,
-# as pieces that allocate (their meta kernel makes the output alone): ``ldexp`` is
-# ``mul(self, pow(2, other))``, an input-sized power beside the output (H100 op sweep)
-_EXPLICIT_PIECES = frozenset({torch.ops.aten.ldexp.Tensor})
 
 
 def _composite(func: Any) -> bool:
@@ -365,18 +360,12 @@ class Recorder(TorchDispatchMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
-        if func in EXPLICIT_COMPOSITES:  # as CUDA runs it: its pieces
-            with self:
-                return func._op_dk(EXPLICIT_COMPOSITES[func], *args, **kwargs)
         composite = cuda_composite(func)
         if composite is not None:  # a CUDA kernel written as other ops: those ops
             with self:
                 out = composite(*args, **kwargs)
             if out is not NotImplemented:
                 return out
-        if func in _EXPLICIT_PIECES:
-            with self:
-                return func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
         if (func is INDEX and has_mask(args[1])) or func is MASKED_SELECT:
             with self:  # by the mask's positions (nonzero), as CUDA does
                 if func is INDEX:
@@ -390,12 +379,14 @@ class Recorder(TorchDispatchMode):
             with _NO_FUNCTION_MODE():
                 if self._scatters_into_fresh_zeros(args, kwargs):
                     func, args, kwargs = _INDEX_PUT_IMPL, (*args[:3], True, True), {}
-        elif func in FILLS_IN_PLACE or func in IN_PLACE:
+        elif func in FILLS_IN_PLACE or func in ZEROS_FILLED_IN_PLACE:
             with _NO_FUNCTION_MODE():
                 if func in FILLS_IN_PLACE and self._fresh_in_backward(args[0], nodes=FILLING_NODES):
                     func = FILLS_IN_PLACE[func]
-                elif func in IN_PLACE and self._fresh_in_backward(args[0], zeros_only=True):
-                    func = IN_PLACE[func]
+                elif func in ZEROS_FILLED_IN_PLACE and self._fresh_in_backward(
+                    args[0], zeros_only=True
+                ):
+                    func = ZEROS_FILLED_IN_PLACE[func]
         if puts_by_positions(func, args, kwargs):
             with self:  # by the masks' positions (nonzero), as CUDA does
                 return put_by_positions(func, args, kwargs)
@@ -533,7 +524,7 @@ class Recorder(TorchDispatchMode):
         """Whether ``zeros`` was made by the backward node now running (one of ``nodes``, if
         given) and nothing else holds its storage (and, if ``zeros_only``, was made as zeros):
         what a backward formula writes into in place on the GPU, where the trace (a dispatch
-        mode) sees its out-of-place form (:data:`IN_PLACE`, ``_backward_fills``). H100 traces,
+        mode) sees its out-of-place form (``_backward_fills``). H100 traces,
         torch 2.11: ``max(dim)``'s backward allocates one input-sized gradient, not two.
         Formulas that scatter out of place into a tensor they made otherwise
         (``scatter_reduce``'s, which keeps it) are left as they are."""
