@@ -37,7 +37,11 @@ for _ in range(2):
     engine.step()
 states = sum(v.untyped_storage().nbytes() for s in zero.optimizer.state.values()
              for k, v in s.items() if torch.is_tensor(v) and v.numel() > 1)
-print("RESULT " + json.dumps([dist.get_rank(), states]))
+print("RESULT " + json.dumps([dist.get_rank(), states]), flush=True)
+# A gloo job left up at exit can abort in its threads' teardown: end it first.
+dist.barrier()
+dist.destroy_process_group()
+os._exit(0)
 """
 
 
