@@ -1,5 +1,5 @@
-"""Group norm traced as the op sweep traces it (``benchmarks/op_sweep_sides``), against the
-allocations and frees an H100 made for the same call (torch 2.11,
+"""Group norm and RMS norm traced as the op sweep traces them (``benchmarks/op_sweep_sides``),
+against the allocations and frees an H100 made for the same calls (torch 2.11,
 benchmarks/results/2026-12-06-h100-op-sweep)."""
 
 from __future__ import annotations
@@ -24,3 +24,61 @@ def test_group_norm_scale_shift_and_backward_scratch():
         out, ng, ng, nc, nc, -nc, -nc, out, out, 320, 320, nc, nc, ng, ng, nc, -ng, -ng, -nc,
         -nc, -nc, -ng, -ng, -out, -out, -320, -320, -out,
     ]  # fmt: skip
+
+
+def _rms_norm_signed(dtype: torch.dtype, direction: str) -> list[int]:
+    x = torch.randn(2, 6, dtype=dtype, requires_grad=True)
+    w = torch.randn(6, dtype=dtype, requires_grad=True)
+    got = trace_case(_Op(F.rms_norm), SampleInput(x, args=((6,), w, 1e-5)), direction)
+    return [size if sign == "+" else -size for sign, size in tokens(got["events"])]
+
+
+def test_rms_norm_is_one_fused_kernel_forward_and_backward():
+    # CUDA's _fused_rms_norm: the output and a float32 rstd a row, kept for backward; its
+    # backward allocates the input's and the weight's gradients (after the incoming one)
+    assert _rms_norm_signed(torch.bfloat16, "forward") == [24, 8, -8, -24]
+    assert _rms_norm_signed(torch.bfloat16, "backward") == [
+        24,
+        8,
+        24,
+        24,
+        12,
+        -8,
+        -24,
+        -24,
+        -12,
+        -24,
+    ]
+    assert _rms_norm_signed(torch.float32, "backward") == [
+        48,
+        8,
+        48,
+        48,
+        24,
+        -8,
+        -48,
+        -48,
+        -24,
+        -48,
+    ]
+
+
+def test_rms_norm_gradient_under_create_graph_is_differentiable():
+    # the fused backward has no derivative: a double backward takes the composite's gradient
+    from memfit.trace._rms_norm import _FusedRmsNorm
+
+    x = torch.randn(3, 5, device="meta", requires_grad=True)
+    w = torch.randn(5, device="meta", requires_grad=True)
+    gx, gw = torch.autograd.grad(
+        _FusedRmsNorm.apply(x, w, [5], 1e-6).sum(), (x, w), create_graph=True
+    )
+    (ggx,) = torch.autograd.grad((gx.sum() + gw.sum()), (x,))
+    assert gx.shape == x.shape and gw.shape == w.shape and ggx.shape == x.shape
+
+
+def test_rms_norm_with_a_weight_of_another_dtype_runs_the_composite():
+    # ATen's rms_norm takes its composite then (and warns): left to the trace as it is
+    x = torch.randn(2, 6, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(6, requires_grad=True)
+    got = trace_case(_Op(F.rms_norm), SampleInput(x, args=((6,), w, 1e-5)), "forward")
+    assert len(tokens(got["events"])) > 4

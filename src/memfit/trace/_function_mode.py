@@ -7,6 +7,7 @@ It runs above autograd, so what it changes is recorded by autograd like the real
   (torchvision's ops per its own autocast kernels);
 * attention: ``scaled_dot_product_attention`` runs the kernel the target GPU would pick;
 * mish: its backward allocates what CUDA's fused kernel does (``_mish``);
+* RMS norm: CUDA's one fused kernel, forward and backward (``_rms_norm``);
 * CTC loss: its arguments as given are shown to the trace, which notes where a GPU may run
   cuDNN's kernel instead of PyTorch's (its arguments decide, before ATen converts them).
 
@@ -29,6 +30,7 @@ from torch.overrides import TorchFunctionMode
 from memfit.trace import _autocast
 from memfit.trace._host_data import HOST_DATA_FUNCS, from_host_data
 from memfit.trace._mish import mish
+from memfit.trace._rms_norm import fused_rms_norm
 from memfit.trace._rnn import (
     LSTM_FUNCTION,
     OTHER_RNN_FUNCTIONS,
@@ -60,6 +62,7 @@ _DROPOUTS = {F.dropout, torch.dropout}
 _CROSS_ENTROPY = torch._C._nn.cross_entropy_loss
 _LINEAR = torch._C._nn.linear
 _CTC_LOSS = torch.ctc_loss
+_RMS_NORM = torch.rms_norm
 
 
 def _linear_with_inplace_bias(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -222,6 +225,11 @@ class TraceFunctionMode(TorchFunctionMode):
         if func is F.mish:
             with self:
                 out = mish(args, kwargs)
+            if out is not None:
+                return self._stamped(out)
+        if func is _RMS_NORM:
+            with self:
+                out = fused_rms_norm(args, kwargs)
             if out is not None:
                 return self._stamped(out)
         if func is _SDPA:
