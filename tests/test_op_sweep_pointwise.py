@@ -44,3 +44,40 @@ def test_ldexp_runs_as_a_power_of_two_times_the_input():
     assert tokens(got["events"]) == [
         ("+", size), ("+", 8), ("-", 8), ("+", size), ("-", size), ("-", size),
     ]  # fmt: skip
+
+
+def _signed(fn, *args, direction: str = "forward", **kwargs) -> list[int]:
+    got = trace_case(_Op(fn), SampleInput(args[0], args=args[1:], kwargs=kwargs), direction)
+    return [size if sign == "+" else -size for sign, size in tokens(got["events"])]
+
+
+def test_normal_with_a_tensor_std_checks_it_before_and_after_its_output():
+    # std.min().ge(0).item() twice (4 bytes and a bool each time), around the 120-byte output
+    mean, std = torch.randn(30), torch.rand(30)
+    assert _signed(torch.normal, mean, std) == [4, 1, -1, -4, 120, 4, 1, -1, -4, -120]
+
+
+def test_normal_with_a_float_std_makes_an_output_sized_tensor_it_never_uses():
+    assert _signed(torch.normal, torch.randn(12), 0.5) == [48, 48, -48, -48]
+
+
+def test_bernoulli_of_bfloat16_probabilities_samples_from_a_float_copy():
+    p = torch.rand(24, dtype=torch.bfloat16)
+    assert _signed(torch.bernoulli, p) == [48, 96, -96, -48]
+    assert _signed(torch.bernoulli, torch.rand(24)) == [96, -96]
+
+
+def test_safe_softmax_finds_its_all_masked_rows_with_temporaries():
+    # the softmax, a boolean of the input's -inf, one per row (all) and a scalar zero
+    x = torch.randn(5, 5)
+    assert _signed(torch.ops.aten._safe_softmax.default, x, -1) == [100, 25, 5, 4, -4, -5, -25, -100]
+
+
+def test_bilinear_runs_a_bmm_pair_per_output_feature():
+    x1, x2, w = torch.randn(8, 4), torch.randn(8, 4), torch.randn(3, 4, 4)
+    got = _signed(torch.nn.functional.bilinear, x1, x2, w)
+    # the zeroed output, then for each of the 3 features a pair alloc, alloc, free, free (the
+    # H100's pattern: [8, 8] outputs made of 8 pairs of 256 and 32 bytes), then the output
+    pair = got[1:5]
+    assert got == [96, *pair * 3, -96]
+    assert pair[0] > 0 and pair[1] > 0 and pair[2:] == [-pair[0], -pair[1]]

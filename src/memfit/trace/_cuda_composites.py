@@ -19,7 +19,17 @@ Others have no CUDA kernel of their own: CUDA runs their composite kernel, which
 calls by its dispatch key (:data:`_BY_KEY`). H100 traces, torch 2.11: ``isinf`` takes ``abs`` of
 its input first, ``dist`` the difference of its inputs, ``mvlgamma`` an (n, p) ``lgamma``
 table, ``logsumexp`` (through its ``out=`` form) the maxima, their infinity mask and the
-shifted input, ``ldexp`` ``mul(self, pow(2, other))``, an input-sized power beside the output.
+shifted input, ``ldexp`` ``mul(self, pow(2, other))``, an input-sized power beside the output,
+``_safe_softmax`` (SDPA's math backend) the softmax, a boolean of the input's size (its
+``-inf``), one a row (``all``) and a scalar zero.
+
+``_trilinear`` (``F.bilinear``) runs its non-functional composite, a ``bmm`` pair for each
+output feature into zeros (H100 op sweep, torch 2.11: a [8, 8] output made of 8 such pairs).
+
+``normal`` with tensor arguments (Distributions' ``normal_impl``): a tensor ``std`` is checked
+twice, before and after the output is allocated (``std.min().ge(0).item()``, two scalars at
+a time, which meta tensors skip); a tensor ``mean`` with a float ``std`` makes an output-sized
+tensor it never uses; a float ``mean`` becomes a scalar tensor.
 
 ``_unsafe_masked_index`` (which compiled code calls) clamps its indices, indexes, and fills
 where the mask is false (``logical_not``, ``masked_fill``); its backward
@@ -119,7 +129,51 @@ def _count_nonzero(x: torch.Tensor, dim: Any) -> torch.Tensor:
     return (x != 0).sum(dim)
 
 
+def _check_std(std: torch.Tensor) -> None:
+    """``CHECK_NORMAL_TENSOR_STD``: ``std.min().ge(0).item<bool>()``, skipped on meta tensors,
+    whose two temporaries go at the end of the statement, the later first."""
+    if std.numel() == 0:
+        return
+    low = aten.min.default(std)
+    nonnegative = aten.ge.Scalar(low, 0)
+    del nonnegative, low
+
+
+def _normal_tensor_float(mean: torch.Tensor, std: float = 1.0, **kwargs: Any) -> Any:
+    # normal_out_impl(output, Tensor mean, double std): an output-sized std_tensor it never uses
+    out = aten.empty_like.default(mean, memory_format=torch.contiguous_format)
+    unused = aten.empty_like.default(out, memory_format=torch.contiguous_format)
+    aten.normal_.default(out, 0.0, std)
+    aten.add_.Tensor(out, mean)
+    del unused
+    return out
+
+
+def _normal_float_tensor(mean: float, std: torch.Tensor, **kwargs: Any) -> Any:
+    _check_std(std)
+    out = aten.empty_like.default(std, memory_format=torch.contiguous_format)
+    _check_std(std)  # again in normal_out_impl
+    mean_tensor = aten.full.default([], mean, dtype=out.dtype, device=out.device)
+    aten.normal_.default(out, 0.0, 1.0)
+    aten.add_.Tensor(aten.mul_.Tensor(out, std), mean_tensor)
+    del mean_tensor
+    return out
+
+
+def _normal_tensor_tensor(mean: torch.Tensor, std: torch.Tensor, **kwargs: Any) -> Any:
+    _check_std(std)
+    shape = list(torch.broadcast_shapes(mean.shape, std.shape))
+    out = aten.empty.memory_format(shape, dtype=mean.dtype, device=mean.device)
+    _check_std(std)  # again in normal_out_impl
+    aten.normal_.default(out, 0.0, 1.0)
+    aten.add_.Tensor(aten.mul_.Tensor(out, std), mean)
+    return out
+
+
 _COMPOSITES: dict[Any, Callable[..., Any]] = {
+    aten.normal.Tensor_float: _normal_tensor_float,
+    aten.normal.float_Tensor: _normal_float_tensor,
+    aten.normal.Tensor_Tensor: _normal_tensor_tensor,
     aten.count_nonzero.dim_IntList: _count_nonzero,
     aten._unsafe_masked_index.default: _unsafe_masked_index,
     aten._unsafe_masked_index_put_accumulate.default: _unsafe_masked_index_put_accumulate,
@@ -138,6 +192,8 @@ _BY_KEY: dict[Any, DispatchKey] = {
     aten.logsumexp.out: DispatchKey.CompositeExplicitAutogradNonFunctional,
     aten.count_nonzero.default: DispatchKey.CompositeExplicitAutograd,
     aten.ldexp.Tensor: DispatchKey.CompositeExplicitAutograd,
+    aten._safe_softmax.default: DispatchKey.CompositeExplicitAutograd,
+    aten._trilinear.default: DispatchKey.CompositeExplicitAutogradNonFunctional,
 }
 
 

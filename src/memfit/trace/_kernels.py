@@ -179,6 +179,21 @@ def _multinomial_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[
     return out
 
 
+_BERNOULLI_P = {aten.bernoulli.default: 0, aten.bernoulli_.Tensor: 1}
+
+
+def _bernoulli_scratch(out: torch.Tensor, p: Any) -> list[tuple[int, str]]:
+    """CUDA's ``bernoulli`` with a tensor of probabilities samples from them in float32
+    (float64 for a float64 output): a copy in that dtype once the output is allocated, none
+    where they are in it already (H100 op sweep, torch 2.11: 12 bytes for 3 bfloat16 ones)."""
+    if not isinstance(p, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return []
+    want = torch.float64 if out.dtype == torch.float64 else torch.float32
+    if p.dtype == want:
+        return []
+    return [(p.numel() * want.itemsize, "bernoulli probabilities in float")]
+
+
 def _pow_scalar_scratch(args: tuple[Any, ...]) -> list[tuple[int, str]]:
     """``pow(scalar, tensor)`` on CUDA (Pow.cpp's ``pow_Scalar_out``): the base made a tensor
     on the GPU (``wrapped_scalar_tensor``: double, int64, bool or complex double) once the output
@@ -458,6 +473,8 @@ class KernelModel:
             return [(size, "softmax backward grad x output")]
         if func is aten.multinomial.default:
             return _multinomial_scratch(args, kwargs)
+        if func in _BERNOULLI_P:
+            return _bernoulli_scratch(args[0], args[_BERNOULLI_P[func]])
         if func is aten.mode.default:
             return _mode_scratch(args, kwargs)
         if func is aten.unfold_backward.default and int(args[4]) < int(args[3]):

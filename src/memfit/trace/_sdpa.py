@@ -262,7 +262,10 @@ def _math(
     attn = torch.matmul(query, key.transpose(-2, -1) * factor)
     if attn_mask is not None:
         attn = attn.add_(attn_mask)
-    attn = _safe_softmax(attn)
+    # its CUDA kernel is its composite (_cuda_composites): a boolean of the scores' size, one
+    # per row and a scalar beside the softmax (H200 traces, torch 2.11: a 7 MiB boolean per
+    # layer for Qwen2.5-0.5B at 2 x 512 in float32)
+    attn = torch.ops.aten._safe_softmax(attn, -1)
     if dropout_p > 0.0:
         attn = torch.ops.aten.native_dropout(attn, dropout_p, True)[0]
     # the C++ evaluates the returned pair right to left: the weights are cast back first;
@@ -270,17 +273,4 @@ def _math(
     weights = attn.to(origin)
     out = torch.matmul(attn, value).to(origin)
     del attn, key, value, query, vf, kf, qf, attn_mask, weights
-    return out
-
-
-def _safe_softmax(scores: torch.Tensor) -> torch.Tensor:
-    """``_safe_softmax`` as CUDA runs it: the softmax, then the rows that are all ``-inf``
-    found, with a boolean of the scores' size, one per row and a scalar that go at once (H200
-    traces, torch 2.11: a 7 MiB boolean per layer for Qwen2.5-0.5B at 2 x 512 in float32)."""
-    out: torch.Tensor = torch.ops.aten._safe_softmax(scores, -1)
-    with torch.no_grad():
-        masked = scores.eq(-math.inf)
-        rows = masked.all(dim=-1, keepdim=True)
-        zero = torch.zeros((), dtype=out.dtype, device=out.device)
-        del zero, rows, masked
     return out
