@@ -176,3 +176,49 @@ def test_unique_values_keep_the_input_sized_storage():
     x = torch.randint(0, 4, (512_000,)).float()
     assert _toks(torch.unique, x, "forward") == _seq("+2048000 -2048000")
     assert _toks(torch.unique_consecutive, x, "forward") == _seq("+2048000 -2048000")
+
+
+def test_nonzero_storage_by_its_parts():
+    from memfit.trace._nonzero import _reduce_storage, _select_storage
+
+    assert _reduce_storage(64_000, 132) == _reduce_storage(262_144_000, 132) == 21_503
+    assert _reduce_storage(16, 132) == 1  # one tile: cub asks for a byte
+    assert [_select_storage(n) for n in (16, 64_000, 409_600, 512_000)] == [1023, 1023, 1791, 1791]
+    assert _select_storage(262_144_000) == 497_407
+
+
+def test_nonzero_counts_then_selects_around_its_output():
+    # H100: the count, cub's reduce storage, the output (here none: no nonzero element), cub's
+    # select storage, the count freed last
+    x = torch.zeros(250, 256)
+    assert _toks(torch.nonzero, x, "forward") == _seq("+4 +21503 -21503 +1023 -1023 -4")
+
+
+def test_masked_select_of_a_known_mask_sizes_nonzero_and_the_values():
+    mask = torch.zeros(640, 640, dtype=torch.bool)
+    mask[::2, ::4] = True  # 51,200 selected
+    x = torch.randn(640, 640)
+    got = _toks(torch.masked_select, x, "forward", mask)
+    n = 51_200
+    assert got == _seq(f"+4 +21503 -21503 +{16 * n} +1791 -1791 -4 +{4 * n} -{16 * n} -{4 * n}")
+
+
+def test_masked_select_backward_scatters_into_its_zeros_in_place():
+    mask = torch.zeros(640, 640, dtype=torch.bool)
+    mask[::2, ::4] = True
+    x = torch.randn(640, 640, requires_grad=True)
+    got = _toks(torch.masked_select, x, "backward", mask)
+    size = 640 * 640 * 4
+    assert got.count(f"+{size}") == 1  # the gradient, written by masked_scatter_, no clone
+
+
+def test_masked_fill_with_a_tensor_value_sums_the_selected_gradient():
+    # the value's gradient: grad.masked_select(mask).sum() on the GPU, no gradient-sized where
+    mask = torch.zeros(640, 640, dtype=torch.bool)
+    mask[::2, ::4] = True
+    x = torch.randn(640, 640, requires_grad=True)
+    value = torch.tensor(1.5, requires_grad=True)
+    got = _toks(torch.masked_fill, x, "backward", mask, value)
+    size = 640 * 640 * 4
+    assert got.count(f"+{size}") == 3  # output, incoming gradient, input's gradient
+    assert f"+{51_200 * 4}" in got

@@ -90,7 +90,9 @@ def _masked_scatter_backward(grad: torch.Tensor, mask: torch.Tensor, sizes: list
     missing = math.prod(sizes) - selected.numel()
     if missing > 0:
         zeros = aten.zeros.default([missing], dtype=grad.dtype, device=grad.device)
-        selected = aten.cat.default([selected, zeros])
+        joined = aten.cat.default([selected, zeros])
+        del zeros  # the C++ initializer list's copies go last first: the zeros, then the rest
+        selected = joined
     return aten.view.default(selected, list(sizes))
 
 
@@ -170,7 +172,28 @@ def _normal_tensor_tensor(mean: torch.Tensor, std: torch.Tensor, **kwargs: Any) 
     return out
 
 
+def _equal(x: torch.Tensor, other: torch.Tensor) -> Any:
+    """``cuda_equal``: ``eq(self, other).all().item()`` where shapes agree and the two are not
+    the same view (a boolean of the inputs' size, the reduction's own scratch)."""
+    if x.shape != other.shape:
+        return False
+    if x.numel() == 0:
+        return True
+    same_view = torch._C._is_alias_of(x, other) and (x.storage_offset(), x.stride()) == (
+        other.storage_offset(),
+        other.stride(),
+    )
+    if same_view and x.dtype == other.dtype:
+        return True
+    equal = aten.eq.Tensor(x, other)
+    every = aten.all.default(equal)
+    answer = bool(aten._local_scalar_dense.default(every))
+    del every, equal
+    return answer
+
+
 _COMPOSITES: dict[Any, Callable[..., Any]] = {
+    aten.equal.default: _equal,
     aten.normal.Tensor_float: _normal_tensor_float,
     aten.normal.float_Tensor: _normal_float_tensor,
     aten.normal.Tensor_Tensor: _normal_tensor_tensor,

@@ -39,6 +39,7 @@ from memfit.trace._index_put import ACCUMULATING_PUTS, index_put_scratch
 from memfit.trace._layouts import RESIZED_FROM_INPUT, channels_last, conv_memory_format
 from memfit.trace._linalg import LINALG_OPS, linalg_scratch
 from memfit.trace._loss_kernels import LOSS_OPS, loss_copies, loss_scratch
+from memfit.trace._nonzero import NONZERO_STATIC, nonzero_static_scratch
 from memfit.trace._operand_copies import BMMS, bmm_operand_copies
 from memfit.trace._reduce import (
     REDUCE_OPS,
@@ -279,7 +280,9 @@ _HELD_TO_END = frozenset(
 )
 _HELD_AFTER = frozenset({aten.renorm.default, *BMMS})
 # C++ locals, freed last first, what a group holds before the next group's own
-_LAST_FIRST = frozenset({*_EFFICIENT_BACKWARD, *FLASH_BACKWARD, *LOSS_OPS, *GROUP_NORM_OPS})
+_LAST_FIRST = frozenset(
+    {*_EFFICIENT_BACKWARD, *FLASH_BACKWARD, *LOSS_OPS, *GROUP_NORM_OPS, NONZERO_STATIC}
+)
 
 
 class KernelModel:
@@ -473,6 +476,9 @@ class KernelModel:
             return [(size, "softmax backward grad x output")]
         if func is aten.multinomial.default:
             return _multinomial_scratch(args, kwargs)
+        if func is NONZERO_STATIC:
+            size = args[1] if len(args) > 1 else kwargs["size"]
+            return nonzero_static_scratch(args[0], int(size), self.sm_count)
         if func in _BERNOULLI_P:
             return _bernoulli_scratch(args[0], args[_BERNOULLI_P[func]])
         if func is aten.mode.default:

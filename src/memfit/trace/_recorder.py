@@ -19,7 +19,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
-from memfit.trace._backward_fills import FILLING_NODES, FILLS_IN_PLACE, ZEROS_FILLED_IN_PLACE
+from memfit.trace._backward_fills import (
+    FILLING_NODES,
+    FILLS_IN_PLACE,
+    GPU_FORM_OPS,
+    ZEROS_FILLED_IN_PLACE,
+    gpu_form,
+)
 from memfit.trace._costs import StepCosts
 from memfit.trace._cpu_scalars import call_with_cpu_scalars
 from memfit.trace._cuda_composites import cuda_composite
@@ -38,6 +44,7 @@ from memfit.trace._kernels import RULE_OPS, KernelModel, Scratch
 from memfit.trace._layouts import cuda_layout, cuda_order
 from memfit.trace._leaves import tensors_in
 from memfit.trace._meta_cache import META_CACHE
+from memfit.trace._nonzero import NONZERO, around_nonzero
 from memfit.trace._scratch import Order, end_frees, group_frees
 from memfit.trace._shadow import ShadowValues
 
@@ -85,6 +92,11 @@ def _composite(func: Any) -> bool:
 
 
 _ZEROS = frozenset({"zeros", "zeros_like", "new_zeros"})
+
+
+def _node_name() -> str:
+    node = torch._C._current_autograd_node()
+    return "" if node is None else str(node.name())
 
 
 def _sole_owner(t: torch.Tensor) -> bool:
@@ -360,6 +372,19 @@ class Recorder(TorchDispatchMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        if func in GPU_FORM_OPS and self.phase.endswith("backward"):
+            form = gpu_form(func, _node_name())
+            if form is not None:
+                with self:
+                    return form(*args, **kwargs)
+        if func in FILLS_IN_PLACE or func in ZEROS_FILLED_IN_PLACE:
+            with _NO_FUNCTION_MODE():
+                if func in FILLS_IN_PLACE and self._fresh_in_backward(args[0], nodes=FILLING_NODES):
+                    func = FILLS_IN_PLACE[func]
+                elif func in ZEROS_FILLED_IN_PLACE and self._fresh_in_backward(
+                    args[0], zeros_only=True
+                ):
+                    func = ZEROS_FILLED_IN_PLACE[func]
         composite = cuda_composite(func)
         if composite is not None:  # a CUDA kernel written as other ops: those ops
             with self:
@@ -379,14 +404,6 @@ class Recorder(TorchDispatchMode):
             with _NO_FUNCTION_MODE():
                 if self._scatters_into_fresh_zeros(args, kwargs):
                     func, args, kwargs = _INDEX_PUT_IMPL, (*args[:3], True, True), {}
-        elif func in FILLS_IN_PLACE or func in ZEROS_FILLED_IN_PLACE:
-            with _NO_FUNCTION_MODE():
-                if func in FILLS_IN_PLACE and self._fresh_in_backward(args[0], nodes=FILLING_NODES):
-                    func = FILLS_IN_PLACE[func]
-                elif func in ZEROS_FILLED_IN_PLACE and self._fresh_in_backward(
-                    args[0], zeros_only=True
-                ):
-                    func = ZEROS_FILLED_IN_PLACE[func]
         if puts_by_positions(func, args, kwargs):
             with self:  # by the masks' positions (nonzero), as CUDA does
                 return put_by_positions(func, args, kwargs)
@@ -425,13 +442,14 @@ class Recorder(TorchDispatchMode):
         early = self.kernels.copies_freed_after(func) if copies and between else None
         logged = self.calls is not None and special is None
         marks: list[int] | None = [] if logged else None
-        self._track_outputs(
-            cuda_order(func, out),
-            name,
-            between,
-            (early, copies) if early is not None else None,
-            marks,
-        )
+        with self._around_dynamic(func, args, special):
+            self._track_outputs(
+                cuda_order(func, out),
+                name,
+                between,
+                (early, copies) if early is not None else None,
+                marks,
+            )
         if early is not None:  # freed among the outputs, after output ``early``
             copies = []
         if special is None:
@@ -452,6 +470,13 @@ class Recorder(TorchDispatchMode):
         if logged and (self._made or func in RULE_OPS):
             self._log_call(func, args, kwargs, start, marks or [], scratch_at)
         return out
+
+    def _around_dynamic(self, func: Any, args: tuple[Any, ...], special: Any) -> Any:
+        """The buffers CUDA's ``nonzero`` makes around the output its values size."""
+        if special is None or func is not NONZERO:
+            return contextlib.nullcontext()
+        alloc = lambda nbytes, label: self.alloc(nbytes, Category.TEMPORARY, label)  # noqa: E731
+        return around_nonzero(args[0], self.kernels.sm_count, alloc, self.free)
 
     def _log_call(
         self,
