@@ -68,3 +68,20 @@ def test_multi_margin_loss_sums_a_per_row_loss_and_has_a_backward():
     got = trace_case(_Op(F.multi_margin_loss), sample, "backward")
     signed = [size if sign == "+" else -size for sign, size in tokens(got["events"])]
     assert signed == [4, 5120, -5120, 4, 1280 * 640 * 4, -4, -4, -1280 * 640 * 4]
+
+
+def test_atan2_backward_zeroes_its_reciprocal_in_place():
+    # atan2_backward's recip.masked_fill_(recip.isinf(), 0): the mask made and freed, no copy
+    got = _signed(torch.atan2, "backward")
+    at = got.index(N)
+    assert got[at - 1 : at + 3] == [4 * N, N, -N, 4 * N]
+
+
+def test_binary_cross_entropy_target_gradient_is_scaled_in_place():
+    x = torch.rand(80, 80, 80, requires_grad=True)
+    y = torch.rand(80, 80, 80, requires_grad=True)
+    got = trace_case(_Op(F.binary_cross_entropy), SampleInput(x, args=(y,)), "backward")
+    signed = [size if sign == "+" else -size for sign, size in tokens(got["events"])]
+    # the loss's output and unreduced loss, then the input's gradient and the target's (logit,
+    # negated and scaled in place): no third full-size tensor
+    assert signed.count(4 * N) == 3

@@ -70,7 +70,8 @@ def test_bernoulli_of_bfloat16_probabilities_samples_from_a_float_copy():
 def test_safe_softmax_finds_its_all_masked_rows_with_temporaries():
     # the softmax, a boolean of the input's -inf, one per row (all) and a scalar zero
     x = torch.randn(5, 5)
-    assert _signed(torch.ops.aten._safe_softmax.default, x, -1) == [100, 25, 5, 4, -4, -5, -25, -100]
+    got = _signed(torch.ops.aten._safe_softmax.default, x, -1)
+    assert got == [100, 25, 5, 4, -4, -5, -25, -100]
 
 
 def test_bilinear_runs_a_bmm_pair_per_output_feature():

@@ -22,7 +22,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["FILLING_NODES", "FILLS_IN_PLACE", "GPU_FORM_OPS", "ZEROS_FILLED_IN_PLACE", "gpu_form"]
+__all__ = [
+    "FILLING_NODES",
+    "FILLS_IN_PLACE",
+    "GPU_FORM_OPS",
+    "IN_PLACE_BY_NODE_OPS",
+    "ZEROS_FILLED_IN_PLACE",
+    "gpu_form",
+    "in_place_by_node",
+]
 
 aten = torch.ops.aten
 
@@ -82,3 +90,25 @@ GPU_FORM_OPS = frozenset(op for _, op in _GPU_FORMS)
 def gpu_form(func: Any, node: str) -> Callable[..., Any] | None:
     """What the GPU runs for ``func`` inside backward node ``node``, where it differs."""
     return _GPU_FORMS.get((node, func))
+
+
+# Formulas that update a tensor they just made in place on the GPU and out of place when a
+# tensor is subclass-like, by node (``areAnyTensorSubclassLike`` in FunctionsManual.cpp):
+# ``clamp_backward_min_max``'s masks (``logical_and_``, ``logical_or_``), ``atan2_backward``'s
+# ``recip.masked_fill_``, the binary cross entropies' target gradients (``grad_target.mul_``).
+# H100 op sweep, torch 2.11: clamp with tensor bounds makes two masks a bound, not three.
+_IN_PLACE_BY_NODE: dict[str, dict[Any, Any]] = {
+    "ClampBackward0": {
+        aten.logical_and.default: aten.logical_and_.default,
+        aten.logical_or.default: aten.logical_or_.default,
+    },
+    "Atan2Backward0": {aten.masked_fill.Scalar: aten.masked_fill_.Scalar},
+    "BinaryCrossEntropyBackward0": {aten.mul.Tensor: aten.mul_.Tensor},
+    "BinaryCrossEntropyWithLogitsBackward0": {aten.mul.Tensor: aten.mul_.Tensor},
+}
+IN_PLACE_BY_NODE_OPS = frozenset(op for ops in _IN_PLACE_BY_NODE.values() for op in ops)
+
+
+def in_place_by_node(func: Any, node: str) -> Any:
+    """The in-place op the GPU runs for ``func`` on a tensor that ``node`` just made, or None."""
+    return _IN_PLACE_BY_NODE.get(node, {}).get(func)

@@ -69,8 +69,8 @@ def around_nonzero(
     free: Callable[[int], None],
 ) -> Iterator[None]:
     """Record CUDA ``nonzero``'s buffers around its output, which the body records."""
-    if not isinstance(x, torch.Tensor) or x.numel() == 0:
-        yield
+    if not isinstance(x, torch.Tensor) or x.numel() == 0 or x.device.type != "meta":
+        yield  # none, or a CPU mask: ATen selects on the CPU and copies the positions over
         return
     n = x.numel()
     chunks = [min(_CHUNK, n - start) for start in range(0, n, _CHUNK)]

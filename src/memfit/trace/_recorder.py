@@ -23,8 +23,10 @@ from memfit.trace._backward_fills import (
     FILLING_NODES,
     FILLS_IN_PLACE,
     GPU_FORM_OPS,
+    IN_PLACE_BY_NODE_OPS,
     ZEROS_FILLED_IN_PLACE,
     gpu_form,
+    in_place_by_node,
 )
 from memfit.trace._costs import StepCosts
 from memfit.trace._cpu_scalars import call_with_cpu_scalars
@@ -71,6 +73,11 @@ _INDEX_PUT_IMPL = torch.ops.aten._index_put_impl_.default
 _COMPOSITE: dict[Any, bool] = {}  # op -> whether CUDA runs it as its decomposition (below)
 
 
+# ops with a composite and a CUDA kernel (torch 2.11-2.14), which a CPU build of torch registers
+# without the CUDA kernel: not composites on the GPU, whatever build traces them
+_CUDA_KERNEL_IN_CUDA_BUILDS = frozenset({"aten::_fused_rms_norm", "aten::mish_backward"})
+
+
 def _composite(func: Any) -> bool:
     """Whether ``func`` is an op that CUDA runs as its decomposition: a
     CompositeImplicitAutograd kernel and no kernel of its own (``silu_backward`` has both).
@@ -87,6 +94,7 @@ def _composite(func: Any) -> bool:
         own = ("CUDA", "Meta", "CompositeExplicitAutograd")
         known = bool(name) and has(name, "CompositeImplicitAutograd")
         known = known and not any(has(name, key) for key in own)
+        known = known and name not in _CUDA_KERNEL_IN_CUDA_BUILDS
         _COMPOSITE[func] = known
     return known
 
@@ -377,6 +385,11 @@ class Recorder(TorchDispatchMode):
             if form is not None:
                 with self:
                     return form(*args, **kwargs)
+        if func in IN_PLACE_BY_NODE_OPS and self.phase.endswith("backward"):
+            in_place = in_place_by_node(func, _node_name())
+            with _NO_FUNCTION_MODE():
+                if in_place is not None and self._fresh_in_backward(args[0]):
+                    func = in_place
         if func in FILLS_IN_PLACE or func in ZEROS_FILLED_IN_PLACE:
             with _NO_FUNCTION_MODE():
                 if func in FILLS_IN_PLACE and self._fresh_in_backward(args[0], nodes=FILLING_NODES):
