@@ -111,3 +111,13 @@ def test_renorm_holds_its_norms_over_the_reduction_then_takes_scale_factors():
     # float32, (80, 80, 80) over dim 1: the norms alone, no factors of another type
     y = torch.empty(80, 80, 80, device="meta")
     assert renorm_scratch((y, 2, 1, 0.5), *H100) == [[(320, "renorm slice norms", True)]]
+
+
+def test_a_half_sum_past_32_bit_indexing_accumulates_into_a_float_buffer():
+    # H100 op sweep, torch 2.11: expand's backward sums a 4,194,304,000-byte bf16 gradient
+    # into 1,638,400 outputs through a float32 buffer of one value per output
+    big = torch.empty(1280, 1638400, dtype=torch.bfloat16, device="meta")
+    got = reduce_op_scratch(torch.ops.aten.sum.dim_IntList, (big, [0]), {}, *H200)
+    assert got[0] == (1638400 * 4, "reduction accumulation buffer")
+    float_sum = reduce_op_scratch(torch.ops.aten.sum.dim_IntList, (big.float(), [0]), {}, *H200)
+    assert all(label != "reduction accumulation buffer" for _, label in float_sum)

@@ -17,6 +17,11 @@ double). H100 traces, torch 2.11, full reductions of 4,096,000 bf16 elements (50
 ``prod`` 2,000 bytes, ``max`` 1,000, ``aminmax`` 2,000, ``std`` 8,000; of 512,000 float32
 elements (63 blocks): 252, 252, 504 and 1,008.
 
+An input of 2 GiB or more (past 32-bit indexing) is reduced in pieces: where the output's
+type is not the accumulator's (a half sum), they accumulate into a buffer of one accumulator
+per output first (H100, torch 2.11: 6,553,600 bytes for 1,638,400 bf16 sums of a 4,194,304,000
+byte input).
+
 A ``sum``, ``mean`` or ``prod`` whose accumulating type differs from its input's (a boolean
 mask counted into int64, a ``dtype=`` argument) first copies the input into that type
 (``make_reduction``, ReduceOps.cpp), after its output and before the kernel; only half inputs
@@ -226,6 +231,20 @@ def _accumulated(func: Any, x: torch.Tensor, kwargs: dict[str, Any]) -> torch.dt
     return x.dtype
 
 
+_INT32_MAX = 2**31 - 1
+
+
+def _outputs(x: torch.Tensor, dims: list[int] | None) -> int:
+    """How many outputs a reduction of ``x`` over ``dims`` (all if None) has."""
+    if dims is None:
+        return 1
+    reduced = {d % max(x.dim(), 1) for d in dims}
+    n = 1
+    for i, extent in enumerate(x.shape):
+        n *= 1 if i in reduced else int(extent)
+    return n
+
+
 def reduce_op_scratch(
     func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], sm_count: int, threads_per_sm: int
 ) -> list[tuple[int, str]]:
@@ -251,7 +270,12 @@ def reduce_op_scratch(
         arg_size = 1  # a bool
     elif func in _WELFORD:
         arg_size = 4 * arg_size
-    scratch = reduction_scratch(x, _dims(func, args, kwargs), sm_count, threads_per_sm, arg_size)
+    dims = _dims(func, args, kwargs)
+    if x.numel() * size > _INT32_MAX and arg_size != size and func not in _LOGICAL:
+        # too large for 32-bit indexing: run as sub-iterators that accumulate into a buffer
+        # of arg_t per output, when the output's type cannot hold the running sums
+        out.append((_outputs(x, dims) * arg_size, "reduction accumulation buffer"))
+    scratch = reduction_scratch(x, dims, sm_count, threads_per_sm, arg_size)
     if scratch is not None:
         out += [(scratch[0], "reduction partial results"), (scratch[1], "reduction semaphores")]
     return out
