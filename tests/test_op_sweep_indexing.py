@@ -179,12 +179,17 @@ def test_unique_values_keep_the_input_sized_storage():
 
 
 def test_nonzero_storage_by_its_parts():
-    from memfit.trace._nonzero import _reduce_storage, _select_storage
+    from memfit.trace._nonzero import _reduce_storage
+    from memfit.trace._scratch import select_storage as _select_storage
 
     assert _reduce_storage(64_000, 132) == _reduce_storage(262_144_000, 132) == 21_503
     assert _reduce_storage(16, 132) == 1  # one tile: cub asks for a byte
     assert [_select_storage(n) for n in (16, 64_000, 409_600, 512_000)] == [1023, 1023, 1791, 1791]
     assert _select_storage(262_144_000) == 497_407
+    # the embedding backward's unique-by-key pass: 16-byte tile states
+    assert [_select_storage(n, 16) for n in (4096, 16_384, 102_400, 262_144)] == [
+        1279, 1279, 1535, 2047,
+    ]  # fmt: skip
 
 
 def test_nonzero_counts_then_selects_around_its_output():
@@ -222,3 +227,16 @@ def test_masked_fill_with_a_tensor_value_sums_the_selected_gradient():
     size = 640 * 640 * 4
     assert got.count(f"+{size}") == 3  # output, incoming gradient, input's gradient
     assert f"+{51_200 * 4}" in got
+
+
+def test_embedding_backward_finds_its_segments_with_cub_storage_freed_first():
+    # H100: ... unique keys, cub's unique-by-key storage, freed before the keys (last first)
+    weight = torch.randn(640, 320, requires_grad=True)
+    idx = torch.randint(0, 640, (102_400,))
+    got = trace_case(
+        _Op(lambda i, w: F.embedding(i, w)), SampleInput(idx, args=(weight,)), "backward"
+    )
+    toks = [f"{sign}{size}" for sign, size in tokens(got["events"])]
+    keys = 102_400 * 8
+    at = toks.index("+1535")
+    assert toks[at - 1 : at + 3] == [f"+{keys}", "+1535", "-1535", f"-{keys}"]

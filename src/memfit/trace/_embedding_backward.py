@@ -13,7 +13,9 @@ them to the gradient: ``n / 10 + min(n, vocabulary)`` rows. H100 traces, torch 2
 indices into 640 rows of 320: 819,200 bytes three times and 1,678,847 of cub storage, then
 819,200 twice, 8, 5,120 twice, 1,279, 8, 87,040 and 13,926,400. H200 traces: 73,818,112 bytes
 of partial sums for TinyLlama's 8,192 tokens of width 2,048, 55,363,584 for BERT-base's 16,384
-of width 768. cub's storage for finding the segments (a kilobyte or two) is not counted. The
+of width 768. cub's storage for finding the segments is sized as for a select of int64
+offsets (``select_storage``: H200 traces, 1,279 bytes for 4,096 to 16,384 indices, 2,047 for
+T5's 262,144; H100, 1,535 for 102,400). The
 weight gradient, allocated between the sort and the segments on the GPU, is the op's output
 here, allocated before this scratch.
 """
@@ -24,7 +26,7 @@ from typing import Any
 
 import torch
 
-from memfit.trace._scratch import Scratch, radix_sort_storage, scan_storage
+from memfit.trace._scratch import Scratch, radix_sort_storage, scan_storage, select_storage
 
 __all__ = ["EMBEDDING_BACKWARDS", "embedding_backward_scratch"]
 
@@ -65,6 +67,7 @@ def embedding_backward_scratch(func: Any, args: tuple[Any, ...]) -> list[list[Sc
             (index, "embedding backward segment offsets", True),
             (8, "embedding backward segment count", True),
             (index, "embedding backward unique keys"),
+            (select_storage(n, 16), "cub unique-by-key storage"),
         ],
         [
             (size * segments, "embedding backward partials per segment", True),

@@ -418,6 +418,8 @@ class KernelModel:
         a sort's, an accumulating ``index_put``'s, ``masked_scatter_``'s, a mean reduce's
         counts, the embedding backward's; after the next group's own: a reduction's, a batched
         product's, ``renorm``'s; before it: the rest (H100 traces, torch 2.11)."""
+        if func in EMBEDDING_BACKWARDS:  # what each step frees goes last first, as cub's
+            return True, "end"
         if func in _HELD_TO_END:
             return False, "end"
         if func in _HELD_AFTER or func in REDUCE_OPS:

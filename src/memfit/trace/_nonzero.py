@@ -11,9 +11,7 @@ kernel makes, in this order:
    (256 threads x 20 items), else one ``int`` partial for each block cub may launch (8 blocks
    of 256 threads on each SM, 5 waves), aligned to 256 bytes, plus 255;
 4. the output;
-5. ``cub::DeviceSelect::Flagged``'s storage, freed at once: the decoupled look-back's tile
-   states (8 bytes for each tile of 4,224 items, 32 more), aligned to 256 bytes, 256 bytes
-   more and 255.
+5. ``cub::DeviceSelect::Flagged``'s storage, freed at once (``_scratch.select_storage``).
 
 H100 op sweep (torch 2.11, CUDA 13.0): 21,503 bytes of reduce storage for 64,000 to
 262,144,000 elements; select storage 1,023 bytes for 64,000 elements and fewer, 1,791 for
@@ -32,6 +30,8 @@ from typing import Any
 
 import torch
 
+from memfit.trace._scratch import select_storage
+
 __all__ = ["NONZERO", "NONZERO_STATIC", "around_nonzero", "nonzero_static_scratch"]
 
 aten = torch.ops.aten
@@ -42,8 +42,6 @@ _CHUNK = 2**30
 _ALIGN = 256
 _REDUCE_TILE = 256 * 20
 _REDUCE_BLOCKS_PER_SM = 8 * 5
-_SELECT_TILE = 4224
-_TILE_PADDING = 32
 
 
 def _aligned(nbytes: int) -> int:
@@ -54,11 +52,6 @@ def _reduce_storage(n: int, sm_count: int) -> int:
     if n <= _REDUCE_TILE:
         return 1
     return _aligned(sm_count * _REDUCE_BLOCKS_PER_SM * 4) + _ALIGN - 1
-
-
-def _select_storage(n: int) -> int:
-    tiles = -(-n // _SELECT_TILE)
-    return _aligned((tiles + _TILE_PADDING) * 8) + _ALIGN + _ALIGN - 1
 
 
 @contextmanager
@@ -81,7 +74,7 @@ def around_nonzero(
     yield
     if x.dim() > 0:
         for size in chunks:
-            free(alloc(_select_storage(size), "cub select storage"))
+            free(alloc(select_storage(size), "cub select storage"))
     free(count)
     if copy is not None:
         free(copy)

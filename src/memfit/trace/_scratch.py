@@ -19,6 +19,7 @@ __all__ = [
     "group_frees",
     "radix_sort_storage",
     "scan_storage",
+    "select_storage",
     "sort_scratch",
 ]
 
@@ -123,6 +124,17 @@ def radix_sort_storage(n: int, key_size: int, value_size: int, bits: int | None 
         passes * 4,
     ]
     return sum(-(-p // _ALIGN) * _ALIGN for p in parts) + _ALIGN - 1
+
+
+def select_storage(n: int, state_bytes: int = 8) -> int:
+    """Bytes of the temporary storage cub's select-type passes ask for over ``n`` items
+    (``DeviceSelect::Flagged`` for ``nonzero``, ``UniqueByKey`` for the embedding backward's
+    segments): a tile state of ``state_bytes`` for each tile of 4,224 items and 32 more,
+    rounded up to 256 bytes, one 256-byte block and 255 bytes of alignment (H100 traces,
+    torch 2.11: nonzero 1,023 bytes up to 64,000 items, 1,791 for 512,000; the unique pass,
+    16-byte states, 1,535 for 102,400)."""
+    tiles = -(-n // 4224) + 32
+    return -(-tiles * state_bytes // _ALIGN) * _ALIGN + _ALIGN + _ALIGN - 1
 
 
 def scan_storage(n: int) -> int:
