@@ -25,8 +25,8 @@ def test_sorted_path_sums_partial_segments_in_float32():
 
 def test_sort_and_segments_as_the_h100_traced_them():
     """102,400 indices into 640 rows of 320: sorted indices, positions, range and cub's
-    storage; segment offsets, count, a keys copy and cub's storage; per-segment partials and offsets with a
-    cub scan; partial count, offsets and sums."""
+    storage; segment offsets, count, a keys copy and cub's storage; per-segment partials and
+    offsets with a cub scan; partial count, offsets and sums."""
     assert _scratch(102_400, 320, 640) == [
         [819_200, 819_200, 819_200, 1_678_847],
         [819_200, 8, 819_200, 1_535],

@@ -9,8 +9,8 @@ from tests.op_sweep_support import Op as _Op
 from tests.op_sweep_support import SampleInput, trace_case
 
 
-def _allocs(fn, x, *args, direction="forward"):
-    got = trace_case(_Op(fn), SampleInput(x, args=args), direction)
+def _allocs(fn, x, *args, direction="forward", **kwargs):
+    got = trace_case(_Op(fn), SampleInput(x, args=args, kwargs=kwargs), direction)
     return [e[2] for e in got["events"] if e[0] == "a"]
 
 
@@ -41,7 +41,19 @@ def test_cholesky_solve_clones_the_factor_after_its_output():
 
 
 def test_linalg_error_checks_take_one_byte_for_any():
-    # H100, linalg.cholesky of (2, 5, 5): the factor, the infos, ..., then infos.any()'s byte
+    # H100, linalg.cholesky of (2, 5, 5): the factor, the infos, cuSOLVER's batched matrix
+    # pointers, then infos.any()'s byte
     a = torch.randn(2, 5, 5)
     a = a @ a.mT + torch.eye(5)
-    assert _allocs(torch.linalg.cholesky, a) == [200, 8, 1]
+    assert _allocs(torch.linalg.cholesky, a) == [200, 8, 16, 1]
+    if hasattr(torch.ops.aten, "cholesky"):  # deprecated (and gone after 2.13): the same calls
+        assert _allocs(torch.cholesky, a) == [200, 8, 16, 1]
+
+
+def test_batched_triangular_solves_take_two_pointer_arrays():
+    a, b = torch.randn(4, 5, 5).triu(), torch.randn(4, 5, 4)
+    assert _allocs(torch.linalg.solve_triangular, a, b, upper=True) == [320, 32, 32]
+    big = torch.randn(4, 80, 80).triu()  # few wide matrices: cuBLAS's trsm in a loop
+    assert _allocs(torch.linalg.solve_triangular, big, torch.randn(4, 80, 4), upper=True) == [
+        4 * 80 * 4 * 4
+    ]

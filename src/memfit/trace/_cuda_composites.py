@@ -31,6 +31,8 @@ twice, before and after the output is allocated (``std.min().ge(0).item()``, two
 a time, which meta tensors skip); a tensor ``mean`` with a float ``std`` makes an output-sized
 tensor it never uses; a float ``mean`` becomes a scalar tensor.
 
+``cholesky`` (deprecated) is ``linalg_cholesky_ex`` and its error check.
+
 ``_unsafe_masked_index`` (which compiled code calls) clamps its indices, indexes, and fills
 where the mask is false (``logical_not``, ``masked_fill``); its backward
 ``_unsafe_masked_index_put_accumulate`` clamps the indices again, zeroes the values where the
@@ -192,6 +194,14 @@ def _equal(x: torch.Tensor, other: torch.Tensor) -> Any:
     return answer
 
 
+def _cholesky(x: torch.Tensor, upper: bool = False) -> Any:
+    """The deprecated ``cholesky``: ``linalg_cholesky_ex`` and its error check."""
+    factor, info = aten.linalg_cholesky_ex.default(x, upper=upper, check_errors=False)
+    aten._linalg_check_errors.default(info, "cholesky", is_matrix=x.dim() == 2)
+    del info
+    return factor
+
+
 _COMPOSITES: dict[Any, Callable[..., Any]] = {
     aten.equal.default: _equal,
     aten.normal.Tensor_float: _normal_tensor_float,
@@ -205,6 +215,10 @@ _COMPOSITES: dict[Any, Callable[..., Any]] = {
     aten.masked_scatter.default: _masked_scatter,
     aten.masked_scatter_backward.default: _masked_scatter_backward,
 }
+
+
+if hasattr(aten, "cholesky"):  # removed after torch 2.13
+    _COMPOSITES[aten.cholesky.default] = _cholesky
 
 
 _BY_KEY: dict[Any, DispatchKey] = {
