@@ -25,8 +25,8 @@ def _qkv(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 @pytest.mark.xfail(
     strict=True,
     reason="the philox seed and offset are CPU scalars on the GPU (no 8-byte blocks in the H100's "
-    "sequence); the trace still makes them GPU tensors: as CPU outputs they took the planner's "
-    "batch-model traces off the direct ones under checkpoint offload",
+    "sequence); the trace still makes them GPU tensors: as CPU outputs the planner's estimate of "
+    "a plan with checkpointed inputs offloaded came out 2 MiB under the direct estimate of it",
 )
 def test_memory_efficient_attention_pads_an_unaligned_mask_and_sizes_its_workspace():
     # float32 runs the memory-efficient kernel: a (3, 6) mask padded to (3, 8) first; in
@@ -61,8 +61,8 @@ def test_cudnn_attention_allocates_its_seeds_first_and_an_unpadded_workspace():
 @pytest.mark.xfail(
     strict=True,
     reason="the philox seed and offset are CPU scalars on the GPU (no 8-byte blocks in the H100's "
-    "sequence); the trace still makes them GPU tensors: as CPU outputs they took the planner's "
-    "batch-model traces off the direct ones under checkpoint offload",
+    "sequence); the trace still makes them GPU tensors: as CPU outputs the planner's estimate of "
+    "a plan with checkpointed inputs offloaded came out 2 MiB under the direct estimate of it",
 )
 def test_memory_efficient_backward_of_packed_sequences():
     # fp16, 32 sequences of 2 tokens packed in one batch row (cu_seqlens): the kernel computes

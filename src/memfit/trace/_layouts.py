@@ -9,7 +9,7 @@ which of them copy (layer norm makes a contiguous copy of its input: ConvNeXt's 
 ``(N, H, W, C)`` view is contiguous on the GPU, after the stem's LayerNorm2d turned the
 activations channels-last, and the trace must see it the same way). Memory-efficient
 attention writes a bias gradient dense (its rows padded to 16) where the meta kernel keeps
-the bias's broadcast strides,. And CUDA's
+the bias's broadcast strides. And CUDA's
 dropout allocates its mask before its output, the meta kernel the other way round (H200
 traces); CUDA's CTC loss its log_alpha before the loss (LossCTC.cu); cuDNN attention its
 seed and offset before its output. im2col
