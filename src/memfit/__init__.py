@@ -7,7 +7,6 @@ Names that need torch are imported on first use, so that ``import memfit`` (and 
 watch``, which never needs torch) starts fast.
 """
 
-import importlib as _importlib
 import typing as _typing
 
 from memfit import _display
@@ -25,6 +24,7 @@ from memfit._errors import (
     UserCodeError,
 )
 from memfit._gpus import GPU, resolve_gpu
+from memfit._lazy import lazy_attributes as _lazy_attributes
 from memfit._units import format_bytes, parse_size
 
 if _typing.TYPE_CHECKING:
@@ -133,18 +133,7 @@ def _notebook_renderers() -> "_typing.Mapping[_display.HtmlKind, _display.HtmlRe
 _display.set_html_source(_notebook_renderers)
 
 
-def __getattr__(name: str) -> _typing.Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memfit' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, globals())
 
 __all__ = [
     "GPU",

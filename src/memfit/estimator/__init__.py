@@ -5,9 +5,9 @@ The result types (:class:`Estimate` and its parts) import without torch, so that
 ``memfit watch`` stay fast to start; the rest loads torch on first use.
 """
 
-import importlib as _importlib
 import typing as _typing
 
+from memfit._lazy import lazy_attributes as _lazy_attributes
 from memfit.estimator._gc import gc_paused
 from memfit.estimator._quiet import quiet_libraries
 from memfit.estimator._result import Estimate, Timeline, Verdict, WorkloadSummary
@@ -52,19 +52,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> _typing.Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memfit.estimator' has no attribute {name!r}")
-    with gc_paused():  # the first use imports torch: no collector passes over its objects
-        value = getattr(_importlib.import_module(f"memfit.estimator.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, globals(), gc_paused)
 
 __all__ = [
     "BatchEstimates",

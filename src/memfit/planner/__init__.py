@@ -20,9 +20,9 @@ named ``planner``, not ``plan``, because ``memfit.plan`` is to be the planner's 
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
 
+from memfit._lazy import lazy_attributes as _lazy_attributes
 from memfit.planner._allocator import (
     GC_FRACTION,
     MIN_SAVING_BYTES,
@@ -69,14 +69,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> _typing.Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memfit.planner' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(f"memfit.planner.{module}"), name)
-    globals()[name] = value
-    return value
-
+__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, globals())
 
 __all__ = [
     "CHECKPOINTING",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import typing as _typing
 
+from memfit._lazy import lazy_attributes as _lazy_attributes
 from memfit.planner.calibration._store import (
     calibration_dir,
     device_key,
@@ -42,9 +43,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> _typing.Any:  # torch is imported on first use
-    if name in ("DEFAULT_PARTS", "PARTS", "calibrate"):
-        from memfit.planner.calibration import _calibrate
-
-        return getattr(_calibrate, name)
-    raise AttributeError(name)
+# torch is imported on first use
+__getattr__, __dir__ = _lazy_attributes(
+    __name__, dict.fromkeys(("DEFAULT_PARTS", "PARTS", "calibrate"), "_calibrate"), globals()
+)
