@@ -3,7 +3,7 @@
 Each estimate the search made is a point twice: what the step reserves with memory to spare,
 and the least it runs in (the caching allocator frees its cache when the GPU is full); both
 with the CUDA context, as the budget counts them. GPU trials are drawn where they measured.
-matplotlib is an optional extra (``memfit[plot]``); the figure has its own Agg canvas.
+The figure is made by ``_figure.new_axes`` (matplotlib, an optional extra; never pyplot).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from memfit._errors import InvalidInputError, MissingExtraError
+from memfit._errors import InvalidInputError
 from memfit._units import GiB, format_bytes
 from memfit.report._chart import CAPACITY_COLOR, PEAK_COLOR, RESERVED_COLOR
+from memfit.report._figure import new_axes
 from memfit.report._paths import PathLike, output_path
 
 
@@ -62,15 +63,7 @@ def batch_size_plot_path(path: PathLike) -> Path:
 def write_batch_size_png(result: BatchSearch, path: PathLike) -> None:
     """Write the search behind ``result`` to ``path`` (a ``.png``)."""
     target = batch_size_plot_path(path)
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise MissingExtraError("matplotlib", "PNG plots", "plot") from err
-
-    fig = Figure(figsize=(9.0, 5.0), dpi=130, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    fig, ax = new_axes(9.0, 5.0, 130)
     points = sorted(result.estimates, key=lambda p: p.batch_size)
     xs = [p.batch_size for p in points]
     spare = [(p.peak_reserved + p.context) / GiB for p in points]

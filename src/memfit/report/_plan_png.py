@@ -5,8 +5,7 @@ Memory (``footprint``: what a step needs, or what it runs in once the allocator 
 cache; GiB) runs along x and step time (ms) up y, so that the budget is a vertical line and
 the best candidates sit low and left of it. Candidates that fit are filled dots, those
 that do not hollow ones; the front (no other candidate is both smaller and faster) is a line.
-matplotlib is an optional extra (``memfit[plot]``), imported only here; the figure has its own
-Agg canvas, so pyplot's state and backend stay as the user left them.
+The figure is made by ``_figure.new_axes`` (matplotlib, an optional extra; never pyplot).
 """
 
 from __future__ import annotations
@@ -14,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memfit._errors import MissingExtraError
 from memfit._units import GiB, format_bytes
 from memfit.report._chart import ALLOCATED_COLOR, CAPACITY_COLOR, RESERVED_COLOR
+from memfit.report._figure import new_axes
 from memfit.report._paths import PathLike, output_path
 
 if TYPE_CHECKING:
@@ -107,15 +106,7 @@ def write_plan_png(plan: Plan, path: PathLike) -> Path:
     """Write ``plan``'s candidates, memory against predicted step time, to ``path`` (a PNG);
     return the path written."""
     target = output_path(path, "plan plot", ".png")
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise MissingExtraError("matplotlib", "PNG plots", "plot") from err
-
-    fig = Figure(figsize=(9.0, 5.5), dpi=130, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    fig, ax = new_axes(9.0, 5.5, 130)
     _candidates(ax, plan)
     _budget(ax, plan)
     if plan.chosen is not None:

@@ -1,15 +1,12 @@
 """Draw the memory timeline of an estimate as a PNG with matplotlib.
 
-matplotlib is an optional extra (``memfit[plot]``), imported only when a PNG is asked for.
-The figure is drawn on its own Agg canvas, without pyplot, so writing a plot neither changes
-the backend of the user's process (a notebook, say) nor leaves figures open in pyplot's state.
+The figure is made by ``_figure.new_axes`` (matplotlib, an optional extra; never pyplot).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from memfit._errors import MissingExtraError
 from memfit._units import format_bytes
 from memfit.estimator import Estimate
 from memfit.report._chart import (
@@ -24,6 +21,7 @@ from memfit.report._chart import (
     phase_color,
     unit_caption,
 )
+from memfit.report._figure import new_axes
 from memfit.report._paths import PathLike, output_path
 
 __all__ = ["write_estimate_png"]
@@ -225,16 +223,8 @@ def write_estimate_png(
     GPU leaves to PyTorch when the estimate has one. Needs matplotlib (``memfit[plot]``).
     """
     target = output_path(path, "PNG plot", ".png")
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise MissingExtraError("matplotlib", "PNG plots", "plot") from err
-
+    fig, ax = new_axes(_WIDTH_IN, _HEIGHT_IN, _DPI)
     data = chart_data(estimate, max_points)
-    fig = Figure(figsize=(_WIDTH_IN, _HEIGHT_IN), dpi=_DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
     phase_handles = _phases(ax, data)
     line_handles = _lines(ax, data)
     _peak(ax, data)
