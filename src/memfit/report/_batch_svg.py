@@ -13,7 +13,7 @@ from html import escape
 from memfit._units import GiB, format_bytes
 from memfit.report._batch_png import _TRIAL_COLORS, BatchSearch, write_batch_size_png
 from memfit.report._chart import CAPACITY_COLOR, PEAK_COLOR, RESERVED_COLOR, nice_ticks
-from memfit.report._html import PAGE_CSS, page_start
+from memfit.report._html import PAGE_CSS, page_end, page_start
 from memfit.report._paths import PathLike
 from memfit.report._plot_path import check_plot_path
 
@@ -129,9 +129,7 @@ def batch_size_html(result: BatchSearch, model: str = "") -> str:
         batch_size_svg(result),
         "<h2>Estimates</h2><table><tr><th>batch size</th><th>peak reserved</th>"
         f"<th>with CUDA context</th><th>fits</th></tr>{rows}</table>",
-        "</main>",
-        "</body>",
-        "</html>",
+        *page_end(),
     ]
     return "\n".join(parts) + "\n"
 
