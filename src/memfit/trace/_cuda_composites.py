@@ -181,7 +181,8 @@ def _equal(x: torch.Tensor, other: torch.Tensor) -> Any:
         return False
     if x.numel() == 0:
         return True
-    same_view = torch._C._is_alias_of(x, other) and (x.storage_offset(), x.stride()) == (
+    aliased = torch._C._is_alias_of(x, other)  # type: ignore[attr-defined]
+    same_view = aliased and (x.storage_offset(), x.stride()) == (
         other.storage_offset(),
         other.stride(),
     )

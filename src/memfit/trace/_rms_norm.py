@@ -64,7 +64,8 @@ class _FusedRmsNorm(torch.autograd.Function):
 def _composite_grads(
     ctx: Any, x: torch.Tensor, weight: torch.Tensor | None, grad: torch.Tensor
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    inputs = [t for t, wanted in zip((x, weight), ctx.needs_input_grad[:2], strict=True) if wanted]
+    pairs = zip((x, weight), ctx.needs_input_grad[:2], strict=True)
+    inputs: list[torch.Tensor] = [t for t, wanted in pairs if wanted and t is not None]
     with torch.enable_grad():
         out = torch.ops.aten.rms_norm.default(x, ctx.shape, weight, ctx.eps)
     grads = iter(torch.autograd.grad(out, inputs, grad, create_graph=True))
