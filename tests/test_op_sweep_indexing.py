@@ -240,3 +240,10 @@ def test_embedding_backward_finds_its_segments_with_cub_storage_freed_first():
     keys = 102_400 * 8
     at = toks.index("+1535")
     assert toks[at - 1 : at + 3] == [f"+{keys}", "+1535", "-1535", f"-{keys}"]
+
+
+def test_indexing_with_python_lists_makes_its_index_tensors_on_the_gpu():
+    # x[[0, 2], [1, 3]]: two int64 index tensors of two, made in C++ below the trace, before
+    # the output; kept for the backward (H100: +16 +16 before the output)
+    x = torch.randn(640, 640)
+    assert _toks(lambda t: t[[0, 2], [1, 3]], x, "forward") == _seq("+16 +16 +8 -16 -16 -8")

@@ -73,6 +73,11 @@ _INDEX_PUT_IMPL = torch.ops.aten._index_put_impl_.default
 _COMPOSITE: dict[Any, bool] = {}  # op -> whether CUDA runs it as its decomposition (below)
 
 
+_INDEXING = frozenset(
+    {aten.index.Tensor, aten.index_put.default, aten.index_put_.default, _INDEX_PUT_IMPL}
+)
+
+
 # ops with a composite and a CUDA kernel (torch 2.11-2.14), which a CPU build of torch registers
 # without the CUDA kernel: not composites on the GPU, whatever build traces them
 _CUDA_KERNEL_IN_CUDA_BUILDS = frozenset({"aten::_fused_rms_norm", "aten::mish_backward"})
@@ -426,6 +431,8 @@ class Recorder(TorchDispatchMode):
         except Exception as exc:
             self._failed(func, name, exc)
             raise
+        if func in _INDEXING:
+            self._track_unseen_indices(args[1])
         copies: list[int] = []
         self._made = []
         start = scratch_at = len(self.events)
@@ -483,6 +490,15 @@ class Recorder(TorchDispatchMode):
         if logged and (self._made or func in RULE_OPS):
             self._log_call(func, args, kwargs, start, marks or [], scratch_at)
         return out
+
+    def _track_unseen_indices(self, indices: Any) -> None:
+        """Index tensors the trace has not seen made: Python indexing with a sequence
+        (``x[[0, 2]]``) makes them in C++, on the GPU, below any dispatch mode; they live as
+        long as autograd keeps them (H100 op sweep, torch 2.11: ``__getitem__`` with two lists
+        of two, two 16-byte blocks before the output, kept for backward)."""
+        for index in indices if isinstance(indices, (list, tuple)) else ():
+            if isinstance(index, torch.Tensor) and self.block_of(index) is None:
+                self.track(index, Category.TEMPORARY, "index made from a Python sequence")
 
     def _around_dynamic(self, func: Any, args: tuple[Any, ...], special: Any) -> Any:
         """The buffers CUDA's ``nonzero`` makes around the output its values size."""
