@@ -82,6 +82,7 @@ ZOO_H100 = "2026-12-06-h100-zoo-sweep"
 ZOO_REPREDICTED = "2026-12-06-cpu-zoo-repredicted"
 ZOO_CONV_TABLE = "2026-12-06-cpu-zoo-after-conv-table"
 ZOO_OP_FIXES = "2026-12-06-cpu-zoo-after-op-fixes"
+ZOO_OP_FIXES_2 = "2026-12-06-cpu-zoo-after-second-op-fixes"
 HANDWRITTEN = "2026-12-06-h100-handwritten-models"
 OP_SWEEP = "2026-12-06-h100-op-sweep"
 
@@ -329,6 +330,7 @@ SOURCES: list[Source] = [
     Source(f"{ZOO_REPREDICTED}/estimates.jsonl", "zoo", zoo_estimates),
     Source(f"{ZOO_CONV_TABLE}/estimates.jsonl", "zoo", zoo_estimates),
     Source(f"{ZOO_OP_FIXES}/estimates.jsonl", "zoo", zoo_estimates),
+    Source(f"{ZOO_OP_FIXES_2}/estimates.jsonl", "zoo", zoo_estimates),
     *(Source(f"{ZOO_H100}/measured-{k}-of-2.jsonl", "zoo", zoo_measured, gpu=H100) for k in (1, 2)),
     # the op sweep (op_sweep.py compare): every OpInfo op's allocations, traced and on the GPU
     Source(f"{OP_SWEEP}/summary.json", "opsweep", op_sweep_summary),
