@@ -170,6 +170,14 @@ def sweep(args: argparse.Namespace, side: Callable[..., dict[str, Any]], head: d
     out = Path(args.out)
     old = read_rows(out)
     done = {r["id"] for r in old}
+    if old:  # a run that stopped, or a stale file whose rows would stand for this code's
+        earlier = [r for r in old if r["id"] == "meta"]
+        when = (
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[0]["started"]))
+            if earlier
+            else "?"
+        )
+        print(f"resuming {out}: {len(done)} rows there, first started {when}", file=sys.stderr)
     start = time.perf_counter()
     written = 0
     with out.open("a") as f:
