@@ -92,7 +92,7 @@ def fused_rms_norm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tenso
         return None
     if not isinstance(x, torch.Tensor) or x.device.type != "meta" or not _fused(x, weight):
         return None
-    shape = [int(n) for n in shape]
+    shape = [int(shape)] if isinstance(shape, int) else [int(n) for n in shape]
     wants_grad = torch.is_grad_enabled() and (
         x.requires_grad or (isinstance(weight, torch.Tensor) and weight.requires_grad)
     )
