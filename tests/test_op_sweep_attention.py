@@ -4,7 +4,6 @@ benchmarks/results/2026-12-06-h100-op-sweep): ``+`` an allocation's bytes, ``-``
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
 from tests.op_sweep_support import Op as _Op
@@ -22,12 +21,6 @@ def _qkv(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return q, k, v
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the philox seed and offset are CPU scalars on the GPU (no 8-byte blocks in the H100's "
-    "sequence); the trace still makes them GPU tensors: as CPU outputs the planner's estimate of "
-    "a plan with checkpointed inputs offloaded came out 2 MiB under the direct estimate of it",
-)
 def test_memory_efficient_attention_pads_an_unaligned_mask_and_sizes_its_workspace():
     # float32 runs the memory-efficient kernel: a (3, 6) mask padded to (3, 8) first; in
     # backward the bias gradient's rows padded to 16, delta from grad_out x out (its sum freed
@@ -58,12 +51,6 @@ def test_cudnn_attention_allocates_its_seeds_first_and_an_unpadded_workspace():
     ]  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the philox seed and offset are CPU scalars on the GPU (no 8-byte blocks in the H100's "
-    "sequence); the trace still makes them GPU tensors: as CPU outputs the planner's estimate of "
-    "a plan with checkpointed inputs offloaded came out 2 MiB under the direct estimate of it",
-)
 def test_memory_efficient_backward_of_packed_sequences():
     # fp16, 32 sequences of 2 tokens packed in one batch row (cu_seqlens): the kernel computes
     # delta itself (one float32 per token and head), and its workspace has a dQ tile per

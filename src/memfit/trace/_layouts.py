@@ -9,7 +9,7 @@ which of them copy (layer norm makes a contiguous copy of its input: ConvNeXt's 
 ``(N, H, W, C)`` view is contiguous on the GPU, after the stem's LayerNorm2d turned the
 activations channels-last, and the trace must see it the same way). Memory-efficient
 attention writes a bias gradient dense (its rows padded to 16) where the meta kernel keeps
-the bias's broadcast strides. And CUDA's
+the bias's broadcast strides, and keeps its philox seed and offset on the CPU. And CUDA's
 dropout allocates its mask before its output, the meta kernel the other way round (H200
 traces); CUDA's CTC loss its log_alpha before the loss (LossCTC.cu); cuDNN attention its
 seed and offset before its output. im2col
@@ -107,6 +107,12 @@ def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
             # no bias gradient asked for: CUDA leaves it undefined, meta allocates a scalar
             return (*out[:3], None)
         return (*out[:3], _padded_bias_grad(out[3]))
+    if func in _EFFICIENT_FORWARD and isinstance(out, tuple):
+        # the philox seed and offset are CPU scalars unless a CUDA graph is being captured
+        # (attention.cu, torch 2.11: the H100 op sweep allocates no 8-byte blocks for them)
+        with torch._C.DisableTorchFunction():
+            seeds = [torch.empty((), dtype=torch.int64, device="cpu") for _ in range(2)]
+        return (*out[:2], *seeds, *out[4:])
     if func is aten._efficientzerotensor.default and isinstance(out, torch.Tensor):
         # a ZeroTensor: its allocator hands out no memory (ZeroTensorAllocator); a view
         # over an empty storage, which the trace does not count (H100 op sweep: sgn's
@@ -123,6 +129,12 @@ def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
     return log_sigmoid_output(func, loss_output(func, args, out))
 
 
+_EFFICIENT_FORWARD = frozenset(
+    {
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._efficient_attention_forward.default,
+    }
+)
 _EFFICIENT_BACKWARD = frozenset(
     {
         aten._scaled_dot_product_efficient_attention_backward.default,
