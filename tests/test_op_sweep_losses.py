@@ -85,3 +85,12 @@ def test_binary_cross_entropy_target_gradient_is_scaled_in_place():
     # the loss's output and unreduced loss, then the input's gradient and the target's (logit,
     # negated and scaled in place): no third full-size tensor
     assert signed.count(4 * N) == 3
+
+
+def test_a_full_max_backward_combines_its_nan_masks_in_place():
+    # evenly_distribute_backward on CUDA: isnan(input), isnan(value), their logical_and in
+    # place, then input == value: two input-sized booleans (H100 op sweep: 512,000 bytes each)
+    x = torch.rand(80, 80, 80, requires_grad=True)
+    got = trace_case(_Op(torch.max), SampleInput(x), "backward")
+    masks = [size for sign, size in tokens(got["events"]) if sign == "+" and size == N]
+    assert len(masks) == 2

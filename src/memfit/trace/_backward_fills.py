@@ -95,7 +95,9 @@ def gpu_form(func: Any, node: str) -> Callable[..., Any] | None:
 # Formulas that update a tensor they just made in place on the GPU and out of place when a
 # tensor is subclass-like, by node (``areAnyTensorSubclassLike`` in FunctionsManual.cpp):
 # ``clamp_backward_min_max``'s masks (``logical_and_``, ``logical_or_``), ``atan2_backward``'s
-# ``recip.masked_fill_``, the binary cross entropies' target gradients (``grad_target.mul_``).
+# ``recip.masked_fill_``, the binary cross entropies' target gradients (``grad_target.mul_``),
+# and ``evenly_distribute_backward``'s NaN mask of a full max, min or median (two
+# input-sized booleans where the trace made three).
 # H100 op sweep, torch 2.11: clamp with tensor bounds makes two masks a bound, not three.
 _IN_PLACE_BY_NODE: dict[str, dict[Any, Any]] = {
     "ClampBackward0": {
@@ -104,6 +106,10 @@ _IN_PLACE_BY_NODE: dict[str, dict[Any, Any]] = {
     },
     "Atan2Backward0": {aten.masked_fill.Scalar: aten.masked_fill_.Scalar},
     "BinaryCrossEntropyBackward0": {aten.mul.Tensor: aten.mul_.Tensor},
+    **{
+        node: {aten.logical_and.default: aten.logical_and_.default}
+        for node in ("MaxBackward1", "MinBackward1", "MedianBackward0", "NanmedianBackward0")
+    },
     "BinaryCrossEntropyWithLogitsBackward0": {aten.mul.Tensor: aten.mul_.Tensor},
 }
 IN_PLACE_BY_NODE_OPS = frozenset(op for ops in _IN_PLACE_BY_NODE.values() for op in ops)
