@@ -22,15 +22,7 @@ from typing import Any
 
 import torch
 
-__all__ = [
-    "FILLING_NODES",
-    "FILLS_IN_PLACE",
-    "GPU_FORM_OPS",
-    "IN_PLACE_BY_NODE_OPS",
-    "ZEROS_FILLED_IN_PLACE",
-    "gpu_form",
-    "in_place_by_node",
-]
+__all__ = ["REWRITTEN_IN_BACKWARD", "backward_form"]
 
 aten = torch.ops.aten
 
@@ -84,12 +76,6 @@ _GPU_FORMS: dict[tuple[str, Any], Callable[..., Any]] = {
     ("MaskedFillBackward1", aten.scalar_tensor.default): _unused_scalar,
     ("MaskedFillBackward1", aten.where.self): _selected_sum_input,
 }
-GPU_FORM_OPS = frozenset(op for _, op in _GPU_FORMS)
-
-
-def gpu_form(func: Any, node: str) -> Callable[..., Any] | None:
-    """What the GPU runs for ``func`` inside backward node ``node``, where it differs."""
-    return _GPU_FORMS.get((node, func))
 
 
 # Formulas that update a tensor they just made in place on the GPU and out of place when a
@@ -112,9 +98,33 @@ _IN_PLACE_BY_NODE: dict[str, dict[Any, Any]] = {
     },
     "BinaryCrossEntropyWithLogitsBackward0": {aten.mul.Tensor: aten.mul_.Tensor},
 }
-IN_PLACE_BY_NODE_OPS = frozenset(op for ops in _IN_PLACE_BY_NODE.values() for op in ops)
+REWRITTEN_IN_BACKWARD = frozenset(
+    {
+        *(op for _, op in _GPU_FORMS),
+        *(op for ops in _IN_PLACE_BY_NODE.values() for op in ops),
+        *FILLS_IN_PLACE,
+        *ZEROS_FILLED_IN_PLACE,
+    }
+)
 
 
-def in_place_by_node(func: Any, node: str) -> Any:
-    """The in-place op the GPU runs for ``func`` on a tensor that ``node`` just made, or None."""
-    return _IN_PLACE_BY_NODE.get(node, {}).get(func)
+def backward_form(
+    func: Any, args: tuple[Any, ...], fresh: Callable[..., bool]
+) -> tuple[Any, Callable[..., Any] | None]:
+    """What the GPU runs for ``func`` (one of :data:`REWRITTEN_IN_BACKWARD`) in the backward node
+    running now: ``(op, None)``, the op itself or its in-place form where it writes into a
+    tensor the node just made (``fresh(tensor, zeros_only=, nodes=)``: the recorder's check), or
+    ``(func, form)``, a function to run instead. Outside backward nodes, ``(func, None)``."""
+    node = torch._C._current_autograd_node()
+    name = "" if node is None else str(node.name())
+    form = _GPU_FORMS.get((name, func))
+    if form is not None:
+        return func, form
+    in_place = _IN_PLACE_BY_NODE.get(name, {}).get(func)
+    if in_place is not None and fresh(args[0]):
+        return in_place, None
+    if func in FILLS_IN_PLACE and fresh(args[0], nodes=FILLING_NODES):
+        return FILLS_IN_PLACE[func], None
+    if func in ZEROS_FILLED_IN_PLACE and fresh(args[0], zeros_only=True):
+        return ZEROS_FILLED_IN_PLACE[func], None
+    return func, None

@@ -19,15 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from memfit._events import AllocationInfo, Category, MemoryEvent
-from memfit.trace._backward_fills import (
-    FILLING_NODES,
-    FILLS_IN_PLACE,
-    GPU_FORM_OPS,
-    IN_PLACE_BY_NODE_OPS,
-    ZEROS_FILLED_IN_PLACE,
-    gpu_form,
-    in_place_by_node,
-)
+from memfit.trace._backward_fills import REWRITTEN_IN_BACKWARD, backward_form
 from memfit.trace._costs import StepCosts
 from memfit.trace._cpu_scalars import call_with_cpu_scalars
 from memfit.trace._cuda_composites import cuda_composite
@@ -105,11 +97,6 @@ def _composite(func: Any) -> bool:
 
 
 _ZEROS = frozenset({"zeros", "zeros_like", "new_zeros"})
-
-
-def _node_name() -> str:
-    node = torch._C._current_autograd_node()
-    return "" if node is None else str(node.name())
 
 
 def _sole_owner(t: torch.Tensor) -> bool:
@@ -385,24 +372,12 @@ class Recorder(TorchDispatchMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
-        if func in GPU_FORM_OPS and self.phase.endswith("backward"):
-            form = gpu_form(func, _node_name())
+        if func in REWRITTEN_IN_BACKWARD:  # backward formulas as the GPU runs them
+            with _NO_FUNCTION_MODE():
+                func, form = backward_form(func, args, self._fresh_in_backward)
             if form is not None:
                 with self:
                     return form(*args, **kwargs)
-        if func in IN_PLACE_BY_NODE_OPS and self.phase.endswith("backward"):
-            in_place = in_place_by_node(func, _node_name())
-            with _NO_FUNCTION_MODE():
-                if in_place is not None and self._fresh_in_backward(args[0]):
-                    func = in_place
-        if func in FILLS_IN_PLACE or func in ZEROS_FILLED_IN_PLACE:
-            with _NO_FUNCTION_MODE():
-                if func in FILLS_IN_PLACE and self._fresh_in_backward(args[0], nodes=FILLING_NODES):
-                    func = FILLS_IN_PLACE[func]
-                elif func in ZEROS_FILLED_IN_PLACE and self._fresh_in_backward(
-                    args[0], zeros_only=True
-                ):
-                    func = ZEROS_FILLED_IN_PLACE[func]
         composite = cuda_composite(func)
         if composite is not None:  # a CUDA kernel written as other ops: those ops
             with self:
