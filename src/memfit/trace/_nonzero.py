@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from memfit.trace._scratch import select_storage
+from memfit.trace._scratch import cub_storage, select_storage
 
 __all__ = ["NONZERO", "NONZERO_STATIC", "around_nonzero", "nonzero_static_scratch"]
 
@@ -39,19 +39,14 @@ NONZERO = aten.nonzero.default
 NONZERO_STATIC = aten.nonzero_static.default
 
 _CHUNK = 2**30
-_ALIGN = 256
 _REDUCE_TILE = 256 * 20
 _REDUCE_BLOCKS_PER_SM = 8 * 5
-
-
-def _aligned(nbytes: int) -> int:
-    return -(-nbytes // _ALIGN) * _ALIGN
 
 
 def _reduce_storage(n: int, sm_count: int) -> int:
     if n <= _REDUCE_TILE:
         return 1
-    return _aligned(sm_count * _REDUCE_BLOCKS_PER_SM * 4) + _ALIGN - 1
+    return cub_storage(sm_count * _REDUCE_BLOCKS_PER_SM * 4)
 
 
 @contextmanager

@@ -15,6 +15,7 @@ __all__ = [
     "SORTS",
     "Order",
     "Scratch",
+    "cub_storage",
     "end_frees",
     "group_frees",
     "radix_sort_storage",
@@ -123,6 +124,12 @@ def radix_sort_storage(n: int, key_size: int, value_size: int, bits: int | None 
         n * value_size if passes > 1 else 0,
         passes * 4,
     ]
+    return cub_storage(*parts)
+
+
+def cub_storage(*parts: int) -> int:
+    """Bytes of the temporary storage cub asks for to hold ``parts``: each part aligned to
+    256 bytes, and 255 more to align the whole."""
     return sum(-(-p // _ALIGN) * _ALIGN for p in parts) + _ALIGN - 1
 
 
@@ -134,7 +141,7 @@ def select_storage(n: int, state_bytes: int = 8) -> int:
     torch 2.11: nonzero 1,023 bytes up to 64,000 items, 1,791 for 512,000; the unique pass,
     16-byte states, 1,535 for 102,400)."""
     tiles = -(-n // 4224) + 32
-    return -(-tiles * state_bytes // _ALIGN) * _ALIGN + _ALIGN + _ALIGN - 1
+    return cub_storage(tiles * state_bytes, _ALIGN)
 
 
 def scan_storage(n: int) -> int:
@@ -143,4 +150,4 @@ def scan_storage(n: int) -> int:
     32 more, rounded up to 256 bytes, one 256-byte block and 255 bytes of alignment (H100
     traces, torch 2.11: 8,447 bytes for 409,600 mask elements, 4,682,239 for 262,144,000)."""
     tiles = -(-n // 896) + 32
-    return -(-tiles * 16 // _ALIGN) * _ALIGN + _ALIGN + _ALIGN - 1
+    return cub_storage(tiles * 16, _ALIGN)
