@@ -44,7 +44,7 @@ FILLING_NODES = frozenset(
 # Any backward node's fill of zeros it just made (``value_selecting_reduction_backward``'s
 # scatter of max/min/sort/topk, ``trace_backward``'s diagonal, ``masked_select_backward``'s
 # ``masked_scatter_`` into zeros broadcast to the mask): in place on the GPU when the
-# zeros are the node's own (``Recorder._fresh_in_backward(zeros_only=True)``)
+# zeros are the node's own (``GradOwners.fresh(zeros_only=True)``)
 ZEROS_FILLED_IN_PLACE: dict[Any, Any] = {
     aten.scatter.src: aten.scatter_.src,
     aten.scatter.value: aten.scatter_.value,

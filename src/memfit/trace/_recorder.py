@@ -10,6 +10,7 @@ scalars (``.item()``, ``.all()``) the way real data would.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from memfit.trace._data_shapes import (
     select_by_positions,
 )
 from memfit.trace._fake_kernels import FakeContext, fake_kernel
+from memfit.trace._grad_owners import GradOwners
 from memfit.trace._kernel_calls import CallSite, KernelCalls
 from memfit.trace._kernels import RULE_OPS, KernelModel, Scratch
 from memfit.trace._layouts import cuda_layout, cuda_order
@@ -96,17 +98,6 @@ def _composite(func: Any) -> bool:
     return known
 
 
-_ZEROS = frozenset({"zeros", "zeros_like", "new_zeros"})
-
-
-def _sole_owner(t: torch.Tensor) -> bool:
-    """Not a view of another tensor's storage, and non-overlapping and dense: what the
-    autograd engine adds into in place."""
-    if t._base is not None or (0 in t.stride() and t.numel() > 1):
-        return False
-    return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
-
-
 def _any_of(types: tuple[type, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether an argument (or a tensor in a list argument) is of one of ``types``."""
     for value in (*args, *kwargs.values()):
@@ -139,7 +130,7 @@ class Recorder(TorchDispatchMode):
         self.param_owner: dict[int, str] = {}  # id(parameter) -> owning module path
         self.failure: tuple[str, str] | None = None  # (op, module) of the last op that raised
         self.suspended = 0  # > 0 while a fused in-place kernel runs as several meta ops
-        self._made_by: dict[int, int] = {}  # storage key -> autograd node that allocated it
+        self.grad_owners = GradOwners(self._op_of)  # who made each gradient (in place)
         self.persistent: set[int] = set()  # blocks a library handle keeps (never freed)
         self.costs: StepCosts | None = None  # each op's arithmetic and traffic, when asked
         self.stream_of: Callable[[], int] = lambda: 0  # the stream allocations are made on
@@ -291,14 +282,12 @@ class Recorder(TorchDispatchMode):
         block = self.alloc(nbytes, category, op, tuple(t.shape), str(t.dtype).replace("torch.", ""))
         self._live[key] = (block, nbytes)
         if self.phase.endswith("backward"):  # only gradients are ever asked about
-            node = torch._C._current_autograd_node()
-            if node is not None:
-                self._made_by[key] = node._sequence_nr()
+            self.grad_owners.allocated(key)
         weakref.finalize(storage, self._finalized, key)
         return block
 
     def _finalized(self, key: int) -> None:
-        self._made_by.pop(key, None)
+        self.grad_owners.freed(key)
         seen = self._live.pop(key, None)
         if seen is not None:
             self.free(seen[0])
@@ -308,6 +297,11 @@ class Recorder(TorchDispatchMode):
         block = self.block_of(t)
         if block is not None:
             self.info(block).op = op
+
+    def _op_of(self, t: torch.Tensor) -> str | None:
+        """The op that allocated ``t``'s storage (None: not recorded)."""
+        block = self.block_of(t)
+        return None if block is None else self.info(block).op
 
     def block_of(self, t: torch.Tensor) -> int | None:
         if t.device.type != "meta":
@@ -374,7 +368,8 @@ class Recorder(TorchDispatchMode):
                 return out
         if func in REWRITTEN_IN_BACKWARD:  # backward formulas as the GPU runs them
             with _NO_FUNCTION_MODE():
-                func, form = backward_form(func, args, self._fresh_in_backward)
+                fresh = functools.partial(self.grad_owners.fresh, self.phase)
+                func, form = backward_form(func, args, fresh)
             if form is not None:
                 with self:
                     return form(*args, **kwargs)
@@ -391,11 +386,11 @@ class Recorder(TorchDispatchMode):
                 return select_by_positions(*args, **kwargs)
         if func is _ADD:
             with _NO_FUNCTION_MODE():
-                if self._accumulates_in_place(args, kwargs):
+                if self.grad_owners.accumulates_in_place(self.phase, args, kwargs):
                     func = _ADD_INPLACE
         elif func is _INDEX_PUT:
             with _NO_FUNCTION_MODE():
-                if self._scatters_into_fresh_zeros(args, kwargs):
+                if self.grad_owners.scatters_into_fresh_zeros(self.phase, args, kwargs):
                     func, args, kwargs = _INDEX_PUT_IMPL, (*args[:3], True, True), {}
         if puts_by_positions(func, args, kwargs):
             with self:  # by the masks' positions (nonzero), as CUDA does
@@ -532,78 +527,6 @@ class Recorder(TorchDispatchMode):
         for block in frees:
             self.free(block)
         return kept
-
-    def _scatters_into_fresh_zeros(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        """Whether this ``index_put`` is the backward of an advanced-index gather (``x[idx]``,
-        the per-expert inputs of mixture-of-experts layers), which the GPU runs in place.
-
-        ``index_backward`` (FunctionsManual.cpp) scatters the gradient into the zeros it was
-        given with ``_index_put_impl_(zeros, indices, grad, accumulate=true, unsafe=true)``,
-        unless a tensor is "subclass-like", which any Python dispatch mode makes them all: then
-        it calls the out-of-place ``index_put``, and the trace would allocate a second
-        input-sized tensor per gather (a Qwen2-MoE-style model on an H200: one (tokens*top_k,
-        hidden) float32 tensor per MoE layer that the GPU never allocates).
-        """
-        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
-        return bool(accumulate) and self._fresh_in_backward(args[0])
-
-    def _fresh_in_backward(
-        self, zeros: Any, zeros_only: bool = False, nodes: frozenset[str] = frozenset()
-    ) -> bool:
-        """Whether ``zeros`` was made by the backward node now running (one of ``nodes``, if
-        given) and nothing else holds its storage (and, if ``zeros_only``, was made as zeros):
-        what a backward formula writes into in place on the GPU, where the trace (a dispatch
-        mode) sees its out-of-place form (``_backward_fills``). H100 traces,
-        torch 2.11: ``max(dim)``'s backward allocates one input-sized gradient, not two.
-        Formulas that scatter out of place into a tensor they made otherwise
-        (``scatter_reduce``'s, which keeps it) are left as they are."""
-        if torch.is_grad_enabled() or not self.phase.endswith("backward"):
-            return False
-        node = torch._C._current_autograd_node()
-        if node is None or not isinstance(zeros, torch.Tensor) or zeros.device.type != "meta":
-            return False
-        if nodes and node.name() not in nodes:
-            return False
-        made_by = self._made_by.get(self._key(zeros.untyped_storage()))
-        if made_by != node._sequence_nr() or not _sole_owner(zeros):
-            return False
-        block = self.block_of(zeros) if zeros_only else None
-        return not zeros_only or (block is not None and self.info(block).op in _ZEROS)
-
-    def _accumulates_in_place(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        """Whether this ``add`` is the autograd engine summing two gradients of one input into
-        the one it buffered first, which a real run does in place.
-
-        The engine adds in place only into the buffered gradient, and only when it holds the
-        only reference to it, storage and all (input_buffer.cpp); else the sum is a new tensor,
-        even where the arriving gradient is one it could have reused. A view (which shares its
-        base's storage) is never added into: the input gradient of a linear layer without a
-        bias, reshaped back to 3-d, as Llama's projections deliver it (TinyLlama on an H200:
-        one sum per attention block and one per MLP), and the weight gradient of an output
-        layer tied to the embedding (Qwen2.5-0.5B on an H200: one vocabulary-sized sum per
-        backward). Under any Python dispatch mode, this mode included, the engine takes the
-        out-of-place path, so the trace would allocate a gradient-sized tensor per junction
-        (every residual connection) that the GPU never allocates.
-        """
-        if (
-            torch.is_grad_enabled()
-            or kwargs
-            or len(args) != 2
-            or not self.phase.endswith("backward")
-        ):
-            return False
-        old, new = args
-        if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor)):
-            return False
-        if old.shape != new.shape or old.dtype != new.dtype or old.device.type != "meta":
-            return False
-        node = torch._C._current_autograd_node()
-        if node is None:
-            return False
-        made_by = self._made_by.get(self._key(old.untyped_storage()))
-        if made_by is None or made_by == node._sequence_nr():
-            return False  # not the engine's buffer
-        return _sole_owner(old)
 
     def _track_outputs(
         self,
