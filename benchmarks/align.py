@@ -174,11 +174,11 @@ def _mark_unknown_convolutions() -> dict[int, tuple[str, str, int]]:
     sizes: dict[tuple[str, str, int], int] = {}
     original = _cudnn.ConvWorkspaces._lookup
 
-    def lookup(self: Any, x: Any, weight: Any, stride: Any, padding: Any, *rest: Any) -> Any:
-        _, transposed, groups, phases = rest
-        out = original(self, x, weight, stride, padding, *rest)
-        key = _cudnn._key(x, weight, stride, padding, int(groups))
-        if key is None or transposed or _cudnn._table(self.table).get(key) is not None:
+    def lookup(self: Any, shape: tuple[Any, ...], groups: int, phases: list[str]) -> Any:
+        out = original(self, shape, groups, phases)
+        x, weight, stride, padding, dilation, transposed, out_pad = shape
+        key = _cudnn._key(x, weight, stride, padding, groups, dilation, transposed, out_pad)
+        if key is None or _cudnn._table(self.table).get(key) is not None:
             return out
         marked = []
         for phase in phases:

@@ -39,15 +39,43 @@ SM90 = ("H100", "H200")
 PHASES = ("fwd", "dgrad", "dgrad", "wgrad", "bias")
 
 
+def spatial(p: dict[str, Any]) -> list[int]:
+    """A configuration's spatial sizes: (depth,) height and width (a 1-d convolution is the
+    2-d one of height 1 that cuDNN runs)."""
+    return [p["d"], p["h"], p["w"]] if "d" in p else [p["h"], p["w"]]
+
+
+def output_spatial(p: dict[str, Any]) -> list[int]:
+    """The output's spatial sizes, from the configuration's parameters."""
+    from memfit.trace._cudnn import _out_size
+
+    n = len(p["kernel"])
+    dilation = p.get("dilation") or [1] * n
+    out_pad = p.get("output_padding") or [0] * n
+    transposed = bool(p.get("transposed"))
+    sizes = [
+        _out_size(size, k, s, pad, d, transposed) + (op if transposed else 0)
+        for size, k, s, pad, d, op in zip(
+            spatial(p), p["kernel"], p["stride"], p["padding"], dilation, out_pad, strict=True
+        )
+    ]
+    return sizes
+
+
+def _prod(values: list[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
 def _sizes(p: dict[str, Any]) -> list[int]:
     """The tensors the convolution itself allocates, in the order a training call makes them."""
     e = ELEMENT[p["dtype"]]
-    (kh, kw), (sh, sw), (ph, pw) = p["kernel"], p["stride"], p["padding"]
-    ho = (p["h"] + 2 * ph - kh) // sh + 1
-    wo = (p["w"] + 2 * pw - kw) // sw + 1
-    out = p["batch"] * p["k"] * ho * wo * e
-    grad_in = p["batch"] * p["c"] * p["h"] * p["w"] * e
-    grad_w = p["k"] * (p["c"] // p["groups"]) * kh * kw * e
+    out = p["batch"] * p["k"] * _prod(output_spatial(p)) * e
+    grad_in = p["batch"] * p["c"] * _prod(spatial(p)) * e
+    # (in, out / groups, ...) for a transposed one: the same count
+    grad_w = p["k"] * (p["c"] // p["groups"]) * _prod(p["kernel"]) * e
     sizes = [out, out, grad_in, grad_w]
     return [*sizes, p["k"] * e] if p["bias"] else sizes
 
@@ -79,9 +107,38 @@ def workspaces(p: dict[str, Any]) -> dict[str, list[int]]:
 
 
 def key(p: dict[str, Any]) -> str:
-    fields = [p["c"], p["h"], p["w"], p["k"], *p["kernel"], *p["stride"], *p["padding"]]
-    layout = "|nhwc" if p.get("nhwc") else ""  # memfit.trace._cudnn's key
-    return ",".join(str(x) for x in [*fields, p["groups"]]) + f"|{p['dtype']}{layout}"
+    """The table's key of a probe's configuration (``memfit.trace._cudnn.conv_key``)."""
+    from memfit.trace._cudnn import conv_key
+
+    return conv_key(
+        p["c"], spatial(p), p["k"], p["kernel"], p["stride"], p["padding"], p["groups"],
+        p["dtype"], dilation=p.get("dilation", ()), transposed=bool(p.get("transposed")),
+        output_padding=p.get("output_padding", ()), nhwc=bool(p.get("nhwc")),
+    )  # fmt: skip
+
+
+def config_of(table_key: str, batch: int, bias: bool) -> dict[str, Any]:
+    """The probe's configuration of a table key (``key``'s inverse) at ``batch``."""
+    fields_text, dtype, *tags = table_key.split("|")
+    fields = [int(f) for f in fields_text.split(",")]
+    n = (len(fields) - 3) // 4  # c, spatial n, k, kernel n, stride n, padding n, groups
+    c, dims, k = fields[0], fields[1 : 1 + n], fields[1 + n]
+    kernel, stride, padding = (fields[2 + n + i * n : 2 + n + (i + 1) * n] for i in range(3))
+    cfg: dict[str, Any] = {"c": c, **dict(zip(("d", "h", "w")[3 - n :], dims, strict=True))}
+    cfg.update(k=k, kernel=kernel, stride=stride, padding=padding, groups=fields[-1])
+    cfg.update(bias=bias, batch=batch, dtype=dtype)
+    for tag in tags:
+        name, _, values = tag.partition("=")
+        numbers = [int(v) for v in values.split(",")] if values else []
+        if name == "nhwc":
+            cfg["nhwc"] = True
+        elif name == "dil":
+            cfg["dilation"] = numbers
+        elif name == "tr":
+            cfg["transposed"] = True
+            if numbers:
+                cfg["output_padding"] = numbers
+    return cfg
 
 
 def build(probe: dict[str, Any]) -> dict[str, Any]:

@@ -122,21 +122,22 @@ def record(fn) -> list[list]:
     ]
 
 
+def conv_module(cfg: dict) -> nn.Module:
+    """The convolution of a configuration: 2-d (a 1-d one as cuDNN runs it: height 1) or 3-d,
+    dilated or not, transposed or not."""
+    n = len(cfg["kernel"])
+    common = {"groups": cfg["groups"], "bias": cfg["bias"], "dilation": cfg.get("dilation", 1)}
+    args = (cfg["c"], cfg["k"], cfg["kernel"], cfg["stride"], cfg["padding"])
+    if cfg.get("transposed"):
+        cls = nn.ConvTranspose3d if n == 3 else nn.ConvTranspose2d
+        return cls(*args, output_padding=cfg.get("output_padding", 0), **common)
+    return (nn.Conv3d if n == 3 else nn.Conv2d)(*args, **common)
+
+
 def probe_conv(cfg: dict, batch: int, dtype: str, train: bool) -> dict:
-    conv = (
-        nn.Conv2d(
-            cfg["c"],
-            cfg["k"],
-            cfg["kernel"],
-            cfg["stride"],
-            cfg["padding"],
-            groups=cfg["groups"],
-            bias=cfg["bias"],
-        )
-        .cuda()
-        .to(DTYPES[dtype])
-    )
-    x = torch.randn(batch, cfg["c"], cfg["h"], cfg["w"], device="cuda", dtype=DTYPES[dtype])
+    conv = conv_module(cfg).cuda().to(DTYPES[dtype])
+    dims = [cfg["d"], cfg["h"], cfg["w"]] if "d" in cfg else [cfg["h"], cfg["w"]]
+    x = torch.randn(batch, cfg["c"], *dims, device="cuda", dtype=DTYPES[dtype])
     if cfg.get("nhwc"):
         x = x.contiguous(memory_format=torch.channels_last)
     x.requires_grad_(train)

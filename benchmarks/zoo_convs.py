@@ -43,41 +43,16 @@ CHECKS = 12  # configurations the table holds, probed again first
 
 
 def _config(args: tuple[Any, ...], batch: int) -> dict[str, Any] | None:
-    """The probe's configuration of an ``aten.convolution`` call, or None where the probe
-    cannot run it (transposed, dilated, not 2-d, a dtype the table does not key)."""
+    """The probe's configuration of an ``aten.convolution`` call (1-, 2- or 3-d, dilated or
+    transposed), read off memfit's own key of it, or None where the table keys none (a dtype
+    it does not hold)."""
+    from build_cudnn_table import config_of
+
     from memfit.trace import _cudnn
 
-    x, weight, bias, stride, padding, dilation, transposed, _, groups = args[:9]
-    dilated = any(int(d) != 1 for d in dilation)
-    if transposed or dilated or x.dim() not in (3, 4) or x.dim() != weight.dim():
-        return None
-    dtype = _cudnn._DTYPES.get(x.dtype)
-    if dtype is None:
-        return None
-    if x.dim() == 3:  # cuDNN runs it as the 2-d convolution of height 1 (memfit.trace._cudnn)
-        _, c, w = (int(s) for s in x.shape)
-        h, kernel = 1, [1, int(weight.shape[2])]
-        stride, padding = [1, int(stride[0])], [0, int(padding[0])]
-    else:  # a parameter of one value stands for both dims, as ATen expands it
-        _, c, h, w = (int(s) for s in x.shape)
-        kernel = [int(s) for s in weight.shape[2:]]
-        stride, padding = [*stride] * (3 - len(stride)), [*padding] * (3 - len(padding))
-    cfg = {
-        "c": c,
-        "h": h,
-        "w": w,
-        "k": int(weight.shape[0]),
-        "kernel": kernel,
-        "stride": [int(s) for s in stride],
-        "padding": [int(p) for p in padding],
-        "groups": int(groups),
-        "bias": bias is not None,
-        "batch": batch,
-        "dtype": dtype,
-    }
-    if x.dim() == 4 and _cudnn.channels_last(x):
-        cfg["nhwc"] = True
-    return cfg
+    x, weight, bias, stride, padding, dilation, transposed, out_pad, groups = args[:9]
+    key = _cudnn._key(x, weight, stride, padding, int(groups), dilation, transposed, out_pad)
+    return None if key is None else config_of(key, batch, bias is not None)
 
 
 def _table_answers(cfg: dict[str, Any], train: bool) -> bool:
@@ -95,23 +70,36 @@ def _table_answers(cfg: dict[str, Any], train: bool) -> bool:
 
 @contextlib.contextmanager
 def _recording() -> Iterator[dict[str, dict[str, Any]]]:
-    """The 2-d convolutions traced while this lasts (one per configuration)."""
+    """The convolutions traced while this lasts (one per configuration; ``train`` where the
+    trace ran its backward)."""
     from memfit.trace import _cudnn
 
     seen: dict[str, dict[str, Any]] = {}
-    original = _cudnn.ConvWorkspaces.forward
+    forward, backward = _cudnn.ConvWorkspaces.forward, _cudnn.ConvWorkspaces.backward
 
-    def forward(self: Any, args: tuple[Any, ...]) -> list[int]:
-        cfg = _config(args, int(args[0].shape[0]))
+    def keep(cfg: dict[str, Any] | None, train: bool) -> None:
         if cfg is not None:
+            cfg = {**cfg, "train": train}
             seen.setdefault(json.dumps(cfg, sort_keys=True), cfg)
-        return original(self, args)
 
-    _cudnn.ConvWorkspaces.forward = forward  # type: ignore[method-assign]
+    def on_forward(self: Any, args: tuple[Any, ...]) -> list[int]:
+        keep(_config(args, int(args[0].shape[0])), False)
+        return forward(self, args)
+
+    def on_backward(self: Any, args: tuple[Any, ...]) -> dict[int, list[int]]:
+        _, x, weight, _, stride, padding, dilation, transposed, out_pad, groups, mask = args[:11]
+        bias = [] if mask[2] else None  # present or not: the probe's module takes one
+        call = (x, weight, bias, stride, padding, dilation, transposed, out_pad, groups)
+        keep(_config(call, int(x.shape[0])), True)
+        return backward(self, args)
+
+    _cudnn.ConvWorkspaces.forward = on_forward  # type: ignore[method-assign]
+    _cudnn.ConvWorkspaces.backward = on_backward  # type: ignore[method-assign]
     try:
         yield seen
     finally:
-        _cudnn.ConvWorkspaces.forward = original  # type: ignore[method-assign]
+        _cudnn.ConvWorkspaces.forward = forward  # type: ignore[method-assign]
+        _cudnn.ConvWorkspaces.backward = backward  # type: ignore[method-assign]
 
 
 def convolutions_of(job: tuple[dict[str, Any] | str, str, int]) -> list[dict[str, Any]]:
@@ -132,9 +120,10 @@ def convolutions_of(job: tuple[dict[str, Any] | str, str, int]) -> list[dict[str
 
 
 def _size(cfg: dict[str, Any]) -> int:
-    (kh, kw), (sh, sw), (ph, pw) = cfg["kernel"], cfg["stride"], cfg["padding"]
-    ho, wo = (cfg["h"] + 2 * ph - kh) // sh + 1, (cfg["w"] + 2 * pw - kw) // sw + 1
-    return cfg["batch"] * max(cfg["c"] * cfg["h"] * cfg["w"], cfg["k"] * ho * wo)
+    from build_cudnn_table import _prod, output_spatial, spatial
+
+    inputs, outputs = cfg["c"] * _prod(spatial(cfg)), cfg["k"] * _prod(output_spatial(cfg))
+    return int(cfg["batch"]) * max(inputs, outputs)
 
 
 def _mode_of(wid: str) -> str:
@@ -198,6 +187,39 @@ def run_list(models: Path, out: Path, also: list[str], sources: list[str]) -> in
     return 0
 
 
+CONV_OPS = [f"nn.functional.conv{kind}{n}d" for kind in ("", "_transpose") for n in (1, 2, 3)]
+
+
+def op_sweep_convolutions(ops: list[str]) -> list[dict[str, Any]]:
+    """The convolutions of the op sweep's cases of ``ops`` (``op_sweep.py``'s samples, traced
+    here as its trace side traces them: forward and backward, fp32, bf16 and fp16)."""
+    import os
+    import tempfile
+
+    import op_sweep
+
+    if os.environ.get("PYTHONHASHSEED") != op_sweep.HASH_SEED:
+        raise SystemExit(f"run with PYTHONHASHSEED={op_sweep.HASH_SEED}: the op sweep's samples")
+    with tempfile.TemporaryDirectory() as tmp, _recording() as seen:
+        op_sweep.main(["trace", f"{tmp}/traced.jsonl", "--ops", *ops, "--budget-s", "3600"])
+    return list(seen.values())
+
+
+def run_list_ops(ops: list[str], out: Path) -> int:
+    """``list --ops``: the op sweep's convolutions the table does not answer, smallest first
+    (they are many and small: every one probed costs the same call)."""
+    configs = [
+        {**cfg, "workloads": ["op-sweep"]}
+        for cfg in op_sweep_convolutions(ops)
+        if not _table_answers(cfg, cfg["train"])
+    ]
+    configs.sort(key=_size)
+    meta = {"date": dt.date.today().isoformat(), "ops": ops}
+    out.write_text(json.dumps({"meta": meta, "configs": configs}, indent=0) + "\n")
+    print(f"{len(configs)} configurations of the op sweep to probe -> {out}")
+    return 0
+
+
 def run_probe(listing: Path, out: Path, budget_s: float) -> int:
     import torch
     from cudnn_probe import probe_conv, probe_meta
@@ -242,11 +264,16 @@ def main() -> int:
     listing.add_argument("--out", type=Path, required=True)
     listing.add_argument("--also", nargs="*", default=[], help="workloads of workloads.py")
     listing.add_argument("--sources", nargs="*", default=["torchvision", "timm"])
+    listing.add_argument(
+        "--ops", nargs="*", help=f"the op sweep's cases of these ops instead (all: {CONV_OPS})"
+    )
     probe = sub.add_parser("probe")
     probe.add_argument("listing", type=Path)
     probe.add_argument("--out", type=Path, required=True)
     probe.add_argument("--budget-s", type=float, default=300.0)
     args = parser.parse_args()
+    if args.command == "list" and args.ops is not None:
+        return run_list_ops(args.ops or CONV_OPS, args.out)
     if args.command == "list":
         return run_list(args.models, args.out, args.also, args.sources)
     return run_probe(args.listing, args.out, args.budget_s)

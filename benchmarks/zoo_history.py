@@ -62,6 +62,7 @@ def main() -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("ids", nargs="+")
     parser.add_argument("--models", type=Path, default=MODELS)
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per workload")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -69,13 +70,16 @@ def main() -> int:
         print("RESULT " + json.dumps(record(args.ids[0], args.out, args.models)), flush=True)
         return 0
     for wid in args.ids:
-        done = subprocess.run(
-            [sys.executable, __file__, str(args.out), wid, "--models", str(args.models), "--child"],
-            capture_output=True,
-            text=True,
-        )
-        lines = [s for s in done.stdout.splitlines() if s.startswith("RESULT ")]
-        row = json.loads(lines[-1][7:]) if lines else {"id": wid, "error": done.stderr[-600:]}
+        command = [sys.executable, __file__, str(args.out), wid, "--models", str(args.models)]
+        try:
+            done = subprocess.run(
+                [*command, "--child"], capture_output=True, text=True, timeout=args.timeout
+            )
+        except subprocess.TimeoutExpired:
+            row: dict[str, Any] = {"id": wid, "error": f"ran past {args.timeout:.0f} s"}
+        else:
+            lines = [s for s in done.stdout.splitlines() if s.startswith("RESULT ")]
+            row = json.loads(lines[-1][7:]) if lines else {"id": wid, "error": done.stderr[-600:]}
         with (args.out / "peaks.jsonl").open("a") as fh:
             fh.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)

@@ -167,7 +167,7 @@ def test_the_bound_covers_most_of_the_tables_large_convolutions() -> None:
     assert total > 50 and covered / total >= 0.85  # 95% over every phase, batch and dtype
 
 
-def test_transposed_dilated_and_3d_convolutions_are_bounded_too() -> None:
+def test_transposed_dilated_and_3d_convolutions_unprobed_are_bounded_under_their_own_keys() -> None:
     ws = ConvWorkspaces()
     x3 = torch.empty(2, 4, 8, 16, 16, device="meta")
     w3 = torch.empty(8, 4, 3, 3, 3, device="meta")
@@ -181,7 +181,27 @@ def test_transposed_dilated_and_3d_convolutions_are_bounded_too() -> None:
     grad = torch.empty(2, 8, 12, 12, device="meta")
     back = ws.backward((grad, x, wd, None, [1, 1], [0, 0], [2, 2], False, [0, 0], 1, [1, 1, 0]))
     assert back[0] and back[1] and 2 not in back
-    assert {"3-d", "transposed", "dilated"} <= ws.unknown
+    assert ws.unknown == {
+        "4,8,16,16,8,3,3,3,1,1,1,1,1,1,1",  # 3-d: three of each
+        "8,16,16,4,2,2,2,2,0,0,1|tr",  # transposed: the output's 4 channels
+        "8,16,16,8,3,3,1,1,0,0,1|dil=2,2",
+    }
+
+
+def test_a_keys_parameters_are_those_cudnn_sees() -> None:
+    # one value for every dimension, as ATen expands it; a 1-d convolution as 2-d of height 1
+    # with its parameters' new first dimension neutral; a transposed one's output padding
+    from memfit.trace._cudnn import _key
+
+    x = torch.empty(2, 4, 8, 8, 8, device="meta", dtype=torch.bfloat16)
+    w = torch.empty(6, 4, 3, 3, 3, device="meta", dtype=torch.bfloat16)
+    assert _key(x, w, [2], [1], 1, [1], False, [0]) == "4,8,8,8,6,3,3,3,2,2,2,1,1,1,1|bf16"
+    x1 = torch.empty(2, 4, 32, device="meta")
+    w1 = torch.empty(4, 3, 5, device="meta")  # transposed: (in, out / groups, kL)
+    assert _key(x1, w1, [2], [1], 1, [3], True, [1]) == (
+        "4,1,32,3,1,5,1,2,0,1,1|fp32|dil=1,3|tr=0,1"
+    )
+    assert _key(x1, w1, [2], [1], 1, [1], True, [0]).endswith("|fp32|tr")
 
 
 def test_a_1d_convolution_is_looked_up_as_the_2d_one_cudnn_runs() -> None:

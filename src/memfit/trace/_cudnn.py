@@ -9,10 +9,11 @@ for the convolutions of the catalog's CNNs, per dtype and layout (channels-last 
 hands cuDNN a permuted tensor), at batch 32 and 128 and others; and after a bias gradient, the
 scratch its reduction takes (a channels-last one: 4x the output's bf16 bytes). Other batch sizes are
 interpolated (most workspaces grow linearly with the batch). A 1-D convolution is looked up as
-the 2-D one of height 1 that PyTorch hands cuDNN. A convolution not in the table (a
-shape no probe ran, a transposed, dilated or 3-D one) is given a workspace bounded from
-above: the larger of its input and output bytes times a ratio read off the same table, the one
-95% of its large convolutions' workspaces stay under, phase by phase. Counting none would be
+the 2-D one of height 1 that PyTorch hands cuDNN; 3-D, dilated and transposed convolutions
+key apart (``conv_key``). A convolution not in the table (a shape no probe ran) is given a
+workspace bounded from above: the larger of its input and output bytes times a ratio read
+off the same table, the one 95% of its large convolutions' workspaces stay under, phase by
+phase. Counting none would be
 the unsafe side: the zoo sweep on an H100 found estimates of networks with such convolutions up
 to a third under the real peaks. Both cases are named in the estimate's notes.
 """
@@ -52,31 +53,91 @@ def _table(
     return conv
 
 
+def conv_key(
+    c: int,
+    spatial: Sequence[int],
+    k: int,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    groups: int,
+    dtype: str,
+    *,
+    dilation: Sequence[int] = (),
+    transposed: bool = False,
+    output_padding: Sequence[int] = (),
+    nhwc: bool = False,
+) -> str:
+    """The table's key of a convolution as cuDNN runs it (a 1-d one already made the 2-d one
+    of height 1): channels, spatial sizes, output channels, kernel, stride, padding, groups,
+    then ``|dtype``, ``|nhwc`` for a channels-last input (other engines, probed apart),
+    ``|dil=...`` where a dilation is not 1 and ``|tr`` (``|tr=...`` with an output padding)
+    for a transposed one. The probe's configurations key the same way
+    (``benchmarks/build_cudnn_table.py``)."""
+    fields = [c, *spatial, k, *kernel, *stride, *padding, groups]
+    tags = [dtype]
+    if nhwc:
+        tags.append("nhwc")
+    if any(int(d) != 1 for d in dilation):
+        tags.append("dil=" + ",".join(str(int(d)) for d in dilation))
+    if transposed:
+        pads = [int(p) for p in output_padding]
+        tags.append("tr=" + ",".join(map(str, pads)) if any(pads) else "tr")
+    return ",".join(str(int(f)) for f in fields) + "|" + "|".join(tags)
+
+
 def _key(
     x: torch.Tensor,
     weight: torch.Tensor,
     stride: Sequence[int],
     padding: Sequence[int],
     groups: int,
+    dilation: Sequence[int] = (),
+    transposed: bool = False,
+    output_padding: Sequence[int] = (),
 ) -> str | None:
+    """The key of an ``aten.convolution`` call's arguments (None: no dtype the table keys, or
+    not a 1-, 2- or 3-d convolution)."""
     dtype = _DTYPES.get(x.dtype)
-    if dtype is None or x.dim() != weight.dim() or x.dim() not in (3, 4):
+    if dtype is None or x.dim() != weight.dim() or x.dim() not in (3, 4, 5):
         return None
-    if x.dim() == 3:
+    n = x.dim() - 2
+
+    def full(values: Sequence[int], default: int) -> list[int]:
+        # a parameter of one value stands for every dimension, as ATen expands it
+        items = [int(v) for v in values] or [default]
+        return items * n if len(items) == 1 else items
+
+    # a transposed convolution's weight is (in, out / groups, ...)
+    k = int(weight.shape[1]) * groups if transposed else int(weight.shape[0])
+    spatial, kernel = [int(s) for s in x.shape[2:]], [int(s) for s in weight.shape[2:]]
+    params = [
+        full(v, d) for v, d in ((stride, 1), (padding, 0), (dilation, 1), (output_padding, 0))
+    ]
+    if n == 1:
         # ATen's _convolution runs a 1-d convolution as a 2-d one of height 1 (``view4d`` of
         # the input made contiguous and of the weight, ``view1d_as_2d`` of the parameters):
         # cuDNN sees, and the table keys, (N, C, 1, L) by (K, C / groups, 1, kL)
-        _, c, w = (int(s) for s in x.shape)
-        k, _, kw = (int(s) for s in weight.shape)
-        fields = [c, 1, w, k, 1, kw, 1, int(stride[0]), 0, int(padding[0]), groups]
-        return ",".join(str(f) for f in fields) + f"|{dtype}"
-    _, c, h, w = (int(s) for s in x.shape)
-    k, _, kh, kw = (int(s) for s in weight.shape)
-    fields = [c, h, w, k, kh, kw, *(int(s) for s in stride), *(int(p) for p in padding), groups]
+        spatial, kernel = [1, *spatial], [1, *kernel]
+        params = [[d, *v] for v, d in zip(params, (1, 0, 1, 0), strict=True)]
+    st, pad, dil, out_pad = params
     # cuDNN runs a channels-last convolution with other engines, measured apart (|nhwc: the
     # probe runs a convolution channels-last where the model hands it a permuted tensor)
-    layout = "|nhwc" if channels_last(x) else ""
-    return ",".join(str(f) for f in fields) + f"|{dtype}{layout}"
+    nhwc = n == 2 and channels_last(x)
+    return conv_key(
+        int(x.shape[1]),
+        spatial,
+        k,
+        kernel,
+        st,
+        pad,
+        groups,
+        dtype,
+        dilation=dil,
+        transposed=transposed,
+        output_padding=out_pad,
+        nhwc=nhwc,
+    )
 
 
 def _at_batch(by_batch: dict[str, list[int]], batch: int) -> tuple[list[int], bool]:
@@ -106,41 +167,36 @@ class ConvWorkspaces:
         self.unknown: set[str] = set()
 
     def forward(self, args: tuple[Any, ...]) -> list[int]:
-        x, weight, _, stride, padding, dilation, transposed, _, groups = args[:9]
-        return self._lookup(x, weight, stride, padding, dilation, transposed, groups, ["fwd"])
+        x, weight, _, stride, padding, dilation, transposed, out_pad, groups = args[:9]
+        shape = (x, weight, stride, padding, dilation, transposed, out_pad)
+        return self._lookup(shape, int(groups), ["fwd"])
 
     def backward(self, args: tuple[Any, ...]) -> dict[int, list[int]]:
         """Workspaces by the output they follow: 0 the input gradient, 1 the weight gradient,
         2 the bias gradient (its reduction's scratch: in the tables probed from 2026-12-02 on)."""
-        _, x, weight, _, stride, padding, dilation, transposed, _, groups, mask = args[:11]
+        _, x, weight, _, stride, padding, dilation, transposed, out_pad, groups, mask = args[:11]
+        shape = (x, weight, stride, padding, dilation, transposed, out_pad)
         return {
-            i: self._lookup(x, weight, stride, padding, dilation, transposed, groups, [phase])
+            i: self._lookup(shape, int(groups), [phase])
             for i, phase in enumerate(("dgrad", "wgrad", "bias"))
             if mask[i]
         }
 
     def _lookup(
         self,
-        x: torch.Tensor,
-        weight: torch.Tensor,
-        stride: Sequence[int],
-        padding: Sequence[int],
-        dilation: Sequence[int],
-        transposed: bool,
+        shape: tuple[Any, ...],  # input, weight, stride, padding, dilation, transposed, out pad
         groups: int,
-        phases: list[str],  # of "fwd", "dgrad", "wgrad"
+        phases: list[str],  # of "fwd", "dgrad", "wgrad", "bias"
     ) -> list[int]:
-        shape = (x, weight, stride, padding, dilation, transposed)
-        if transposed or any(int(d) != 1 for d in dilation):
-            return self._bounded(
-                shape, int(groups), phases, "transposed" if transposed else "dilated"
-            )
-        key = _key(x, weight, stride, padding, int(groups))
+        x, weight, stride, padding, dilation, transposed, out_pad = shape
+        key = _key(x, weight, stride, padding, groups, dilation, bool(transposed), out_pad)
         if key is None:
-            return self._bounded(shape, int(groups), phases, f"{x.dim() - 2}-d")
+            return self._bounded(shape[:6], groups, phases, f"{x.dim() - 2}-d")
         entry = _table(self.table).get(key)
         if entry is None:
-            return self._bounded(shape, int(groups), phases, key.split("|")[0])
+            fields, _, tags = key.partition("|")
+            what = "|".join([fields, *(t for t in tags.split("|")[1:] if t != "nhwc")])
+            return self._bounded(shape[:6], groups, phases, what)
         out: list[int] = []
         for phase in phases:
             if not entry.get(phase):  # a phase the table's probes did not split out
@@ -264,7 +320,9 @@ def _bound_ratios(table: str) -> dict[tuple[str, str], float]:
     takes none in the table."""
     samples: dict[tuple[str, str], list[float]] = {}
     for key, phases in _table(table).items():
-        fields, dtype = key.split("|")[0], key.split("|")[1]
+        fields, dtype, *tags = key.split("|")
+        if len(fields.split(",")) != 11 or set(tags) - {"nhwc"}:
+            continue  # 3-d, dilated, transposed: too few of each, and the bound keys none
         c, h, w, k, kh, kw, sh, sw, ph, pw, g = (int(f) for f in fields.split(","))
         size = _ITEM_SIZES[dtype]
         ho, wo = _out_size(h, kh, sh, ph), _out_size(w, kw, sw, pw)
