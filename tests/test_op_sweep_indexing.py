@@ -117,9 +117,15 @@ def test_accumulating_index_put_sorts_its_linear_index():
     index = torch.tensor([3, 7])
     values = torch.randn(2, 640)
     got = _toks(torch.index_put, x, "forward", (index,), values, accumulate=True)
-    # clone; [index max and min bounds: not modelled]; wrapped and linear index;
-    # sorted, positions, range; cub's single tile
-    assert got == _seq("+1638400 +16 +16 -16 +16 +16 +16 +1 -1 -16 -16 -16 -16 -1638400")
+    # clone; the index's max and min, each compared with the dim's size; wrapped and linear
+    # index; sorted, positions, range; cub's single tile (H100, torch 2.11)
+    bounds = "+8 +1 -1 -8 +8 +1 -1 -8"
+    sort = "+16 +16 -16 +16 +16 +16 +1 -1 -16 -16 -16 -16"
+    assert got == _seq(f"+1638400 {bounds} {sort} -1638400")
+    # autograd's put into the zero gradient is unchecked: no bounds
+    unchecked = torch.ops.aten._index_put_impl_
+    got = _toks(unchecked, x, "forward", (index,), values, True, True)
+    assert got == _seq(sort)  # in place: no clone
 
 
 def test_index_backward_copies_an_input_indexed_off_its_front():
@@ -156,8 +162,8 @@ def test_embedding_bag_backward_sorts_and_sums_partial_segments():
 
 
 def test_masked_index_put_accumulate_peaks_as_on_the_gpu():
-    """Clamped indices, masked values, a clone, then the sort-based put (H100: a peak of
-    26,999,296 bytes, the index bounds checks aside)."""
+    """Clamped indices, masked values, a clone, then the sort-based put, each broadcast
+    index bounded over a contiguous copy of it (H100: a peak of 26,999,296 bytes)."""
     x = torch.randn(40, 40, 40)
     mask = torch.rand(80, 79, 81) < 0.5
     idx = [torch.randint(0, 40, s) for s in ((80, 1, 1), (1, 79, 1), (1, 1, 81))]
@@ -168,6 +174,8 @@ def test_masked_index_put_accumulate_peaks_as_on_the_gpu():
         "forward",
     )
     assert got["peak_allocated"] == 26_999_296
+    bound = _seq("+8 +4095360 +504 +4 -4 -504 -4095360 +1 -1 -8")
+    assert [f"{s}{n}" for s, n in tokens(got["events"])][7:17] == bound
 
 
 def test_unique_values_keep_the_input_sized_storage():

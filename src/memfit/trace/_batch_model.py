@@ -43,7 +43,7 @@ from typing import Any
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._costs import PhaseCost, StepCosts
 from memfit.trace._kernel_calls import CallSite, KernelCalls, RuleMemory
-from memfit.trace._scratch import end_frees, group_frees
+from memfit.trace._scratch import Scratch, run_groups
 from memfit.trace._trace_notes import held_batch_note
 from memfit.trace._tracer import Trace
 
@@ -351,15 +351,11 @@ class _Emitter:
             if mem.early is not None and i == min(mem.early, len(marks) - 1):
                 self._free(self.copies.pop(n, []))
         else:
-            kept: list[int] = []
-            for group in mem.groups:
-                blocks = [
-                    (self._alloc(site, item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
-                    for item in group
-                ]
-                frees, kept = group_frees(blocks, kept, mem.order)
-                self._free(frees)
-            self._free(end_frees(kept, mem.order))
+
+            def alloc(item: Scratch) -> int:
+                return self._alloc(site, item[0], Category.WORKSPACE, item[1])
+
+            run_groups(mem.groups, mem.order, alloc, self._free)
             self._free(self.copies.pop(n, []))
 
 

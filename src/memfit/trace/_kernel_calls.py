@@ -17,14 +17,14 @@ them, which gives what the kernel allocates at any batch, and puts it back at th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from memfit.trace._kernels import KernelModel, Scratch
-from memfit.trace._scratch import Order
+from memfit.trace._scratch import Nested, Order
 
 __all__ = ["CallSite", "KernelCall", "KernelCalls", "RuleMemory", "describe", "rebuild"]
 
@@ -80,7 +80,7 @@ class RuleMemory:
     copies: list[tuple[int, str]]
     between: dict[int, list[tuple[int, str]]] | None
     early: int | None
-    groups: list[list[Scratch]]
+    groups: Sequence[list[Scratch] | Nested]
     interpolated: int
     order: Order = (False, "before")  # how the groups are freed (KernelModel.scratch_order)
 

@@ -16,7 +16,7 @@ Sizes were read from real traces on an H200 with torch 2.11 (benchmarks/results/
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -47,7 +47,7 @@ from memfit.trace._reduce import (
     reduction_scratch,
     renorm_scratch,
 )
-from memfit.trace._scratch import SORTS, Order, Scratch, scan_storage, sort_scratch
+from memfit.trace._scratch import SORTS, Nested, Order, Scratch, scan_storage, sort_scratch
 from memfit.trace._spectral import FFT_OPS, fft_scratch, roll_temporaries
 
 __all__ = ["RULE_OPS", "KernelModel", "Scratch"]
@@ -377,7 +377,7 @@ class KernelModel:
 
     def scratch(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> list[list[Scratch]]:
+    ) -> Sequence[list[Scratch] | Nested]:
         """Allocations a kernel makes and frees within itself, as groups that live one after
         another (a convolution's backward frees the input gradient's workspace before it takes
         the weight gradient's); a ``held`` one lives on into the next group."""
@@ -397,7 +397,7 @@ class KernelModel:
         if func is aten.masked_scatter_.default:
             return _masked_scatter_scratch(args)
         if func in ACCUMULATING_PUTS:
-            return index_put_scratch(args, kwargs)
+            return index_put_scratch(func, args, kwargs, self._int64_reduction)
         if func in EMBEDDING_BACKWARDS:
             return embedding_backward_scratch(func, args)
         if func in FFT_OPS:
@@ -503,6 +503,13 @@ class KernelModel:
         if func in BMMS:
             return bmm_operand_copies(func, args)
         return ()
+
+    def _int64_reduction(self, x: torch.Tensor) -> list[Scratch]:
+        """An int64 ``max`` or ``min`` of all of ``x``: its partial results and semaphores."""
+        scratch = reduction_scratch(x, None, self.sm_count, self.threads_per_sm, 8)
+        if scratch is None:
+            return []
+        return [(scratch[0], "reduction partial results"), (scratch[1], "reduction semaphores")]
 
     def _reduction(self, x: torch.Tensor, dims: Any) -> list[tuple[int, str]]:
         """A CUDA reduction's partial results and semaphores (none for one within blocks)."""

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -41,7 +41,7 @@ from memfit.trace._layouts import cuda_layout, cuda_order
 from memfit.trace._leaves import tensors_in
 from memfit.trace._meta_cache import META_CACHE
 from memfit.trace._nonzero import NONZERO, around_nonzero
-from memfit.trace._scratch import Order, end_frees, group_frees
+from memfit.trace._scratch import Nested, Order, group_frees, run_groups
 from memfit.trace._shadow import ShadowValues
 
 __all__ = ["Recorder"]
@@ -449,12 +449,9 @@ class Recorder(TorchDispatchMode):
                 self.persistent.add(self.alloc(nbytes, Category.WORKSPACE, label))
             scratch_at = len(self.events)
             # kernel-internal scratch: allocated after the outputs, freed when the kernel ends
-            held: list[int] = []
-            order = self.kernels.scratch_order(func)
-            for group in self.kernels.scratch(func, args, kwargs):
-                held = self._scratch(group, held, order)
-            for block in end_frees(held, order):
-                self.free(block)
+            self._scratch_groups(
+                self.kernels.scratch(func, args, kwargs), self.kernels.scratch_order(func)
+            )
         for block in copies:
             self.free(block)
         if logged and (self._made or func in RULE_OPS):
@@ -510,6 +507,18 @@ class Recorder(TorchDispatchMode):
         self.failure = (str(func.name()) if hasattr(func, "name") else name, self.module_of())
         with contextlib.suppress(AttributeError):  # a type without a __dict__: not marked
             exc.memfit_failed_op = self.failure  # type: ignore[attr-defined]
+
+    def _scratch_groups(self, groups: Sequence[list[Scratch] | Nested], order: Order) -> None:
+        """A kernel's scratch groups, allocated and freed as :func:`run_groups` says."""
+
+        def alloc(item: Scratch) -> int:
+            return self._rule_alloc(item[0], Category.WORKSPACE, item[1])
+
+        def free(blocks: list[int]) -> None:
+            for block in blocks:
+                self.free(block)
+
+        run_groups(groups, order, alloc, free)
 
     def _scratch(
         self,

@@ -7,18 +7,22 @@ rules count it the same way.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 __all__ = [
     "SORTS",
+    "Nested",
     "Order",
     "Scratch",
     "cub_storage",
     "end_frees",
     "group_frees",
     "radix_sort_storage",
+    "run_groups",
     "scan_storage",
     "select_storage",
     "sort_scratch",
@@ -33,6 +37,16 @@ SORTS = frozenset({aten.sort.default, aten.sort.stable})
 
 
 Order = tuple[bool, str]  # (last first, when held blocks go: "before", "after" or "end")
+
+
+@dataclass(frozen=True)
+class Nested:
+    """Scratch groups among a kernel's own that free in an order of their own, holding blocks
+    among themselves only (a checked ``index_put_``'s bounds on each index, between the
+    index computations whose blocks the kernel holds to its end)."""
+
+    groups: list[list[Scratch]]
+    order: Order
 
 
 def group_frees(
@@ -56,6 +70,26 @@ def group_frees(
     if when == "end":
         return own, [*held, *kept]
     return ([*earlier, *own] if when == "before" else [*own, *earlier]), kept
+
+
+def run_groups(
+    groups: Sequence[list[Scratch] | Nested],
+    order: Order,
+    alloc: Callable[[Scratch], int],
+    free: Callable[[list[int]], None],
+) -> None:
+    """Allocate a kernel's scratch groups one after another through ``alloc`` and free them
+    through ``free`` as :func:`group_frees` says, a nested run in its own order; what they
+    hold goes when the kernel ends (:func:`end_frees`)."""
+    held: list[int] = []
+    for group in groups:
+        if isinstance(group, Nested):
+            run_groups(group.groups, group.order, alloc, free)
+            continue
+        blocks = [(alloc(item), item[2:] == (True,)) for item in group]
+        frees, held = group_frees(blocks, held, order)
+        free(frees)
+    free(end_frees(held, order))
 
 
 def end_frees(held: list[int], order: Order) -> list[int]:
