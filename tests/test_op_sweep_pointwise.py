@@ -82,3 +82,19 @@ def test_bilinear_runs_a_bmm_pair_per_output_feature():
     pair = got[1:5]
     assert got == [96, *pair * 3, -96]
     assert pair[0] > 0 and pair[1] > 0 and pair[2:] == [-pair[0], -pair[1]]
+
+
+def test_two_gradients_of_one_input_from_one_node_are_summed_in_place():
+    # d * d returns both gradients to d's node: the engine adds the second into the first in
+    # place (H100 op sweep: masked.var's squared difference); x.sin() * x.cos() sends its two
+    # to x's accumulator from one node too, while sin + cos's two come from two nodes
+    def square(t):
+        d = t * 2
+        return d * d
+
+    sin_cos = (lambda t: t.sin() * t.cos(), lambda t: t.sin() + t.cos())
+    for fn, forward_adds in ((square, 0), (sin_cos[0], 0), (sin_cos[1], 1)):
+        x = torch.randn(64_000, requires_grad=True)
+        got = trace_case(_Op(fn), SampleInput(x), "backward")
+        adds = [e for e in got["events"] if e[0] == "a" and e[3].startswith("add:")]
+        assert len(adds) == forward_adds

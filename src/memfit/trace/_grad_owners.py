@@ -95,7 +95,8 @@ class GradOwners:
         """Whether this ``add`` is the autograd engine summing two gradients of one input into
         the one it buffered first, which a real run does in place.
 
-        The engine adds in place only into the buffered gradient, and only when it holds the
+        The engine adds in place only into the buffered gradient (made by an earlier node, or
+        by this one where it returns two gradients of one input), and only when it holds the
         only reference to it, storage and all (input_buffer.cpp); else the sum is a new tensor,
         even where the arriving gradient is one it could have reused. A view (which shares its
         base's storage) is never added into: the input gradient of a linear layer without a
@@ -117,6 +118,17 @@ class GradOwners:
         if node is None:
             return False
         made_by = self._nodes.get(_key(old))
-        if made_by is None or made_by == node._sequence_nr():
+        if made_by is None:
             return False  # not the engine's buffer
+        if made_by == node._sequence_nr() and not _feeds_one_input_twice(node):
+            return False  # the node's own formula adding two of its results
         return _sole_owner(old)
+
+
+def _feeds_one_input_twice(node: Any) -> bool:
+    """Whether two of ``node``'s gradients go to the same input of the same next node (``d *
+    d``): the engine sums them into its buffer, in place, as the node returns them, so an add
+    of two of its own results may be the engine's. H100 op sweep, torch 2.11: ``masked.var``'s
+    backward adds its squared difference's two gradients in place."""
+    edges = [(id(fn), nr) for fn, nr in node.next_functions if fn is not None]
+    return len(edges) != len(set(edges))
