@@ -255,3 +255,14 @@ def test_indexing_with_python_lists_makes_its_index_tensors_on_the_gpu():
     # the output; kept for the backward (H100: +16 +16 before the output)
     x = torch.randn(640, 640)
     assert _toks(lambda t: t[[0, 2], [1, 3]], x, "forward") == _seq("+16 +16 +8 -16 -16 -8")
+
+
+def test_searchsorted_with_a_sorter_bounds_it_before_its_output():
+    # H100, torch 2.11: sorter.aminmax() (two int64 scalars, the reduction's scratch), freed
+    # before the int64 output; without a sorter, the output alone
+    seq = torch.randn(512_000).sort().values
+    values = torch.randn(512_000)
+    sorter = torch.arange(512_000)
+    got = _toks(torch.searchsorted, seq, "forward", values, sorter=sorter)
+    assert got == _seq("+8 +8 +1008 +4 -4 -1008 -8 -8 +4096000 -4096000")
+    assert _toks(torch.searchsorted, seq, "forward", values) == _seq("+4096000 -4096000")

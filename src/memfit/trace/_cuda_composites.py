@@ -33,6 +33,8 @@ tensor it never uses; a float ``mean`` becomes a scalar tensor.
 
 ``cholesky`` (deprecated) is ``linalg_cholesky_ex`` and its error check.
 
+``searchsorted`` with a ``sorter`` bounds it first (``aminmax``), then searches as without.
+
 ``_unsafe_masked_index`` (which compiled code calls) clamps its indices, indexes, and fills
 where the mask is false (``logical_not``, ``masked_fill``); its backward
 ``_unsafe_masked_index_put_accumulate`` clamps the indices again, zeroes the values where the
@@ -195,6 +197,18 @@ def _equal(x: torch.Tensor, other: torch.Tensor) -> Any:
     return answer
 
 
+def _searchsorted(sorted_sequence: torch.Tensor, values: Any, **kwargs: Any) -> Any:
+    """``searchsorted`` with a ``sorter`` first checks it lies within the sequence
+    (``searchsorted_pre_check``: ``sorter.aminmax()``, two int64 scalars and the reduction's
+    scratch, all freed before the output is made; H100 op sweep, torch 2.11: 8, 8, 1,008 and 4
+    bytes for 512,000 indices); then the kernel itself, as without one (NotImplemented)."""
+    sorter = kwargs.get("sorter")
+    if isinstance(sorter, torch.Tensor) and sorter.numel() > 0:
+        bounds = aten.aminmax.default(sorter)
+        del bounds
+    return NotImplemented
+
+
 def _cholesky(x: torch.Tensor, upper: bool = False) -> Any:
     """The deprecated ``cholesky``: ``linalg_cholesky_ex`` and its error check."""
     factor, info = aten.linalg_cholesky_ex.default(x, upper=upper, check_errors=False)
@@ -215,6 +229,8 @@ _COMPOSITES: dict[Any, Callable[..., Any]] = {
     aten.nanmedian.default: _nanmedian_all,
     aten.masked_scatter.default: _masked_scatter,
     aten.masked_scatter_backward.default: _masked_scatter_backward,
+    aten.searchsorted.Tensor: _searchsorted,
+    aten.searchsorted.Scalar: _searchsorted,
 }
 
 
