@@ -107,14 +107,16 @@ def workspaces(p: dict[str, Any]) -> dict[str, list[int]]:
 
 
 def key(p: dict[str, Any]) -> str:
-    """The table's key of a probe's configuration (``memfit.trace._cudnn.conv_key``)."""
-    from memfit.trace._cudnn import conv_key
+    """The table's key of a probe's configuration (``memfit.trace._cudnn.ConvShape``)."""
+    from memfit.trace._cudnn import ConvShape
 
-    return conv_key(
-        p["c"], spatial(p), p["k"], p["kernel"], p["stride"], p["padding"], p["groups"],
-        p["dtype"], dilation=p.get("dilation", ()), transposed=bool(p.get("transposed")),
-        output_padding=p.get("output_padding", ()), nhwc=bool(p.get("nhwc")),
-    )  # fmt: skip
+    lists = (spatial(p), p["kernel"], p["stride"], p["padding"])
+    extra = (p.get("dilation", ()), p.get("output_padding", ()))
+    return ConvShape(
+        p["c"], tuple(lists[0]), p["k"], *(tuple(v) for v in lists[1:]), p["groups"],
+        p["dtype"], dilation=tuple(extra[0]), transposed=bool(p.get("transposed")),
+        output_padding=tuple(extra[1]), nhwc=bool(p.get("nhwc")),
+    ).key()  # fmt: skip
 
 
 def config_of(table_key: str, batch: int, bias: bool) -> dict[str, Any]:

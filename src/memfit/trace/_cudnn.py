@@ -10,7 +10,7 @@ hands cuDNN a permuted tensor), at batch 32 and 128 and others; and after a bias
 scratch its reduction takes (a channels-last one: 4x the output's bf16 bytes). Other batch sizes are
 interpolated (most workspaces grow linearly with the batch). A 1-D convolution is looked up as
 the 2-D one of height 1 that PyTorch hands cuDNN; 3-D, dilated and transposed convolutions
-key apart (``conv_key``). A convolution not in the table (a shape no probe ran) is given a
+key apart (:class:`ConvShape`). A convolution not in the table (a shape no probe ran) is given a
 workspace bounded from above: the larger of its input and output bytes times a ratio read
 off the same table, the one 95% of its large convolutions' workspaces stay under, phase by
 phase. Counting none would be
@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -53,37 +54,40 @@ def _table(
     return conv
 
 
-def conv_key(
-    c: int,
-    spatial: Sequence[int],
-    k: int,
-    kernel: Sequence[int],
-    stride: Sequence[int],
-    padding: Sequence[int],
-    groups: int,
-    dtype: str,
-    *,
-    dilation: Sequence[int] = (),
-    transposed: bool = False,
-    output_padding: Sequence[int] = (),
-    nhwc: bool = False,
-) -> str:
-    """The table's key of a convolution as cuDNN runs it (a 1-d one already made the 2-d one
-    of height 1): channels, spatial sizes, output channels, kernel, stride, padding, groups,
-    then ``|dtype``, ``|nhwc`` for a channels-last input (other engines, probed apart),
-    ``|dil=...`` where a dilation is not 1 and ``|tr`` (``|tr=...`` with an output padding)
-    for a transposed one. The probe's configurations key the same way
-    (``benchmarks/build_cudnn_table.py``)."""
-    fields = [c, *spatial, k, *kernel, *stride, *padding, groups]
-    tags = [dtype]
-    if nhwc:
-        tags.append("nhwc")
-    if any(int(d) != 1 for d in dilation):
-        tags.append("dil=" + ",".join(str(int(d)) for d in dilation))
-    if transposed:
-        pads = [int(p) for p in output_padding]
-        tags.append("tr=" + ",".join(map(str, pads)) if any(pads) else "tr")
-    return ",".join(str(int(f)) for f in fields) + "|" + "|".join(tags)
+@dataclass(frozen=True)
+class ConvShape:
+    """A convolution as cuDNN runs it (a 1-d one already made the 2-d one of height 1):
+    channels, spatial sizes, output channels, kernel, stride, padding, groups, the table's
+    dtype name, and where they differ from a plain one, dilation, transposition (and its
+    output padding) and a channels-last input (other engines, probed apart)."""
+
+    c: int
+    spatial: tuple[int, ...]
+    k: int
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    groups: int
+    dtype: str
+    dilation: tuple[int, ...] = ()
+    transposed: bool = False
+    output_padding: tuple[int, ...] = ()
+    nhwc: bool = False
+
+    def key(self) -> str:
+        """The table's key: the fields, then ``|dtype``, ``|nhwc``, ``|dil=...`` where a
+        dilation is not 1 and ``|tr`` (``|tr=...`` with an output padding) for a transposed
+        one. The probe's configurations key the same way (``benchmarks/build_cudnn_table.py``)."""
+        fields = [self.c, *self.spatial, self.k, *self.kernel, *self.stride, *self.padding]
+        tags = [self.dtype]
+        if self.nhwc:
+            tags.append("nhwc")
+        if any(d != 1 for d in self.dilation):
+            tags.append("dil=" + ",".join(map(str, self.dilation)))
+        if self.transposed:
+            pads = ",".join(map(str, self.output_padding))
+            tags.append(f"tr={pads}" if any(self.output_padding) else "tr")
+        return ",".join(map(str, [*fields, self.groups])) + "|" + "|".join(tags)
 
 
 def _key(
@@ -120,24 +124,15 @@ def _key(
         # cuDNN sees, and the table keys, (N, C, 1, L) by (K, C / groups, 1, kL)
         spatial, kernel = [1, *spatial], [1, *kernel]
         params = [[d, *v] for v, d in zip(params, (1, 0, 1, 0), strict=True)]
-    st, pad, dil, out_pad = params
+    st, pad, dil, out_pad = (tuple(v) for v in params)
     # cuDNN runs a channels-last convolution with other engines, measured apart (|nhwc: the
     # probe runs a convolution channels-last where the model hands it a permuted tensor)
-    nhwc = n == 2 and channels_last(x)
-    return conv_key(
-        int(x.shape[1]),
-        spatial,
-        k,
-        kernel,
-        st,
-        pad,
-        groups,
-        dtype,
-        dilation=dil,
-        transposed=transposed,
-        output_padding=out_pad,
-        nhwc=nhwc,
-    )
+    shape = ConvShape(
+        int(x.shape[1]), tuple(spatial), k, tuple(kernel), st, pad, groups, dtype,
+        dilation=dil, transposed=transposed, output_padding=out_pad,
+        nhwc=n == 2 and channels_last(x),
+    )  # fmt: skip
+    return shape.key()
 
 
 def _at_batch(by_batch: dict[str, list[int]], batch: int) -> tuple[list[int], bool]:
