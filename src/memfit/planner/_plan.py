@@ -127,25 +127,22 @@ def plan(
             "configurations that fit with the allocator's cache kept, or leave it out."
         )
     with quiet_libraries(), gc_paused():  # model libraries' chatter; no GC over the traces
-        result, ev, note, source = _search(
-            model,
-            batch,
-            target,
-            usable,
-            margin,
-            global_batch,
-            precisions,
-            checkpointing,
-            optimizers,
-            memory_budgets,
-            offloads,
-            progress,
-            workers,
-            batch_of,
-            cache_freeing,
-            None if calibration is None else os.fspath(calibration),
-            options,
+        request = SearchRequest(
+            model=model,
+            batch=batch,
+            gpu=target,
+            usable=usable,
+            margin=margin,
+            global_batch=global_batch,
+            axes=SearchAxes(precisions, checkpointing, optimizers, memory_budgets, offloads),
+            progress=progress,
+            workers=workers,
+            batch_of=batch_of,
+            cache_freeing=cache_freeing,
+            calibration_file=None if calibration is None else os.fspath(calibration),
+            options=options,
         )
+        result, ev, note, source = _search(request)
     return dataclasses.replace(
         result,
         notes=[n for n in [note] if n] + result.notes,
@@ -156,27 +153,47 @@ def plan(
     )
 
 
-def _search(
-    model: Any,
-    batch: Any,
-    gpu: GPU,
-    usable: int,
-    margin: float,
-    global_batch: int | None,
-    precisions: Any,
-    checkpointing: Any,
-    optimizers: Any,
-    memory_budgets: Any,
-    offloads: Any,
-    progress: Progress | None,
-    workers: int | None,
-    batch_of: Callable[[int], Any] | None,
-    cache_freeing: bool,
-    calibration_file: str | None,
-    options: WorkloadOptions,
-) -> tuple[Plan, Evaluator, str | None, str]:
+@dataclasses.dataclass(frozen=True)
+class SearchAxes:
+    """What the user narrowed the search to (None: the defaults, :func:`search_space`)."""
+
+    precisions: Any = None
+    checkpointing: Any = None
+    optimizers: Any = None
+    memory_budgets: Any = None
+    offloads: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchRequest:
+    """One search of :func:`plan`'s, its arguments checked: the model and batch with the
+    user's options, the GPU and the bytes usable on it, the axes, how it runs."""
+
+    model: Any
+    batch: Any
+    gpu: GPU
+    usable: int
+    margin: float
+    global_batch: int | None
+    axes: SearchAxes
+    progress: Progress | None
+    workers: int | None
+    batch_of: Callable[[int], Any] | None
+    cache_freeing: bool
+    calibration_file: str | None
+    options: WorkloadOptions
+
+
+def _search(request: SearchRequest) -> tuple[Plan, Evaluator, str | None, str]:
     """The search behind :func:`plan`: the plan, the evaluator (its traces) and the
     calibration's note and source."""
+    model, batch, gpu, global_batch = (
+        request.model,
+        request.batch,
+        request.gpu,
+        request.global_batch,
+    )
+    progress, batch_of, options = request.progress, request.batch_of, request.options
     # the step memfit.apply returns is given the whole batch, which the caller holds meanwhile
     given: WorkloadOptions = {"batch_held": True, **given_options(options), "gpu": gpu}
     if global_batch is not None and batch is None and given.get("batch_size") is None:
@@ -190,13 +207,17 @@ def _search(
             "plan needs the global batch: give global_batch=N (samples per optimizer step) or "
             "batch_size=N."
         )
-    calibration, calibration_note = calibration_for(gpu, calibration_file)
+    calibration, calibration_note = calibration_for(gpu, request.calibration_file)
     user = _baseline(base, total)
-    space = search_space(base, gpu, precisions, checkpointing, optimizers, memory_budgets)
-    space["offload"] = offload_space(offloads, space, base)
+    axes = request.axes
+    space = search_space(
+        base, gpu, axes.precisions, axes.checkpointing, axes.optimizers, axes.memory_budgets
+    )
+    space["offload"] = offload_space(axes.offloads, space, base)
     if space["compiled"][0] and user.memory_budget is None:  # the budget its compile would use
         user = dataclasses.replace(user, memory_budget=budget_in_effect())
-    workers = default_workers() if workers is None else workers
+    workers = default_workers() if request.workers is None else request.workers
+    usable = request.usable
     ev = Evaluator(base, gpu, usable, calibration, user, base.seq_len, workers=workers)
     ev.parameters = (space["trained"][0], space["trainable"][0])
     levels = [n for n in range(total, 0, -1) if total % n == 0]
@@ -221,7 +242,7 @@ def _search(
             shorter: WorkloadOptions = {**given, "seq_len": seq_len}
             return make_workload(model, None, **shorter)
 
-    result = _assemble(ev, base, gpu, usable, margin, total, baseline, remake, cache_freeing)
+    result = _assemble(ev, base, request, total, baseline, remake)
     if space["compiled"][0]:
         result.notes.append(compiled_plan_note(space))
     if base.batch_held:
@@ -448,14 +469,13 @@ def _refinements(
 def _assemble(
     ev: Evaluator,
     base: Workload,
-    gpu: GPU,
-    usable: int,
-    margin: float,
+    request: SearchRequest,
     total: int,
     baseline: Evaluated,
     remake: Callable[[int], Workload] | None,
-    cache_freeing: bool,
 ) -> Plan:
+    """The plan from the evaluated candidates: the fastest that fits (checked, settled where
+    the allocator frees its cache), or the smallest and what would make it fit."""
     from memfit.planner._full import check_chosen, margin_note, model_key_of
     from memfit.planner._settle import settled_choice
     from memfit.planner._would_fit import would_fit
@@ -468,7 +488,9 @@ def _assemble(
         if not checked.fits:  # its full accumulation took more: the next one that fits
             ranked = _ranked(ev)
     chosen = ranked[0] if ranked and ranked[0].fits else None
-    settled, note = settled_choice(ev, chosen, SPEED_TIE) if cache_freeing else (None, None)
+    usable = request.usable
+    freeing = request.cache_freeing
+    settled, note = settled_choice(ev, chosen, SPEED_TIE) if freeing else (None, None)
     while settled is not None and settled.replayed_from:  # what it settled on is traced first
         traced(ev, settled.candidate)
         settled, note = settled_choice(ev, chosen, SPEED_TIE)
@@ -492,9 +514,9 @@ def _assemble(
     return Plan(
         model=base.name,
         model_key=model_key_of(base),
-        budget=gpu.total,
+        budget=request.gpu.total,
         usable=usable,
-        margin=margin,
+        margin=request.margin,
         global_batch=total,
         seq_len=base.seq_len,
         chosen=chosen,
