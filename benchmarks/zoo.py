@@ -90,6 +90,14 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument("--estimates", type=Path, default=RESULTS / "estimates.jsonl")
     compare.add_argument("--measured", type=Path, nargs="*", default=[])
     compare.add_argument(
+        "--fresh",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="zoo_history.py peaks: workloads measured again, each in a process of its own, "
+        "which stand in for the sweep's measurement of them",
+    )
+    compare.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -108,11 +116,13 @@ def _compare(args: argparse.Namespace) -> int:
 
     models = json.loads(args.models.read_text())
     measured = [row for path in args.measured for row in rows(path)]
+    measured += [{**row, "process": "fresh"} for path in args.fresh for row in rows(path)]
     result = compare(models, rows(args.estimates), measured)
     result["meta"] = {
         "models": str(args.models),
         "estimates": str(args.estimates),
         "measured": [str(p) for p in args.measured],
+        "fresh": [str(p) for p in args.fresh],
     }
     out = args.out or (args.measured[0].parent if args.measured else RESULTS) / "compare.json"
     out.write_text(json.dumps(result, indent=1) + "\n")

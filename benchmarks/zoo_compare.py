@@ -4,7 +4,8 @@ Coverage is the share of the listed workloads memfit estimated without an error;
 share of those measured whose estimate is within 1% of the measured peak allocated and within 2%
 of the measured peak reserved; "below" counts the estimates more than 1% under the measured
 peak reserved (the error that lets a job run out of memory). Each workload's latest row counts
-(a resumed run's rows follow the earlier ones).
+(a resumed run's rows follow the earlier ones; a workload measured again alone in a fresh
+process, ``zoo_history.py``, after the sweep's many to a process, counts as that).
 
     summary = compare(models, estimate_rows, measured_rows)
 """
@@ -90,6 +91,8 @@ def _row(
             "gpu": meas.get("gpu_name"),
             "reserved_before": meas.get("reserved_before", 0),
         }
+        if meas.get("process") == "fresh":  # alone in a process, as a user runs it
+            row["measured"]["process"] = "fresh"
     good_est = row["estimate"] is not None and "error" not in row["estimate"]
     good_meas = row["measured"] is not None and "error" not in row["measured"]
     if good_est and good_meas:

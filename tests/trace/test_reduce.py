@@ -121,3 +121,19 @@ def test_a_half_sum_past_32_bit_indexing_accumulates_into_a_float_buffer():
     assert got[0] == (1638400 * 4, "reduction accumulation buffer")
     float_sum = reduce_op_scratch(torch.ops.aten.sum.dim_IntList, (big.float(), [0]), {}, *H200)
     assert all(label != "reduction accumulation buffer" for _, label in float_sum)
+
+
+def test_a_max_over_a_view_spanning_2_gib_accumulates_value_index_pairs():
+    # H100 zoo (transformers' Hiera, bf16 inference at batch 1024): the query, a third of the
+    # 3.7 GB qkv output viewed as (B, heads, windows, stride, tokens, dim), reduced by
+    # max(dim=3): TensorIterator cannot index the view in 32 bits, so the pieces accumulate
+    # into a buffer of one (value, int64 index) pair per output, 16 bytes
+    b, windows, tokens, heads, dim = 1024, 49, 64, 2, 96
+    qkv = torch.empty(b * tokens * windows, 3 * heads * dim, dtype=torch.bfloat16, device="meta")
+    query = qkv.reshape(b, -1, windows, 3, heads, dim).permute(3, 0, 4, 2, 1, 5)[0]
+    strided = query.view(b, heads, windows, 4, -1, dim)
+    got = reduce_op_scratch(torch.ops.aten.max.dim, (strided, 3), {}, *H200)
+    assert got == [(2_466_250_752, "reduction accumulation buffer")]
+    # the same reduction of a dense copy (under 2 GiB) takes none
+    dense = torch.empty(strided.shape, dtype=torch.bfloat16, device="meta")
+    assert reduce_op_scratch(torch.ops.aten.max.dim, (dense, 3), {}, *H200) == []

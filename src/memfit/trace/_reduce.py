@@ -17,10 +17,11 @@ double). H100 traces, torch 2.11, full reductions of 4,096,000 bf16 elements (50
 ``prod`` 2,000 bytes, ``max`` 1,000, ``aminmax`` 2,000, ``std`` 8,000; of 512,000 float32
 elements (63 blocks): 252, 252, 504 and 1,008.
 
-An input of 2 GiB or more (past 32-bit indexing) is reduced in pieces: where the output's
-type is not the accumulator's (a half sum), they accumulate into a buffer of one accumulator
-per output first (H100, torch 2.11: 6,553,600 bytes for 1,638,400 bf16 sums of a 4,194,304,000
-byte input).
+An input that spans 2 GiB or more (past 32-bit indexing) is reduced in pieces: where the
+output's type is not the accumulator's (a half sum; a value and its index, ``max(dim)``), they
+accumulate into a buffer of one accumulator per output first (H100, torch 2.11: 6,553,600
+bytes for 1,638,400 bf16 sums of a 4,194,304,000 byte input; 2,466,250,752 for the 154,140,672
+pairs of Hiera's ``max(dim=3)`` over a bf16 view spanning its 3.7 GB ``qkv``).
 
 A ``sum``, ``mean`` or ``prod`` whose accumulating type differs from its input's (a boolean
 mask counted into int64, a ``dtype=`` argument) first copies the input into that type
@@ -179,6 +180,10 @@ _DIM_AT: dict[Any, int] = {  # the position of the ``dim`` argument; absent: a f
     aten.all.dims: 1,
     aten.any.dim: 1,
     aten.any.dims: 1,
+    aten.max.dim: 1,
+    aten.min.dim: 1,
+    aten.argmax.default: 1,
+    aten.argmin.default: 1,
 }
 _FULL = (
     aten.sum.default,
@@ -203,6 +208,9 @@ _OWN_TYPE = frozenset({aten.amax.default, aten.amin.default, aten.max.default, a
 _LOGICAL = frozenset(
     {aten.all.default, aten.all.dim, aten.all.dims, aten.any.default, aten.any.dim, aten.any.dims}
 )
+# reduce to a value and its index: a pair of the value (in float for half argmax/argmin) and an
+# int64, 16 bytes (``MaxOps``, ``ArgMaxOps``)
+_PAIRED = frozenset({aten.max.dim, aten.min.dim, aten.argmax.default, aten.argmin.default})
 _WELFORD = frozenset(
     {aten.var.correction, aten.std.correction, aten.var_mean.correction, aten.std_mean.correction}
 )
@@ -232,6 +240,14 @@ def _accumulated(func: Any, x: torch.Tensor, kwargs: dict[str, Any]) -> torch.dt
 
 
 _INT32_MAX = 2**31 - 1
+
+
+def _past_32_bit_indexing(x: torch.Tensor) -> bool:
+    """Whether TensorIterator cannot index ``x`` in 32 bits: more elements than an int32
+    holds, or a furthest element past 2 GiB from its start (a strided view into a larger
+    tensor: Hiera's query, a third of its ``qkv`` output, reduced by ``max(dim)``)."""
+    furthest = sum((int(n) - 1) * int(st) for n, st in zip(x.shape, x.stride(), strict=True))
+    return x.numel() > _INT32_MAX or (furthest + 1) * x.element_size() > _INT32_MAX
 
 
 def _outputs(x: torch.Tensor, dims: list[int] | None) -> int:
@@ -270,8 +286,10 @@ def reduce_op_scratch(
         arg_size = 1  # a bool
     elif func in _WELFORD:
         arg_size = 4 * arg_size
+    elif func in _PAIRED:
+        arg_size = 16
     dims = _dims(func, args, kwargs)
-    if x.numel() * size > _INT32_MAX and arg_size != size and func not in _LOGICAL:
+    if _past_32_bit_indexing(x) and arg_size != size and func not in _LOGICAL:
         # too large for 32-bit indexing: run as sub-iterators that accumulate into a buffer
         # of arg_t per output, when the output's type cannot hold the running sums
         out.append((_outputs(x, dims) * arg_size, "reduction accumulation buffer"))
