@@ -19,7 +19,10 @@ The table in the package is built from every probe so far, in this order (the me
 ``results/2026-12-02-h200-activation-offload/cudnn_probe_convnext_nhwc.json.gz`` (ConvNeXt-T's
 channels-last convolutions), and the H100's
 ``results/2026-12-06-h100-zoo-convolutions/zoo-convs-probe.json.gz`` (the zoo sweep's 10,191
-convolutions at its batches, ``zoo_convs.py``). Per configuration and phase: the forward's
+convolutions at its batches, ``zoo_convs.py``), then
+``results/2026-12-06-h100-conv-probes/zoo-convs-probe.json.gz`` and ``op-convs-probe.json.gz``
+(the zoo's 1-d, 3-d, dilated and transposed convolutions and transformers' 2-d ones; the op
+sweep's). Per configuration and phase: the forward's
 workspaces, the input gradient's, the weight gradient's, and the bias gradient's reduction's.
 """
 

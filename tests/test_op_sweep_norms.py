@@ -82,3 +82,15 @@ def test_rms_norm_with_a_weight_of_another_dtype_runs_the_composite():
     w = torch.randn(6, requires_grad=True)
     got = trace_case(_Op(F.rms_norm), SampleInput(x, args=((6,), w, 1e-5)), "forward")
     assert len(tokens(got["events"])) > 4
+
+
+def test_rms_norm_of_a_transposed_input_copies_it_contiguous_first():
+    # H100 zoo (timm's AIMv2-L inference, bf16, batch 1024): the patch embedding, transposed
+    # to (B, N, C), is copied contiguous before the output and rstd, and freed after them
+    x = torch.randn(4, 64, 32).transpose(1, 2)  # (4, 32, 64), not contiguous
+    w = torch.randn(64)
+    with torch.no_grad():
+        got = trace_case(_Op(F.rms_norm), SampleInput(x, args=((64,), w, 1e-6)), "forward")
+    events = got["events"]
+    assert [(e[0], e[2]) for e in events[:3]] == [("a", 32768), ("a", 32768), ("a", 512)]
+    assert events[3][:2] == ["f", events[0][1]]  # the copy, freed once the kernel ends

@@ -285,6 +285,16 @@ _LAST_FIRST = frozenset(
 )
 
 
+# norm kernels that copy a non-contiguous input first, by the input's argument position
+_NORMS_OF_CONTIGUOUS: dict[Any, int] = {
+    aten.native_layer_norm.default: 0,
+    aten.native_layer_norm_backward.default: 1,
+}
+if hasattr(aten, "_fused_rms_norm"):
+    _NORMS_OF_CONTIGUOUS[aten._fused_rms_norm.default] = 0
+    _NORMS_OF_CONTIGUOUS[aten._fused_rms_norm_backward.default] = 1
+
+
 class KernelModel:
     """Workspaces of the kernels a real GPU of compute capability ``sm`` would run."""
 
@@ -326,13 +336,14 @@ class KernelModel:
 
     def copies_first(self, func: Any, args: tuple[Any, ...]) -> list[tuple[int, str]]:
         """Copies a kernel makes of its inputs before it allocates its outputs, freed when it
-        ends: layer norm runs on a contiguous input (``expect_contiguous``), so a permuted
-        one (torchvision's ViT adds attention output in (L, N, E) order) is copied first; so
+        ends: layer norm and the fused RMS norm run on a contiguous input
+        (``expect_contiguous``), so a permuted one (torchvision's ViT adds attention output in
+        (L, N, E) order; AIMv2 normalizes its patch embedding transposed) is copied first; so
         does CUDA's embedding backward with its gradient. Ops memfit runs through kernels of
         its own (``_fake_kernels``) allocate their temporaries here too (CTC loss's lengths
         and log_beta, nms's sort and IoU mask)."""
-        if func in (aten.native_layer_norm.default, aten.native_layer_norm_backward.default):
-            x = args[0] if func is aten.native_layer_norm.default else args[1]
+        if func in _NORMS_OF_CONTIGUOUS:
+            x = args[_NORMS_OF_CONTIGUOUS[func]]
             if isinstance(x, torch.Tensor) and not x.is_contiguous():
                 return [(x.numel() * x.element_size(), "layer norm contiguous input copy")]
         if func is aten.convolution.default:
