@@ -27,6 +27,18 @@ def test_fp32_runs_memory_efficient():
     assert choose_backend(*qkv(torch.float32), None, sm=90) == "efficient"
 
 
+def test_a_head_dim_with_a_stride_runs_math():
+    # H100, torch 2.11: timm's LowFormer chunks q, k and v off a permuted tensor, its head dim
+    # last but of stride 49: no fused kernel takes it, on any GPU
+    packed = torch.empty(2, 2, 96, 49, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    q, k, v = packed.permute(0, 1, 3, 2).chunk(3, dim=3)
+    assert q.stride(-1) == 49
+    assert choose_backend(q, k, v, None, sm=90) == "math"
+    assert choose_backend(q, k, v, None, sm=80) == "math"
+    contiguous = [t.contiguous() for t in (q, k, v)]
+    assert choose_backend(*contiguous, None, sm=90) == "cudnn"
+
+
 def test_a_mask_rules_out_flash_not_cudnn():
     mask = torch.empty(2, 1, 256, 256, dtype=torch.bool, device="meta")
     assert choose_backend(*qkv(torch.bfloat16), mask, sm=90) == "cudnn"

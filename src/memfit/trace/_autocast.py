@@ -29,7 +29,7 @@ __all__ = [
     "suspended",
 ]
 
-_Policy = str  # "lowp" | "fp32" | "fp32_opt_dtype" | "promote"
+_Policy = str  # "lowp" | "fp32" | "fp32_opt_dtype" | "fp32_set_dtype" | "promote"
 
 
 # CUDA autocast's op lists (aten/src/ATen/autocast_mode.cpp, torch 2.11), by where the Python
@@ -49,11 +49,18 @@ _LISTS: dict[_Policy, dict[str, str]] = {
         "soft_margin_loss triplet_margin_loss multi_margin_loss multilabel_soft_margin_loss "
         "pdist interpolate grid_sample",
         "torch": "acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan "
-        "pow layer_norm group_norm norm nuclear_norm cosine_similarity dist pdist cdist renorm "
+        "pow layer_norm group_norm nuclear_norm cosine_similarity dist pdist cdist renorm "
         "logsumexp cosine_embedding_loss hinge_embedding_loss kl_div margin_ranking_loss "
         "poisson_nll_loss triplet_margin_loss",
         "T": "acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan pow "
-        "__pow__ __rpow__ norm renorm logsumexp dist",
+        "__pow__ __rpow__ renorm logsumexp dist",
+    },
+    # norms are given dtype=float32 and read their half input as it is (fp32_set_opt_dtype,
+    # fp32_append_dtype; make_reduction's half-to-float case): no cast copy (H100, torch
+    # 2.11: Swin V2's F.normalize of q and k, ConvNeXt V2's GRN under bf16 autocast)
+    "fp32_set_dtype": {
+        "torch": "norm",
+        "T": "norm",
         "linalg": "vector_norm matrix_norm norm",
     },
     "fp32_opt_dtype": {
@@ -76,7 +83,7 @@ def _build_policy() -> dict[Callable[..., Any], _Policy]:
     spaces: dict[str, Any] = {"F": F, "torch": torch, "T": torch.Tensor, "linalg": torch.linalg}
     table: dict[Callable[..., Any], _Policy] = {}
     # later policies win where a name is listed twice, lowp last (as the C++ registration)
-    for policy in ("promote", "fp32_opt_dtype", "fp32", "lowp"):
+    for policy in ("promote", "fp32_opt_dtype", "fp32_set_dtype", "fp32", "lowp"):
         for space, names in _LISTS[policy].items():
             for name in names.split():
                 fn = getattr(spaces[space], name, None)
@@ -172,6 +179,13 @@ def cast_args(
         target = state.dtype
     elif policy == "fp32":
         target = torch.float32
+    elif policy == "fp32_set_dtype":
+        # the wrapper sets the op's dtype where none is given and the first argument is a
+        # floating tensor autocast acts on; no tensor is cast
+        first = args[0] if args else None
+        if kwargs.get("dtype") is not None or len(args) > 4 or not _is_float(first):
+            return args, kwargs
+        return args, {**kwargs, "dtype": torch.float32}
     elif policy == "fp32_opt_dtype":
         if kwargs.get("dtype") is not None:
             return args, kwargs

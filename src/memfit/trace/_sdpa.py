@@ -48,6 +48,11 @@ def choose_backend(
     arch = Architecture(sm)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return "math"
+    if any(t.shape[-1] > 1 and t.stride(-1) != 1 for t in (q, k, v)):
+        # every fused kernel wants the head dim's stride 1 (H100, torch 2.11: timm's
+        # LowFormer chunks q, k and v off a (batch, heads, tokens, dims) permute, dims last
+        # but strided: the math kernel ran)
+        return "math"
     grad = bool(q.requires_grad or k.requires_grad or v.requires_grad)
     same_heads = q.shape[1] == k.shape[1] == v.shape[1]
     head_dim = q.shape[-1]
