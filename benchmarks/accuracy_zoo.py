@@ -14,7 +14,7 @@ from typing import Any
 from accuracy_formats import Read, Source
 from zoo_compare import ALLOCATED_TOLERANCE, RESERVED_TOLERANCE, compare
 
-__all__ = ["ZooFile", "zoo_estimates", "zoo_measured", "zoo_models", "zoo_section"]
+__all__ = ["ZooFile", "zoo_estimates", "zoo_fresh", "zoo_measured", "zoo_models", "zoo_section"]
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class ZooFile:
     """One zoo results file: the models (``models.json``), estimates or measurements (JSON
     lines, a ``meta`` line before each run's rows)."""
 
-    role: str  # "models", "estimates" or "measured"
+    role: str  # "models", "estimates", "measured" or "fresh"
     data: Any
 
 
@@ -39,6 +39,12 @@ def zoo_estimates(data: Any, src: Source) -> list[ZooFile]:
 def zoo_measured(data: Any, src: Source) -> list[ZooFile]:
     """``zoo.py measure``: a row per workload measured (its peaks or its error)."""
     return [ZooFile("measured", data)]
+
+
+def zoo_fresh(data: Any, src: Source) -> list[ZooFile]:
+    """``zoo_history.py``: workloads measured again, each alone in a fresh process, whose
+    peaks stand for the sweep's (many workloads to a process) measurement of them."""
+    return [ZooFile("fresh", data)]
 
 
 def _files(read: Read) -> dict[str, list[tuple[ZooFile, Source]]]:
@@ -79,6 +85,7 @@ def zoo_section(
     models, models_src = files["models"][-1]
     estimates = [row for f, _ in files.get("estimates", []) for row in f.data]
     measured = [row for f, _ in files.get("measured", []) for row in f.data]
+    measured += [{**row, "process": "fresh"} for f, _ in files.get("fresh", []) for row in f.data]
     result = compare(models.data, estimates, measured)
     cited = [(models_src, "the models and each workload's batch", "")]
     cited += [
@@ -90,6 +97,8 @@ def zoo_section(
         for f, s in files.get("estimates", [])
     ]
     cited += [(s, "measurements", _meta_words(f.data)) for f, s in files.get("measured", [])]
+    fresh = "measured again, each alone in a fresh process; these stand for the sweep's measurement"
+    cited += [(s, fresh, "") for _, s in files.get("fresh", [])]
     lines = [
         f"## {title}",
         "",

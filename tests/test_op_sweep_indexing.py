@@ -175,7 +175,10 @@ def test_masked_index_put_accumulate_peaks_as_on_the_gpu():
     )
     assert got["peak_allocated"] == 26_999_296
     bound = _seq("+8 +4095360 +504 +4 -4 -504 -4095360 +1 -1 -8")
-    assert [f"{s}{n}" for s, n in tokens(got["events"])][7:17] == bound
+    signed = [f"{s}{n}" for s, n in tokens(got["events"])]
+    assert signed[7:17] == bound
+    # the clamped indices go first to last, as the C++ vector holding them
+    assert signed[-4:] == _seq("-640 -632 -648 -256000")
 
 
 def test_unique_values_keep_the_input_sized_storage():

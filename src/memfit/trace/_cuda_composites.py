@@ -107,6 +107,13 @@ def _clamped(x: torch.Tensor, indices: list[Any]) -> list[Any]:
     ]
 
 
+def _release(tensors: list[Any]) -> None:
+    """Let go of a list's tensors first to last, as a C++ vector's destructor does (a Python
+    list lets go of its items last first)."""
+    for i in range(len(tensors)):
+        tensors[i] = None
+
+
 def _unsafe_masked_index(x: torch.Tensor, mask: torch.Tensor, indices: list[Any], fill: Any) -> Any:
     if x.numel() == 0:  # the meta kernel's empty-input path
         return NotImplemented
@@ -125,7 +132,8 @@ def _unsafe_masked_index_put_accumulate(
     clamped = _clamped(x, indices)
     masked = aten.masked_fill.Scalar(values, aten.logical_not.default(mask), 0)
     out = aten.index_put.default(x, clamped, masked, True)  # _unsafe_index_put on CUDA
-    del masked, clamped  # as C++ destroys them: the later first
+    del masked  # as C++ destroys them: the later first, the vector's first to last
+    _release(clamped)
     return out
 
 
