@@ -98,3 +98,18 @@ def test_two_gradients_of_one_input_from_one_node_are_summed_in_place():
         got = trace_case(_Op(fn), SampleInput(x), "backward")
         adds = [e for e in got["events"] if e[0] == "a" and e[3].startswith("add:")]
         assert len(adds) == forward_adds
+
+
+def test_chunk_cat_packs_its_metadata_after_its_output():
+    # cuda/TensorShape.cu: 8 bytes x (6 per input + 2 + a block per 2,048 padded chunk bytes):
+    # two inputs of one block each, 128 bytes (H100 op sweep: 304 and 296 for five inputs)
+    tensors = [torch.randn(2, 1000), torch.randn(2, 10)]
+    got = trace_case(_Op(torch._chunk_cat), SampleInput(tensors, args=(1, 2)), "forward")
+    signed = [size if sign == "+" else -size for sign, size in tokens(got["events"])]
+    assert signed == [8080, 128, -128, -8080]
+    # an input that is not dense takes the composite: no metadata
+    from memfit.trace._scratch import chunk_cat_metadata
+
+    gapped = torch.empty(2, 2000, device="meta")[:, ::2]
+    assert chunk_cat_metadata(([gapped, torch.empty(2, 10, device="meta")], 1, 2)) == []
+    assert chunk_cat_metadata(([gapped.contiguous(), torch.empty(2, 10, device="meta")], 1, 2))

@@ -47,7 +47,15 @@ from memfit.trace._reduce import (
     reduction_scratch,
     renorm_scratch,
 )
-from memfit.trace._scratch import SORTS, Nested, Order, Scratch, scan_storage, sort_scratch
+from memfit.trace._scratch import (
+    SORTS,
+    Nested,
+    Order,
+    Scratch,
+    chunk_cat_metadata,
+    scan_storage,
+    sort_scratch,
+)
 from memfit.trace._spectral import FFT_OPS, fft_scratch, roll_temporaries
 
 __all__ = ["RULE_OPS", "KernelModel", "Scratch"]
@@ -466,6 +474,8 @@ class KernelModel:
     ) -> Iterable[tuple[int, str]]:
         if func in FLASH_BACKWARD:
             return flash_backward_scratch(func, args)
+        if func is aten._chunk_cat.default:
+            return chunk_cat_metadata(args)
         if func is aten._scaled_dot_product_cudnn_attention_backward.default:
             # neither the sequence nor the head dim padded; H200 traces, torch 2.11: 20,500,736
             # = 128 x 8 x 77 x 64 x 4 + 128 x 8 x 77 x 4 + 256 for CLIP ViT-B/32's 77-token
