@@ -214,5 +214,6 @@ def chunk_cat_metadata(args: tuple[Any, ...]) -> list[tuple[int, str]]:
 
 def _dense(t: torch.Tensor) -> bool:
     """Non-overlapping and dense: contiguous in some order of its dims."""
-    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    strides = t.stride()
+    order = sorted(range(t.dim()), key=lambda d: -strides[d])
     return t.permute(order).is_contiguous()
