@@ -113,3 +113,16 @@ def test_chunk_cat_packs_its_metadata_after_its_output():
     gapped = torch.empty(2, 2000, device="meta")[:, ::2]
     assert chunk_cat_metadata(([gapped, torch.empty(2, 10, device="meta")], 1, 2)) == []
     assert chunk_cat_metadata(([gapped.contiguous(), torch.empty(2, 10, device="meta")], 1, 2))
+
+
+def test_max_pool_of_a_window_cut_from_a_larger_tensor_copies_it_after_its_outputs():
+    # H100 zoo (timm's Hiera, bf16 inference): the pooled queries are a third of qkv, neither
+    # contiguous nor channels-last; CUDA pools a contiguous copy (channels-last, as their
+    # strides suggest), made after the output and indices and freed when the kernel ends
+    from memfit.trace._kernels import _pool_input_copy
+
+    qkv = torch.empty(49, 8, 8, 3 * 192, dtype=torch.bfloat16, device="meta")
+    q = qkv[..., :192].permute(0, 3, 1, 2)  # (49, 192, 8, 8), strides (36864, 1, 4608, 576)
+    assert _pool_input_copy(q) == [(49 * 192 * 64 * 2, "max pool input made contiguous")]
+    assert _pool_input_copy(q.contiguous(memory_format=torch.channels_last)) == []
+    assert _pool_input_copy(q.contiguous()) == []

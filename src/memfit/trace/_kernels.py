@@ -476,6 +476,8 @@ class KernelModel:
             return flash_backward_scratch(func, args)
         if func is aten._chunk_cat.default:
             return chunk_cat_metadata(args)
+        if func is aten.max_pool2d_with_indices.default:
+            return _pool_input_copy(args[0])
         if func is aten._scaled_dot_product_cudnn_attention_backward.default:
             # neither the sequence nor the head dim padded; H200 traces, torch 2.11: 20,500,736
             # = 128 x 8 x 77 x 64 x 4 + 128 x 8 x 77 x 4 + 256 for CLIP ViT-B/32's 77-token
@@ -538,6 +540,18 @@ class KernelModel:
         if scratch is None:
             return []
         return [(scratch[0], "reduction partial results"), (scratch[1], "reduction semaphores")]
+
+
+def _pool_input_copy(x: Any) -> list[tuple[int, str]]:
+    """CUDA's max pool reads its input contiguous in the layout its strides suggest
+    (``input_.contiguous(suggest_memory_format())``), after it makes its outputs: a copy of
+    a window cut out of a larger tensor (H100 zoo, torch 2.11: timm's Hiera pools its
+    queries, a third of its ``qkv``, 1,610,612,736 bytes at batch 1024)."""
+    from torch._prims_common import suggest_memory_format
+
+    if not isinstance(x, torch.Tensor) or x.is_contiguous(memory_format=suggest_memory_format(x)):
+        return []
+    return [(x.numel() * x.element_size(), "max pool input made contiguous")]
 
 
 def _conv_input_copy(args: tuple[Any, ...]) -> int:
