@@ -42,6 +42,8 @@ _LISTS: dict[_Policy, dict[str, str]] = {
         "conv2d conv3d convolution conv_tbc prelu lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell",
         "T": "matmul __matmul__ __rmatmul__ mm bmm addmm addmv baddbmm addbmm mv addr",
     },
+    # square is pow(x, 2) in C++, which autocast runs in float32 (H100, torch 2.11: the squared
+    # ReLU of transformers' Arcee under bf16 autocast, a float32 copy and a float32 square)
     "fp32": {
         "F": "layer_norm group_norm softplus cosine_similarity nll_loss mse_loss l1_loss "
         "smooth_l1_loss huber_loss binary_cross_entropy_with_logits kl_div poisson_nll_loss "
@@ -49,11 +51,11 @@ _LISTS: dict[_Policy, dict[str, str]] = {
         "soft_margin_loss triplet_margin_loss multi_margin_loss multilabel_soft_margin_loss "
         "pdist interpolate grid_sample",
         "torch": "acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan "
-        "pow layer_norm group_norm nuclear_norm cosine_similarity dist pdist cdist renorm "
+        "pow square layer_norm group_norm nuclear_norm cosine_similarity dist pdist cdist renorm "
         "logsumexp cosine_embedding_loss hinge_embedding_loss kl_div margin_ranking_loss "
         "poisson_nll_loss triplet_margin_loss",
         "T": "acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan pow "
-        "__pow__ __rpow__ renorm logsumexp dist",
+        "__pow__ __rpow__ square renorm logsumexp dist",
     },
     # norms are given dtype=float32 and read their half input as it is (fp32_set_opt_dtype,
     # fp32_append_dtype; make_reduction's half-to-float case): no cast copy (H100, torch

@@ -1,5 +1,5 @@
-"""Norms under emulated CUDA autocast are given dtype=float32 and read their half input as it
-is, as CUDA's wrappers do (fp32_set_opt_dtype, fp32_append_dtype): no float32 copy."""
+"""Emulated CUDA autocast as the C++ wrappers act: norms are given dtype=float32 and read their
+half input as it is (fp32_set_opt_dtype, fp32_append_dtype); square is pow, in float32."""
 
 from __future__ import annotations
 
@@ -60,3 +60,12 @@ def test_normalize_under_bf16_autocast_copies_nothing_to_float32():
         "linalg_vector_norm",
         "clamp_min",
     ]
+
+
+def test_square_runs_in_float32_as_the_pow_it_is():
+    # H100, torch 2.11: transformers' Arcee squares its ReLU under bf16 autocast in float32
+    assert autocast_policy(torch.square) == autocast_policy(torch.Tensor.square) == "fp32"
+    state = AutocastState(enabled=True, dtype=torch.bfloat16)
+    x = torch.empty(8, 64, dtype=torch.bfloat16, device="meta")
+    (cast,), _ = cast_args("fp32", (x,), {}, state)
+    assert cast.dtype == torch.float32
