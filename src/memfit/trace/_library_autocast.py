@@ -9,7 +9,9 @@ Llama rotary embedding does this (5.24's no longer calls it): the H200 trace of
 ``tinyllama-bf16mixed-b1-s8192-ckpt`` (transformers 5.17) shows the 2,097,152-byte float32
 ``freqs``/``emb`` of the GPU where the trace had 1,048,576-byte bf16 ones, and with them 524 MiB
 less reserved. :func:`meta_autocast_as_cuda` makes ``maybe_autocast`` treat "meta" as "cuda"
-(the torch autocast it then calls is the emulated one) for the trace's duration.
+(the torch autocast it then calls is the emulated one) for the trace's duration, and again
+once the model is built: a first build imports transformers inside the trace (H100, torch
+2.11: Canary's relative positions, float32 on the GPU, were bf16 in a fresh process's trace).
 
 A compiled model's capture (dynamo, on CPU tensors) meets the same switch with
 ``device_type == "cpu"``, and dynamo 2.11 cannot trace its ``torch.is_autocast_enabled("cpu")``

@@ -474,7 +474,9 @@ def _trace(
             session.phases.append(("steps", steps_start))
             for nbytes in held:  # the caller's batch: alive through every step, never freed
                 recorder.alloc(nbytes, Category.INPUT, "batch held by the caller")
-            with generation_observed(session.shadows.generation):  # after the model's imports
+            # after the model's imports: what they loaded (transformers, on a first build) is
+            # patched too
+            with generation_observed(session.shadows.generation), meta_autocast_as_cuda():
                 _run_with_activation_marks(workload, model, optimizer, session.hooks(), recorder)
         except (MemfitError, MemoryError):
             raise
