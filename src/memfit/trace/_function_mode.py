@@ -153,6 +153,35 @@ _METADATA = frozenset(
 )
 
 
+RANDOM_NOTE = (
+    "a random number drawn on the host in the step (torch.rand: layer drop) was answered at the "
+    "top of its range: every layer it may skip runs, the most a step holds"
+)
+_TOP_OF_RANGE = 1.0 - 2.0**-24  # the largest float32 torch.rand draws
+
+
+def _size_of(args: tuple[Any, ...]) -> list[int]:
+    """``torch.rand``'s size, given as a sequence or as separate integers."""
+    if len(args) == 1 and isinstance(args[0], (list, tuple, torch.Size)):
+        return [int(n) for n in args[0]]
+    return [int(n) for n in args if isinstance(n, int)]
+
+
+def _host_scalar(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a ``torch.rand`` call draws one number (or none) on the host."""
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        return False
+    if kwargs.get("out") is not None or not all(
+        isinstance(a, (int, list, tuple, torch.Size)) for a in args
+    ):
+        return False
+    size = 1
+    for n in _size_of(args):
+        size *= n
+    return size <= 1
+
+
 class TraceFunctionMode(TorchFunctionMode):
     """Rewrites devices, emulates autocast and picks the attention kernel (see module doc)."""
 
@@ -172,6 +201,17 @@ class TraceFunctionMode(TorchFunctionMode):
         self.on_sdpa = on_sdpa
         self.on_output = on_output
         self.fused_inplace = fused_inplace
+        self.notes: set[str] | None = None  # where what it assumed is said
+
+    def _top_of_range(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
+        """A host random scalar (``torch.rand([])``: transformers' layer drop, 45 models,
+        each ``if draw < layerdrop: skip the layer``) answered at the top of its range: every
+        layer runs, the most a step can hold (H100, torch 2.11: Canary and data2vec-audio
+        training skipped layers as their draws fell, on the GPU and in the trace alike)."""
+        if self.notes is not None:
+            self.notes.add(RANDOM_NOTE)
+        dtype = kwargs.get("dtype") or torch.get_default_dtype()
+        return torch.full(_size_of(args), _TOP_OF_RANGE, dtype=dtype)
 
     def __torch_function__(
         self,
@@ -185,6 +225,8 @@ class TraceFunctionMode(TorchFunctionMode):
             _local.reentering = None
         if func in _METADATA:
             return func(*args, **(kwargs or {}))
+        if func is torch.rand and _host_scalar(args, kwargs or {}):
+            return self._top_of_range(args, kwargs or {})
         kwargs = dict(kwargs or {})
         if "device" in kwargs:
             kwargs["device"] = _to_meta(kwargs["device"])

@@ -243,6 +243,7 @@ class _Session:
             ),
             ctc_loss=self._ctc_loss,
         )
+        self.function_mode.notes = self.kernel_notes
 
     def _ctc_loss(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         note = cudnn_ctc_note(args, kwargs, self.recorder.fake_context)
