@@ -122,6 +122,9 @@ SOURCES: list[Source] = [
     Source(f"{HANDWRITTEN}/measured.json", "handwritten", measured, versions=GPU_HOST),
     Source(f"{HANDWRITTEN}/estimates-after.json", None, estimates_of(), versions=CPU_211),
     Source(
+        f"{HANDWRITTEN}/estimates-after-conv-probes.json", None, estimates_of(), versions=CPU_211
+    ),
+    Source(
         f"{FAMILIES}/heldout-steps/predictions-local.json", "steps", predictions, prediction=True
     ),
     Source(f"{USER_STEPS}/heldout-steps/predictions-host.json", None, predictions),
