@@ -11,6 +11,7 @@ from memfit.planner import (
     Failure,
     Fix,
     ModelInfo,
+    StepSettings,
     WhatIf,
     does_not_fit_message,
     failure_fixes,
@@ -111,8 +112,7 @@ def test_nothing_fits_adds_up_and_suggests_only_what_is_not_in_effect() -> None:
         GiB,
         52 * GiB,
         40 * GiB,
-        precision="bf16-mixed",
-        activation_checkpointing=True,
+        StepSettings(precision="bf16-mixed", activation_checkpointing=True),
     )
     # the total is the sum of its parts; the free-running peak is said apart
     assert "the estimate is 50.00 GiB (49.00 GiB reserved" in message

@@ -39,6 +39,7 @@ from memfit.planner._factors import CHECKPOINTING, MICROBATCH_SPLITS, MIXED_PREC
 from memfit.planner._failure import Failure, ModelInfo, failure_fixes
 from memfit.planner._fix import Change, Fix, How, covers, rank
 from memfit.planner._messages import (
+    StepSettings,
     does_not_fit_message,
     optimizer_step_advice,
     smaller_step_advice,
@@ -91,6 +92,7 @@ __all__ = [
     "How",
     "ModelInfo",
     "Plan",
+    "StepSettings",
     "StepTime",
     "WhatIf",
     "alloc_conf_how",

@@ -8,10 +8,27 @@ They name the changes ``memfit estimate`` can predict, with the measured shares 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from memfit._units import format_bytes
 from memfit.planner._factors import CHECKPOINTING, MIXED_PRECISION, Factor
 
-__all__ = ["does_not_fit_message", "optimizer_step_advice", "smaller_step_advice"]
+__all__ = [
+    "StepSettings",
+    "does_not_fit_message",
+    "optimizer_step_advice",
+    "smaller_step_advice",
+]
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """The settings of the step that did not fit, which decide the changes to suggest."""
+
+    precision: str = "fp32"
+    mode: str = "train"
+    activation_checkpointing: bool | str | float = False
+    optimizer: str = "adamw"
 
 
 def does_not_fit_message(
@@ -21,16 +38,14 @@ def does_not_fit_message(
     context: int,
     peak_reserved: int,
     budget: int,
-    *,
-    precision: str = "fp32",
-    mode: str = "train",
-    activation_checkpointing: bool | str | float = False,
-    optimizer: str = "adamw",
+    settings: StepSettings = StepSettings(),
 ) -> str:
     """The error for a step whose estimate at the smallest batch size is over ``budget``: the
     numbers, whose parts add up to the total (``need``, the least reserved memory the step
     runs in, plus the CUDA ``context``), then only the changes not already in effect, each as
     the Python setting and the command-line flag."""
+    precision, mode = settings.precision, settings.mode
+    checkpointing, optimizer = settings.activation_checkpointing, settings.optimizer
     spare = f", {format_bytes(peak_reserved)} with memory to spare" if peak_reserved > need else ""
     changes = [
         f"{what} ({python}, {flag})"
@@ -51,7 +66,7 @@ def does_not_fit_message(
                 "activation checkpointing",
                 "activation_checkpointing=True",
                 "--checkpointing",
-                mode == "train" and activation_checkpointing is not True,  # selective: more
+                mode == "train" and checkpointing is not True,  # selective: more
             ),
             (
                 "an optimizer with less state",

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
-from memfit.estimator import estimate_workload
+from memfit.estimator import Estimate, estimate_workload
 from memfit.planner._plan_result import (
     Candidate,
     Evaluated,
@@ -227,9 +227,7 @@ class Evaluator:
             )
             self.seen[c] = self._evaluated(
                 c,
-                estimate.peak_allocated,
-                estimate.peak_reserved,
-                estimate.non_pytorch,
+                estimate,
                 timing,
                 traced=i == 0,
                 step_flops=step_flops,
@@ -240,9 +238,7 @@ class Evaluator:
     def _evaluated(
         self,
         c: Candidate,
-        allocated: int,
-        reserved: int,
-        context: int,
+        estimate: Estimate,
         timing: StepTime,
         *,
         traced: bool,
@@ -250,8 +246,11 @@ class Evaluator:
         replayed_from: tuple[int, ...] = (),
         batch_note: str = "",
     ) -> Evaluated:
+        """``c`` as the search ranks it: its estimate's peaks and the CUDA context it needs
+        besides, its predicted step time, where its trace came from."""
         samples = c.micro_batch * c.accumulation
-        needed = reserved + context
+        allocated, reserved = estimate.peak_allocated, estimate.peak_reserved
+        needed = reserved + estimate.non_pytorch
         per_second = samples / timing.seconds
         return Evaluated(
             candidate=c,

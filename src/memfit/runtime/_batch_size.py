@@ -28,7 +28,7 @@ from memfit._errors import DoesNotFitError, InvalidInputError, NoGPUError
 from memfit._gpus import GPU, resolve_gpu
 from memfit._units import GiB, format_bytes, parse_size
 from memfit.estimator import BatchEstimates, Estimate, local_gpu
-from memfit.planner import does_not_fit_message
+from memfit.planner import StepSettings, does_not_fit_message
 from memfit.runtime._bs_search import EstimateSearch, Point
 from memfit.runtime._bs_trials import Trial, cuda_runner, run_trials
 from memfit.workload import WorkloadOptions, make_workload
@@ -188,10 +188,12 @@ def find_batch_size(
                 least.context,
                 least.peak_reserved,
                 budget,
-                precision=base.precision,
-                mode=base.mode,
-                activation_checkpointing=base.activation_checkpointing,
-                optimizer=base.optimizer if isinstance(base.optimizer, str) else "custom",
+                StepSettings(
+                    precision=base.precision,
+                    mode=base.mode,
+                    activation_checkpointing=base.activation_checkpointing,
+                    optimizer=base.optimizer if isinstance(base.optimizer, str) else "custom",
+                ),
             )
         )
     chosen, trials = proposal, list[Trial]()

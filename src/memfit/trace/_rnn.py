@@ -81,19 +81,26 @@ def _fits(table: str = DEFAULT_ARCHITECTURE.cudnn_table) -> dict[str, list[float
     return fits
 
 
-def _workspace(
-    dtype: str,
-    layers: int,
-    dirs: int,
-    b: int,
-    s: int,
-    h: int,
-    e: int,
-    infer: bool,
-    table: str = DEFAULT_ARCHITECTURE.cudnn_table,
-) -> tuple[int, bool]:
-    """The fitted workspace of a training (or, ``infer``, inference) call, and whether the
-    layer count was probed (else the fit is extrapolated linearly in the number of layers)."""
+@dataclass(frozen=True)
+class LstmCall:
+    """What cuDNN's LSTM workspace depends on: dtype name and element size, layers,
+    directions, batch, sequence, hidden size, and inference or training."""
+
+    dtype: str
+    element: int
+    layers: int
+    dirs: int
+    batch: int
+    seq: int
+    hidden: int
+    infer: bool
+
+
+def _workspace(call: LstmCall, table: str = DEFAULT_ARCHITECTURE.cudnn_table) -> tuple[int, bool]:
+    """The fitted workspace of a training (or inference) call, and whether the layer count
+    was probed (else the fit is extrapolated linearly in the number of layers)."""
+    dtype, layers, dirs, infer = call.dtype, call.layers, call.dirs, call.infer
+    b, s, h, e = call.batch, call.seq, call.hidden, call.element
     mode = "|infer" if infer else ""
     fits = {
         k: v
@@ -220,7 +227,8 @@ def cudnn_lstm(args: tuple[Any, ...], hooks: RnnHooks) -> Any:
         hooks.notes.add("cuDNN LSTM inference workspace taken from training's (not probed)")
         infer = False
     layers = int(layers)
-    workspace, probed = _workspace(name, layers, dirs, int(b), int(s), h, e, infer, hooks.table)
+    call = LstmCall(name, e, layers, dirs, int(b), int(s), h, infer)
+    workspace, probed = _workspace(call, hooks.table)
     if not probed:
         hooks.notes.add(f"cuDNN LSTM workspace for {layers} layers extrapolated")
     spec = _Spec(
