@@ -94,3 +94,17 @@ def test_a_full_max_backward_combines_its_nan_masks_in_place():
     got = trace_case(_Op(torch.max), SampleInput(x), "backward")
     masks = [size for sign, size in tokens(got["events"]) if sign == "+" and size == N]
     assert len(masks) == 2
+
+
+def test_multilabel_margin_loss_sums_its_per_row_losses_into_its_output():
+    # H100 op sweep, torch 2.11, 640 rows of 320 float32: is_target, the per-row losses, the
+    # scalar output, then the per-row losses freed; unreduced, the per-row losses are the output
+    x = torch.randn(640, 320)
+    target = torch.randint(-1, 320, (640, 320))
+    got = trace_case(_Op(F.multilabel_margin_loss), SampleInput(x, args=(target,)), "forward")
+    signed = [size if sign == "+" else -size for sign, size in tokens(got["events"])]
+    assert signed[:4] == [819200, 2560, 4, -2560]
+    sample = SampleInput(x, args=(target,), kwargs={"reduction": "none"})
+    got = trace_case(_Op(F.multilabel_margin_loss), sample, "forward")
+    signed = [size if sign == "+" else -size for sign, size in tokens(got["events"])]
+    assert signed[:2] == [819200, 2560] and 4 not in signed

@@ -34,6 +34,7 @@ tensor it never uses; a float ``mean`` becomes a scalar tensor.
 ``cholesky`` (deprecated) is ``linalg_cholesky_ex`` and its error check.
 
 ``searchsorted`` with a ``sorter`` bounds it first (``aminmax``), then searches as without.
+``multilabel_margin_loss`` of rows, reduced, sums the per-row losses into its output.
 
 ``_unsafe_masked_index`` (which compiled code calls) clamps its indices, indexes, and fills
 where the mask is false (``logical_not``, ``masked_fill``); its backward
@@ -217,6 +218,21 @@ def _searchsorted(sorted_sequence: torch.Tensor, values: Any, **kwargs: Any) -> 
     return NotImplemented
 
 
+def _multilabel_margin_loss(x: torch.Tensor, target: torch.Tensor, reduction: int) -> Any:
+    """``multilabel_margin_loss_forward`` of a batch of rows, reduced
+    (MultiLabelMarginCriterion.cu): ``is_target``, the per-row losses, then the scalar output
+    summed from them (divided in place for a mean), the per-row losses freed last (H100 op
+    sweep, torch 2.11: 819,200, 2,560, 4 bytes, then the 2,560 freed, for 640 float32 rows)."""
+    if reduction == 0 or x.dim() != 2:
+        return NotImplemented
+    rows, is_target = aten.multilabel_margin_loss_forward.default(x, target, 0)
+    out = aten.sum.default(rows)
+    if reduction == 1:
+        aten.div_.Scalar(out, int(x.shape[0]))
+    del rows
+    return out, is_target
+
+
 def _cholesky(x: torch.Tensor, upper: bool = False) -> Any:
     """The deprecated ``cholesky``: ``linalg_cholesky_ex`` and its error check."""
     factor, info = aten.linalg_cholesky_ex.default(x, upper=upper, check_errors=False)
@@ -238,6 +254,7 @@ _COMPOSITES: dict[Any, Callable[..., Any]] = {
     aten.masked_scatter.default: _masked_scatter,
     aten.masked_scatter_backward.default: _masked_scatter_backward,
     aten.searchsorted.Tensor: _searchsorted,
+    aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss,
     aten.searchsorted.Scalar: _searchsorted,
 }
 

@@ -16,9 +16,9 @@ unreduced loss, one element per input element, then reduces it with ``mean`` or 
   ``pos_weight``, its broadcast ``(pos_weight - 1) * target`` too, counted until the call
   returns though CUDA frees it before the loss is made), made before the scalar output.
 
-The margin losses (MultiMarginCriterion.cu, MultiLabelMarginCriterion.cu) reduce a batch of
-rows through a per-row loss, made after the scalar output (``multilabel_margin_loss`` makes
-its ``is_target`` first, the output after it) and summed into it.
+``multi_margin_loss`` (MultiMarginCriterion.cu) reduces a batch of rows through a per-row
+loss, made after the scalar output and summed into it (``multilabel_margin_loss``'s own
+order: ``_cuda_composites``).
 
 ``log_sigmoid_forward``'s second output, a buffer its CPU kernel fills, is empty on CUDA.
 
@@ -45,7 +45,7 @@ Reduction = Callable[[torch.Tensor, Any], list[tuple[int, str]]]
 _RESIZED = frozenset({aten.mse_loss.default, aten.smooth_l1_loss.default})  # two full tensors
 _IN_PLACE = frozenset({aten.soft_margin_loss.default, aten.binary_cross_entropy.default})
 _BEFORE = frozenset({aten.huber_loss.default, aten.binary_cross_entropy_with_logits.default})
-_PER_ROW = {aten.multi_margin_loss.default: 5, aten.multilabel_margin_loss_forward.default: 2}
+_PER_ROW = {aten.multi_margin_loss.default: 5}
 LOSS_OPS = frozenset({*_RESIZED, *_IN_PLACE, *_BEFORE, *_PER_ROW})
 
 _REDUCTION_ARG = 2  # (input, target, reduction, ...) for all but binary_cross_entropy
