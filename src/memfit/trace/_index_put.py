@@ -68,7 +68,7 @@ def _sorted_put(
 
 
 def _bound_checks(
-    index: torch.Tensor, n: int, reduction: Callable[[torch.Tensor], list[Scratch]]
+    index: torch.Tensor, n: int, reduction: Callable[[torch.Tensor], list[tuple[int, str]]]
 ) -> Nested:
     """A checked put's bounds on one index, ``max`` then ``min`` (module doc)."""
     broadcast = index.numel() != n or not index.is_contiguous()
@@ -82,7 +82,7 @@ def index_put_scratch(
     func: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    reduction: Callable[[torch.Tensor], list[Scratch]],
+    reduction: Callable[[torch.Tensor], list[tuple[int, str]]],
 ) -> list[list[Scratch] | Nested]:
     """The sort-based kernel's scratch groups for an accumulating put (module doc), each index
     bounded first where the call is checked (``reduction``: an int64 reduction's scratch over

@@ -527,16 +527,16 @@ class KernelModel:
             return bmm_operand_copies(func, args)
         return ()
 
-    def _int64_reduction(self, x: torch.Tensor) -> list[Scratch]:
+    def _int64_reduction(self, x: torch.Tensor) -> list[tuple[int, str]]:
         """An int64 ``max`` or ``min`` of all of ``x``: its partial results and semaphores."""
-        scratch = reduction_scratch(x, None, self.sm_count, self.threads_per_sm, 8)
-        if scratch is None:
-            return []
-        return [(scratch[0], "reduction partial results"), (scratch[1], "reduction semaphores")]
+        return self._reduction(x, None, arg_size=8)
 
-    def _reduction(self, x: torch.Tensor, dims: Any) -> list[tuple[int, str]]:
-        """A CUDA reduction's partial results and semaphores (none for one within blocks)."""
-        scratch = reduction_scratch(x, dims, self.sm_count, self.threads_per_sm)
+    def _reduction(
+        self, x: torch.Tensor, dims: Any, arg_size: int | None = None
+    ) -> list[tuple[int, str]]:
+        """A CUDA reduction's partial results and semaphores (none for one within blocks);
+        ``arg_size``: its accumulator's bytes (``reduction_scratch``'s default otherwise)."""
+        scratch = reduction_scratch(x, dims, self.sm_count, self.threads_per_sm, arg_size)
         if scratch is None:
             return []
         return [(scratch[0], "reduction partial results"), (scratch[1], "reduction semaphores")]
