@@ -206,8 +206,8 @@ class TraceFunctionMode(TorchFunctionMode):
     def _top_of_range(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
         """A host random scalar (``torch.rand([])``: transformers' layer drop, 45 models,
         each ``if draw < layerdrop: skip the layer``) answered at the top of its range: every
-        layer runs, the most a step can hold (H100, torch 2.11: Canary and data2vec-audio
-        training skipped layers as their draws fell, on the GPU and in the trace alike)."""
+        layer runs, the most a step can hold (H100, torch 2.11: Canary's training skipped
+        layers as its draws fell, on the GPU and in the trace alike, each its own)."""
         if self.notes is not None:
             self.notes.add(RANDOM_NOTE)
         dtype = kwargs.get("dtype") or torch.get_default_dtype()
