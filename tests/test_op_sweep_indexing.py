@@ -77,6 +77,16 @@ def test_median_of_all_sorts_then_picks():
     assert _toks(torch.median, x, "forward") == _seq("+60 +120 +120 -120 -120 +1 +4 -1 -60 -4")
 
 
+def test_nanmedian_of_all_picks_by_an_index_it_computes_on_the_gpu():
+    # H100 op sweep, torch 2.11, 15 float32: the sort, the NaN mask and its count (through an
+    # int64 copy), (size - 1 - count), its float half and that half's int64 copy, the
+    # statement's temporaries freed last first, then the picked value; the index, the values
+    x = torch.randn(3, 5)
+    assert _toks(torch.nanmedian, x, "forward") == _seq(
+        "+60 +120 +120 -120 -120 +15 +8 +120 -120 +8 +4 +8 -4 -8 -8 -15 +4 -8 -60 -4"
+    )
+
+
 def test_mode_along_an_inner_dim_copies_its_input():
     x = torch.randn(80, 80, 80)
     assert _toks(torch.mode, x, "forward", 1) == _seq(

@@ -7,8 +7,8 @@ inside are recorded one by one, with their own rules (a sort's scratch, a reduct
 ``median()`` and ``nanmedian()`` over all elements (``median_impl`` in ATen's
 cuda/Sorting.cpp) sort the flattened input (values, int64 indices and the sort's own
 scratch: 8 bytes an element and more), then pick the middle value: ``median`` with a
-``where`` on whether the largest is NaN, ``nanmedian`` after counting the NaNs (``isnan``,
-``sum``, ``item``) with a ``clone``.
+``where`` on whether the largest is NaN, ``nanmedian`` by a tensor index computed from the
+NaN count (``isnan``, ``sum``, a float quotient, its int64 copy; H100 op sweep, torch 2.11).
 
 ``masked_scatter`` clones its input, broadcast with the mask, and scatters into the clone in
 place (``masked_scatter_``, whose kernel has its own scratch); its backward
@@ -68,11 +68,17 @@ def _median(x: torch.Tensor, ignore_nan: bool) -> Any:
         last = aten.select.int(values, 0, -1)
         middle = aten.select.int(values, 0, (size - 1) // 2)
         return aten.where.self(aten.isnan.default(last), last, middle)
+    # k = (((size - 1) - isnan(sorted).sum()) / 2).toType(kLong); sorted[k]: the statement's
+    # temporaries (a true quotient in float) go at its end, last first, before the index
     isnan = aten.isnan.default(values)
     count = aten.sum.default(isnan)
-    nans = int(count.item())
-    del count, isnan  # C++ temporaries: both live to the end of the statement, last first
-    return aten.clone.default(aten.select.int(values, 0, (size - nans - 1) // 2))
+    rest = aten.rsub.Scalar(count, size - 1)
+    half = aten.div.Scalar(rest, 2)
+    k = aten._to_copy.default(half, dtype=torch.int64)
+    del half, rest, count, isnan
+    out = aten.index.Tensor(values, [k])
+    del k
+    return out
 
 
 def _median_all(x: torch.Tensor) -> Any:
