@@ -108,3 +108,15 @@ def test_multilabel_margin_loss_sums_its_per_row_losses_into_its_output():
     got = trace_case(_Op(F.multilabel_margin_loss), sample, "forward")
     signed = [size if sign == "+" else -size for sign, size in tokens(got["events"])]
     assert signed[:2] == [819200, 2560] and 4 not in signed
+
+
+def test_soft_margin_loss_backward_makes_its_exponential_then_its_gradient():
+    # H100 op sweep, torch 2.11 (Loss.cpp): -target, -target * x and exp of it (the first two
+    # freed at the statement's end), the gradient from target * z, z freed on return
+    x = torch.randn(80, 80, 80, requires_grad=True)
+    target = torch.randn(80, 80, 80).sign()
+    got = trace_case(_Op(F.soft_margin_loss), SampleInput(x, args=(target,)), "backward")
+    signed = [size if sign == "+" else -size for sign, size in tokens(got["events"])]
+    assert signed[7:] == [  # from the loss's gradient (ones_like) on, as on the H100
+        4, 4 * N, 4 * N, 4 * N, -4 * N, -4 * N, 4 * N, -4 * N, -4 * N, -4, -4 * N,
+    ]  # fmt: skip

@@ -34,7 +34,8 @@ tensor it never uses; a float ``mean`` becomes a scalar tensor.
 ``cholesky`` (deprecated) is ``linalg_cholesky_ex`` and its error check.
 
 ``searchsorted`` with a ``sorter`` bounds it first (``aminmax``), then searches as without.
-``multilabel_margin_loss`` of rows, reduced, sums the per-row losses into its output.
+``multilabel_margin_loss`` of rows, reduced, sums the per-row losses into its output;
+``soft_margin_loss``'s backward makes ``exp(-target * x)`` and updates its gradient in place.
 
 ``_unsafe_masked_index`` (which compiled code calls) clamps its indices, indexes, and fills
 where the mask is false (``logical_not``, ``masked_fill``); its backward
@@ -239,6 +240,25 @@ def _multilabel_margin_loss(x: torch.Tensor, target: torch.Tensor, reduction: in
     return out, is_target
 
 
+def _soft_margin_loss_backward(
+    grad: torch.Tensor, x: torch.Tensor, target: torch.Tensor, reduction: int
+) -> Any:
+    """``soft_margin_loss_backward_out`` (Loss.cpp): ``z = exp(-target * x)``, its two
+    temporaries freed at the statement's end; the gradient made by ``mul_out(target, z)``
+    (resized from empty), then updated in place; ``z`` freed on return (H100 op sweep, torch
+    2.11: 3 input-sized temporaries where the meta kernel made none)."""
+    negated = aten.neg.default(target)
+    product = aten.mul.Tensor(negated, x)
+    z = aten.exp.default(product)
+    del product, negated
+    grad_input = aten.mul.Tensor(target, z)
+    aten.mul_.Scalar(grad_input, -(1.0 / max(x.numel(), 1) if reduction == 1 else 1.0))
+    aten.add_.Scalar(z, 1)
+    aten.mul_.Tensor(aten.div_.Tensor(grad_input, z), grad)
+    del z
+    return grad_input
+
+
 def _cholesky(x: torch.Tensor, upper: bool = False) -> Any:
     """The deprecated ``cholesky``: ``linalg_cholesky_ex`` and its error check."""
     factor, info = aten.linalg_cholesky_ex.default(x, upper=upper, check_errors=False)
@@ -261,6 +281,7 @@ _COMPOSITES: dict[Any, Callable[..., Any]] = {
     aten.masked_scatter_backward.default: _masked_scatter_backward,
     aten.searchsorted.Tensor: _searchsorted,
     aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss,
+    aten.soft_margin_loss_backward.default: _soft_margin_loss_backward,
     aten.searchsorted.Scalar: _searchsorted,
 }
 
