@@ -279,3 +279,16 @@ def test_searchsorted_with_a_sorter_bounds_it_before_its_output():
     got = _toks(torch.searchsorted, seq, "forward", values, sorter=sorter)
     assert got == _seq("+8 +8 +1008 +4 -4 -1008 -8 -8 +4096000 -4096000")
     assert _toks(torch.searchsorted, seq, "forward", values) == _seq("+4096000 -4096000")
+
+
+def test_masked_index_lets_go_of_its_clamped_indices_first_to_last():
+    # H100 op sweep, torch 2.11: the clamped indices (a C++ vector) go first to last, after
+    # the gathered values
+    x = torch.randn(40, 40, 40)
+    mask = torch.rand(80, 79, 81) < 0.5
+    idx = [torch.randint(0, 40, s) for s in ((80, 1, 1), (1, 79, 1), (1, 1, 81))]
+    got = trace_case(
+        _Op(torch.ops.aten._unsafe_masked_index), SampleInput(x, args=(mask, idx, 0.0)), "forward"
+    )
+    signed = [f"{s}{n}" for s, n in tokens(got["events"])]
+    assert signed[-5:] == _seq("-2047680 -640 -632 -648 -2047680")

@@ -128,7 +128,8 @@ def _unsafe_masked_index(x: torch.Tensor, mask: torch.Tensor, indices: list[Any]
     clamped = _clamped(x, indices)
     result = aten.index.Tensor(x, clamped)  # _unsafe_index on CUDA
     out = aten.masked_fill.Scalar(result, aten.logical_not.default(mask), fill)
-    del result, clamped  # as C++ destroys them: the later first
+    del result  # as C++ destroys them: the later first, the vector's first to last
+    _release(clamped)
     return out
 
 
