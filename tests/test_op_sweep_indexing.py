@@ -292,3 +292,15 @@ def test_masked_index_lets_go_of_its_clamped_indices_first_to_last():
     )
     signed = [f"{s}{n}" for s, n in tokens(got["events"])]
     assert signed[-5:] == _seq("-2047680 -640 -632 -648 -2047680")
+
+
+def test_segment_reduce_sizes_its_offsets_or_lengths_after_its_output():
+    # H100 op sweep, torch 2.11, 5 segments of 512,000 float32: from lengths an 8-byte scalar,
+    # the 48-byte offsets (held to the end) and cub's scan of them; from offsets, the lengths
+    data = torch.randn(5, 102_400)
+    lengths = torch.tensor([1, 1, 1, 1, 1])
+    got = _toks(torch.segment_reduce, data, "forward", "sum", lengths=lengths)
+    assert got == _seq("+2048000 +8 +48 -8 +1279 -1279 -48 -2048000")
+    offsets = torch.tensor([0, 1, 2, 3, 4, 5])
+    got = _toks(torch.segment_reduce, data, "forward", "sum", offsets=offsets)
+    assert got == _seq("+2048000 +40 -40 -2048000")

@@ -54,6 +54,7 @@ from memfit.trace._scratch import (
     Scratch,
     chunk_cat_metadata,
     scan_storage,
+    segment_reduce_scratch,
     sort_scratch,
 )
 from memfit.trace._spectral import FFT_OPS, fft_scratch, roll_temporaries
@@ -277,8 +278,10 @@ RULE_OPS = frozenset(
 )
 
 
+SEGMENT_REDUCES = frozenset({aten.segment_reduce.default, aten._segment_reduce_backward.default})
 _HELD_TO_END = frozenset(
     {
+        *SEGMENT_REDUCES,
         *SORTS,
         *ACCUMULATING_PUTS,
         aten.masked_scatter_.default,
@@ -417,6 +420,8 @@ class KernelModel:
             return _masked_scatter_scratch(args)
         if func in ACCUMULATING_PUTS:
             return index_put_scratch(func, args, kwargs, self._int64_reduction)
+        if func in SEGMENT_REDUCES:
+            return segment_reduce_scratch(kwargs)
         if func in EMBEDDING_BACKWARDS:
             return embedding_backward_scratch(func, args)
         if func in FFT_OPS:

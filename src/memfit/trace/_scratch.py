@@ -26,6 +26,7 @@ __all__ = [
     "radix_sort_storage",
     "run_groups",
     "scan_storage",
+    "segment_reduce_scratch",
     "select_storage",
     "sort_scratch",
 ]
@@ -217,3 +218,21 @@ def _dense(t: torch.Tensor) -> bool:
     strides = t.stride()
     order = sorted(range(t.dim()), key=lambda d: -strides[d])
     return t.permute(order).is_contiguous()
+
+
+def segment_reduce_scratch(kwargs: dict[str, Any]) -> list[list[Scratch]]:
+    """CUDA's ``segment_reduce`` and its backward over 1-d ``lengths`` or ``offsets``, after the
+    output (SegmentReduce.cu): from lengths, an 8-byte scalar, then the offsets (one more than
+    the segments, int64, held to the end) and cub's scan of them; from offsets, the lengths
+    (one fewer), freed at once. H100 op sweep, torch 2.11, 5 segments: 8, 48, 1,279; 40."""
+    lengths, offsets = kwargs.get("lengths"), kwargs.get("offsets")
+    if isinstance(lengths, torch.Tensor) and lengths.dim() == 1:
+        count = int(lengths.numel())
+        offsets_of: list[Scratch] = [
+            (8, "segment reduce scalar"),
+            (8 * (count + 1), "segment offsets", True),
+        ]
+        return [offsets_of, [(scan_storage(count), "cub scan storage")]]
+    if isinstance(offsets, torch.Tensor) and offsets.dim() == 1 and offsets.numel() > 1:
+        return [[(8 * (int(offsets.numel()) - 1), "segment lengths")]]
+    return []
