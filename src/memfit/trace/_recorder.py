@@ -41,7 +41,7 @@ from memfit.trace._layouts import cuda_layout, cuda_order
 from memfit.trace._leaves import tensors_in
 from memfit.trace._meta_cache import META_CACHE
 from memfit.trace._nonzero import NONZERO, around_nonzero
-from memfit.trace._scratch import Nested, Order, group_frees, run_groups
+from memfit.trace._scratch import Nested, Order, run_groups
 from memfit.trace._shadow import ShadowValues
 
 __all__ = ["Recorder"]
@@ -66,6 +66,8 @@ _INDEX_PUT = torch.ops.aten.index_put.default
 _INDEX_PUT_IMPL = torch.ops.aten._index_put_impl_.default
 _COMPOSITE: dict[Any, bool] = {}  # op -> whether CUDA runs it as its decomposition (below)
 
+
+_ONE_AFTER_ANOTHER: Order = (False, "before")  # scratch between outputs: each freed at once
 
 _INDEXING = frozenset(
     {aten.index.Tensor, aten.index_put.default, aten.index_put_.default, _INDEX_PUT_IMPL}
@@ -520,23 +522,6 @@ class Recorder(TorchDispatchMode):
 
         run_groups(groups, order, alloc, free)
 
-    def _scratch(
-        self,
-        group: list[Scratch],
-        held: list[int] | None = None,
-        order: Order = (False, "before"),
-    ) -> list[int]:
-        """Workspaces that live together: allocated, then freed as :func:`group_frees` says
-        (``held``: held from the groups before); returns the blocks held on."""
-        blocks = [
-            (self._rule_alloc(item[0], Category.WORKSPACE, item[1]), item[2:] == (True,))
-            for item in group
-        ]
-        frees, kept = group_frees(blocks, list(held or ()), order)
-        for block in frees:
-            self.free(block)
-        return kept
-
     def _track_outputs(
         self,
         out: Any,
@@ -562,7 +547,7 @@ class Recorder(TorchDispatchMode):
                 if marks is not None:
                     marks.append(len(self.events))
                 for workspace in between.get(i, []) if between is not None else ():
-                    self._scratch([workspace])  # one after the other
+                    self._scratch_groups([[workspace]], _ONE_AFTER_ANOTHER)
                 if copies_after is not None and i == min(copies_after[0], len(items) - 1):
                     for block in copies_after[1]:
                         self.free(block)
