@@ -13,17 +13,21 @@ from memfit.trace._tracer import trace_workload
 from memfit.workload._step import Workload
 
 
-def _allocs(model: nn.Module, batch: torch.Tensor) -> list[tuple[str, int]]:
-    """The (op or label, bytes) of every allocation of one inference step."""
-    work = Workload(
+def _work(model: nn.Module, batch: torch.Tensor, mode: str) -> Workload:
+    return Workload(
         build_model=lambda: model,
         make_batch=lambda: batch,
         loss_fn=lambda m, b: m(b).float().sum(),
         optimizer="sgd",
         precision="fp32",
-        mode="infer",
+        mode=mode,
+        steps=1,
     )
-    tr = trace_workload(work, resolve_gpu("h200"))
+
+
+def _allocs(model: nn.Module, batch: torch.Tensor) -> list[tuple[str, int]]:
+    """The (op or label, bytes) of every allocation of one inference step."""
+    tr = trace_workload(_work(model, batch, "infer"), resolve_gpu("h200"))
     out = []
     for ev in tr.events[tr.steps_start :]:
         if ev.kind == "alloc" and ev.info is not None:
@@ -89,3 +93,62 @@ def test_softmax_copies_a_non_contiguous_input_after_its_output() -> None:
     ops = [op for op, _ in allocs]
     i = ops.index("softmax contiguous input copy")
     assert allocs[i][1] == 16 * 64 * 32 * 4 and ops[i - 1] == "_softmax"
+
+
+class _ConvLayerNormed(nn.Module):
+    """A 1-d convolution normed over its channels through transposes (wav2vec-style feature
+    extractors): the next convolution gets a transposed input and a transposed gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Conv1d(8, 16, 3, stride=2)
+        self.norm = nn.LayerNorm(16)
+        self.second = nn.Conv1d(16, 16, 2, stride=2)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        y = self.norm(self.first(x).transpose(1, 2)).transpose(1, 2)
+        return self.second(nn.functional.gelu(y))
+
+
+def _train_events(model: nn.Module, batch: torch.Tensor) -> list[tuple[str, str, int]]:
+    """(alloc or free, op or label of the block, bytes) of a training step, in order."""
+    tr = trace_workload(_work(model, batch, "train"), resolve_gpu("h200"))
+    labels = {}
+    out = []
+    for ev in tr.events[tr.steps_start :]:
+        if ev.kind == "alloc" and ev.info is not None:
+            labels[ev.block] = tr.infos[ev.info].op
+        out.append((ev.kind, labels.get(ev.block, ""), ev.size))
+    return out
+
+
+def test_a_layer_norm_gives_a_contiguous_gradient_like_cuda() -> None:
+    x = torch.empty(4, 16, 9, device="meta").transpose(1, 2)  # (4, 9, 16), transposed
+    w = torch.empty(16, device="meta")
+    from memfit.trace._layouts import cuda_layout
+
+    aten = torch.ops.aten
+    out = aten.native_layer_norm.default(x, [16], w, w, 1e-5)
+    assert cuda_layout(aten.native_layer_norm.default, (x, [16], w, w, 1e-5), out)[
+        0
+    ].is_contiguous()
+    args = (x, x, [16], out[1], out[2], w, w, [True, True, True])
+    grads = aten.native_layer_norm_backward.default(*args)
+    assert cuda_layout(aten.native_layer_norm_backward.default, args, grads)[0].is_contiguous()
+
+
+def test_a_1d_convolution_backward_copies_its_transposed_input_and_gradient() -> None:
+    events = _train_events(_ConvLayerNormed(), torch.randn(4, 8, 41))
+    allocs = [(label, size) for kind, label, size in events if kind == "alloc"]
+    # the second convolution's input (4 x 16 x 20) and gradient (4 x 16 x 10), in fp32
+    assert ("convolution backward input copy", 4 * 16 * 20 * 4) in allocs
+    assert ("cuDNN convolution backward grad_output copy", 4 * 16 * 10 * 4) in allocs
+    # the first convolution's gradient comes back through the norm: transposed, copied too
+    grads = [s for label, s in allocs if label == "cuDNN convolution backward grad_output copy"]
+    assert 4 * 16 * 20 * 4 in grads
+    # the input copy is made first and freed last
+    i = next(k for k, (label, _) in enumerate(allocs) if label == "convolution backward input copy")
+    assert allocs[i + 1][0] == "cuDNN convolution backward grad_output copy"
+    frees = [label for kind, label, _ in events if kind == "free" and "backward" in label]
+    first_input = frees.index("convolution backward input copy")
+    assert frees[first_input - 1] == "cuDNN convolution backward grad_output copy"

@@ -349,7 +349,7 @@ class _Emitter:
             for size, label in (mem.between or {}).get(i, []):
                 self._free([self._alloc(site, size, Category.WORKSPACE, label)])
             if mem.early is not None and i == min(mem.early, len(marks) - 1):
-                self._free(self.copies.pop(n, []))
+                self._free(self.copies.pop(n, [])[::-1])  # the last made goes first
         else:
 
             def alloc(item: Scratch) -> int:

@@ -36,7 +36,12 @@ from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
 from memfit.trace._group_norm import GROUP_NORM_OPS, group_norm_scratch
 from memfit.trace._index_put import ACCUMULATING_PUTS, index_put_scratch
-from memfit.trace._layouts import RESIZED_FROM_INPUT, channels_last, conv_memory_format
+from memfit.trace._layouts import (
+    NORMS_OF_CONTIGUOUS,
+    RESIZED_FROM_INPUT,
+    channels_last,
+    conv_memory_format,
+)
 from memfit.trace._linalg import LINALG_OPS, linalg_scratch
 from memfit.trace._loss_kernels import LOSS_OPS, loss_copies, loss_scratch
 from memfit.trace._nonzero import NONZERO_STATIC, nonzero_static_scratch
@@ -297,15 +302,6 @@ _LAST_FIRST = frozenset(
 
 
 # norm kernels that copy a non-contiguous input first, by the input's argument position
-_NORMS_OF_CONTIGUOUS: dict[Any, int] = {
-    aten.native_layer_norm.default: 0,
-    aten.native_layer_norm_backward.default: 1,
-}
-if hasattr(aten, "_fused_rms_norm"):
-    _NORMS_OF_CONTIGUOUS[aten._fused_rms_norm.default] = 0
-    _NORMS_OF_CONTIGUOUS[aten._fused_rms_norm_backward.default] = 1
-
-
 class KernelModel:
     """Workspaces of the kernels a real GPU of compute capability ``sm`` would run."""
 
@@ -353,8 +349,8 @@ class KernelModel:
         does CUDA's embedding backward with its gradient. Ops memfit runs through kernels of
         its own (``_fake_kernels``) allocate their temporaries here too (CTC loss's lengths
         and log_beta, nms's sort and IoU mask)."""
-        if func in _NORMS_OF_CONTIGUOUS:
-            x = args[_NORMS_OF_CONTIGUOUS[func]]
+        if func in NORMS_OF_CONTIGUOUS:
+            x = args[NORMS_OF_CONTIGUOUS[func]]
             if isinstance(x, torch.Tensor) and not x.is_contiguous():
                 return [(x.numel() * x.element_size(), "layer norm contiguous input copy")]
         if func is aten.convolution.default:
@@ -362,9 +358,11 @@ class KernelModel:
             if copy:
                 return [(copy, "convolution input copy")]
         if func is aten.convolution_backward.default:
-            grad = _conv_grad_copy(args)
-            if grad:
-                return [(grad, "cuDNN convolution backward grad_output copy")]
+            made = [
+                (_conv_backward_input_copy(args), "convolution backward input copy"),
+                (_conv_grad_copy(args), "cuDNN convolution backward grad_output copy"),
+            ]
+            return [(nbytes, label) for nbytes, label in made if nbytes]
         if func is aten.embedding.default:
             # at::embedding flattens its indices with reshape: a copy where they do not flatten
             # as a view (BERT's token type ids, a buffer expanded over the batch: H200 traces,
@@ -576,6 +574,21 @@ def _conv_input_copy(args: tuple[Any, ...]) -> int:
     return int(x.numel() * x.element_size())
 
 
+def _conv_backward_input_copy(args: tuple[Any, ...]) -> int:
+    """Bytes of the copy ``at::convolution_backward`` makes of a 1-d convolution's input when
+    the weight gradient is wanted and the input is not contiguous
+    (``input.contiguous(backend_memory_format)``, an argument of the cuDNN call: made before
+    the grad_output copy and the outputs, freed after the weight gradient, after the
+    grad_output copy). H100 zoo, torch 2.11: data2vec-audio's feature extractor convolves its
+    layer norm's transposed output (a 3,268,608-byte copy at batch 8); 0 when none is made."""
+    x, weight, mask = args[1], args[2], args[10]
+    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor) or x.dim() != 3:
+        return 0
+    if not mask[1] or x.is_contiguous():
+        return 0
+    return int(x.numel() * x.element_size())
+
+
 def _conv_grad_copy(args: tuple[Any, ...]) -> int:
     """Bytes of the copy cuDNN's convolution backward makes of grad_output when it is not laid
     out in the memory format the convolution runs in (channels-last if the input or the weight
@@ -583,13 +596,13 @@ def _conv_grad_copy(args: tuple[Any, ...]) -> int:
     patch embedding gets its gradient back through a transpose (H200, ViT-B/16 b128 bf16: a
     38,535,168-byte copy); 0 when none is made."""
     grad, x, weight = args[0], args[1], args[2]
-    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (grad, x, weight)):
+    if not all(isinstance(t, torch.Tensor) and t.dim() in (3, 4) for t in (grad, x, weight)):
         return 0
     if bool(args[7]) or any(int(d) != 1 for d in args[6]):  # transposed, dilated: not measured
         return 0
     fmt = (
         torch.channels_last
-        if channels_last(x) or channels_last(weight)
+        if x.dim() == 4 and (channels_last(x) or channels_last(weight))
         else torch.contiguous_format
     )
     if grad.is_contiguous(memory_format=fmt):

@@ -102,6 +102,12 @@ def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
         # through a transpose); cuDNN follows the input and the weight: contiguous gradients,
         # which autograd then keeps as the weight's .grad (no copy into the weight's layout)
         return (_as_contiguous(out[0]), _as_contiguous(out[1]), *out[2:])
+    if func in NORMS_OF_CONTIGUOUS and isinstance(out, tuple):
+        # CUDA's layer and RMS norms run on a contiguous input (``expect_contiguous``) and
+        # make their output, or input gradient, like it; the meta kernels follow the strides
+        # they are given (H100 zoo, torch 2.11: data2vec-audio's transposed layer norm hands
+        # its convolution a transposed gradient, which cuDNN then copies)
+        return (_as_contiguous(out[0]), *out[1:])
     if func in _EFFICIENT_BACKWARD and isinstance(out, tuple) and isinstance(out[3], torch.Tensor):
         if func is aten._efficient_attention_backward.default and not _arg(args, 15, False):
             # no bias gradient asked for: CUDA leaves it undefined, meta allocates a scalar
@@ -128,6 +134,15 @@ def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
             return kept.set_(storage, 0, out.shape, out.stride())
     return log_sigmoid_output(func, loss_output(func, args, out))
 
+
+# the norms whose CUDA kernels read their input contiguous, by the index of that input
+NORMS_OF_CONTIGUOUS: dict[Any, int] = {
+    aten.native_layer_norm.default: 0,
+    aten.native_layer_norm_backward.default: 1,
+}
+if hasattr(aten, "_fused_rms_norm"):
+    NORMS_OF_CONTIGUOUS[aten._fused_rms_norm.default] = 0
+    NORMS_OF_CONTIGUOUS[aten._fused_rms_norm_backward.default] = 1
 
 _EFFICIENT_FORWARD = frozenset(
     {

@@ -549,5 +549,5 @@ class Recorder(TorchDispatchMode):
                 for workspace in between.get(i, []) if between is not None else ():
                     self._scratch_groups([[workspace]], _ONE_AFTER_ANOTHER)
                 if copies_after is not None and i == min(copies_after[0], len(items) - 1):
-                    for block in copies_after[1]:
+                    for block in reversed(copies_after[1]):  # the last made goes first
                         self.free(block)
