@@ -105,7 +105,7 @@ class UnknownValues(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        big = torch.ones(2048, 1024)
+        big = torch.rand(2048, 1024) + 1  # random: no value memfit can know
         self.width = 8 + int(big[0].cpu()[0])  # 9 on a GPU; 8 from the guessed zeros
         self.proj = nn.Linear(8, self.width)
 

@@ -221,3 +221,30 @@ def test_a_torchvision_detector_matches_its_anchors_to_the_batch_boxes() -> None
     est = estimate(build, (images, targets), loss_fn=loss)
     assert est.peak_allocated > 0
     assert not [n for n in est.notes if "no known" in n], est.notes
+
+
+class _MaskInside(nn.Module):
+    """A mask made inside the forward, too large to compute on the host, whose pooled value
+    sizes the output (ViLT's pixel mask: the patches each image covers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = torch.ones(x.shape[0], 1024, 1280, device=x.device)  # 1.3M elements a sample
+        patches = nn.functional.interpolate(mask[:, None].float(), size=(4, 5)).long()
+        count = int((2 * patches).sum((1, 2, 3)).max())  # 2 x 20 patches
+        return self.proj(x).sum() + torch.zeros(count, MIB, device=x.device).sum()
+
+
+def test_a_large_mask_made_inside_keeps_its_one_value() -> None:
+    est = estimate(_MaskInside, {"x": torch.randn(2, 4)}, mode="infer", gpu="h200")
+    big = [n for n in est.notes if "no known" in n or "typical" in n]
+    assert not big
+    trace = trace_workload(
+        make_workload(_MaskInside, {"x": torch.randn(2, 4)}, mode="infer"),
+        H200,
+    )
+    sizes = [ev.size for ev in trace.events if ev.kind == "alloc"]
+    assert 40 * MIB * 4 in sizes  # torch.zeros(40, MIB) in float32

@@ -32,6 +32,7 @@ from memfit.trace._generate import TOKEN_CHOICES, Generation
 from memfit.trace._host_data import copies_to_host, host_copy
 from memfit.trace._leaves import tensors_in
 from memfit.trace._routing import ROUTED_MAX_NUMEL, Routing, grouped_mm_output
+from memfit.trace._uniform import uniform_values
 
 if TYPE_CHECKING:
     from memfit.trace._recorder import Recorder
@@ -180,6 +181,12 @@ class ShadowValues:
         router = self.routing.derived(args, kwargs)
         limit = _MAX_NUMEL if router is None else ROUTED_MAX_NUMEL
         if not outs or not self._small(outs, limit, args, kwargs):
+            uniform = None
+            if len(outs) == 1:
+                uniform = uniform_values(func, args, kwargs, outs[0], self._shadow_args)
+            if uniform is not None:  # one value expanded: costs nothing
+                self._values[outs[0]] = uniform
+                return
             self._invalidate_mutated(func, args)
             self._carry_drawn(name, args, outs)
             return
