@@ -1,4 +1,4 @@
-"""Record what cuDNN takes from the caching allocator for convolutions and LSTMs on a real GPU.
+"""Record what cuDNN takes from the caching allocator for convolutions and RNNs on a real GPU.
 
 Data for modelling cuDNN workspaces and LSTM reserve space (not modelled yet: see
 benchmarks/results/README.md). For each configuration, the allocator trace of one forward (and
@@ -20,6 +20,7 @@ import itertools
 import json
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -157,38 +158,86 @@ def probe_conv(cfg: dict, batch: int, dtype: str, train: bool) -> dict:
     return {**cfg, "batch": batch, "dtype": dtype, "train": train, "trace": trace}
 
 
+RNNS = {"lstm": nn.LSTM, "gru": nn.GRU}
+
+
 def probe_lstm(
     hidden: int, layers: int, batch: int, seq: int, dtype: str, bidir: bool, train: bool = True
 ) -> dict:
-    lstm = (
-        nn.LSTM(hidden, hidden, num_layers=layers, batch_first=True, bidirectional=bidir)
+    return probe_rnn(RnnCase("lstm", hidden, hidden, layers, batch, seq, dtype, bidir, train))
+
+
+@dataclass(frozen=True)
+class RnnCase:
+    """One cuDNN RNN call to probe; ``packed`` runs it on a packed batch whose lengths fall
+    evenly from ``seq`` to a quarter of it (sorted, as ``pack_padded_sequence`` sorts them)."""
+
+    kind: str
+    input: int
+    hidden: int
+    layers: int
+    batch: int
+    seq: int
+    dtype: str
+    bidir: bool
+    train: bool = True
+    packed: bool = False
+
+    def lengths(self) -> list[int]:
+        low = max(1, self.seq // 4)
+        steps = max(1, self.batch - 1)
+        return [self.seq - (self.seq - low) * i // steps for i in range(self.batch)]
+
+
+def probe_rnn(case: RnnCase) -> dict:
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    rnn = (
+        RNNS[case.kind](
+            case.input,
+            case.hidden,
+            num_layers=case.layers,
+            batch_first=True,
+            bidirectional=case.bidir,
+        )
         .cuda()
-        .to(DTYPES[dtype])
+        .to(DTYPES[case.dtype])
     )
-    x = torch.randn(batch, seq, hidden, device="cuda", dtype=DTYPES[dtype], requires_grad=train)
-    lstm.train(train)
+    shape = (case.batch, case.seq, case.input)
+    x = torch.randn(*shape, device="cuda", dtype=DTYPES[case.dtype], requires_grad=case.train)
+    rnn.train(case.train)
+
+    def forward() -> torch.Tensor:
+        if not case.packed:
+            return rnn(x)[0]
+        lengths = torch.tensor(case.lengths())
+        return rnn(pack_padded_sequence(x, lengths, batch_first=True))[0].data
 
     def run() -> None:
-        if not train:
+        if not case.train:
             with torch.no_grad():
-                lstm(x)
+                forward()
             return
-        out, _ = lstm(x)
+        out = forward()
         out.backward(torch.ones_like(out))
 
     run()
-    lstm.zero_grad(set_to_none=True)
+    rnn.zero_grad(set_to_none=True)
     x.grad = None
-    return {
-        "hidden": hidden,
-        "layers": layers,
-        "batch": batch,
-        "seq": seq,
-        "dtype": dtype,
-        "bidirectional": bidir,
-        "train": train,
-        "trace": record(run),
+    row = {
+        "kind": case.kind,
+        "input": case.input,
+        "hidden": case.hidden,
+        "layers": case.layers,
+        "batch": case.batch,
+        "seq": case.seq,
+        "dtype": case.dtype,
+        "bidirectional": case.bidir,
+        "train": case.train,
     }
+    if case.packed:
+        row["lengths"] = case.lengths()
+    return {**row, "trace": record(run)}
 
 
 def probe_meta() -> dict:
@@ -215,6 +264,15 @@ def main() -> int:
     parser.add_argument("--lstm-seqs", nargs="*", type=int, default=[64, 256])
     parser.add_argument("--lstm-dtypes", nargs="*", default=["fp32", "bf16"], choices=list(DTYPES))
     parser.add_argument("--lstm-infer", action="store_true", help="also probe inference calls")
+    parser.add_argument(
+        "--lstm-inputs",
+        nargs="*",
+        type=float,
+        default=[1.0],
+        help="input sizes, as multiples of the hidden size",
+    )
+    parser.add_argument("--rnn-kinds", nargs="*", default=["lstm"], choices=list(RNNS))
+    parser.add_argument("--packed", action="store_true", help="also probe packed batches")
     args = parser.parse_args()
     out = {
         "meta": probe_meta(),
@@ -240,7 +298,9 @@ def main() -> int:
         torch.cuda.empty_cache()
         save(every=20.0)
     modes = (True, False) if args.lstm_infer else (True,)
-    for hidden, layers, batch, seq, dtype, bidir, train in itertools.product(
+    for kind, scale, hidden, layers, batch, seq, dtype, bidir, train, packed in itertools.product(
+        args.rnn_kinds,
+        args.lstm_inputs,
         args.lstm_hidden,
         args.lstm_layers,
         args.lstm_batches,
@@ -248,11 +308,14 @@ def main() -> int:
         args.lstm_dtypes,
         (False, True),
         modes,
+        (False, True) if args.packed else (False,),
     ):
-        out["lstm"].append(probe_lstm(hidden, layers, batch, seq, dtype, bidir, train))
+        size = max(1, round(hidden * scale))
+        case = RnnCase(kind, size, hidden, layers, batch, seq, dtype, bidir, train, packed)
+        out["lstm"].append(probe_rnn(case))
         save(every=20.0)
     save()
-    print(f"{len(out['conv'])} convolution and {len(out['lstm'])} LSTM probes")
+    print(f"{len(out['conv'])} convolution and {len(out['lstm'])} RNN probes")
     return 0
 
 

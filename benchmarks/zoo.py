@@ -72,6 +72,12 @@ def parser() -> argparse.ArgumentParser:
     listing.add_argument("--work", type=Path, default=WORK)
     listing.add_argument("--workers", type=_workers, default=1)
     listing.add_argument("--sources", nargs="+", choices=SOURCES, default=list(SOURCES))
+    listing.add_argument(
+        "--hf-types",
+        nargs="+",
+        default=None,
+        help="only these transformers model types (a held-out set); default: every one",
+    )
     estimate = sub.add_parser("estimate", help="memfit's estimate of every workload")
     estimate.add_argument("--models", type=Path, default=RESULTS / "models.json")
     estimate.add_argument("--out", type=Path, default=RESULTS / "estimates.jsonl")
@@ -144,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "list":
         from zoo_run import run_list
 
-        print(f"wrote {run_list(args.out, args.work, args.workers, set(args.sources))}")
+        print(
+            f"wrote {run_list(args.out, args.work, args.workers, set(args.sources), args.hf_types)}"
+        )
         return 0
     if args.command == "estimate":
         from zoo_run import run_estimates

@@ -36,7 +36,8 @@ class Head:
     task: str
     mapping: str
     auto: str
-    labels: str  # tokens, class, tokens-class, span, ctc, decoder
+    labels: str  # tokens, class, tokens-class, span, ctc, decoder, contrastive, mask, none,
+    # scores (visual question answering's soft targets), series-class
 
 
 HEADS = [
@@ -91,6 +92,32 @@ HEADS = [
         "AutoModelForQuestionAnswering",
         "span",
     ),
+    # heads for model types none of the above takes; a type keeps the first head that lists it
+    Head(
+        "zero-shot-image-classification",
+        "MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+        "AutoModelForZeroShotImageClassification",
+        "contrastive",
+    ),
+    Head(
+        "semantic-segmentation",
+        "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES",
+        "AutoModelForSemanticSegmentation",
+        "mask",
+    ),
+    Head(
+        "visual-question-answering",
+        "MODEL_FOR_VISUAL_QUESTION_ANSWERING_MAPPING_NAMES",
+        "AutoModelForVisualQuestionAnswering",
+        "scores",
+    ),
+    Head(
+        "time-series-classification",
+        "MODEL_FOR_TIME_SERIES_CLASSIFICATION_MAPPING_NAMES",
+        "AutoModelForTimeSeriesClassification",
+        "series-class",
+    ),
+    Head("pretraining", "MODEL_FOR_PRETRAINING_MAPPING_NAMES", "AutoModelForPreTraining", "none"),
 ]
 HEAD_BY_TASK = {head.task: head for head in HEADS}
 
@@ -109,7 +136,11 @@ def build_hf_model(model_type: str, head_task: str, diff: dict[str, Any]) -> nn.
     import transformers
 
     config = build_config(model_type, diff)
-    auto = getattr(transformers, HEAD_BY_TASK[head_task].auto)
+    head = HEAD_BY_TASK[head_task]
+    auto = getattr(transformers, head.auto, None)
+    if auto is None:  # a mapping with no auto class of its own: the class it names
+        cls = getattr(transformers, head_class(model_type, head))
+        return cls._from_config(config, dtype=torch.float32)  # type: ignore[no-any-return]
     return auto.from_config(config, dtype=torch.float32)  # type: ignore[no-any-return]
 
 
@@ -207,18 +238,27 @@ def input_spec(model_type: str, head: Head, config: Any, main_input: str) -> lis
     base["num_labels"] = int(labels) if is_size(labels) else 2
     if head.task == "speech-seq2seq":
         base["decoder"] = DECODER_TOKENS
+    height, width = _image_size(config)
+    channels = int(_sub(config, "num_channels", "in_chans", "in_channels") or 3)
     if main_input == "input_ids":
         length = text_length(config)
         if head.task == "seq2seq-lm":
             base["decoder"] = length
+        if head.labels in ("contrastive", "scores"):  # text and an image: a pair per sample
+            return [{**base, "seq_len": length, "image": [channels, height, width]}]
         return [{**base, "seq_len": length}]
     if main_input == "pixel_values":
-        height, width = _image_size(config)
-        channels = int(_sub(config, "num_channels", "in_chans", "in_channels") or 3)
         frames = _sub(config, "num_frames")
         if head.task == "video-classification" and is_size(frames):
             return [{**base, "shape": [int(frames), channels, height, width]}]
         return [{**base, "shape": [channels, height, width]}]
+    if main_input == "past_values":
+        context = _sub(config, "context_length")
+        series = _sub(config, "num_input_channels")
+        classes = _sub(config, "num_targets")
+        base["num_labels"] = int(classes) if is_size(classes) else 2
+        shape = [int(context) if is_size(context) else 512, int(series) if is_size(series) else 1]
+        return [{**base, "shape": shape}]
     if main_input not in ("input_values", "input_features"):
         return [base]  # an input the sweep does not make: the check says so
     mel = int(_sub(config, "num_mel_bins", "feature_size", "input_feat_per_channel") or 80)
@@ -239,7 +279,7 @@ AUDIO_SAMPLES = 32000  # two seconds at 16 kHz
 
 def make_inputs(
     spec: dict[str, Any], batch: int, train: bool, generator: torch.Generator
-) -> dict[str, torch.Tensor]:
+) -> dict[str, Any]:
     """A batch of ``batch`` samples as ``spec`` says, on the CPU; labels only for training.
     A floating input is one random sample repeated (``expand``): its values do not change the
     memory, and a large batch costs the host nothing until it is moved to a device."""
@@ -247,6 +287,9 @@ def make_inputs(
     if main == "input_ids":
         ids = torch.randint(0, spec["vocab"], (batch, spec["seq_len"]), generator=generator)
         inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        if "image" in spec:
+            sample = torch.randn(1, *spec["image"], generator=generator)
+            inputs["pixel_values"] = sample.expand(batch, *spec["image"])
     elif "shape" not in spec:
         raise ValueError(f"the sweep makes no {main!r} input (the head's main input)")
     else:
@@ -263,6 +306,17 @@ def make_inputs(
 def _labels(spec: dict[str, Any], batch: int, generator: torch.Generator) -> dict[str, Any]:
     kind = spec["labels"]
     classes = spec["num_labels"]
+    if kind == "none":  # the head's loss needs no labels (masked image modelling)
+        return {}
+    if kind == "contrastive":  # each text against each image of the batch
+        return {"return_loss": True}
+    if kind == "mask":
+        shape = (batch, *spec["shape"][-2:])
+        return {"labels": torch.randint(0, classes, shape, generator=generator)}
+    if kind == "scores":
+        return {"labels": torch.rand(batch, classes, generator=generator)}
+    if kind == "series-class":
+        return {"target_values": torch.randint(0, classes, (batch,), generator=generator)}
     if kind == "tokens":
         return {
             "labels": torch.randint(0, spec["vocab"], (batch, spec["seq_len"]), generator=generator)
@@ -302,7 +356,8 @@ def _check_inputs(
     failure = ""
 
     def fed(spec: dict[str, Any], train: bool, generator: torch.Generator) -> dict[str, Any]:
-        return {k: v.to(device) for k, v in make_inputs(spec, 2, train, generator).items()}
+        inputs = make_inputs(spec, 2, train, generator)
+        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
     try:
         for spec in specs:

@@ -177,7 +177,9 @@ def _append(path: Path, row: dict[str, Any]) -> None:
         fh.write(json.dumps(row, default=str) + "\n")
 
 
-def _entries(work: Path, pool: Pool, sources: set[str]) -> list[dict[str, Any]]:
+def _entries(
+    work: Path, pool: Pool, sources: set[str], only: list[str] | None = None
+) -> list[dict[str, Any]]:
     """Every entry: torchvision and timm made here, transformers types in the workers; kept in
     ``work/entries.jsonl`` so that a second run starts where the first stopped."""
     from zoo_catalog import timm_entries, torchvision_entries
@@ -196,7 +198,11 @@ def _entries(work: Path, pool: Pool, sources: set[str]) -> list[dict[str, Any]]:
             done[entry["id"]] = entry
         print(f"timm: {sum(i.startswith('timm:') for i in done)} families", flush=True)
     if "transformers" in sources:
-        types = [t for t, head in hf_types() if head is not None and f"hf:{t}" not in done]
+        types = [
+            t
+            for t, head in hf_types()
+            if head is not None and f"hf:{t}" not in done and (only is None or t in only)
+        ]
         jobs = [{"kind": "hf-entry", "model_type": t} for t in types]
 
         def keep(job: dict[str, Any], entry: dict[str, Any]) -> None:
@@ -216,12 +222,15 @@ def workloads_of(entry: dict[str, Any]) -> list[dict[str, Any]]:
     return list(entry.get("workloads", {}).values())
 
 
-def run_list(results: Path, work: Path, workers: int, sources: set[str]) -> Path:
-    """Build every entry, choose each workload's batch, write ``results/models.json``."""
+def run_list(
+    results: Path, work: Path, workers: int, sources: set[str], hf_only: list[str] | None = None
+) -> Path:
+    """Build every entry (of the transformers types ``hf_only`` only, when given), choose each
+    workload's batch, write ``results/models.json``."""
     work.mkdir(parents=True, exist_ok=True)
     results.mkdir(parents=True, exist_ok=True)
     pool = Pool(workers, timeout=900, log=work / "workers.log")
-    entries = _entries(work, pool, sources)
+    entries = _entries(work, pool, sources, hf_only)
     path = work / "choices.jsonl"
     choices = {c["id"]: c for c in _read_jsonl(path)}
     jobs = [
