@@ -1,15 +1,17 @@
 """Record what cuDNN takes from the caching allocator for convolutions and RNNs on a real GPU.
 
-Data for modelling cuDNN workspaces and LSTM reserve space (not modelled yet: see
-benchmarks/results/README.md). For each configuration, the allocator trace of one forward (and
-backward, in training) is kept as (action, size) pairs.
+The data ``build_cudnn_table.py`` fits memfit's cuDNN workspaces and RNN reserve spaces to
+(``memfit/trace/_cudnn.py``, ``memfit/trace/_rnn.py``). For each configuration, the allocator
+trace of one forward (and backward, in training) is kept as (action, size) pairs.
 
     PYTHONPATH=src python benchmarks/cudnn_probe.py OUT.json [--conv-batches 1 8 32 64 128 256]
         [--models resnet50 resnet18 ...] [--lstm-layers 1 2 3 4] [--lstm-infer]
+        [--rnn-kinds lstm gru] [--lstm-inputs 0.5 2] [--packed]
 
-``--models`` with no name probes no convolution, ``--lstm-hidden`` with none no LSTM. An LSTM
+``--models`` with no name probes no convolution, ``--lstm-hidden`` with none no RNN. An LSTM
 under CUDA autocast (bf16 included) runs cuDNN in fp16 (memfit/trace/_rnn.py), so
-``--lstm-dtypes fp16`` is what bf16-mixed LSTMs need.
+``--lstm-dtypes fp16`` is what bf16-mixed LSTMs need. ``--lstm-inputs`` gives input sizes as
+multiples of the hidden size; ``--packed`` probes each configuration on a packed batch too.
 """
 
 from __future__ import annotations
