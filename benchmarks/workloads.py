@@ -1251,6 +1251,76 @@ HELD_OUT_HANDWRITTEN: list[dict[str, Any]] = [
     },
 ]
 
+
+# Held out, a second set of models written by hand (no zoo), with other ops than the first:
+# GroupNorm and nearest upsampling, weight-normed dilated causal convolutions, per-point
+# convolutions and bmm transforms, capacity-routed experts by one_hot and einsum, field
+# embeddings with einsum interactions, byte convolutions, shifted windows by roll, a
+# reparameterised latent, depthwise convolutions in channels-last, nn.MultiheadAttention with
+# a padding mask; predicted with predict.py and committed before gpu_measure.py measured them.
+HELD_OUT_HANDWRITTEN_SECOND: list[dict[str, Any]] = [
+    {
+        "id": "hw2-unet-denoiser-bf16mixed-b32",
+        "model": "benchmarks/models/unet_denoiser.py:make_model",
+        "batch_size": 32,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw2-tcn-fp32-b16-s4096",
+        "model": "benchmarks/models/tcn.py:make_model",
+        "batch_size": 16,
+        "seq_len": 4096,
+    },
+    {
+        "id": "hw2-pointnet-fp32-b32",
+        "model": "benchmarks/models/pointnet.py:make_model",
+        "batch_size": 32,
+    },
+    {
+        "id": "hw2-moe-lm-bf16mixed-b8-s1024",
+        "model": "benchmarks/models/moe_lm.py:make_model",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw2-deepfm-cross-fp32-b16384",
+        "model": "benchmarks/models/deepfm_cross.py:make_model",
+        "batch_size": 16384,
+    },
+    {
+        "id": "hw2-char-cnn-fp16mixed-b256-s2048",
+        "model": "benchmarks/models/char_cnn.py:make_model",
+        "batch_size": 256,
+        "seq_len": 2048,
+        "precision": "fp16-mixed",
+    },
+    {
+        "id": "hw2-swin-window-bf16mixed-b64",
+        "model": "benchmarks/models/swin_window.py:make_model",
+        "batch_size": 64,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw2-conditional-vae-fp32-b8192",
+        "model": "benchmarks/models/conditional_vae.py:make_model",
+        "batch_size": 8192,
+    },
+    {
+        "id": "hw2-mobilenet-se-bf16mixed-b128",
+        "model": "benchmarks/models/mobilenet_se.py:make_model",
+        "batch_size": 128,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw2-mha-classifier-fp16mixed-b32-s512",
+        "model": "benchmarks/models/mha_classifier.py:make_model",
+        "batch_size": 32,
+        "seq_len": 512,
+        "precision": "fp16-mixed",
+    },
+]
+
 ALL = (
     WORKLOADS
     + HELD_OUT
@@ -1280,4 +1350,5 @@ ALL = (
     + DDP_GAP
     + HELD_OUT_TIED_HEAD
     + HELD_OUT_HANDWRITTEN
+    + HELD_OUT_HANDWRITTEN_SECOND
 )
