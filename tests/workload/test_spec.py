@@ -158,3 +158,15 @@ def test_an_image_batch_reads_as_its_shape_not_batch_of():
         lambda: torch.nn.Conv2d(3, 8, 3), lambda: torch.randn(2, 3, 16, 16), batch_size=2
     )
     assert est.workload.batch == "2 x 3 x 16 x 16"
+
+
+def test_the_spec_keeps_the_settings_it_is_given():
+    """No setting is rewritten after construction: ``make_workload`` reads ``offload=True``
+    as 1.0 before it builds the spec, and the spec itself takes the share only."""
+    w = make_workload("gpt2", batch_size=1, seq_len=16, offload=True)
+    assert w.offload == 1.0
+    with pytest.raises(memfit.InvalidInputError, match="offload=True is not a share"):
+        dataclasses.replace(w, offload=True)
+    with pytest.raises(memfit.InvalidInputError, match="offload_shards=None is not True or"):
+        dataclasses.replace(w, offload_shards=None)
+    assert dataclasses.replace(w, offload=0.5).offload == 0.5

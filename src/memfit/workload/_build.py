@@ -19,6 +19,7 @@ from memfit.workload._compiled import compiled_as_eager
 from memfit.workload._limits import check_recipe_batch
 from memfit.workload._models import TEXT_TASKS, ModelRecipe, resolve_model
 from memfit.workload._no_batch import no_batch_error
+from memfit.workload._offload import check_offload
 from memfit.workload._spec import (
     Batch,
     Workload,
@@ -92,6 +93,8 @@ def make_workload(
     steps = options.get("steps")
     # a setting whose field has its own name is taken as given (Workload checks it)
     same: dict[str, Any] = {k: v for k, v in options.items() if k in _AS_GIVEN}
+    if "offload" in same:  # True is every block, False none: the share as a number
+        same["offload"] = check_offload(same["offload"])
     return Workload(
         **same,
         steps=steps if steps is not None else (2 if mode == "train" else 1),

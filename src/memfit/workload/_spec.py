@@ -169,7 +169,23 @@ class Workload:
     # fn(model, mesh) -> model: the user's own DDP or fully_shard calls (workload._parallel)
     parallelize: Callable[[nn.Module, Any], nn.Module] | None = None
 
-    notes: tuple[str, ...] = ()  # what was assumed or warned while checking, for the estimate
+    notes: tuple[str, ...] = ()  # what was assumed or warned while building, for the estimate
+
+    @property
+    def setting_notes(self) -> tuple[str, ...]:
+        """What the settings themselves make memfit do otherwise than asked, said beside
+        :attr:`notes` in the estimate."""
+        if (
+            self.offload_checkpoints
+            and self.activation_checkpointing is True
+            and self.enable_checkpointing is not None
+        ):
+            return (
+                "offload_checkpoints: the blocks are checkpointed by memfit's wrapper in place "
+                "of the model's own switch (whose checkpoint runs outside the forward the "
+                "offload wraps); memfit.apply does the same",
+            )
+        return ()
 
     def __post_init__(self) -> None:
         for what in ("precision", "mode"):
@@ -213,41 +229,21 @@ class Workload:
         check_count("accumulation", self.accumulation)
         check_compiled_setting(self.compiled)
         check_memory_budget(self.activation_memory_budget)
-        object.__setattr__(self, "offload", check_offload(self.offload))
+        if isinstance(self.offload, bool) or check_offload(self.offload) != self.offload:
+            raise InvalidInputError(
+                f"offload={self.offload!r} is not a share of blocks as a number: give 1.0 (every "
+                "block's saved activations to pinned host memory), a fraction such as 0.5 or "
+                "0.0 (make_workload and estimate read True and False too)."
+            )
+        for what in ("offload_shards", "batch_held", "offload_checkpoints"):
+            _check_flag(what, getattr(self, what))
         check_parallel(self.world_size, self.strategy, self.mode, self.precision)
         check_parallelize(self.parallelize, self.strategy)
-        if self.offload_shards is None:
-            object.__setattr__(self, "offload_shards", False)
         check_offload_shards(self.offload_shards, self.strategy, self.optimizer)
         check_sharded_optimizer(self.strategy, self.optimizer)
-        if self.batch_held is None:
-            object.__setattr__(self, "batch_held", False)
-        if not isinstance(self.batch_held, bool):
-            raise InvalidInputError(
-                f"batch_held={self.batch_held!r} is not True or False: give True when your loop "
-                "holds the whole batch on the GPU while the step runs (it moved the batch there "
-                "first), or False."
-            )
         if self.offload:
             _check_offload_use(self)
-        if self.offload_checkpoints is None:
-            object.__setattr__(self, "offload_checkpoints", False)
         _check_offload_checkpoints(self)
-        if (
-            self.offload_checkpoints
-            and self.activation_checkpointing is True
-            and self.enable_checkpointing is not None
-        ):
-            object.__setattr__(
-                self,
-                "notes",
-                (
-                    *self.notes,
-                    "offload_checkpoints: the blocks are checkpointed by memfit's wrapper in "
-                    "place of the model's own switch (whose checkpoint runs outside the forward "
-                    "the offload wraps); memfit.apply does the same",
-                ),
-            )
         if self.activation_memory_budget is not None:
             _check_budget_use(self)
         if self.optimizer_in_backward:
@@ -393,6 +389,20 @@ def _check_in_backward(w: Workload) -> None:
             "your own calls the optimizer itself. Register the hooks in your step (torch's "
             "register_post_accumulate_grad_hook) and pass the optimizer factory you use."
         )
+
+
+_FLAG_HINTS = {
+    "batch_held": "True when your loop holds the whole batch on the GPU while the step runs "
+    "(it moved the batch there first), or False",
+    "offload_shards": "True for FSDP2's CPU offload of each rank's shards, or False",
+    "offload_checkpoints": "True to keep checkpointed blocks' inputs in pinned host memory, "
+    "or False",
+}
+
+
+def _check_flag(what: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{what}={value!r} is not True or False: give {_FLAG_HINTS[what]}.")
 
 
 def _check_takes_two(what: str, fn: Callable[..., Any]) -> None:
