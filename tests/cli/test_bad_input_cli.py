@@ -280,10 +280,10 @@ def test_snapshot_top_zero_is_refused(capsys):
 
 
 def test_a_closed_pipe_ends_quietly_with_exit_code_0(capsys, monkeypatch):
-    def reader_gone(args: object, console: object) -> int:
+    def reader_gone(*args: object, **kwargs: object) -> int:
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr("memfit.cli._estimate_cmd.run_estimate", reader_gone)
+    monkeypatch.setattr("memfit.cli._estimate_cmd.estimate", reader_gone)
     assert main(["estimate", "gpt2", "-b", "1", "--json"]) == 0
     captured = capsys.readouterr()
     assert captured.err == "" and "Traceback" not in captured.out

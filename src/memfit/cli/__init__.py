@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import shlex
 import sys
 import traceback
@@ -25,6 +24,7 @@ from rich.console import Console
 import memfit._interrupt as _interrupt
 from memfit._errors import MemfitError, NoGPUError
 from memfit.cli._argv import join_negative_values
+from memfit.cli._commands import command_named
 from memfit.cli._output import OutputConsole, OutputError, guarded_stdout, silence_stdout
 from memfit.cli._parser import make_parser
 
@@ -83,11 +83,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
-    """Run the command (each lives in ``memfit.cli._<name>_cmd`` as ``run_<name>(args,
-    console)``) and flush its output, where a closed pipe or a full disk shows, rather than at
-    the interpreter's exit."""
-    run = getattr(importlib.import_module(f"memfit.cli._{args.command}_cmd"), f"run_{args.command}")
-    code = int(run(args, console))
+    """Run the command (``memfit.cli._commands`` lists them) and flush its output, where a
+    closed pipe or a full disk shows, rather than at the interpreter's exit."""
+    code = int(command_named(args.command).run(args, console))
     sys.stdout.flush()
     return code
 

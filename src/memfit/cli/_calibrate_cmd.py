@@ -8,6 +8,8 @@ import sys
 
 from rich.console import Console
 
+from memfit.cli._command import Command
+
 __all__ = ["add_calibrate_parser", "run_calibrate"]
 
 
@@ -97,3 +99,6 @@ def run_calibrate(args: argparse.Namespace, console: Console) -> int:
 def _listed(data: dict[str, object]) -> dict[str, object]:
     """What ``--list`` shows of a saved calibration."""
     return {k: data[k] for k in ("key", "gpu", "source", "path")}
+
+
+COMMAND = Command("calibrate", add_calibrate_parser, run_calibrate)

@@ -8,6 +8,7 @@ import json
 
 from rich.console import Console
 
+from memfit.cli._command import Command
 from memfit.monitor import diagnose
 from memfit.report import render_doctor
 
@@ -36,3 +37,6 @@ def run_doctor(args: argparse.Namespace, console: Console) -> int:
     else:
         render_doctor(found, console)
     return 1 if any(a.severity == "error" for a in found.advice) else 0
+
+
+COMMAND = Command("doctor", add_doctor_parser, run_doctor)

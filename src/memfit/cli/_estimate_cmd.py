@@ -16,9 +16,9 @@ from typing import Any
 from rich.console import Console
 
 from memfit._errors import InvalidInputError, NoGPUError
+from memfit.cli._command import Command
 from memfit.cli._options import check_workload_flags, workload_options
-from memfit.estimator import estimate
-from memfit.workload import catalog_entries
+from memfit.cli._workload_args import add_workload_args
 
 __all__ = ["run_estimate"]
 
@@ -26,6 +26,8 @@ _DEFAULT_MARGIN = "0.02"  # what --max-batch-size keeps free when --margin is no
 
 
 def _list_models(console: Console, as_json: bool) -> int:
+    from memfit.workload import catalog_entries  # torch: only when the catalog is asked for
+
     entries = catalog_entries()
     if as_json:
         keys = ("name", "aliases", "source", "task", "parameters", "description")
@@ -91,6 +93,14 @@ def _check_flags(args: argparse.Namespace) -> None:
             "Give --batch-size (and --seq-len for text models), e.g. -b 8 -s 512, or "
             "--max-batch-size to search for the largest batch that fits --gpu."
         )
+
+
+def estimate(model: Any, **options: Any) -> Any:
+    """:func:`memfit.estimate`, imported when the command runs (it brings torch), not when
+    ``memfit --help`` builds the parser."""
+    from memfit.estimator import estimate as run
+
+    return run(model, **options)
 
 
 def run_estimate(args: argparse.Namespace, console: Console) -> int:
@@ -196,3 +206,48 @@ def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
         render_batch_size(result, args.model, console)
     _write_plot(write_plot, result, args, console)
     return 0
+
+
+def add_estimate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``estimate``."""
+    est = sub.add_parser(
+        "estimate",
+        help="predict the peak memory of a step, on the CPU",
+        description="Predict the peak GPU memory of a training or inference "
+        "step on the CPU, without a GPU. Sizes print in binary units (GiB).",
+    )
+    add_workload_args(est)
+    est.add_argument(
+        "--gpu",
+        default=None,
+        metavar="GPU|SIZE",
+        help="target: 4090, a100-40g, a100-80g, h100, h200, ... or a size (24GiB); "
+        "default: no verdict, kernels traced as for an h100",
+    )
+    est.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="write memory over the step to FILE (.png, .html or .svg)",
+    )
+    est.add_argument("--list-models", action="store_true", help="list the bundled catalog")
+    est.add_argument(
+        "--max-batch-size",
+        action="store_true",
+        help="find the largest batch size that fits --gpu (estimates only; --confirm: GPU trials)",
+    )
+    est.add_argument(
+        "--margin",
+        default=None,  # None: not given (then 0.02), so that a --margin alone can be refused
+        metavar="F|SIZE",
+        help="with --max-batch-size: memory kept free, a fraction or a size such as 512MiB "
+        "(default: 0.02)",
+    )
+    est.add_argument(
+        "--confirm",
+        action="store_true",
+        help="with --max-batch-size: confirm the answer on this machine's GPU (at most 3 trials)",
+    )
+
+
+COMMAND = Command("estimate", add_estimate_parser, run_estimate)

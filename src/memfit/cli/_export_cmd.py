@@ -10,6 +10,7 @@ import threading
 from rich.console import Console
 
 from memfit._errors import InvalidInputError
+from memfit.cli._command import Command
 from memfit.cli._watch_cmd import add_monitor_args, open_monitor
 from memfit.monitor import start_exporter
 
@@ -76,3 +77,6 @@ def run_export(args: argparse.Namespace, console: Console) -> int:
         finally:
             exporter.stop()
     return 0
+
+
+COMMAND = Command("export", add_export_parser, run_export)

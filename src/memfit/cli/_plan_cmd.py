@@ -23,8 +23,10 @@ from rich.console import Console
 
 from memfit._choices import OPTIMIZERS, PRECISIONS
 from memfit._errors import InvalidInputError
+from memfit.cli._command import Command
 from memfit.cli._help import a_number, positive_int, share
 from memfit.cli._options import check_workload_flags
+from memfit.cli._workload_args import add_workload_args
 
 if TYPE_CHECKING:
     from memfit._gpus import GPU
@@ -88,12 +90,9 @@ def memory_budgets(text: str) -> tuple[float, ...]:
     return tuple(share(part) for part in parts) if parts else (share(text),)  # "": refused
 
 
-def add_plan_parser(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
-    workload_args: Callable[[argparse.ArgumentParser], None],
-) -> None:
-    """Register ``plan``; ``workload_args`` adds the workload flags ``estimate`` takes (the
-    model, ``-b``, ``-s``, ``-p``...), which here describe the user's own configuration."""
+def add_plan_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``plan``; the workload flags ``estimate`` takes (the model, ``-b``, ``-s``,
+    ``-p``...) here describe the user's own configuration."""
     p = sub.add_parser(
         "plan",
         help="find the fastest training configuration that fits a memory budget, on the CPU",
@@ -104,7 +103,7 @@ def add_plan_parser(
         "configuration, the baseline. Sizes print in binary units (GiB). Exit code 0: a "
         "configuration fits; 1: nothing fits; 2: bad input or another error.",
     )
-    workload_args(p)
+    add_workload_args(p)
     p.add_argument(
         "--gpu",
         "--budget",
@@ -312,3 +311,6 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         if not args.json:
             console.print(f"Plot written to {written}", soft_wrap=True, highlight=False)
     return 0 if result.fits else 1
+
+
+COMMAND = Command("plan", add_plan_parser, run_plan)

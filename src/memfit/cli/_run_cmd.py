@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from memfit._errors import InvalidInputError
+from memfit.cli._command import Command
 
 if TYPE_CHECKING:
     from memfit.monitor import Configuration
@@ -213,3 +214,6 @@ def _limit_arg(text: str | None) -> str | float | None:
     except ValueError:
         return text
     return value if "." in text or "e" in text.lower() else text
+
+
+COMMAND = Command("run", add_run_parser, run_run)

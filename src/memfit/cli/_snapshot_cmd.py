@@ -8,6 +8,7 @@ from rich.console import Console
 
 from memfit._errors import InvalidInputError
 from memfit._gpus import resolve_gpu
+from memfit.cli._command import Command
 
 __all__ = ["add_snapshot_parser", "run_snapshot"]
 
@@ -78,3 +79,6 @@ def run_snapshot(args: argparse.Namespace, console: Console) -> int:
         if not args.json:
             console.print(f"HTML report written to {args.html}", highlight=False, markup=False)
     return 0
+
+
+COMMAND = Command("snapshot", add_snapshot_parser, run_snapshot)

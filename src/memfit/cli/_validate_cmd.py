@@ -7,7 +7,9 @@ import argparse
 from rich.console import Console
 
 from memfit._errors import InvalidInputError
+from memfit.cli._command import Command
 from memfit.cli._options import check_workload_flags, workload_options
+from memfit.cli._workload_args import add_workload_args
 
 __all__ = ["run_validate"]
 
@@ -26,3 +28,17 @@ def run_validate(args: argparse.Namespace, console: Console) -> int:
 
     render_validation(result, console)
     return 0
+
+
+def add_validate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``validate``."""
+    val = sub.add_parser(
+        "validate",
+        help="run the workload on this machine's GPU and compare",
+        description="Estimate a workload, run it on the local CUDA GPU, and "
+        "print estimate vs measured (max_memory_allocated/reserved, NVML).",
+    )
+    add_workload_args(val)
+
+
+COMMAND = Command("validate", add_validate_parser, run_validate)

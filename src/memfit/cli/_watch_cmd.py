@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.live import Live
 
 from memfit._errors import InvalidInputError
+from memfit.cli._command import Command
 from memfit.monitor import Monitor, Sample, parse_devices
 from memfit.report import SampleLog, WatchHistory, render_sample, watch_frame
 
@@ -153,3 +154,6 @@ class _Null:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+COMMAND = Command("watch", add_watch_parser, run_watch)
