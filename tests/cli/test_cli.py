@@ -197,3 +197,17 @@ def test_batch_search_plot_takes_the_estimate_plot_suffixes(capsys, tiny, tmp_pa
     assert main(argv) == 0
     assert "Largest batch size" in capsys.readouterr().out
     assert "<svg" in path.read_text()
+
+
+def test_run_result_to_dict_names_every_file(tmp_path):
+    from memfit.oom._finalize import ReportFiles
+    from memfit.oom._run import RunResult
+
+    files = ReportFiles(tmp_path / "oom-1.md", tmp_path / "oom-1.json", None)
+    result = RunResult(-9, tmp_path, (files,), ("a facts file could not be read",))
+    assert result.to_dict() == {
+        "returncode": -9,
+        "oom_dir": str(tmp_path),
+        "reports": [{"report": str(files.report), "json": str(files.json), "snapshot": None}],
+        "problems": ["a facts file could not be read"],
+    }

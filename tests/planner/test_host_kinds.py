@@ -107,3 +107,10 @@ def test_the_shipped_h200_calibration_charges_convolution_calls() -> None:
         assert cal.host_per_conv("forward", style) > 0
         assert cal.host_per_conv("backward", style) > 0
     assert cal.host_per_conv("optimizer", "eager") == 0.0
+
+
+def test_a_calibration_reads_back_what_to_dict_writes():
+    cal, _ = calibration_for(resolve_gpu("h200"))
+    again = Calibration.from_dict(cal.to_dict())
+    assert again == cal
+    assert again.to_dict() == cal.to_dict()

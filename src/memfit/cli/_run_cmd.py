@@ -132,16 +132,7 @@ def run_run(args: argparse.Namespace, console: Console) -> int:
                 {
                     "exit_code": code,
                     "memory": None if memory is None else memory.to_dict(),
-                    "oom_dir": str(result.directory),
-                    "reports": [
-                        {
-                            "report": str(r.report),
-                            "json": str(r.json),
-                            "snapshot": None if r.snapshot is None else str(r.snapshot),
-                        }
-                        for r in result.reports
-                    ],
-                    "problems": list(result.problems),
+                    **{k: v for k, v in result.to_dict().items() if k != "returncode"},
                 },
                 indent=2,
             )

@@ -28,6 +28,14 @@ class ReportFiles:
     json: Path  # the facts, the analysis and the fixes
     snapshot: Path | None  # torch's snapshot at the failure (a pickle)
 
+    def to_dict(self) -> dict[str, str | None]:
+        """The files' paths, for ``--json``."""
+        return {
+            "report": str(self.report),
+            "json": str(self.json),
+            "snapshot": None if self.snapshot is None else str(self.snapshot),
+        }
+
 
 def _analyse(
     incident: Incident, what_if: bool

@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memfit._errors import InvalidInputError, MemfitError
 from memfit.oom import _observer
@@ -32,6 +33,16 @@ class RunResult:
     directory: Path
     reports: tuple[ReportFiles, ...]
     problems: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The child's return code, the report folder, each report's files and the problems,
+        for ``--json``."""
+        return {
+            "returncode": self.returncode,
+            "oom_dir": str(self.directory),
+            "reports": [r.to_dict() for r in self.reports],
+            "problems": list(self.problems),
+        }
 
 
 def _child_env(

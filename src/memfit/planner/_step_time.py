@@ -107,6 +107,21 @@ class Calibration:
             pinned={k: float(v) for k, v in data.get("pinned_seconds_per_byte", {}).items()},
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The calibration as :meth:`from_dict` reads it (the file ``calibrate`` writes)."""
+        return {
+            "gpu": self.gpu,
+            "source": self.source,
+            "curves": {k: [list(point) for point in v] for k, v in self.curves.items()},
+            "kernel_floor": self.kernel_floor,
+            "bandwidth": self.bandwidth,
+            "host": dict(self.host),
+            "h2d_seconds_per_byte": self.h2d,
+            "graph_timed": sorted(self.graph_timed),
+            "mem_factors": dict(self.mem_factors),
+            "pinned_seconds_per_byte": dict(self.pinned),
+        }
+
     def copy_seconds(self, direction: str, nbytes: int) -> float:
         """The side stream's seconds to copy ``nbytes`` between pinned host memory and the GPU
         (``direction`` ``d2h`` or ``h2d``)."""
