@@ -3,9 +3,9 @@
 * Layers: a package imports only packages below it (lowest first):
   basics (``memfit._errors``, ``_units``, ``_events``, ``_choices``, ``_gpus``, ``_series``,
   ``_display``, ``_forked``, ``_interrupt``, ``_lazy``) <
-  allocator < workload < trace < estimator < planner, monitor < snapshot < oom < runtime < report <
-  integrations < cli. Packages on one rung (planner, monitor) do not import each other. Every
-  import counts: at module level, inside functions, under ``TYPE_CHECKING``, and
+  allocator < workload < trace < estimator < advice < planner, monitor < snapshot < oom <
+  runtime < report < integrations < cli. Packages on one rung (planner, monitor) do not import
+  each other. Every import counts: at module level, inside functions, under ``TYPE_CHECKING``, and
   ``importlib.import_module("memfit...")`` with a literal name.
 * No module imports another package's private module (``memfit.<pkg>._<mod>`` from outside
   ``memfit/<pkg>``): what others need is exported by the package's ``__init__``.
@@ -33,6 +33,7 @@ ORDER: list[set[str]] = [
     {"workload"},
     {"trace"},
     {"estimator"},
+    {"advice"},
     {"planner", "monitor"},
     {"snapshot"},
     {"oom"},

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from memfit.advice import WhatIf, allocator_candidates, streamable_configs
+from memfit.advice import recommend_allocator as recommend
 from memfit.allocator import AllocatorConfig
-from memfit.planner import WhatIf, allocator_candidates, streamable_configs
-from memfit.planner import recommend_allocator as recommend
 
 MiB = 1 << 20
 GiB = 1 << 30

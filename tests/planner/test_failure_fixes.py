@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from memfit.planner import (
+from memfit.advice import (
     CHECKPOINTING,
     MIXED_PRECISION,
     Change,

@@ -31,13 +31,13 @@ functions that write reports take ``render``, the :data:`OOMRenderer` of the ``.
 
 from __future__ import annotations
 
+from memfit.advice import Fix
 from memfit.oom._diagnosis import OOMDiagnosis, OOMRenderer
 from memfit.oom._finalize import ReportFiles, finalize_reports, write_report
 from memfit.oom._fixes import command_line, rank_fixes
 from memfit.oom._hook import OOMHook, oom_report
 from memfit.oom._incident import Frame, Incident, read_incident
 from memfit.oom._run import RunResult, run_with_report
-from memfit.planner import Fix
 
 __all__ = [
     "Fix",

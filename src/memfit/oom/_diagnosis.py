@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from memfit.advice import Fix
 from memfit.oom._incident import Incident
-from memfit.planner import Fix
 from memfit.snapshot import SnapshotReport
 
 __all__ = ["OOMDiagnosis", "OOMRenderer", "analysis_dict"]

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from memfit.advice import Failure, Fix, ModelInfo, failure_fixes
 from memfit.oom._incident import Incident
-from memfit.planner import Failure, Fix, ModelInfo, failure_fixes
 from memfit.snapshot import SnapshotReport
 
 __all__ = ["command_line", "failure_of", "rank_fixes"]

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from memfit._units import format_bytes
+from memfit.advice import Fix
 from memfit.oom import Frame, Incident, OOMDiagnosis, command_line
-from memfit.planner import Fix
 from memfit.snapshot import SnapshotReport
 
 __all__ = ["oom_markdown"]

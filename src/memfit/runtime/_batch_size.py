@@ -27,8 +27,8 @@ from memfit._display import html_repr
 from memfit._errors import DoesNotFitError, InvalidInputError, NoGPUError
 from memfit._gpus import GPU, resolve_gpu
 from memfit._units import GiB, format_bytes, parse_size
+from memfit.advice import StepSettings, does_not_fit_message
 from memfit.estimator import BatchEstimates, Estimate, local_gpu
-from memfit.planner import StepSettings, does_not_fit_message
 from memfit.runtime._bs_search import EstimateSearch, Point
 from memfit.runtime._bs_trials import Trial, cuda_runner, run_trials
 from memfit.workload import WorkloadOptions, make_workload

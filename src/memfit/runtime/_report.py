@@ -6,7 +6,7 @@ fixes with, applied to the working set at the failure.
 
 from __future__ import annotations
 
-from memfit.planner import optimizer_step_advice, smaller_step_advice
+from memfit.advice import optimizer_step_advice, smaller_step_advice
 from memfit.runtime._incident import MemoryFacts, MicrobatchIncident
 
 __all__ = ["optimizer_message", "sharded_message", "too_small_message"]

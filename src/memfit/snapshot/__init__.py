@@ -22,7 +22,7 @@ it under other allocator settings, recommending one only if it saves more than 2
 
 from __future__ import annotations
 
-from memfit.planner import WhatIf
+from memfit.advice import WhatIf
 from memfit.snapshot._live import LiveBlock, SiteRow
 from memfit.snapshot._recorded import ReplayCheck
 from memfit.snapshot._report import Phase, SnapshotReport, report

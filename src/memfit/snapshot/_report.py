@@ -19,8 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from memfit._display import html_repr
+from memfit.advice import WhatIf, alloc_conf_text
 from memfit.allocator import SegmentInfo
-from memfit.planner import WhatIf, alloc_conf_text
 from memfit.snapshot._live import LiveBlock, SiteRow, live_at_peak
 from memfit.snapshot._recorded import ReplayCheck, address_space, device_total, replay_check
 from memfit.snapshot._replay import build_ops, run_replay

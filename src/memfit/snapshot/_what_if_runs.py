@@ -19,14 +19,14 @@ import multiprocessing
 import os
 from pathlib import Path
 
-from memfit.allocator import ReplayOps as Ops
-from memfit.planner import (
+from memfit.advice import (
     WhatIf,
     alloc_conf_text,
     allocator_candidates,
     recommend_allocator,
     streamable_configs,
 )
+from memfit.allocator import ReplayOps as Ops
 from memfit.snapshot._parallel import Job, PeakJobs, cpu_count
 from memfit.snapshot._replay import ReplayRun, replay_peaks
 from memfit.snapshot._snapshot import Snapshot

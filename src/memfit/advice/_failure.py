@@ -7,7 +7,7 @@ Without a trace, expandable segments are bounded by the free memory stranded in 
 partly used segments at the failure.
 
 The model-side fixes scale the *working set* at the failure with the factors of
-:mod:`memfit.planner._factors`: activation checkpointing saves ~60% of it (for ~25% more step
+:mod:`memfit.advice._factors`: activation checkpointing saves ~60% of it (for ~25% more step
 time); bf16 autocast ~30% of it, less the 16-bit weight copies autocast keeps (half the fp32
 parameter bytes); a micro-batch ``k`` times smaller keeps ~1/k of it. They are estimates for
 the moment of the failure; the rest of the step may need more, which ``memfit estimate``
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from memfit._choices import OPTIMIZERS
 from memfit._units import MiB, format_bytes
-from memfit.planner._allocator import WhatIf, alloc_conf_how
-from memfit.planner._factors import CHECKPOINTING, MICROBATCH_SPLITS, MIXED_PRECISION
-from memfit.planner._fix import Change, Fix, How, covers, rank
+from memfit.advice._allocator import WhatIf, alloc_conf_how
+from memfit.advice._factors import CHECKPOINTING, MICROBATCH_SPLITS, MIXED_PRECISION
+from memfit.advice._fix import Change, Fix, How, covers, rank
 
 __all__ = ["Failure", "ModelInfo", "failure_fixes"]
 

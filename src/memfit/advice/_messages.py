@@ -3,7 +3,7 @@ not fit (``find_batch_size``'s ``DoesNotFitError``) and when the micro-batch gua
 further or runs out in the optimizer step (its ``UnrecoverableOOMError``).
 
 They name the changes ``memfit estimate`` can predict, with the measured shares of
-:mod:`memfit.planner._factors` where the working set is known.
+:mod:`memfit.advice._factors` where the working set is known.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memfit._units import format_bytes
-from memfit.planner._factors import CHECKPOINTING, MIXED_PRECISION, Factor
+from memfit.advice._factors import CHECKPOINTING, MIXED_PRECISION, Factor
 
 __all__ = [
     "StepSettings",

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memfit._units import MiB, format_bytes
+from memfit.advice._fix import How
 from memfit.allocator import AllocatorConfig
-from memfit.planner._fix import How
 
 __all__ = [
     "GC_FRACTION",
