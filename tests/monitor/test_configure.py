@@ -56,7 +56,7 @@ def _plan(env: dict[str, str] | None = None, **kwargs: Any) -> tuple[Any, dict[s
     kwargs.setdefault("open_nvml", FakeNvml)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConfigurationWarning)
-        found = configure(environ=env, in_process=False, **kwargs)
+        found = configure(environ=env, **kwargs)
     return found, env
 
 
@@ -186,7 +186,7 @@ def test_bad_settings_are_refused_and_nothing_is_changed(monkeypatch, kwargs, me
 
 def test_under_auto_what_a_framework_lacks_is_a_warning():
     with pytest.warns(ConfigurationWarning) as caught:
-        configure(allocator="expandable", framework="all", environ={}, in_process=False)
+        configure(allocator="expandable", framework="all", environ={})
     assert sorted(str(w.message).split(" is not")[0] for w in caught) == [
         "memfit.configure: jax allocator",
         "memfit.configure: tensorflow allocator",

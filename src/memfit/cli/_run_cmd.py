@@ -178,7 +178,6 @@ def _memory_environment(
             allocator=args.allocator,
             framework=_frameworks_arg(args.framework),
             environ=env,
-            in_process=False,
         )
     env[settings_variable()] = json.dumps(
         {"settings": memory.settings, "frameworks": list(memory.frameworks)}

@@ -127,7 +127,6 @@ def configure(
     framework: str | Iterable[str] = "auto",
     strict: bool = False,
     environ: MutableMapping[str, str] | None = None,
-    in_process: bool = True,
     open_nvml: Callable[[], NvmlBackend] = PynvmlBackend,
 ) -> Configuration:
     """Set the GPU memory settings of torch, TensorFlow and JAX, before they start.
@@ -146,8 +145,8 @@ def configure(
     Settings are read by a framework when its runtime starts; after that this says "too late"
     (a :class:`ConfigurationWarning`, or :class:`ConfigurationTooLateError` with ``strict``).
     A setting a named framework does not have is an error; under ``"auto"``, a warning.
-    ``environ`` / ``in_process=False``: plan for another process's environment (what
-    ``memfit run`` does), importing and hooking nothing here.
+    ``environ``: plan for another process's environment, given as this mapping (what
+    ``memfit run`` does for its child), importing and hooking nothing here.
     """
     frameworks = resolve_frameworks(framework)
     named = framework not in ("auto", "all")
@@ -157,6 +156,7 @@ def configure(
     gpu_total = min(totals) if totals else None
     settings = _settings(growth, limit, preallocate, allocator, gpu_total)
     env = os.environ if environ is None else environ
+    in_process = environ is None
     # a dry run on a copy first: nothing is changed when the call is refused
     started = _framework_numbers.started
     dry = _frameworks.configure(
