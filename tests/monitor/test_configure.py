@@ -1,6 +1,6 @@
 """``memfit.configure``: the knobs each framework gets, the errors, and "too late".
 
-The planning runs on given environments (``in_process=False``, as ``memfit run``'s parent
+The planning runs on given environments (``environ=``, as ``memfit run``'s parent
 does); what happens inside a process runs in a fresh Python (``_run``), since importing torch is
 what makes its allocator settings too late. TensorFlow and JAX themselves are in
 ``tests/frameworks`` (CI's frameworks build installs them).
