@@ -81,7 +81,6 @@ def fit(
     batch: Any,
     global_batch: int | None = None,
     gpu: str | GPU | None = None,
-    margin: float | None = None,
     before_step: Callable[[], object] | None = None,
     **plan_options: Any,
 ) -> PlannedStep:
@@ -92,8 +91,8 @@ def fit(
     size) by micro-batches and accumulation. ``gpu`` is the GPU memory to fit, a GPU name
     (``"h100"``) or a size (``"24GiB"``); ``budget`` takes the same (give one of them). Both
     together: the kind of GPU ``gpu`` names (its speed ranks the candidates) in ``budget`` of
-    its memory, e.g. ``gpu="a100-40g", budget="20GiB"``. ``margin`` and ``plan_options``
-    (e.g. ``precisions=``, ``seq_len=``) go to :func:`memfit.plan`; the optimizer's class is
+    its memory, e.g. ``gpu="a100-40g", budget="20GiB"``. ``plan_options`` (e.g.
+    ``margin=``, ``precisions=``, ``seq_len=``) go to :func:`memfit.plan`; the optimizer's class is
     planned for unless ``optimizer=`` is given.
     Refuses, as :func:`memfit.apply` does, a budget nothing fits (the error names the smallest
     configuration and how far over it is).
@@ -117,8 +116,6 @@ def fit(
     name = _optimizer_name(optimizer)
     if name is not None and options.get("optimizer") is None:  # None: not given
         options["optimizer"] = name
-    if margin is not None:
-        options["margin"] = margin
     # the planner makes its micro-batches with batch_of
     options.update(batch_of=batch_of, loss_fn=loss_fn, global_batch=global_batch)
     plan = make_plan(model, budget=target, **options)
