@@ -8,7 +8,7 @@ def test_all_is_complete_and_importable():
     exported = set(memfit.__all__) - {"__version__"}
     # every public attribute is exported; subpackages are reachable but not re-exported
     modules = {"allocator", "trace", "report", "cli", "snapshot", "oom", "monitor"}
-    modules |= {"runtime", "integrations", "workload", "estimator", "planner"}
+    modules |= {"runtime", "integrations", "workload", "estimator", "planner", "advice"}
     assert public - exported - modules == set()
     for name in memfit.__all__:
         assert hasattr(memfit, name)
