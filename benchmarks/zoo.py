@@ -2,6 +2,8 @@
 a small model of every transformers type with a training head, against the GPU.
 
     python benchmarks/zoo.py list        # the models and each workload's batch -> models.json
+    python benchmarks/zoo.py list --sources transformers --hf-types align dpt --out DIR
+                                         # a few transformers types only (a held-out set)
     python benchmarks/zoo.py estimate    # memfit's estimates on this CPU -> estimates.jsonl
     python benchmarks/zoo.py measure --shard 1/4 --budget-seconds 560 --out FILE   # on a GPU
     python benchmarks/zoo.py measure --dry-run --out FILE    # the same loop on the CPU
