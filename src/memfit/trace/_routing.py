@@ -172,8 +172,9 @@ class Routing:
             out.append(f"mixture-of-experts routing assumed {what}, in {where}; {other}")
         if not any(r.sized for r in read):
             out.append(
-                "mixture-of-experts memory here does not depend on routing: the experts compute "
-                "on all tokens*top_k rows at once (no per-expert tensor sizes)"
+                "mixture-of-experts memory here does not depend on routing: no tensor's size "
+                "depends on which experts the tokens go to (the experts compute on fixed-size "
+                "rows, such as all tokens*top_k at once or a fixed capacity per expert)"
             )
         return out
 
