@@ -152,3 +152,20 @@ def test_a_1d_convolution_backward_copies_its_transposed_input_and_gradient() ->
     frees = [label for kind, label, _ in events if kind == "free" and "backward" in label]
     first_input = frees.index("convolution backward input copy")
     assert frees[first_input - 1] == "cuDNN convolution backward grad_output copy"
+
+
+class _Magnitude(nn.Module):
+    """A log-magnitude spectrogram: ``abs`` of a complex STFT."""
+
+    def forward(self, x: torch.Tensor) -> Any:
+        window = torch.hann_window(64, device=x.device)
+        spec = torch.stft(x, 64, 16, window=window, return_complex=True)
+        return torch.log1p(spec.abs())
+
+
+def test_abs_of_a_complex_tensor_takes_a_complex_temporary_after_its_output() -> None:
+    allocs = _allocs(_Magnitude(), torch.randn(8, 4096))
+    ops = [op for op, _ in allocs]
+    i = ops.index("complex abs temporary")
+    assert ops[i - 1] == "abs"
+    assert allocs[i][1] == 2 * allocs[i - 1][1]  # complex64 beside its float32 magnitude

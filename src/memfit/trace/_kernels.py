@@ -236,6 +236,10 @@ def _fused_backward_workspace(q: torch.Tensor, k: torch.Tensor) -> tuple[int, st
     return size, label
 
 
+def _complex(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_complex()
+
+
 def _flattens_as_view(t: torch.Tensor) -> bool:
     """Whether ``t.reshape(-1)`` is a view: each dimension of more than one element steps over
     the ones inside it exactly."""
@@ -249,6 +253,8 @@ def _flattens_as_view(t: torch.Tensor) -> bool:
 # at another batch (``_batch_model``)
 RULE_OPS = frozenset(
     {
+        aten.abs.default,
+        aten.angle.default,
         aten.native_layer_norm.default,
         aten.native_layer_norm_backward.default,
         aten.convolution.default,
@@ -353,6 +359,11 @@ class KernelModel:
             x = args[NORMS_OF_CONTIGUOUS[func]]
             if isinstance(x, torch.Tensor) and not x.is_contiguous():
                 return [(x.numel() * x.element_size(), "layer norm contiguous input copy")]
+        if func is aten.angle.default and _complex(args[0]):
+            # angle of a complex tensor: the complex temporary of abs's rule (UnaryOps.cpp),
+            # made before the float output, which angle_out sizes afterwards (read from the
+            # source; abs's is the one measured)
+            return [(args[0].numel() * args[0].element_size(), "complex angle temporary")]
         if func is aten.convolution.default:
             copy = _conv_input_copy(args)
             if copy:
@@ -495,6 +506,13 @@ class KernelModel:
             x = args[0]
             if isinstance(x, torch.Tensor) and not x.is_contiguous():
                 return [(x.numel() * x.element_size(), "softmax contiguous input copy")]
+        if func is aten.abs.default and _complex(args[0]):
+            # UnaryOps.cpp, unary_op_impl_with_complex_to_float: a complex input's absolute
+            # value is computed complex to complex into a temporary, whose real part is then
+            # copied into the float output made first (H100, torch 2.11: an STFT classifier's
+            # spectrogram, a 263,694,336-byte complex64 temporary after its 131,847,168-byte
+            # output, freed when abs ends)
+            return [(args[0].numel() * args[0].element_size(), "complex abs temporary")]
         if func is aten._softmax_backward_data.default:
             # SoftMax.cu multiplies the gradient by the output into a temporary once the input
             # gradient is allocated (H200 traces, torch 2.11: one scores-sized tensor after every
