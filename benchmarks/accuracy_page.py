@@ -126,6 +126,9 @@ SOURCES: list[Source] = [
         f"{HANDWRITTEN}/estimates-after-conv-probes.json", None, estimates_of(), versions=CPU_211
     ),
     Source(
+        f"{HANDWRITTEN}/estimates-after-complex-abs.json", None, estimates_of(), versions=CPU_211
+    ),
+    Source(
         f"{FAMILIES}/heldout-steps/predictions-local.json", "steps", predictions, prediction=True
     ),
     Source(f"{USER_STEPS}/heldout-steps/predictions-host.json", None, predictions),
