@@ -307,7 +307,6 @@ _LAST_FIRST = frozenset(
 )
 
 
-# norm kernels that copy a non-contiguous input first, by the input's argument position
 class KernelModel:
     """Workspaces of the kernels a real GPU of compute capability ``sm`` would run."""
 
