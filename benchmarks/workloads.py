@@ -318,6 +318,8 @@ def estimate_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
         kwargs["offload_checkpoints"] = entry["offload_checkpoints"]
     if "batch_held" in entry:  # the caller's batch held through the step
         kwargs["batch_held"] = entry["batch_held"]
+    if "techniques" in entry:  # memfit.technique's, by name (HELD_OUT_HOST_OPTIMIZER)
+        kwargs["techniques"] = entry["techniques"]
     if "strategy" in entry:  # a data-parallel rank's (HELD_OUT_DDP)
         kwargs["strategy"] = entry["strategy"]
         kwargs["world_size"] = entry.get("world_size", 1)
@@ -1321,6 +1323,48 @@ HELD_OUT_HANDWRITTEN_SECOND: list[dict[str, Any]] = [
     },
 ]
 
+# Held out for the optimizer stepped on the host (techniques={"host_optimizer": True}): each
+# predicted with predict.py and committed before gpu_measure.py ran it
+_ON_HOST = {"techniques": {"host_optimizer": True}}
+HELD_OUT_HOST_OPTIMIZER: list[dict[str, Any]] = [
+    {"id": "gpt2-fp32-b8-s512-host-optimizer", "model": "gpt2", "batch_size": 8, "seq_len": 512}
+    | _ON_HOST,
+    {
+        "id": "gpt2-bf16mixed-b8-s512-acc2-host-optimizer",
+        "model": "gpt2",
+        "batch_size": 8,
+        "seq_len": 512,
+        "precision": "bf16-mixed",
+        "accumulation": 2,
+    }
+    | _ON_HOST,
+    {
+        "id": "bert-base-bf16mixed-b32-s512-host-optimizer",
+        "model": "bert-base-uncased",
+        "batch_size": 32,
+        "seq_len": 512,
+        "precision": "bf16-mixed",
+    }
+    | _ON_HOST,
+    {
+        "id": "tinyllama-bf16mixed-b8-s1024-ckpt-host-optimizer",
+        "model": "tinyllama-1.1b",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+        "checkpointing": True,
+    }
+    | _ON_HOST,
+    {
+        "id": "qwen2.5-0.5b-bf16-b4-s1024-host-optimizer",
+        "model": "qwen2.5-0.5b",
+        "batch_size": 4,
+        "seq_len": 1024,
+        "precision": "bf16",
+    }
+    | _ON_HOST,
+]
+
 ALL = (
     WORKLOADS
     + HELD_OUT
@@ -1351,4 +1395,5 @@ ALL = (
     + HELD_OUT_TIED_HEAD
     + HELD_OUT_HANDWRITTEN
     + HELD_OUT_HANDWRITTEN_SECOND
+    + HELD_OUT_HOST_OPTIMIZER
 )

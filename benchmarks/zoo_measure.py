@@ -110,6 +110,7 @@ def _run_on_cpu(workload: Any) -> dict[str, Any]:
     """memfit's measurement loop with the CPU for the GPU: the code path, no memory numbers."""
     import torch
 
+    from memfit.technique import GpuPlace  # the zoo asks for no technique: never used
     from memfit.workload import (
         StepHooks,
         engage,
@@ -121,7 +122,7 @@ def _run_on_cpu(workload: Any) -> dict[str, Any]:
 
     model = prepare_model(workload, "cpu")
     optimizer = optimizer_for(workload, model)
-    model, optimizer = engage(workload, model, optimizer)
+    model, optimizer = engage(workload, model, optimizer, GpuPlace())
     hooks = StepHooks(
         to_device=lambda batch: batch, autocast=lambda dtype: torch.autocast("cpu", dtype=dtype)
     )

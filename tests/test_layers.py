@@ -2,9 +2,9 @@
 
 * Layers: a package imports only packages below it (lowest first):
   basics (``memfit._errors``, ``_units``, ``_events``, ``_choices``, ``_gpus``, ``_series``,
-  ``_display``, ``_forked``, ``_interrupt``, ``_lazy``) <
-  allocator < workload < trace < estimator < advice < planner, monitor < snapshot < oom <
-  runtime < report < integrations < cli. Packages on one rung (planner, monitor) do not import
+  ``_display``, ``_forked``, ``_interrupt``, ``_lazy``, ``_host_memory``) <
+  allocator < technique < workload < trace < estimator < advice < planner, monitor < snapshot <
+  oom < runtime < report < integrations < cli. Packages on one rung (planner, monitor) do not import
   each other. Every import counts: at module level, inside functions, under ``TYPE_CHECKING``, and
   ``importlib.import_module("memfit...")`` with a literal name.
 * No module imports another package's private module (``memfit.<pkg>._<mod>`` from outside
@@ -30,6 +30,7 @@ BASICS = "basics"
 ORDER: list[set[str]] = [
     {BASICS},
     {"allocator"},
+    {"technique"},
     {"workload"},
     {"trace"},
     {"estimator"},
@@ -55,6 +56,7 @@ BASIC_MODULES = {
     "_forked",
     "_interrupt",
     "_lazy",
+    "_host_memory",
 }
 # the package's front door, ``python -m memfit`` and the command's first lines: above every layer
 TOP = {"__init__", "__main__", "_command"}

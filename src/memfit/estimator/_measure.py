@@ -18,6 +18,7 @@ from torch.utils._pytree import tree_map
 
 from memfit._errors import NoGPUError
 from memfit.estimator._versions import Versions, installed_versions
+from memfit.technique import GpuPlace
 from memfit.trace import CompileGuard
 from memfit.workload import (
     FAKE_RANK_NOTE,
@@ -103,7 +104,7 @@ def _run(
     if guard is not None:
         model = guard.checked_model(model)
     optimizer = optimizer_for(workload, model)
-    model, optimizer = engage(workload, model, optimizer)
+    model, optimizer = engage(workload, model, optimizer, GpuPlace())
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()

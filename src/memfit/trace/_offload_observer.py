@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 
 from memfit._events import Category
+from memfit._host_memory import pinned_size
 from memfit._units import format_bytes
 from memfit.trace._recorder import Recorder
-from memfit.workload import pinned_size
 
 __all__ = ["OffloadTrace"]
 

@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from memfit._errors import InvalidInputError, MemfitError
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit._gpus import GPU
+from memfit.technique import techniques_in
 from memfit.trace import _autocast
 from memfit.trace._compiled import CaptureNeeded, CompileGuard
 from memfit.trace._compiled_capture import CompiledPlan, capture_compiled
@@ -37,6 +38,7 @@ from memfit.trace._failure import trace_error as _explain
 from memfit.trace._fake_kernels import cudnn_ctc_note
 from memfit.trace._function_mode import TraceFunctionMode, python_function_reentry
 from memfit.trace._generate import generation_observed
+from memfit.trace._host_place import TracedHost
 from memfit.trace._kernel_calls import KernelCalls
 from memfit.trace._kernels import KernelModel
 from memfit.trace._library_autocast import meta_autocast_as_cuda
@@ -469,7 +471,7 @@ def _trace(
             _mark_model(recorder, model)
             session.modules.name_modules(model)
             optimizer = optimizer_for(workload, model)
-            model, optimizer = engage(workload, model, optimizer)
+            model, optimizer = engage(workload, model, optimizer, TracedHost(recorder))
             on_host = offloaded_optimizer(workload, recorder, model, optimizer)
             steps_start = len(recorder.events)
             session.phases.append(("steps", steps_start))
@@ -496,8 +498,9 @@ def _trace(
         optimizer_class = type(optimizer)
         if on_host:
             host = host_bytes(model, optimizer)
+        technique_host, technique_notes = _techniques_after(workload, optimizer)
         del model, optimizer
-    notes = compile_guard.finish() + rank_notes(workload)
+    notes = compile_guard.finish() + rank_notes(workload) + technique_notes
     notes += [shards_note(*host)] if on_host else []
     notes += trace_notes(workload, session, observer, optimizer_class, sum(held))
     # what happens after the last step (the model torn down) is not part of the workload
@@ -516,10 +519,19 @@ def _trace(
         traced_again=session.repeat.refused,
         costs=session.recorder.costs,
         uneven_shards=uneven,
-        host_memory=sum(host),
+        host_memory=sum(host) + technique_host,
         empty_cache_at=tuple(i for i in recorder.empty_cache_at if i < end),
         kernel_calls=recorder.calls,
     )
+
+
+def _techniques_after(workload: Workload, optimizer: Any) -> tuple[int, list[str]]:
+    """What the workload's techniques hold on the host once the steps ran, and their notes."""
+    host, notes = 0, []
+    for technique, value in techniques_in(workload.techniques):
+        host += technique.host_bytes(value, optimizer)
+        notes += technique.notes(value, workload, optimizer)
+    return host, notes
 
 
 def _run_with_activation_marks(

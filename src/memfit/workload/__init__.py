@@ -32,7 +32,6 @@ from memfit.workload._fsdp import (
     shards_offloaded,
     storage_hooks,
 )
-from memfit.workload._host_memory import free_host_memory, pinned_size
 from memfit.workload._in_backward import IN_BACKWARD, OptimizerInBackward, in_backward
 from memfit.workload._memory_budget import (
     budget_in_effect,
@@ -131,7 +130,6 @@ __all__ = [
     "eight_bit_class",
     "engage",
     "find_blocks",
-    "free_host_memory",
     "given_options",
     "held_batch_on",
     "held_batch_sizes",
@@ -153,7 +151,6 @@ __all__ = [
     "parallel_note",
     "parallelize",
     "partial_fraction",
-    "pinned_size",
     "prepare_model",
     "propagation_hidden",
     "resolve_model",

@@ -14,6 +14,7 @@ from torch import nn
 from memfit._errors import InvalidInputError
 from memfit._gpus import resolve_gpu
 from memfit.allocator import AllocatorConfig
+from memfit.technique import checked_techniques
 from memfit.workload._checkpoint import checkpoint_blocks
 from memfit.workload._compiled import compiled_as_eager
 from memfit.workload._limits import check_recipe_batch
@@ -95,6 +96,8 @@ def make_workload(
     same: dict[str, Any] = {k: v for k, v in options.items() if k in _AS_GIVEN}
     if "offload" in same:  # True is every block, False none: the share as a number
         same["offload"] = check_offload(same["offload"])
+    if "techniques" in same:  # a mapping as given: checked, those at their default left out
+        same["techniques"] = checked_techniques(same["techniques"])
     return Workload(
         **same,
         steps=steps if steps is not None else (2 if mode == "train" else 1),

@@ -47,6 +47,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from memfit._errors import HostMemoryError, InvalidInputError
+from memfit._host_memory import free_host_memory, pinned_size
 from memfit._tensors import is_dense
 from memfit._units import format_bytes
 from memfit.workload._checkpoint import (
@@ -58,7 +59,6 @@ from memfit.workload._checkpoint import (
     unwrap_forward,
     wrap_forward,
 )
-from memfit.workload._host_memory import free_host_memory, pinned_size
 
 __all__ = [
     "MIN_OFFLOAD_BYTES",

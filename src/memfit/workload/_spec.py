@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, cast
 
@@ -26,6 +26,7 @@ from memfit._choices import MODES, MOE_ROUTINGS, OPTIMIZERS, PRECISIONS
 from memfit._errors import InvalidInputError
 from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
+from memfit.technique import checked_techniques, techniques_in
 from memfit.workload._compiled import check_compiled_setting
 from memfit.workload._in_backward import in_backward
 from memfit.workload._memory_budget import check_memory_budget
@@ -97,6 +98,8 @@ class WorkloadOptions(TypedDict, total=False):
     batch_held: bool | None
     # the user's own wrapping, fn(model, mesh) -> model, in place of the strategy's default
     parallelize: Callable[[nn.Module, Any], nn.Module] | None
+    # the techniques of memfit.technique by name, each with its value: {"host_optimizer": True}
+    techniques: Mapping[str, Any] | None
 
 
 # the settings whose default is a value of their own ("fp32", "train", False): None is not one
@@ -168,6 +171,9 @@ class Workload:
     held_micro_batches: int = 0
     # fn(model, mesh) -> model: the user's own DDP or fully_shard calls (workload._parallel)
     parallelize: Callable[[nn.Module, Any], nn.Module] | None = None
+
+    # memfit.technique's techniques asked for, (name, value) sorted by name, none at its default
+    techniques: tuple[tuple[str, Any], ...] = ()
 
     notes: tuple[str, ...] = ()  # what was assumed or warned while building, for the estimate
 
@@ -254,6 +260,7 @@ class Workload:
             check_count("batch_size", self.batch_size)
         if self.seq_len is not None:
             check_count("seq_len", self.seq_len)
+        _check_techniques(self)
 
     @property
     def optimizer_in_backward(self) -> bool:
@@ -398,6 +405,21 @@ _FLAG_HINTS = {
     "offload_checkpoints": "True to keep checkpointed blocks' inputs in pinned host memory, "
     "or False",
 }
+
+
+def _check_techniques(workload: Workload) -> None:
+    """The techniques as :func:`~memfit.technique.checked_techniques` keeps them, each one
+    going with the other settings."""
+    given = workload.techniques
+    if not isinstance(given, tuple) or checked_techniques(dict(given)) != given:
+        raise InvalidInputError(
+            f"techniques={given!r} is not a sorted tuple of (name, value) pairs: give "
+            "techniques= to make_workload as a dict, e.g. {'host_optimizer': True}."
+        )
+    for technique, value in techniques_in(given):
+        refusal = technique.refusal(value, workload)
+        if refusal is not None:
+            raise InvalidInputError(refusal)
 
 
 def _check_flag(what: str, value: object) -> None:

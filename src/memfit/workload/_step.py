@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from memfit._errors import InvalidInputError
+from memfit.technique import Place, techniques_in
 from memfit.workload._checkpoint import checkpoint_blocks
 from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_class
 from memfit.workload._first_imports import imports_outside_modes
@@ -190,15 +191,20 @@ def _steps(
         _optimizer_step(optimizer, scaler, hooks, step, engine)
 
 
-def engage(workload: Workload, model: nn.Module, optimizer: Any) -> tuple[nn.Module, Any]:
+def engage(
+    workload: Workload, model: nn.Module, optimizer: Any, place: Place
+) -> tuple[nn.Module, Any]:
     """The model and optimizer a step runs: DeepSpeed's engine and ZeRO optimizer over them for
-    a ZeRO strategy (``workload._zero``), else as they are."""
-    if workload.strategy not in ZERO:
-        return model, optimizer
-    config = zero_config(
-        workload.strategy, workload.precision, workload.batch_size or 1, workload.accumulation
-    )
-    return engage_zero(model, optimizer, config)  # type: ignore[no-any-return]
+    a ZeRO strategy (``workload._zero``), each technique's engaged (``memfit.technique``,
+    its host tensors in ``place``), else as they are."""
+    if workload.strategy in ZERO:
+        config = zero_config(
+            workload.strategy, workload.precision, workload.batch_size or 1, workload.accumulation
+        )
+        model, optimizer = engage_zero(model, optimizer, config)
+    for technique, value in techniques_in(workload.techniques):
+        optimizer = technique.engage(value, model, optimizer, place)
+    return model, optimizer
 
 
 def _optimizer_step(

@@ -1,0 +1,135 @@
+"""What a technique is to the rest of memfit: its option and the hooks the step loop, the trace,
+the planner and the runtime call. A technique overrides the hooks it needs; the others do
+nothing.
+
+A technique sits below the workload, so it never imports it: the hooks read the other
+settings of a step through :class:`Settings`, which :class:`memfit.workload.Workload`
+satisfies, and act on memory through a :class:`Place`, which the trace (fake tensors, host
+allocations unrecorded) and a real GPU run each provide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # importing a technique imports no torch: the command line lists them
+    import torch
+    from torch import nn
+
+__all__ = ["Option", "Place", "Settings", "StepFacts", "Technique", "Undo"]
+
+Undo = Callable[[], None]  # what apply() returns: puts the model and optimizer back
+
+
+@dataclass(frozen=True)
+class Option:
+    """A technique's setting as users give it: ``techniques={keyword: value}`` in Python,
+    ``flag`` on the command line (a switch when ``kind`` is bool)."""
+
+    keyword: str
+    flag: str
+    kind: type
+    help: str
+
+
+class Settings(Protocol):
+    """The settings of a step a technique's hooks may read (a ``Workload`` has them)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def precision(self) -> str: ...
+    @property
+    def optimizer(self) -> Any: ...
+    @property
+    def strategy(self) -> str | None: ...
+    @property
+    def step_fn(self) -> Any: ...
+    @property
+    def accumulation(self) -> int: ...
+
+
+class Place(Protocol):
+    """Where a technique's tensors live: the host beside the GPU. In a trace, host tensors are
+    fake and their allocations are not GPU memory; on a real GPU they are pinned CPU memory."""
+
+    def host_empty_like(self, t: torch.Tensor) -> torch.Tensor:
+        """An empty tensor shaped and typed as ``t`` in host memory, pinned."""
+        ...
+
+    def on_host(self) -> AbstractContextManager[Any]:
+        """Ops run while this lasts run on host tensors (their temporaries are not GPU
+        memory)."""
+        ...
+
+    def synchronize(self) -> None:
+        """Wait for the GPU's copies to and from the host."""
+        ...
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """What the planner's step-time model knows of a step, for a technique's time."""
+
+    trained_elements: int  # parameter elements that require a gradient
+    param_bytes: int  # bytes per element of a trained parameter
+    # seconds to copy bytes between pinned host memory and the GPU, by direction ("d2h", "h2d")
+    copy_seconds: Callable[[str, int], float]
+
+
+class Technique:
+    """One way of trading speed for memory, all in one package. ``name`` is how plans and
+    notes call it; ``option`` how users ask for it; ``default`` its value when not asked."""
+
+    name: str = ""
+    option: Option
+    default: Any = None
+
+    def check(self, value: object) -> Any:
+        """``value`` as given, checked and normalized; raises ``InvalidInputError``."""
+        return value
+
+    def refusal(self, value: Any, settings: Settings) -> str | None:
+        """Why ``value`` cannot go with the other settings (one paragraph), or None."""
+        return None
+
+    def engage(self, value: Any, model: nn.Module, optimizer: Any, place: Place) -> Any:
+        """Act on the model and its optimizer before the first step, as the step loop does on
+        a GPU and in a trace; returns the optimizer the steps use."""
+        return optimizer
+
+    def host_bytes(self, value: Any, optimizer: Any) -> int:
+        """Host memory the technique holds once steps have run (0: none)."""
+        return 0
+
+    def notes(self, value: Any, settings: Settings, optimizer: Any) -> list[str]:
+        """What an estimate with the technique assumed, for its notes (``optimizer``: the
+        steps' optimizer once they have run)."""
+        return []
+
+    def words(self, value: Any) -> str:
+        """The technique at ``value`` in a plan's one-line description."""
+        return self.name
+
+    def axis(self, settings: Settings) -> tuple[Any, ...]:
+        """The values the planner tries besides the default for ``settings`` (none: not
+        searched)."""
+        return ()
+
+    def saving(self, value: Any, trained_elements: int, settings: Settings) -> int:
+        """At most what ``value`` saves of a step's GPU memory: the planner tries it only
+        where that could make a step fit."""
+        return 0
+
+    def step_seconds(self, value: Any, facts: StepFacts) -> float:
+        """Seconds ``value`` adds to a step (what the GPU then waits for)."""
+        return 0.0
+
+    def apply(self, value: Any, model: nn.Module, optimizer: Any, place: Place) -> Undo:
+        """Do it to a user's live model and optimizer; returns what undoes it."""
+        raise NotImplementedError(f"{self.name} cannot be applied to a live model")

@@ -1,0 +1,53 @@
+"""The techniques memfit knows, in one list: the step loop, the trace, the planner, the runtime
+and the command line find each technique here and call its hooks (``_base.Technique``); none of
+them names one. A new technique is a package beside the others and one line below."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from memfit._errors import InvalidInputError
+from memfit.technique import host_optimizer
+from memfit.technique._base import Technique
+
+__all__ = ["TECHNIQUES", "checked_techniques", "technique_named", "techniques_in"]
+
+TECHNIQUES: tuple[Technique, ...] = (host_optimizer.TECHNIQUE,)
+
+
+def technique_named(name: str) -> Technique:
+    """The technique called ``name`` (its option's keyword)."""
+    for technique in TECHNIQUES:
+        if technique.option.keyword == name:
+            return technique
+    known = ", ".join(t.option.keyword for t in TECHNIQUES)
+    raise InvalidInputError(
+        f"techniques={{{name!r}: ...}} names no technique memfit knows; the techniques are {known}."
+    )
+
+
+def checked_techniques(given: object) -> tuple[tuple[str, Any], ...]:
+    """``techniques=`` as given (a mapping of keyword to value), each value checked by its
+    technique; those at their default left out, the rest sorted by name (a workload keeps them
+    so: two workloads with the same techniques compare equal)."""
+    if not isinstance(given, Mapping):
+        raise InvalidInputError(
+            f"techniques={given!r} is not a mapping: give them as a dict of name to value, "
+            "e.g. techniques={'host_optimizer': True}."
+        )
+    out = []
+    for name, value in given.items():
+        technique = technique_named(str(name))
+        checked = technique.check(value)
+        if checked != technique.default:
+            out.append((technique.option.keyword, checked))
+    return tuple(sorted(out, key=lambda pair: pair[0]))
+
+
+def techniques_in(values: tuple[tuple[str, Any], ...]) -> Iterator[tuple[Technique, Any]]:
+    """Each technique a workload asks for, with its value, in the registry's order."""
+    given = dict(values)
+    for technique in TECHNIQUES:
+        if technique.option.keyword in given:
+            yield technique, given[technique.option.keyword]
