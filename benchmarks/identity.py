@@ -3,6 +3,10 @@ that a refactor can be shown to change nothing: run it before and after, then co
 
     PYTHONPATH=src python benchmarks/identity.py --out before.json [--only ID ...]
     python benchmarks/identity.py --compare before.json after.json
+    python benchmarks/identity.py --compare-zoo before.jsonl after.jsonl
+
+The zoo sweep's estimates (``zoo.py estimate``, run before and after) compare the same way:
+every row's peaks, notes and error, its seconds aside.
 
 For every validation workload (``workloads.WORKLOADS + HELD_OUT``), the estimate for an H200
 (``Estimate.to_dict()`` without its timing, plus a SHA-256 of its allocated and reserved
@@ -86,6 +90,27 @@ def _compare(before_path: Path, after_path: Path) -> int:
     return 1 if differ else 0
 
 
+def _compare_zoo(before_path: Path, after_path: Path) -> int:
+    """Each zoo row of ``before_path`` against ``after_path``'s, its time left out."""
+
+    def rows(path: Path) -> dict[str, dict[str, Any]]:
+        out = {}
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if "id" in row:
+                row.pop("seconds", None)
+                out[row["id"]] = row
+        return out
+
+    before, after = rows(before_path), rows(after_path)
+    keys = sorted(set(before) | set(after))
+    differ = [k for k in keys if before.get(k) != after.get(k)]
+    for key in differ:
+        print(f"zoo: {key} differs")
+    print(f"zoo: {len(keys) - len(differ)} of {len(keys)} identical")
+    return 1 if differ else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
@@ -94,9 +119,12 @@ def main() -> int:
         "--parts", nargs="+", choices=("estimates", "snapshots"), default=["estimates", "snapshots"]
     )
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    parser.add_argument("--compare-zoo", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args()
     if args.compare:
         return _compare(*args.compare)
+    if args.compare_zoo:
+        return _compare_zoo(*args.compare_zoo)
     if args.out is None:
         parser.error("give --out FILE (or --compare BEFORE AFTER)")
     import torch

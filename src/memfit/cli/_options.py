@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from memfit.cli._workload_args import TECHNIQUE_DEST
+from memfit.technique import TECHNIQUES
+
 if TYPE_CHECKING:
     from memfit.workload import WorkloadOptions
 
@@ -24,6 +27,13 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
     }
     if getattr(args, "partial_checkpointing", None) is not None:
         given["activation_checkpointing"] = args.partial_checkpointing
+    techniques = {
+        t.option.keyword: value
+        for t in TECHNIQUES
+        if (value := getattr(args, TECHNIQUE_DEST + t.option.keyword, None)) is not None
+    }
+    if techniques:
+        given["techniques"] = techniques
     return given  # type: ignore[return-value]
 
 

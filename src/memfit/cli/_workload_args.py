@@ -7,8 +7,11 @@ import argparse
 
 from memfit._choices import COMPILED_CHOICES, MOE_ROUTINGS, OPTIMIZERS, PRECISIONS, STRATEGIES
 from memfit.cli._help import block_fraction, positive_int, share
+from memfit.technique import TECHNIQUES
 
-__all__ = ["add_model_kind_args", "add_workload_args"]
+TECHNIQUE_DEST = "technique_"  # a technique's flag's dest: this and the technique's keyword
+
+__all__ = ["TECHNIQUE_DEST", "add_model_kind_args", "add_technique_args", "add_workload_args"]
 
 
 def add_workload_args(p: argparse.ArgumentParser) -> None:
@@ -99,7 +102,22 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         metavar="CONF",
         help="a PYTORCH_CUDA_ALLOC_CONF string, e.g. expandable_segments:True",
     )
+    add_technique_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def add_technique_args(p: argparse.ArgumentParser) -> None:
+    """One flag per technique of the registry (``memfit.technique.TECHNIQUES``): a switch for a
+    technique that is on or off, else a value of its kind."""
+    for technique in TECHNIQUES:
+        option = technique.option
+        dest = TECHNIQUE_DEST + option.keyword
+        if option.kind is bool:
+            p.add_argument(
+                option.flag, dest=dest, action="store_true", default=None, help=option.help
+            )
+        else:
+            p.add_argument(option.flag, dest=dest, type=option.kind, metavar="V", help=option.help)
 
 
 def add_model_kind_args(p: argparse.ArgumentParser) -> None:

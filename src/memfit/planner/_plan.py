@@ -49,6 +49,7 @@ from memfit.planner._search import Evaluator
 from memfit.planner._space import compiled_plan_note, search_space
 from memfit.planner._step_time import HOST_BOUND_NOTE, calibration_for
 from memfit.planner._target import plan_target
+from memfit.planner._technique_search import search_techniques
 from memfit.workload import (
     Workload,
     WorkloadOptions,
@@ -227,6 +228,7 @@ def _search(request: SearchRequest) -> tuple[Plan, Evaluator, str | None, str]:
     search_eight_bit(ev, space, total, workers, progress)
     search_offload(ev, space, progress)
     search_checkpoint_offload(ev, space, levels, total, progress)
+    search_techniques(ev, workers, progress)
     groups = _refinements(ev, levels, total, space["optimizers"])
 
     def refined(done: int, of: int) -> None:
@@ -401,6 +403,7 @@ def _baseline(base: Workload, total: int) -> Candidate:
         base.activation_memory_budget,
         base.offload,
         base.offload_checkpoints,
+        base.techniques,
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from memfit._display import html_repr
 from memfit._units import GiB, format_bytes
+from memfit.technique import techniques_in
 
 __all__ = [
     "CHECKPOINTS_WORDS",
@@ -21,6 +22,7 @@ __all__ = [
     "budget_words",
     "checkpointing_words",
     "offload_words",
+    "techniques_words",
 ]
 
 
@@ -32,6 +34,11 @@ def checkpointing_words(value: bool | str | float) -> str:
     if value is True or value is False:
         return "full checkpointing" if value else "no checkpointing"
     return f"{value} checkpointing"
+
+
+def techniques_words(techniques: tuple[tuple[str, Any], ...]) -> list[str]:
+    """Each technique of a candidate in words (``memfit.technique``'s own)."""
+    return [technique.words(value) for technique, value in techniques_in(techniques)]
 
 
 def offload_words(share: float, checkpoints: bool = False) -> str:
@@ -68,7 +75,8 @@ class Candidate:
     torch.compile'd model's activation memory budget (``None``: the process's setting, 1.0).
     ``offload`` is the share of the blocks not checkpointed whose saved tensors wait in pinned
     host memory (``memfit.offload_activations``; 0: none); ``offload_checkpoints``, whether the
-    checkpointed blocks' inputs do too.
+    checkpointed blocks' inputs do too. ``techniques``: those of ``memfit.technique`` the step
+    uses, as a workload keeps them (``(name, value)`` pairs sorted by name).
     """
 
     micro_batch: int
@@ -80,6 +88,7 @@ class Candidate:
     memory_budget: float | None = None
     offload: float = 0.0
     offload_checkpoints: bool = False
+    techniques: tuple[tuple[str, Any], ...] = ()
 
     def settings(self) -> dict[str, Any]:
         """The keywords of ``memfit.estimate`` that make this configuration."""
@@ -97,6 +106,8 @@ class Candidate:
             out["offload"] = self.offload
         if self.offload_checkpoints:
             out["offload_checkpoints"] = True
+        if self.techniques:
+            out["techniques"] = dict(self.techniques)
         return out
 
     def describe(self) -> str:
@@ -107,6 +118,7 @@ class Candidate:
             parts[-1] = budget_words(self.memory_budget)  # what replaces checkpointing there
         if self.offload or self.offload_checkpoints:
             parts.append(offload_words(self.offload, self.offload_checkpoints))
+        parts.extend(techniques_words(self.techniques))
         parts.append(self.optimizer)
         if self.allocator_config:
             parts.append(self.allocator_config)
@@ -123,6 +135,7 @@ class Candidate:
             "activation_memory_budget": self.memory_budget,
             "offload": self.offload,
             "offload_checkpoints": self.offload_checkpoints,
+            "techniques": dict(self.techniques),
         }
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+import torch
+
 from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
 from memfit.estimator import Estimate, estimate_workload
@@ -28,12 +30,14 @@ from memfit.planner._plan_result import (
     Evaluated,
     checkpointing_words,
     offload_words,
+    techniques_words,
 )
 from memfit.planner._step_time import Calibration, StepTime, calibration_for, step_time
+from memfit.technique import StepFacts, techniques_in
 from memfit.trace import BatchTraces, StepCosts, Trace, trace_workload
 from memfit.workload import Workload, partial_fraction
 
-__all__ = ["Evaluator", "candidate_costs", "step_style", "step_time_of"]
+__all__ = ["Evaluator", "candidate_costs", "step_style", "step_time_of", "techniques_seconds"]
 
 TRACED_MICRO_BATCHES = 2  # what a candidate's trace runs of its accumulation (see above)
 
@@ -93,6 +97,43 @@ def _family(c: Candidate) -> Candidate:
 
 
 def _predict(
+    workload: Workload, costs: StepCosts, traced: int, calibration: Calibration
+) -> StepTime:
+    timing = _predict_plain(workload, costs, traced, calibration)
+    extra = techniques_seconds(workload, calibration)
+    if not extra:
+        return timing
+    return StepTime(
+        seconds=timing.seconds + extra,
+        gpu_busy=timing.gpu_busy,
+        host_busy=timing.host_busy + extra,
+        phases={**timing.phases, "techniques": extra},
+    )
+
+
+def techniques_seconds(workload: Workload, calibration: Calibration) -> float:
+    """What the workload's techniques add to a step (``memfit.technique``'s ``step_seconds``),
+    the GPU waiting on it."""
+    if not workload.techniques:
+        return 0.0
+    facts = StepFacts(
+        trained_elements=_trained_elements(workload),
+        param_bytes=2 if workload.precision in ("bf16", "fp16") else 4,
+        copy_seconds=calibration.copy_seconds,
+    )
+    return sum(t.step_seconds(v, facts) for t, v in techniques_in(workload.techniques))
+
+
+def _trained_elements(workload: Workload) -> int:
+    """The parameter elements of the workload's model that require a gradient (built on the
+    meta device: nothing allocated)."""
+    with torch.device("meta"):
+        model = workload.build_model()
+    unique = {id(p): p for p in model.parameters()}.values()
+    return sum(p.numel() for p in unique if p.requires_grad)
+
+
+def _predict_plain(
     workload: Workload, costs: StepCosts, traced: int, calibration: Calibration
 ) -> StepTime:
     def at(style: str) -> StepTime:
@@ -157,6 +198,7 @@ class Evaluator:
             activation_memory_budget=c.memory_budget,
             offload=c.offload,
             offload_checkpoints=c.offload_checkpoints,
+            techniques=c.techniques,
         )
 
     def evaluate(self, candidates: list[Candidate]) -> list[Evaluated]:
@@ -289,6 +331,8 @@ def changes(baseline: Candidate, c: Candidate) -> tuple[str, ...]:
         out.append(offload_words(c.offload) or "no activation offload")
     if c.offload_checkpoints != baseline.offload_checkpoints:
         out.append(offload_words(0.0, True) or "checkpointed inputs kept")
+    if c.techniques != baseline.techniques:
+        out.extend(techniques_words(c.techniques) or ["none of memfit's techniques"])
     if c.optimizer != baseline.optimizer:
         out.append(f"optimizer {c.optimizer}")
     if c.allocator_config != baseline.allocator_config:

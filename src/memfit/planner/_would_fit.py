@@ -106,7 +106,8 @@ def _shorter_sequences(
 
 def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> list[str]:
     """Whether FSDP2 over a few GPUs of this size would fit the smallest configuration (the
-    optimizer stepping after backward, nothing offloaded: what FSDP2 is estimated with), and
+    optimizer stepping after backward, nothing offloaded, none of ``memfit.technique``'s
+    techniques: what FSDP2 is estimated with), and
     failing that, FSDP2 with its shards on the host (its CPU offload policy). A plan already
     for FSDP2 on N GPUs: 2N or 4N GPUs, and its CPU offload on the N, each where it fits."""
     c = smallest.candidate
@@ -118,6 +119,7 @@ def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> list[str]:
         offload=0.0,
         offload_checkpoints=False,
         allocator_config="",
+        techniques=(),
     )
     if base.strategy == "fsdp2" and not base.offload_shards and base.mode == "train":
         found = [

@@ -34,6 +34,7 @@ from memfit.runtime._changes import (
     OptimizerFlags,
     StepInBackward,
     SwitchCheckpointing,
+    TechniqueChange,
     applied_record,
     checkpointing_on,
     own_switch,
@@ -41,6 +42,7 @@ from memfit.runtime._changes import (
 from memfit.runtime._guard_checks import check_callables, check_parts, refuse_sharded
 from memfit.runtime._microbatch import LossFn
 from memfit.runtime._planned_step import AUTOCAST, PURE, PlannedStep
+from memfit.technique import techniques_in
 from memfit.workload import (
     EIGHT_BIT,
     check_memory_budget,
@@ -260,6 +262,8 @@ def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -
         changes.append(Cast(model, optimizer, PURE[c.precision]))
     if in_backward(c.optimizer):  # after the cast: a cast's reload replaces the state
         changes.append(StepInBackward(optimizer, c.optimizer))
+    for technique, value in techniques_in(c.techniques):  # last: on the optimizer as cast
+        changes.append(TechniqueChange(technique, value, model, optimizer))
     if c.allocator_config:  # first to be made: the one torch may still refuse
         allocator = AllocatorChange(c.allocator_config)
         reason = _allocator_blocked(model)

@@ -17,6 +17,7 @@ from torch import nn
 
 from memfit._errors import InvalidInputError
 from memfit.planner import offload_words
+from memfit.technique import GpuPlace, Technique, Undo
 from memfit.workload import (
     OptimizerInBackward,
     budget_in_effect,
@@ -39,6 +40,7 @@ __all__ = [
     "OptimizerFlags",
     "StepInBackward",
     "SwitchCheckpointing",
+    "TechniqueChange",
     "applied_record",
     "checkpointing_on",
     "own_switch",
@@ -361,6 +363,30 @@ class Offload(Change):
         if self._offload is not None:
             self._offload.remove()
             self._offload = None
+
+
+class TechniqueChange(Change):
+    """One of ``memfit.technique``'s techniques at ``value``, made by its own ``apply`` on the
+    live model and optimizer (their host tensors pinned CPU memory); ``undo`` is what that
+    returned."""
+
+    def __init__(
+        self, technique: Technique, value: Any, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> None:
+        self.technique, self.value = technique, value
+        self._model = weakref.ref(model)
+        self.optimizer = optimizer
+        self.text = technique.words(value)
+        self._undo: Undo | None = None
+
+    def do(self) -> None:
+        place = GpuPlace()
+        self._undo = self.technique.apply(self.value, _alive(self._model), self.optimizer, place)
+
+    def undo(self) -> None:
+        if self._undo is not None:
+            self._undo()
+            self._undo = None
 
 
 class CompileBudget(Change):

@@ -427,8 +427,8 @@ class Recorder(TorchDispatchMode):
                 self._failed(func, name, exc)
                 raise
             self.shadows.propagate(func, args, kwargs, out)
-        if self.costs is not None and not self.suspended:
-            with _NO_FUNCTION_MODE():
+        if self.costs is not None and not self.suspended and not self._host_depth:
+            with _NO_FUNCTION_MODE():  # (what runs on the host is no GPU time)
                 self.costs.record(func, args, kwargs, out, self.phase)
         between = None if special is not None else self.kernels.between_outputs(func, args)
         early = self.kernels.copies_freed_after(func) if copies and between else None

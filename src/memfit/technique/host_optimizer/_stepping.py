@@ -39,6 +39,7 @@ class HostStepping:
         self.optimizer = optimizer
         self.place = place
         self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (GPU parameter, host copy)
+        self.grads: dict[int, torch.Tensor] = {}  # pinned gradient buffers, by pair
         self.moved: set[tuple[int, str]] = set()  # the states moved here: (id of host copy, key)
         for group in optimizer.param_groups:
             hosts = []
@@ -56,6 +57,7 @@ class HostStepping:
         optimizer.state.clear()
         optimizer.state.update(moved)
         self._step = optimizer.step
+        self._own_step = vars(optimizer).get("step")  # one set on the instance before, if any
         optimizer.step = self.step  # type: ignore[method-assign]
         setattr(optimizer, _ATTRIBUTE, self)
         place.synchronize()
@@ -63,11 +65,13 @@ class HostStepping:
     def step(self, *args: Any, **kwargs: Any) -> Any:
         """Copy the gradients to the host (each freed on the GPU once its copy is queued), step
         there, and copy the parameters back."""
-        for p, host in self.pairs:
+        for i, (p, host) in enumerate(self.pairs):
             if p.grad is None:
                 host.grad = None
                 continue
-            grad = self.place.host_empty_like(p.grad)
+            grad = self.grads.get(i)
+            if grad is None:  # made at the first step, kept: zero_grad drops only the reference
+                grad = self.grads[i] = self.place.host_empty_like(p.grad)
             grad.copy_(p.grad, non_blocking=True)
             host.grad = grad
             p.grad = None
@@ -85,8 +89,7 @@ class HostStepping:
         total = 0
         for _, host in self.pairs:
             total += pinned_size(_nbytes(host))
-            if host.grad is not None:
-                total += pinned_size(_nbytes(host.grad))
+        total += sum(pinned_size(_nbytes(g)) for g in self.grads.values())
         return total + self.state_bytes()
 
     def state_bytes(self) -> int:
@@ -104,16 +107,34 @@ class HostStepping:
         by_host = {id(host): p for p, host in self.pairs}
         for group in self.optimizer.param_groups:
             group["params"] = [by_host.get(id(h), h) for h in group["params"]]
+        on_device = {  # groups whose step counts live beside their parameters
+            id(p)
+            for group in self.optimizer.param_groups
+            if group.get("fused") or group.get("capturable")
+            for p in group["params"]
+        }
         moved = {}
         for host, state in list(self.optimizer.state.items()):
             p = by_host.get(id(host), host)
             moved[p] = {
-                k: v.to(p.device) if (id(host), k) in self.moved else v for k, v in state.items()
+                k: v.to(p.device) if self._back(v, id(host), k, id(p) in on_device) else v
+                for k, v in state.items()
             }
         self.optimizer.state.clear()
         self.optimizer.state.update(moved)
-        self.optimizer.step = self._step  # type: ignore[method-assign]
+        if self._own_step is None:
+            del self.optimizer.step  # the class's own again
+        else:
+            self.optimizer.step = self._own_step  # type: ignore[method-assign]
         delattr(self.optimizer, _ATTRIBUTE)
+
+    def _back(self, value: Any, host: int, key: str, counts_on_device: bool) -> bool:
+        """Whether a state goes back to the GPU: every tensor but a step count, which goes
+        where it came from, or where its optimizer keeps them (fused or capturable: beside
+        the parameter; else on the CPU)."""
+        if not isinstance(value, torch.Tensor):
+            return False
+        return value.dim() > 0 or (host, key) in self.moved or counts_on_device
 
     def _to_host(self, value: Any, param: torch.Tensor, key: str) -> Any:
         """A state of the GPU's (a step count on the CPU stays where it is) copied to the

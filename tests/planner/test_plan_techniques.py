@@ -1,0 +1,71 @@
+"""The planner's search of memfit.technique's techniques: a technique is tried where what it
+saves could make a step fit, chosen where only it fits, its time counted, its words in the
+plan; never tried where the step fits faster without it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+import memfit
+from memfit.planner import Plan, plan
+
+ON_HOST = (("host_optimizer", True),)
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(2048, 4096), nn.ReLU(), nn.Linear(4096, 2048))
+
+
+def batch_of(n: int) -> torch.Tensor:
+    return torch.randn(n, 2048)
+
+
+def needed(**options: Any) -> int:
+    e = memfit.estimate(mlp, lambda: batch_of(1), gpu="h200", optimizer="adamw-fused", **options)
+    return e.peak_reserved + e.non_pytorch
+
+
+def planned(budget_bytes: int) -> Plan:
+    return plan(
+        mlp(),
+        batch_of=batch_of,
+        budget=f"{budget_bytes // 2**20}MiB",
+        global_batch=1,
+        batch_size=1,
+        precisions=("fp32",),
+        checkpointing=(False,),
+        optimizers=("adamw-fused",),
+        workers=1,
+    )
+
+
+def test_where_only_the_optimizer_on_the_host_fits_the_plan_chooses_it() -> None:
+    plain, hosted = needed(), needed(techniques={"host_optimizer": True})
+    assert hosted < plain
+    p = planned(int((plain + hosted) / 2 / 0.95))  # the default margin keeps 5% free
+    assert p.chosen is not None
+    assert p.chosen.candidate.techniques == ON_HOST
+    assert "optimizer on the host" in p.chosen.changes
+    assert "optimizer on the host" in p.chosen.candidate.describe()
+    assert p.chosen.candidate.to_dict()["techniques"] == {"host_optimizer": True}
+    without = [e for e in p.candidates if not e.candidate.techniques]
+    assert without and not any(e.fits for e in without)
+    # its copies and its host step make it slower than the same step on the GPU
+    assert p.chosen.step_seconds > min(e.step_seconds for e in without)
+
+
+def test_where_the_step_fits_without_it_it_is_not_traced() -> None:
+    p = planned(int(needed() * 4))
+    assert p.chosen is not None and not p.chosen.candidate.techniques
+    assert not any(e.candidate.techniques for e in p.candidates)
+
+
+def test_a_candidate_with_it_is_the_estimate_with_it() -> None:
+    p = planned(int((needed() + needed(techniques={"host_optimizer": True})) / 2 / 0.95))
+    assert p.chosen is not None
+    settings = p.chosen.candidate.settings()
+    e = memfit.estimate(mlp, batch_of=batch_of, gpu="h200", **settings)
+    assert e.peak_reserved == p.chosen.peak_reserved

@@ -1,0 +1,70 @@
+"""The registry of techniques: techniques= checked and kept in one order, an unknown name or a
+value of the wrong kind refused with the names there are, a flag for each on the command line,
+and no technique named by the code that calls their hooks."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+import memfit
+from memfit import InvalidInputError
+from memfit.technique import TECHNIQUES, checked_techniques
+
+SRC = pathlib.Path(memfit.__file__).parent
+
+
+def test_techniques_are_checked_sorted_and_defaults_left_out() -> None:
+    assert checked_techniques({"host_optimizer": True}) == (("host_optimizer", True),)
+    assert checked_techniques({"host_optimizer": False}) == ()
+
+
+def test_an_unknown_technique_is_refused_with_those_there_are() -> None:
+    with pytest.raises(InvalidInputError, match="'offload_everything'") as err:
+        checked_techniques({"offload_everything": True})
+    assert "host_optimizer" in str(err.value)
+
+
+def test_techniques_must_be_a_mapping() -> None:
+    with pytest.raises(InvalidInputError, match="is not a mapping"):
+        checked_techniques(["host_optimizer"])
+
+
+def test_a_workload_keeps_its_techniques() -> None:
+    from torch import nn
+
+    from memfit.workload import make_workload
+
+    w = make_workload(
+        nn.Linear(4, 4),
+        lambda: __import__("torch").randn(2, 4),
+        techniques={"host_optimizer": True},
+    )
+    assert w.techniques == (("host_optimizer", True),)
+
+
+def test_every_technique_has_a_flag_that_reaches_the_workload() -> None:
+    from memfit.cli._options import workload_options
+    from memfit.cli._parser import make_parser
+
+    parser = make_parser()
+    for technique in TECHNIQUES:
+        args = parser.parse_args(["estimate", "gpt2", "-b", "2", "-s", "8", technique.option.flag])
+        options = workload_options(args)
+        assert options["techniques"] == {technique.option.keyword: True}
+
+
+def test_the_callers_of_the_hooks_name_no_technique() -> None:
+    callers = [
+        SRC / "workload" / "_step.py",
+        SRC / "trace" / "_tracer.py",
+        SRC / "planner" / "_technique_search.py",
+        SRC / "planner" / "_search.py",
+        SRC / "runtime" / "_changes.py",
+        SRC / "cli" / "_workload_args.py",
+        SRC / "cli" / "_options.py",
+    ]
+    for technique in TECHNIQUES:
+        for path in callers:
+            assert technique.option.keyword not in path.read_text(), path
