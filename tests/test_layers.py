@@ -260,3 +260,31 @@ import torch
 """
     got = [name for _, name in _outside_stdlib(ast.parse(source))]
     assert got == ["numpy", "memfit", "rich", ".", "torch"]
+
+
+MAX_PARAMETERS = 8  # a function that takes more is split, or its options become one object
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    a = fn.args
+    names = [x.arg for x in a.posonlyargs + a.args]
+    own = 1 if names and names[0] in ("self", "cls") else 0
+    count = len(names) - own + len(a.kwonlyargs)
+    return count + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def test_no_function_takes_more_than_eight_parameters():
+    over = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = _parameters(node)
+                if n > MAX_PARAMETERS:
+                    over.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name} takes {n}")
+    assert over == [], "\n".join(over)
+
+
+def test_the_parameter_count_sees_keywords_and_leaves_self_out():
+    fn = ast.parse("def f(self, a, b=1, *args, c, **kw): pass").body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    assert _parameters(fn) == 5

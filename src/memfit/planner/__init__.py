@@ -20,7 +20,7 @@ from memfit.planner._target import plan_target
 
 if _typing.TYPE_CHECKING:
     from memfit.planner._model_key import model_key, unwrapped_model
-    from memfit.planner._plan import DEFAULT_MARGIN, EXPANDABLE, plan
+    from memfit.planner._plan import DEFAULT_MARGIN, EXPANDABLE, PlanOptions, plan
     from memfit.planner._search import candidate_costs, step_style, step_time_of
     from memfit.planner._step_time import Calibration, StepTime, calibration_for, step_time
 
@@ -31,6 +31,7 @@ _LAZY = {
     "DEFAULT_MARGIN": "_plan",
     "EXPANDABLE": "_plan",
     "plan": "_plan",
+    "PlanOptions": "_plan",
     "candidate_costs": "_search",
     "step_style": "_search",
     "step_time_of": "_search",
@@ -50,6 +51,7 @@ __all__ = [
     "Candidate",
     "Evaluated",
     "Plan",
+    "PlanOptions",
     "StepTime",
     "calibration_for",
     "candidate_costs",

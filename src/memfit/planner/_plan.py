@@ -62,7 +62,7 @@ from memfit.workload import (
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["DEFAULT_MARGIN", "EXPANDABLE", "plan"]
+__all__ = ["DEFAULT_MARGIN", "EXPANDABLE", "PlanOptions", "plan"]
 
 DEFAULT_MARGIN = 0.05  # of the budget kept free: the allocator's drift over a long run
 
@@ -73,18 +73,7 @@ def plan(
     *,
     budget: str | GPU | None = None,
     global_batch: int | None = None,
-    margin: float = DEFAULT_MARGIN,
-    precisions: tuple[str, ...] | list[str] | None = None,
-    checkpointing: tuple[bool | str, ...] | list[bool | str] | None = None,
-    optimizers: tuple[str, ...] | list[str] | None = None,
-    memory_budgets: tuple[float, ...] | list[float] | None = None,
-    offloads: tuple[float, ...] | list[float] | None = None,
-    progress: Progress | None = None,
-    workers: int | None = None,
-    batch_of: Callable[[int], Any] | None = None,
-    cache_freeing: bool = True,
-    calibration: str | os.PathLike[str] | None = None,
-    **options: Unpack[WorkloadOptions],
+    **options: Unpack[PlanOptions],
 ) -> Plan:
     """The fastest configuration of a training step that fits the GPU, chosen on the CPU.
 
@@ -115,6 +104,13 @@ def plan(
     else memfit's own.
     """
     started = time.perf_counter()
+    margin = options.pop("margin", DEFAULT_MARGIN)
+    precisions, checkpointing = options.pop("precisions", None), options.pop("checkpointing", None)
+    optimizers, offloads = options.pop("optimizers", None), options.pop("offloads", None)
+    memory_budgets = options.pop("memory_budgets", None)
+    progress, workers = options.pop("progress", None), options.pop("workers", None)
+    batch_of, cache_freeing = options.pop("batch_of", None), options.pop("cache_freeing", True)
+    calibration = options.pop("calibration", None)
     target, usable = _budget(budget, options.pop("gpu", None), margin)
     _check_workers(workers)
     if calibration is not None and not isinstance(calibration, (str, os.PathLike)):
@@ -152,6 +148,23 @@ def plan(
         traces=ev.traces,
         versions={k: v for k, v in installed_versions().to_dict().items() if v},
     )
+
+
+class PlanOptions(WorkloadOptions, total=False):
+    """:func:`plan`'s keywords: the workload's (:class:`~memfit.workload.WorkloadOptions`, the
+    user's own configuration) and the search's own, each described in :func:`plan`."""
+
+    margin: float
+    precisions: tuple[str, ...] | list[str] | None
+    checkpointing: tuple[bool | str, ...] | list[bool | str] | None
+    optimizers: tuple[str, ...] | list[str] | None
+    memory_budgets: tuple[float, ...] | list[float] | None
+    offloads: tuple[float, ...] | list[float] | None
+    progress: Progress | None
+    workers: int | None
+    batch_of: Callable[[int], Any] | None
+    cache_freeing: bool
+    calibration: str | os.PathLike[str] | None
 
 
 @dataclasses.dataclass(frozen=True)

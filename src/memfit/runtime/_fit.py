@@ -79,7 +79,6 @@ def fit(
     *,
     budget: str | GPU | None = None,
     batch: Any,
-    global_batch: int | None = None,
     gpu: str | GPU | None = None,
     before_step: Callable[[], object] | None = None,
     **plan_options: Any,
@@ -87,11 +86,11 @@ def fit(
     """Plan the fastest step of ``model`` that fits the GPU, apply it, return the step.
 
     ``batch`` is an example batch (a tensor, or a dict, tuple or list of them, samples along
-    dim 0); the plan keeps ``global_batch`` samples per optimizer step (default: the example's
-    size) by micro-batches and accumulation. ``gpu`` is the GPU memory to fit, a GPU name
-    (``"h100"``) or a size (``"24GiB"``); ``budget`` takes the same (give one of them). Both
-    together: the kind of GPU ``gpu`` names (its speed ranks the candidates) in ``budget`` of
-    its memory, e.g. ``gpu="a100-40g", budget="20GiB"``. ``plan_options`` (e.g.
+    dim 0); the plan keeps ``global_batch`` samples per optimizer step (a plan option; default:
+    the example's size) by micro-batches and accumulation. ``gpu`` is the GPU memory to fit, a
+    GPU name (``"h100"``) or a size (``"24GiB"``); ``budget`` takes the same (give one of
+    them). Both together: the kind of GPU ``gpu`` names (its speed ranks the candidates) in
+    ``budget`` of its memory, e.g. ``gpu="a100-40g", budget="20GiB"``. ``plan_options`` (e.g.
     ``margin=``, ``precisions=``, ``seq_len=``) go to :func:`memfit.plan`; the optimizer's class is
     planned for unless ``optimizer=`` is given.
     Refuses, as :func:`memfit.apply` does, a budget nothing fits (the error names the smallest
@@ -110,9 +109,10 @@ def fit(
             'gpu="24GiB", batch=next(iter(loader))).'
         )
     batch_of = batch_maker(batch)
+    options: dict[str, Any] = dict(plan_options)
+    global_batch = options.pop("global_batch", None)
     if global_batch is None:
         global_batch = batch_size(batch)
-    options: dict[str, Any] = dict(plan_options)
     name = _optimizer_name(optimizer)
     if name is not None and options.get("optimizer") is None:  # None: not given
         options["optimizer"] = name

@@ -22,8 +22,9 @@ import contextlib
 import gc
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import torch
 
@@ -41,6 +42,9 @@ from memfit.runtime._incident import (
 from memfit.runtime._report import optimizer_message, sharded_message, too_small_message
 from memfit.runtime._sharded import CostFn, ShardedSplit, sharded_over_ranks
 from memfit.runtime._split import SplitFn, batch_size, parts_needed, split_batch
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["AutoMicrobatch", "LossFn", "auto_microbatch"]
 
@@ -63,6 +67,71 @@ class _Failure:
         self.phase = phase
         self.message = message
         self.memory = memory
+
+
+class MicrobatchOptions(TypedDict, total=False):
+    """:class:`AutoMicrobatch`'s keywords for how it splits, each described there."""
+
+    split_fn: SplitFn | None
+    size_fn: Callable[[Any], int] | None
+    min_microbatch: int
+    grow_after: int | None
+    reduction: Reduction
+    example_batch: Any
+    microbatch_size: int | None
+    cost_fn: CostFn | None
+    keep_free: float | None
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """:class:`MicrobatchOptions` checked, with their defaults."""
+
+    split_fn: SplitFn | None = None
+    size_fn: Callable[[Any], int] | None = None
+    min_microbatch: int = 1
+    grow_after: int | None = 100
+    reduction: Reduction = "mean"
+    example_batch: Any = None
+    microbatch_size: int | None = None
+    cost_fn: CostFn | None = None
+    keep_free: float | None = None
+
+    @classmethod
+    def of(cls, options: MicrobatchOptions) -> _Settings:
+        unknown = set(options) - set(MicrobatchOptions.__annotations__)
+        if unknown:
+            raise InvalidInputError(
+                f"AutoMicrobatch got unknown keyword(s) {', '.join(sorted(unknown))}; it takes "
+                f"scaler, before_step, on_incident, {', '.join(MicrobatchOptions.__annotations__)}."
+            )
+        settings = cls(**options)
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        check_callables(split_fn=self.split_fn, size_fn=self.size_fn, cost_fn=self.cost_fn)
+        if type(self.min_microbatch) is not int or self.min_microbatch < 1:
+            raise InvalidInputError(
+                f"min_microbatch={self.min_microbatch!r} is not accepted; give a whole number >= 1."
+            )
+        grow = self.grow_after
+        if grow is not None and (type(grow) is not int or grow < 1):
+            raise InvalidInputError(
+                f"grow_after={grow!r} is not accepted; give a whole number of steps >= 1, "
+                "or None to keep the smallest micro-batch size that worked."
+            )
+        size = self.microbatch_size
+        if size is not None and (type(size) is not int or size < 1):
+            raise InvalidInputError(
+                f"microbatch_size={size!r} is not accepted; give the samples of a "
+                "micro-batch to start with as a whole number >= 1, or None for whole batches."
+            )
+        if self.reduction not in ("mean", "sum"):
+            raise InvalidInputError(
+                f"reduction={self.reduction!r} is not accepted; give 'mean' (the loss is "
+                "averaged over the batch's samples) or 'sum' (it is summed)."
+            )
 
 
 class AutoMicrobatch:
@@ -115,73 +184,39 @@ class AutoMicrobatch:
         loss_fn: LossFn | None = None,
         *,
         scaler: torch.amp.GradScaler | None = None,
-        split_fn: SplitFn | None = None,
-        size_fn: Callable[[Any], int] | None = None,
-        min_microbatch: int = 1,
-        grow_after: int | None = 100,
-        reduction: Reduction = "mean",
         before_step: Callable[[], object] | None = None,
         on_incident: Callable[[MicrobatchIncident], object] | None = None,
-        example_batch: Any = None,
-        microbatch_size: int | None = None,
-        cost_fn: CostFn | None = None,
-        keep_free: float | None = None,
+        **options: Unpack[MicrobatchOptions],
     ) -> None:
         check_parts(model, optimizer, loss_fn, scaler)
-        check_callables(
-            split_fn=split_fn,
-            size_fn=size_fn,
-            before_step=before_step,
-            on_incident=on_incident,
-            cost_fn=cost_fn,
-        )
-        if type(min_microbatch) is not int or min_microbatch < 1:
-            raise InvalidInputError(
-                f"min_microbatch={min_microbatch!r} is not accepted; give a whole number >= 1."
-            )
-        if grow_after is not None and (type(grow_after) is not int or grow_after < 1):
-            raise InvalidInputError(
-                f"grow_after={grow_after!r} is not accepted; give a whole number of steps >= 1, "
-                "or None to keep the smallest micro-batch size that worked."
-            )
-        if microbatch_size is not None and (
-            type(microbatch_size) is not int or microbatch_size < 1
-        ):
-            raise InvalidInputError(
-                f"microbatch_size={microbatch_size!r} is not accepted; give the samples of a "
-                "micro-batch to start with as a whole number >= 1, or None for whole batches."
-            )
-        if reduction not in ("mean", "sum"):
-            raise InvalidInputError(
-                f"reduction={reduction!r} is not accepted; give 'mean' (the loss is averaged "
-                "over the batch's samples) or 'sum' (it is summed)."
-            )
+        check_callables(before_step=before_step, on_incident=on_incident)
+        settings = _Settings.of(options)
         self.model = model
         self.optimizer = optimizer
         self.scaler = scaler
         self._module, self._comm = unwrap(model)
-        self._sharded = _sharded_split(model, cost_fn, keep_free)
+        self._sharded = _sharded_split(model, settings.cost_fn, settings.keep_free)
         self._looked = self._sharded is not None  # whether FSDP2 was looked for since
         self._loss_fn: LossFn = loss_fn or default_loss
-        self._split_fn = split_fn
-        self._size_fn = size_fn
-        self._min = min_microbatch
-        self._grow_after = grow_after
-        self._reduction: Reduction = reduction
+        self._split_fn = settings.split_fn
+        self._size_fn = settings.size_fn
+        self._min = settings.min_microbatch
+        self._grow_after = settings.grow_after
+        self._reduction: Reduction = settings.reduction
         self._before_step = before_step
         self._on_incident = on_incident
-        self._limit: int | None = microbatch_size
+        self._limit: int | None = settings.microbatch_size
         self._previous: int | None = None
         self._largest = 0
         self._clean = 0
-        self._wait = grow_after
+        self._wait = settings.grow_after
         self._steps = 0
         self._biggest = 0
         self._phase: Phase = "forward"
         self._checked: set[type] = set()
         self.incidents: list[MicrobatchIncident] = []
-        if example_batch is not None:
-            self._check(example_batch)
+        if settings.example_batch is not None:
+            self._check(settings.example_batch)
 
     # -- public -------------------------------------------------------------------------------
 
