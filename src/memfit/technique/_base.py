@@ -98,6 +98,11 @@ class Technique:
         """Why ``value`` cannot go with the other settings (one paragraph), or None."""
         return None
 
+    def prepare(self, value: Any, model: nn.Module, settings: Settings) -> nn.Module:
+        """The model the steps train, made of the one built (on the GPU, or the trace's fake
+        one), before its optimizer is made; as it is by default."""
+        return model
+
     def engage(self, value: Any, model: nn.Module, optimizer: Any, place: Place) -> Any:
         """Act on the model and its optimizer before the first step, as the step loop does on
         a GPU and in a trace; returns the optimizer the steps use."""

@@ -332,6 +332,11 @@ def prepare_model(
             checkpoint_blocks(model, selective=False)
         else:
             workload.enable_checkpointing(model)
+    # the techniques' changes to the model (PEFT's adapters) as a script makes them: after the
+    # model is built and its checkpointing is switched on
+    with building or nullcontext(), torch.device(build_device):
+        for technique, value in techniques_in(workload.techniques):
+            model = technique.prepare(value, model, workload)
     if workload.offload or workload.offload_checkpoints:  # after the wrapping above
         offload_blocks(model, workload.offload, checkpoints=workload.offload_checkpoints)
     for p in model.parameters():

@@ -1,0 +1,84 @@
+"""``lora``: its option (a rank, or PEFT's own configuration), the model adapted before the
+optimizer is made, and its notes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from memfit._errors import InvalidInputError, MissingExtraError
+from memfit.technique._base import Option, Settings, Technique
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["TECHNIQUE", "Lora"]
+
+
+class Lora(Technique):
+    """Low-rank adapters on the model's linear layers (see the package's docstring)."""
+
+    name = "lora"
+    option = Option(
+        keyword="lora",
+        flag="--lora",
+        kind=int,
+        help="fine-tune with LoRA adapters of rank R on PEFT's default target modules for "
+        "the architecture, the base weights frozen (needs peft)",
+    )
+    default = None
+
+    def check(self, value: object) -> Any:
+        if _is_peft_config(value):
+            return value
+        if type(value) is not int or value < 1:
+            raise InvalidInputError(
+                f"lora={value!r} is not a LoRA rank: give the adapters' rank as a whole number "
+                ">= 1 (8, 16 and 64 are usual), or a peft.LoraConfig for targets, alpha and "
+                "dropout of your own."
+            )
+        return value
+
+    def prepare(self, value: Any, model: nn.Module, settings: Settings) -> nn.Module:
+        from memfit.technique.lora._adapt import adapted
+
+        return adapted(model, value, settings.name)
+
+    def notes(self, value: Any, settings: Settings, optimizer: Any) -> list[str]:
+        return [lora_note(value)]
+
+    def words(self, value: Any) -> str:
+        return f"LoRA rank {value}" if isinstance(value, int) else "LoRA (PEFT configuration)"
+
+
+def lora_note(value: Any) -> str:
+    """What the estimate assumed of the adapters."""
+    try:
+        import peft
+    except ImportError:  # the prepare hook has said so by now
+        version = "?"
+    else:
+        version = peft.__version__
+    if isinstance(value, int):
+        return (
+            f"LoRA rank {value} through PEFT {version}'s get_peft_model with its defaults "
+            "(the architecture's default target modules, no dropout on the adapters' input, "
+            "no bias trained): only the adapters are trained; give a peft.LoraConfig as "
+            "techniques={'lora': config} for other targets or a dropout, which saves a mask"
+        )
+    return f"LoRA through PEFT {version}'s get_peft_model with the configuration given"
+
+
+def _is_peft_config(value: object) -> bool:
+    return type(value).__module__.startswith("peft.") and hasattr(value, "peft_type")
+
+
+def require_peft() -> Any:
+    """PEFT, or the install hint."""
+    try:
+        import peft
+    except ImportError as err:
+        raise MissingExtraError("peft", "LoRA (techniques={'lora': ...}, --lora)", "lora") from err
+    return peft
+
+
+TECHNIQUE = Lora()
