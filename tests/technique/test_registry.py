@@ -50,9 +50,14 @@ def test_every_technique_has_a_flag_that_reaches_the_workload() -> None:
 
     parser = make_parser()
     for technique in TECHNIQUES:
-        args = parser.parse_args(["estimate", "gpt2", "-b", "2", "-s", "8", technique.option.flag])
+        flag = [technique.option.flag]
+        value: object = True
+        if technique.option.kind is not bool:  # a value of its kind
+            value = technique.option.kind(16)
+            flag.append(str(value))
+        args = parser.parse_args(["estimate", "gpt2", "-b", "2", "-s", "8", *flag])
         options = workload_options(args)
-        assert options["techniques"] == {technique.option.keyword: True}
+        assert options["techniques"] == {technique.option.keyword: value}
 
 
 def test_the_callers_of_the_hooks_name_no_technique() -> None:

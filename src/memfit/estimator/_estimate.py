@@ -20,6 +20,7 @@ from memfit.estimator._quiet import quiet_libraries
 from memfit.estimator._result import Estimate, RankPeak, Timeline, WorkloadSummary
 from memfit.estimator._setup_cache import setup_cache_note
 from memfit.estimator._versions import installed_versions
+from memfit.technique import techniques_in
 from memfit.trace import Trace, trace_workload
 from memfit.workload import Workload, WorkloadOptions, given_options, make_workload
 
@@ -238,6 +239,10 @@ def _summary(workload: Workload, trace: Trace) -> WorkloadSummary:
         world_size=workload.world_size,
         offload_shards=workload.offload_shards,
         batch_held=workload.batch_held,
+        techniques={
+            t.option.keyword: v if isinstance(v, (bool, int, float, str)) else t.words(v)
+            for t, v in techniques_in(workload.techniques)
+        },
     )
 
 

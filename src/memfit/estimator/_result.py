@@ -49,6 +49,8 @@ class WorkloadSummary:
     world_size: int = 1
     offload_shards: bool = False  # FSDP2's shards on the host (its CPU offload policy)
     batch_held: bool = False  # the caller holds the whole batch on the GPU through the step
+    # memfit.technique's techniques the step uses, by name: a number or flag as given, else words
+    techniques: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +226,7 @@ class Estimate:
                 "world_size": self.workload.world_size,
                 "offload_shards": self.workload.offload_shards,
                 "batch_held": self.workload.batch_held,
+                **({"techniques": self.workload.techniques} if self.workload.techniques else {}),
             },
             "versions": self.versions.to_dict(),
             "units": "bytes",
