@@ -8,12 +8,17 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from memfit._errors import InvalidInputError
-from memfit.technique import host_optimizer, lora
+from memfit.technique import host_optimizer, lora, quantize
 from memfit.technique._base import Technique
 
 __all__ = ["TECHNIQUES", "checked_techniques", "technique_named", "techniques_in"]
 
-TECHNIQUES: tuple[Technique, ...] = (host_optimizer.TECHNIQUE, lora.TECHNIQUE)
+# in the order their hooks run: the weights quantized before LoRA adapts them (QLoRA)
+TECHNIQUES: tuple[Technique, ...] = (
+    host_optimizer.TECHNIQUE,
+    quantize.TECHNIQUE,
+    lora.TECHNIQUE,
+)
 
 
 def technique_named(name: str) -> Technique:

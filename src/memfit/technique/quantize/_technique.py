@@ -1,0 +1,69 @@
+"""``quantize``: its option, the model's linear layers replaced before the optimizer is made,
+and its notes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from memfit._errors import InvalidInputError
+from memfit.technique._base import Option, Settings, Technique
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["KINDS", "TECHNIQUE", "Quantize"]
+
+KINDS = ("nf4", "fp4")  # bitsandbytes' 4-bit data types
+
+
+class Quantize(Technique):
+    """4-bit base weights (see the package's docstring)."""
+
+    name = "quantize"
+    option = Option(
+        keyword="quantize",
+        flag="--quantize",
+        kind=str,
+        help="the linear layers' weights in 4 bits by bitsandbytes (nf4 or fp4), frozen, as "
+        "QLoRA loads them; with --lora, QLoRA",
+    )
+    default = None
+
+    def check(self, value: object) -> Any:
+        if value == "int8":
+            raise InvalidInputError(
+                "quantize='int8' is not estimated: LLM.int8's matrix product splits out the "
+                "columns whose values pass its threshold, and how many there are depends on "
+                "the data, which an estimate does not have. Use quantize='nf4' (QLoRA's), or "
+                "estimate the model unquantized."
+            )
+        if value not in KINDS:
+            raise InvalidInputError(
+                f"quantize={value!r} is not a data type memfit quantizes to: give 'nf4' "
+                "(QLoRA's 4-bit NormalFloat) or 'fp4'."
+            )
+        return value
+
+    def refusal(self, value: Any, settings: Settings) -> str | None:
+        if settings.strategy is not None:
+            return (
+                f"quantize={value!r} cannot go with strategy={settings.strategy!r}: memfit "
+                "estimates 4-bit weights on one GPU. Drop one of them."
+            )
+        return None
+
+    def prepare(self, value: Any, model: nn.Module, settings: Settings) -> nn.Module:
+        from memfit.technique.quantize._replace import quantized
+
+        return quantized(model, value, settings.precision)
+
+    def notes(self, value: Any, settings: Settings, optimizer: Any) -> list[str]:
+        from memfit.technique.quantize._replace import quantize_note
+
+        return [quantize_note(value, settings.precision)]
+
+    def words(self, value: Any) -> str:
+        return f"weights in {value}"
+
+
+TECHNIQUE = Quantize()
