@@ -1,0 +1,81 @@
+"""4-bit base weights by bitsandbytes: every linear layer but the output layer packed two values a
+byte with its scales, frozen, QLoRA's adapters trained on top; int8 and other types refused,
+and a missing bitsandbytes named with its install command."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import memfit
+from memfit import InvalidInputError, MissingExtraError
+from memfit._events import Category
+
+bnb = pytest.importorskip("bitsandbytes")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+VOCAB = 1000
+
+
+def llama() -> nn.Module:
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=512,
+        intermediate_size=1536,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
+def tokens() -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, VOCAB, (2, 32))
+    return {"input_ids": ids, "labels": ids}
+
+
+def estimate(**options: object) -> memfit.Estimate:
+    settings: dict[str, object] = {"gpu": "h100", "precision": "bf16", "mode": "infer", **options}
+    return memfit.estimate(llama, tokens, **settings)  # type: ignore[arg-type]
+
+
+def test_the_linear_layers_weights_take_half_a_byte_a_value_and_their_scales() -> None:
+    full = estimate()
+    packed = estimate(techniques={"quantize": "nf4"})
+    linear = 2 * (4 * 512 * 512 + 3 * 512 * 1536)  # q, k, v, o and the MLP's, two layers
+    full_params = full.by_category[Category.PARAMETER]
+    packed_params = packed.by_category[Category.PARAMETER]
+    # bf16 (two bytes) down to half a byte, plus a byte per 64 values and the scales' scales
+    saved = full_params - packed_params
+    assert linear * 2 - linear // 2 - linear // 64 - 8192 <= saved <= linear * 2 - linear // 2
+    assert any("nf4 by bitsandbytes" in n for n in packed.notes)
+
+
+def test_qlora_trains_the_adapters_on_the_packed_weights() -> None:
+    pytest.importorskip("peft")
+    e = estimate(mode="train", techniques={"quantize": "nf4", "lora": 8})
+    states = e.by_category.get(Category.OPTIMIZER_STATE, 0)
+    assert 0 < states < 2 * 4 * 8 * (512 + 512) * 2 * 2 + 4096  # the adapters' alone
+    assert e.to_dict()["workload"]["techniques"] == {"quantize": "nf4", "lora": 8}
+
+
+def test_int8_is_refused_with_the_reason() -> None:
+    with pytest.raises(InvalidInputError, match="depends on the data"):
+        estimate(techniques={"quantize": "int8"})
+
+
+@pytest.mark.parametrize("kind", ["nf8", 4, None])
+def test_a_type_it_does_not_quantize_to_is_refused(kind: object) -> None:
+    with pytest.raises(InvalidInputError, match="is not a data type memfit quantizes to"):
+        estimate(techniques={"quantize": kind})
+
+
+def test_without_bitsandbytes_the_install_command_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)
+    with pytest.raises(MissingExtraError, match="pip install 'memfit"):
+        estimate(techniques={"quantize": "nf4"})
