@@ -319,22 +319,10 @@ def prepare_model(
             _move_strays(model, torch.device(build_device))
         if workload.param_dtype != torch.float32:
             model = model.to(workload.param_dtype)
-    model.train(workload.mode == "train")
-    fraction = partial_fraction(workload.activation_checkpointing)
-    if workload.activation_checkpointing == "selective":
-        checkpoint_blocks(model)
-    elif fraction is not None:
-        checkpoint_blocks(model, selective=False, fraction=fraction)
-    elif workload.activation_checkpointing:
-        # no switch of its own, or its inputs offloaded (memfit's wrapping, which the offload
-        # wraps in turn): its repeated blocks
-        if workload.enable_checkpointing is None or workload.offload_checkpoints:
-            checkpoint_blocks(model, selective=False)
-        else:
-            workload.enable_checkpointing(model)
-    # the techniques' changes to the model (PEFT's adapters) as a script makes them: after the
-    # model is built and its checkpointing is switched on
-    with building or nullcontext(), torch.device(build_device):
+        model.train(workload.mode == "train")
+        _checkpointing(workload, model)
+        # the techniques' changes to the model (PEFT's adapters) as a script makes them: after
+        # the model is built and its checkpointing is switched on
         for technique, value in techniques_in(workload.techniques):
             model = technique.prepare(value, model, workload)
     if workload.offload or workload.offload_checkpoints:  # after the wrapping above
@@ -352,6 +340,22 @@ def prepare_model(
             workload.offload_shards,
         )
     return model
+
+
+def _checkpointing(workload: Workload, model: nn.Module) -> None:
+    """The workload's activation checkpointing switched on in ``model``."""
+    fraction = partial_fraction(workload.activation_checkpointing)
+    if workload.activation_checkpointing == "selective":
+        checkpoint_blocks(model)
+    elif fraction is not None:
+        checkpoint_blocks(model, selective=False, fraction=fraction)
+    elif workload.activation_checkpointing:
+        # no switch of its own, or its inputs offloaded (memfit's wrapping, which the offload
+        # wraps in turn): its repeated blocks
+        if workload.enable_checkpointing is None or workload.offload_checkpoints:
+            checkpoint_blocks(model, selective=False)
+        else:
+            workload.enable_checkpointing(model)
 
 
 def _move_strays(model: nn.Module, device: torch.device) -> None:
