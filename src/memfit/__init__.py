@@ -33,11 +33,13 @@ if _typing.TYPE_CHECKING:
     from memfit._events import Category
     from memfit.estimator import (
         Estimate,
+        ServingCapacity,
         Timeline,
         Validation,
         Verdict,
         WorkloadSummary,
         estimate,
+        serving_capacity,
         validate,
     )
     from memfit.monitor import configure, publish, stats
@@ -70,6 +72,8 @@ _LAZY = {
     "WorkloadSummary": "memfit.estimator",
     "Validation": "memfit.estimator",
     "validate": "memfit.estimator",
+    "ServingCapacity": "memfit.estimator",
+    "serving_capacity": "memfit.estimator",
     "Workload": "memfit.workload",
     "make_workload": "memfit.workload",
     "publish": "memfit.monitor",
@@ -153,6 +157,7 @@ __all__ = [
     "NoGPUError",
     "Plan",
     "PlannedStep",
+    "ServingCapacity",
     "Timeline",
     "TraceError",
     "UnknownModelError",
@@ -178,6 +183,7 @@ __all__ = [
     "plan",
     "publish",
     "resolve_gpu",
+    "serving_capacity",
     "stats",
     "unapply",
     "validate",

@@ -37,6 +37,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "memfit plan gpt2 -b 16 -s 1024 --gpu a100-40g --precisions fp32,bf16-mixed "
         "--plot plan.png",
     ),
+    "serve": (
+        "memfit serve qwen2.5-7b --gpu h100 --context 8192",
+        "memfit serve meta-llama-3-8b --gpu 80GB --concurrency 16 --new-tokens 512",
+        "memfit serve tinyllama-1.1b --gpu 24GiB --context 4096 --table 1024 2048 --json",
+    ),
     "calibrate": (
         "memfit calibrate",
         "memfit calibrate --quick --out a100.json  # then: memfit plan ... --calibration a100.json",

@@ -30,9 +30,13 @@ if _typing.TYPE_CHECKING:
         retries_within,
         runs_within,
     )
+    from memfit.estimator._serving import ServingCapacity, kv_cache_bytes, serving_capacity
     from memfit.estimator._validate import Validation, local_gpu, validate
 
 _LAZY = {
+    "ServingCapacity": "_serving",
+    "kv_cache_bytes": "_serving",
+    "serving_capacity": "_serving",
     "BatchEstimates": "_batch_estimates",
     "as_workload": "_estimate",
     "estimate": "_estimate",
@@ -58,6 +62,7 @@ __all__ = [
     "BatchEstimates",
     "Estimate",
     "Measurement",
+    "ServingCapacity",
     "Timeline",
     "Validation",
     "Verdict",
@@ -69,6 +74,7 @@ __all__ = [
     "frees_by_step",
     "gc_paused",
     "installed_versions",
+    "kv_cache_bytes",
     "least_capacity",
     "local_gpu",
     "measure",
@@ -78,5 +84,6 @@ __all__ = [
     "retries_by_step",
     "retries_within",
     "runs_within",
+    "serving_capacity",
     "validate",
 ]

@@ -16,6 +16,8 @@ The only renderer: the other packages keep data and ``to_dict()``. Names follow 
 * a plan (:class:`memfit.planner.Plan`, ``memfit plan``): ``render_plan`` (or
   ``plan_renderable`` to place it yourself), ``plan_markdown``, ``write_plan_png``;
 * any plot's path, checked before the work: ``check_plot_path``;
+* a serving capacity (:class:`memfit.estimator.ServingCapacity`, ``memfit serve``):
+  ``render_serving``;
 * an estimate beside a measurement (:class:`memfit.estimator.Validation`):
   ``render_validation``;
 * a step-time calibration (``memfit calibrate``): ``render_calibration``, and those saved on
@@ -53,6 +55,7 @@ from memfit.report._plan_markdown import plan_markdown
 from memfit.report._plan_png import write_plan_png
 from memfit.report._plot_path import check_plot_path
 from memfit.report._png import write_estimate_png
+from memfit.report._serving import render_serving
 from memfit.report._snapshot_console import render_snapshot
 from memfit.report._snapshot_html import snapshot_html, write_snapshot_html
 from memfit.report._svg import write_estimate_svg
@@ -88,6 +91,7 @@ __all__ = [
     "render_plan",
     "render_sample",
     "render_saved_calibrations",
+    "render_serving",
     "render_snapshot",
     "render_validation",
     "snapshot_html",
