@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -69,3 +70,41 @@ def test_a_candidate_with_it_is_the_estimate_with_it() -> None:
     settings = p.chosen.candidate.settings()
     e = memfit.estimate(mlp, batch_of=batch_of, gpu="h200", **settings)
     assert e.peak_reserved == p.chosen.peak_reserved
+
+
+def test_a_technique_that_changes_what_is_trained_is_kept_on_every_candidate() -> None:
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=1000,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+
+    def llama() -> nn.Module:
+        return transformers.LlamaForCausalLM(config)
+
+    def tokens(n: int) -> dict[str, torch.Tensor]:
+        ids = torch.randint(0, 1000, (n, 32))
+        return {"input_ids": ids, "labels": ids}
+
+    lora = peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
+    p = plan(
+        llama(),
+        batch_of=tokens,
+        budget="2GiB",
+        global_batch=4,
+        batch_size=4,
+        precisions=("bf16-mixed",),
+        checkpointing=(False,),
+        optimizers=("adamw-fused",),
+        workers=1,
+        techniques={"lora": lora},
+    )
+    assert p.candidates and all(
+        dict(e.candidate.techniques)["lora"].config is lora for e in p.candidates
+    )
+    assert p.chosen is not None and not any("LoRA" in c for c in p.chosen.changes)

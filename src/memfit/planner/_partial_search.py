@@ -117,7 +117,9 @@ def search_in_backward(
 
         def partial(e: Evaluator, precision: str) -> None:
             if _partial_could_tie(e, total, precision, first, blocks, trained):
-                e.evaluate(with_allocators(Candidate(total, 1, precision, True, name)))
+                e.evaluate(
+                    with_allocators(Candidate(total, 1, precision, True, name, techniques=e.kept))
+                )
                 partial_checkpointing(e, [total], total, precision, name, blocks)
 
         run_jobs(ev, partial, sorted(fitting), workers)
@@ -132,7 +134,7 @@ def _partial_could_tie(
     and the step the line gives them (the updates' own cost left out: the guess is generous)."""
     ends = []
     for ckpt in (False, True):
-        found = ev.seen.get(Candidate(total, 1, precision, ckpt, opt))
+        found = ev.seen.get(Candidate(total, 1, precision, ckpt, opt, techniques=ev.kept))
         if found is None:
             return False
         ends.append(found)
@@ -161,7 +163,7 @@ def partial_checkpointing(
     low, high = max(none_fit, default=0), max(full_fit)
     best = fastest(ev)
     for m in sorted(n for n in levels if low < n <= high)[:2]:
-        at = Candidate(m, total // m, precision, False, opt)
+        at = Candidate(m, total // m, precision, False, opt, techniques=ev.kept)
         plains = ev.evaluate(with_allocators(at))
         fulls = ev.evaluate(with_allocators(dataclasses.replace(at, checkpointing=True)))
         plain, full = min(e.needed for e in plains), min(e.needed for e in fulls)

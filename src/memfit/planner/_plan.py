@@ -49,7 +49,7 @@ from memfit.planner._search import Evaluator
 from memfit.planner._space import compiled_plan_note, search_space
 from memfit.planner._step_time import HOST_BOUND_NOTE, calibration_for
 from memfit.planner._target import plan_target
-from memfit.planner._technique_search import search_techniques
+from memfit.planner._technique_search import kept_techniques, search_techniques
 from memfit.workload import (
     Workload,
     WorkloadOptions,
@@ -234,6 +234,7 @@ def _search(request: SearchRequest) -> tuple[Plan, Evaluator, str | None, str]:
     usable = request.usable
     ev = Evaluator(base, gpu, usable, calibration, user, base.seq_len, workers=workers)
     ev.parameters = (space["trained"][0], space["trainable"][0])
+    ev.kept = kept_techniques(base.techniques)
     levels = [n for n in range(total, 0, -1) if total % n == 0]
     _search_precisions(ev, space, levels, total, user, workers, progress)
     search_partial(ev, space, levels, total, workers, progress)
@@ -433,7 +434,9 @@ def _bisect(
     ``budget``: a compiled model's activation memory budget."""
 
     def at(i: int) -> Candidate:
-        return Candidate(levels[i], total // levels[i], precision, ckpt, opt, "", budget)
+        return Candidate(
+            levels[i], total // levels[i], precision, ckpt, opt, "", budget, techniques=ev.kept
+        )
 
     lo, hi = 0, len(levels) - 1  # levels descend: find the first index that fits
     if fits(ev, at(lo)):

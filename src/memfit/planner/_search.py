@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -184,6 +185,8 @@ class Evaluator:
     families: dict[Candidate, BatchTraces] = field(default_factory=dict)
     parameters: tuple[int, int] = (0, 0)  # the model's parameter elements: all, trained
     workers: int = 1  # processes that may trace at once (the hints where nothing fits)
+    # the user's techniques every candidate keeps (they change what is trained: LoRA, 4-bit)
+    kept: tuple[tuple[str, Any], ...] = ()
 
     def workload(self, c: Candidate) -> Workload:
         assert self.base.batch_of is not None

@@ -21,9 +21,9 @@ from memfit.planner._candidates import SPEED_TIE, Progress, evaluate_group, fast
 from memfit.planner._parallel import run_jobs
 from memfit.planner._plan_result import Candidate, Evaluated
 from memfit.planner._search import Evaluator, techniques_seconds
-from memfit.technique import TECHNIQUES, Technique, checked_techniques
+from memfit.technique import TECHNIQUES, Technique, checked_techniques, techniques_in
 
-__all__ = ["search_techniques"]
+__all__ = ["kept_techniques", "search_techniques"]
 
 
 def search_techniques(ev: Evaluator, workers: int, progress: Progress | None) -> None:
@@ -41,13 +41,19 @@ def search_techniques(ev: Evaluator, workers: int, progress: Progress | None) ->
     run_jobs(ev, evaluate_group, todo, workers, searched)
 
 
+def kept_techniques(techniques: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]:
+    """Of the user's techniques, those every candidate keeps (``Technique.kept_in_plans``:
+    they change what is trained, so a plan never drops them)."""
+    return tuple((t.option.keyword, v) for t, v in techniques_in(techniques) if t.kept_in_plans)
+
+
 def _worth_trying(ev: Evaluator, technique: Technique, value: Any) -> list[Candidate]:
     """The candidates with ``technique`` at ``value`` that could fit and tie the fastest."""
     best = fastest(ev)
     plain = [
         e
         for e in ev.seen.values()
-        if not e.candidate.techniques and not e.candidate.allocator_config
+        if e.candidate.techniques == ev.kept and not e.candidate.allocator_config
     ]
     out: dict[Candidate, None] = {}
     for group in _by_configuration(plain).values():

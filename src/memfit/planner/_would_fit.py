@@ -112,6 +112,8 @@ def _sharded(ev: Evaluator, smallest: Evaluated, usable: int) -> list[str]:
     for FSDP2 on N GPUs: 2N or 4N GPUs, and its CPU offload on the N, each where it fits."""
     c = smallest.candidate
     base = ev.base
+    if ev.kept:  # what a rank of the user's own techniques takes is not estimated here
+        return []
     family = c.optimizer.partition("-")[0]
     plain = dataclasses.replace(
         c,

@@ -263,7 +263,8 @@ def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -
     if in_backward(c.optimizer):  # after the cast: a cast's reload replaces the state
         changes.append(StepInBackward(optimizer, c.optimizer))
     for technique, value in techniques_in(c.techniques):  # last: on the optimizer as cast
-        changes.append(TechniqueChange(technique, value, model, optimizer))
+        if not technique.kept_in_plans:  # those kept are the user's model's own already
+            changes.append(TechniqueChange(technique, value, model, optimizer))
     if c.allocator_config:  # first to be made: the one torch may still refuse
         allocator = AllocatorChange(c.allocator_config)
         reason = _allocator_blocked(model)

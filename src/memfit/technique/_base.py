@@ -89,6 +89,9 @@ class Technique:
     name: str = ""
     option: Option
     default: Any = None
+    # it changes what is trained (LoRA, 4-bit weights): a plan keeps the user's value on every
+    # candidate and never adds it; memfit.apply leaves it to the user's own model
+    kept_in_plans: bool = False
 
     def check(self, value: object) -> Any:
         """``value`` as given, checked and normalized; raises ``InvalidInputError``."""

@@ -7,7 +7,7 @@ from typing import Any
 from torch import nn
 
 from memfit._errors import InvalidInputError
-from memfit.technique.lora._technique import require_peft
+from memfit.technique.lora._technique import GivenConfig, require_peft
 
 __all__ = ["adapted"]
 
@@ -16,7 +16,10 @@ def adapted(model: nn.Module, value: Any, name: str) -> nn.Module:
     """``model`` with LoRA adapters: a rank on PEFT's default targets for its architecture, or
     the user's ``peft.LoraConfig``."""
     peft = require_peft()
-    config = value if not isinstance(value, int) else _default_config(peft, model, value, name)
+    if isinstance(value, GivenConfig):
+        config = value.config
+    else:
+        config = _default_config(peft, model, value, name)
     try:
         return peft.get_peft_model(model, config)  # type: ignore[no-any-return]
     except ValueError as err:

@@ -3,6 +3,7 @@ optimizer is made, and its notes."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memfit._errors import InvalidInputError, MissingExtraError
@@ -11,7 +12,15 @@ from memfit.technique._base import Option, Settings, Technique
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["TECHNIQUE", "Lora"]
+__all__ = ["TECHNIQUE", "GivenConfig", "Lora"]
+
+
+@dataclass(frozen=True, eq=False)
+class GivenConfig:
+    """The user's own PEFT configuration, held by identity: a workload and a plan's candidates
+    keep it (PEFT's configurations cannot be hashed)."""
+
+    config: Any
 
 
 class Lora(Technique):
@@ -26,10 +35,13 @@ class Lora(Technique):
         "the architecture, the base weights frozen (needs peft)",
     )
     default = None
+    kept_in_plans = True
 
     def check(self, value: object) -> Any:
-        if _is_peft_config(value):
+        if isinstance(value, GivenConfig):
             return value
+        if _is_peft_config(value):
+            return GivenConfig(value)
         if type(value) is not int or value < 1:
             raise InvalidInputError(
                 f"lora={value!r} is not a LoRA rank: give the adapters' rank as a whole number "

@@ -28,6 +28,7 @@ class Quantize(Technique):
         "QLoRA loads them; with --lora, QLoRA",
     )
     default = None
+    kept_in_plans = True
 
     def check(self, value: object) -> Any:
         if value == "int8":
