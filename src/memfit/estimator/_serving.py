@@ -79,6 +79,7 @@ class ServingPoint:
     peak_reserved: int
     needed: int  # peak reserved + the memory outside PyTorch's allocator
     fits: bool
+    refused: str = ""  # why memfit would not build this batch (beyond any GPU): not traced
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +89,7 @@ class ServingPoint:
             "peak_reserved": self.peak_reserved,
             "needed": self.needed,
             "fits": self.fits,
+            **({"refused": self.refused} if self.refused else {}),
         }
 
 
@@ -235,15 +237,15 @@ class _Search:
         """The point of ``concurrency`` sequences of ``context`` tokens (traced once)."""
         key = (context, concurrency)
         if key not in self.points:
-            workload = make_workload(
-                self.model,
-                batch_size=concurrency,
-                seq_len=context - self.new_tokens,
-                mode="infer",
-                precision=self.precision,
-                step_fn=_generate(self.new_tokens, self.cache),
-                gpu=self.gpu,
-            )
+            try:
+                workload = self._workload(context, concurrency)
+            except InvalidInputError as err:
+                if concurrency == 1:  # the question itself is wrong: say so
+                    raise
+                # a batch memfit refuses to build (its logits' bound is beyond any GPU): as
+                # far from fitting as can be, and not traced
+                self.points[key] = ServingPoint(context, concurrency, 0, 0, 0, False, str(err))
+                return self.points[key]
             est = estimate_workload(workload)
             self.first = self.first or est
             if not self._notes:
@@ -261,6 +263,17 @@ class _Search:
             if self.progress is not None:
                 self.progress(len(self.points), f"{concurrency} x {context} tokens")
         return self.points[key]
+
+    def _workload(self, context: int, concurrency: int) -> Any:
+        return make_workload(
+            self.model,
+            batch_size=concurrency,
+            seq_len=context - self.new_tokens,
+            mode="infer",
+            precision=self.precision,
+            step_fn=_generate(self.new_tokens, self.cache),
+            gpu=self.gpu,
+        )
 
     def largest_concurrency(self, context: int) -> ServingPoint | None:
         """The point of the most sequences of ``context`` tokens that fit (None: not one)."""

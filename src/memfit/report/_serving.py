@@ -56,7 +56,8 @@ def render_serving(result: ServingCapacity, console: Console) -> None:
         memory.add_row("with the CUDA context", format_bytes(best.needed))
         if one_more is not None:
             memory.add_row(
-                f"{one_more.concurrency} sequences would need", format_bytes(one_more.needed)
+                f"{one_more.concurrency} sequences would need",
+                "more than any GPU" if one_more.refused else format_bytes(one_more.needed),
             )
         console.print(memory)
     if result.table:
