@@ -364,6 +364,8 @@ def _memory_settings(entry: Mapping[str, Any]) -> list[str]:
         words.append("batch held")
     if "activation_memory_budget" in entry:
         words.append(f"activation memory budget {entry['activation_memory_budget']:g}")
+    for name, value in entry.get("techniques", {}).items():  # memfit.technique's, by name
+        words.append(name.replace("_", " ") + ("" if value is True else f" {value}"))
     config = entry.get("allocator_config", "")
     if config:
         words.append("expandable segments" if config == "expandable_segments:True" else config)

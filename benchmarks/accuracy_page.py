@@ -87,6 +87,16 @@ ZOO_CONV_PROBES = "2026-12-06-cpu-zoo-after-conv-probes"
 ZOO_NORMS = "2026-12-07-cpu-zoo-after-norm-layouts"
 ZOO_FRESH = ("2026-12-06-h100-zoo-recheck", "2026-12-06-h100-zoo-fresh-processes")
 HANDWRITTEN = "2026-12-06-h100-handwritten-models"
+HANDWRITTEN_2 = (
+    "2026-12-07-h100-handwritten-models-second",
+    "2026-12-07-h200-handwritten-models-second",
+)
+HOST_OPTIMIZER = (
+    "2026-12-07-cpu-host-optimizer-predictions",
+    "2026-12-07-h200-host-optimizer-proof",
+)
+LORA = ("2026-12-07-cpu-lora-predictions", "2026-12-07-cpu-qlora-predictions")
+LORA_H200 = "2026-12-07-h200-lora-qlora"
 OP_SWEEP = "2026-12-06-h100-op-sweep"
 
 SOURCES: list[Source] = [
@@ -128,6 +138,15 @@ SOURCES: list[Source] = [
     Source(
         f"{HANDWRITTEN}/estimates-after-complex-abs.json", None, estimates_of(), versions=CPU_211
     ),
+    Source(f"{HANDWRITTEN_2[0]}/predictions.json", "handwritten", predictions, prediction=True),
+    Source(f"{HANDWRITTEN_2[1]}/measured.json", "handwritten", measured, versions=GPU_HOST),
+    Source(f"{HOST_OPTIMIZER[0]}/predictions.json", "techniques", predictions, prediction=True),
+    Source(f"{HOST_OPTIMIZER[1]}/measured.json", "techniques", measured, versions=GPU_HOST),
+    *(
+        Source(f"{folder}/predictions.json", "techniques", predictions, prediction=True)
+        for folder in LORA
+    ),
+    Source(f"{LORA_H200}/measured.json", "techniques", measured, versions=GPU_HOST),
     Source(
         f"{FAMILIES}/heldout-steps/predictions-local.json", "steps", predictions, prediction=True
     ),
@@ -360,6 +379,7 @@ TOPICS: list[tuple[str, str]] = [
     ("offload", "Activation offload and offloaded checkpoint inputs"),
     ("parallel", "Data parallel: DDP, FSDP2 and DeepSpeed ZeRO, rank 0"),
     ("optimizer", "Optimizer stepped in backward, 8-bit optimizer states"),
+    ("techniques", "Techniques: the optimizer on the host, LoRA and QLoRA"),
     ("zoo", "Zoo sweep"),
     ("opsweep", "Op sweep"),
     ("finder", "Batch-size finder"),
