@@ -7,7 +7,7 @@ from typing import Any
 from torch import nn
 
 from memfit._errors import InvalidInputError
-from memfit.technique.lora._technique import GivenConfig, require_peft
+from memfit.technique.lora._peft import GivenConfig, require_peft
 
 __all__ = ["adapted"]
 

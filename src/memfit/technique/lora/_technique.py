@@ -3,24 +3,16 @@ optimizer is made, and its notes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memfit._errors import InvalidInputError, MissingExtraError
+from memfit._errors import InvalidInputError
 from memfit.technique._base import Option, Settings, Technique
+from memfit.technique.lora._peft import GivenConfig
 
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["TECHNIQUE", "GivenConfig", "Lora"]
-
-
-@dataclass(frozen=True, eq=False)
-class GivenConfig:
-    """The user's own PEFT configuration, held by identity: a workload and a plan's candidates
-    keep it (PEFT's configurations cannot be hashed)."""
-
-    config: Any
+__all__ = ["TECHNIQUE", "Lora"]
 
 
 class Lora(Technique):
@@ -82,15 +74,6 @@ def lora_note(value: Any) -> str:
 
 def _is_peft_config(value: object) -> bool:
     return type(value).__module__.startswith("peft.") and hasattr(value, "peft_type")
-
-
-def require_peft() -> Any:
-    """PEFT, or the install hint."""
-    try:
-        import peft
-    except ImportError as err:
-        raise MissingExtraError("peft", "LoRA (techniques={'lora': ...}, --lora)", "lora") from err
-    return peft
 
 
 TECHNIQUE = Lora()
