@@ -30,11 +30,17 @@ if _typing.TYPE_CHECKING:
         retries_within,
         runs_within,
     )
-    from memfit.estimator._serving import ServingCapacity, kv_cache_bytes, serving_capacity
+    from memfit.estimator._serving import (
+        ServingCapacity,
+        ServingPoint,
+        kv_cache_bytes,
+        serving_capacity,
+    )
     from memfit.estimator._validate import Validation, local_gpu, validate
 
 _LAZY = {
     "ServingCapacity": "_serving",
+    "ServingPoint": "_serving",
     "kv_cache_bytes": "_serving",
     "serving_capacity": "_serving",
     "BatchEstimates": "_batch_estimates",
@@ -63,6 +69,7 @@ __all__ = [
     "Estimate",
     "Measurement",
     "ServingCapacity",
+    "ServingPoint",
     "Timeline",
     "Validation",
     "Verdict",

@@ -47,6 +47,8 @@ __all__ = [
     "serving_capacity",
 ]
 
+# notes of the estimate about memfit's own step and build, which say nothing of a server
+_NOT_SERVING = ("your step function", "building the model leaves")
 CACHES = ("dynamic", "static")  # transformers' cache classes a generate call is traced with
 MAX_CONCURRENCY = 4096  # the search stops here
 Progress = Callable[[int, str], None]
@@ -249,8 +251,9 @@ class _Search:
             est = estimate_workload(workload)
             self.first = self.first or est
             if not self._notes:
-                # the step is memfit's own generate call, not the user's
-                self._notes = [n for n in est.notes if not n.startswith("your step function")]
+                # the step is memfit's own generate call, not the user's, and how memfit builds
+                # the model is not how a server loads it
+                self._notes = [n for n in est.notes if not n.startswith(_NOT_SERVING)]
             needed = est.peak_reserved + est.non_pytorch
             self.points[key] = ServingPoint(
                 context,

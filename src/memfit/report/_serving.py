@@ -11,9 +11,18 @@ from rich.table import Table
 from memfit._units import format_bytes
 
 if TYPE_CHECKING:
-    from memfit.estimator import ServingCapacity
+    from memfit.estimator import ServingCapacity, ServingPoint
 
 __all__ = ["render_serving"]
+
+
+def _one_more(result: ServingCapacity) -> ServingPoint | None:
+    """The point of one sequence more than the answer (or of one, where none fits)."""
+    context = result.best.context if result.best is not None else result.context
+    wanted = result.concurrency + 1 if result.best is not None else 1
+    return next(
+        (p for p in result.points if p.context == context and p.concurrency == wanted), None
+    )
 
 
 def render_serving(result: ServingCapacity, console: Console) -> None:
@@ -28,38 +37,29 @@ def render_serving(result: ServingCapacity, console: Console) -> None:
         )
     else:
         console.print(
-            f"[bold]{result.concurrency}[/bold] sequences of [bold]{result.context}[/bold] "
-            f"tokens ({result.new_tokens} generated) fit on {gpu}: {result.model} in "
-            f"{result.precision}, {result.cache} cache."
+            f"[bold]{result.concurrency}[/bold] sequence{'s' * (result.concurrency != 1)} of "
+            f"[bold]{result.context}[/bold] tokens ({result.new_tokens} generated) fit on "
+            f"{gpu}: {result.model} in {result.precision}, {result.cache} cache."
         )
-        one_more = next(
-            (
-                p
-                for p in result.points
-                if p.context == best.context and p.concurrency == best.concurrency + 1
-            ),
-            None,
-        )
-        memory = Table(show_header=False, box=None)
-        memory.add_column(justify="left")
-        memory.add_column(justify="right")
-        memory.add_row("weights", format_bytes(result.weights))
+    memory = Table(show_header=False, box=None)
+    memory.add_column(justify="left")
+    memory.add_column(justify="right")
+    memory.add_row("weights", format_bytes(result.weights))
+    memory.add_row("KV cache, one sequence", format_bytes(result.kv_cache_per_sequence))
+    if best is not None:
         memory.add_row(
-            "KV cache, one sequence",
-            format_bytes(result.kv_cache_per_sequence),
-        )
-        memory.add_row(
-            f"KV cache, {result.concurrency} sequences",
+            f"KV cache, {result.concurrency} sequence{'s' * (result.concurrency != 1)}",
             format_bytes(result.kv_cache_per_sequence * result.concurrency),
         )
         memory.add_row("peak reserved", format_bytes(best.peak_reserved))
         memory.add_row("with the CUDA context", format_bytes(best.needed))
-        if one_more is not None:
-            memory.add_row(
-                f"{one_more.concurrency} sequences would need",
-                "more than any GPU" if one_more.refused else format_bytes(one_more.needed),
-            )
-        console.print(memory)
+    over = _one_more(result)
+    if over is not None:
+        memory.add_row(
+            f"{over.concurrency} sequence{'s' * (over.concurrency != 1)} would need",
+            "more than any GPU" if over.refused else format_bytes(over.needed),
+        )
+    console.print(memory)
     if result.table:
         table = Table(title="largest concurrency by context")
         for column in ("context", "sequences", "peak reserved", "needed"):
