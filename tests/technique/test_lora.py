@@ -105,3 +105,20 @@ def test_without_peft_the_install_command_is_named(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "peft", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'memfit\[lora\]'"):
         estimate(techniques={"lora": 8})
+
+
+def test_a_users_own_step_trains_the_adapted_model() -> None:
+    def step(model: nn.Module, batch: dict[str, torch.Tensor], optimizer: object) -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()  # type: ignore[attr-defined]
+        optimizer.zero_grad(set_to_none=True)  # type: ignore[attr-defined]
+
+    ours = estimate(techniques={"lora": 8}, precision="fp32", step_fn=step)
+    loop = estimate(techniques={"lora": 8}, precision="bf16-mixed")
+    assert ours.by_category.get(Category.OPTIMIZER_STATE, 0) == loop.by_category.get(
+        Category.OPTIMIZER_STATE, 0
+    )
+    assert any("LoRA rank 8" in n for n in ours.notes)
