@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from tiny_llama import llama_factory, token_batch
 from torch import nn
 
 import memfit
@@ -19,24 +20,8 @@ transformers = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-VOCAB = 1000
-
-
-def llama() -> nn.Module:
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=256,
-        intermediate_size=688,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-    return transformers.LlamaForCausalLM(config)
-
-
-def tokens() -> dict[str, torch.Tensor]:
-    ids = torch.randint(0, VOCAB, (2, 64))
-    return {"input_ids": ids, "labels": ids}
+llama = llama_factory(256, 688, 4, 2)
+tokens = token_batch(2, 64)
 
 
 def estimate(model: object = llama, **options: object) -> memfit.Estimate:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-import torch
-from torch import nn
+from tiny_llama import llama_factory, token_batch
 
 import memfit
 from memfit import InvalidInputError, MissingExtraError
@@ -19,24 +18,8 @@ transformers = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-VOCAB = 1000
-
-
-def llama() -> nn.Module:
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=512,
-        intermediate_size=1536,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=8,
-    )
-    return transformers.LlamaForCausalLM(config)
-
-
-def tokens() -> dict[str, torch.Tensor]:
-    ids = torch.randint(0, VOCAB, (2, 32))
-    return {"input_ids": ids, "labels": ids}
+llama = llama_factory(512, 1536, 8, 8)
+tokens = token_batch(2, 32)
 
 
 def estimate(**options: object) -> memfit.Estimate:
