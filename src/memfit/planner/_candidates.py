@@ -7,7 +7,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from memfit.planner._plan_result import Candidate, Evaluated
+from memfit.planner._plan_result import Candidate, Evaluated, param_bytes
 from memfit.planner._search import Evaluator
 
 __all__ = [
@@ -87,9 +87,3 @@ def fits(ev: Evaluator, c: Candidate) -> bool:
 def fastest(ev: Evaluator) -> float:
     """The predicted step of the fastest candidate that fits so far (infinite: none fits)."""
     return min((e.step_seconds for e in ev.seen.values() if e.fits), default=math.inf)
-
-
-def param_bytes(precision: str) -> int:
-    """Bytes per element of the parameters, their gradients and Adam's states at
-    ``precision``: two in pure bf16/fp16, four otherwise (mixed precision keeps fp32 ones)."""
-    return 2 if precision in ("bf16", "fp16") else 4

@@ -22,6 +22,7 @@ __all__ = [
     "budget_words",
     "checkpointing_words",
     "offload_words",
+    "param_bytes",
     "techniques_words",
 ]
 
@@ -34,6 +35,12 @@ def checkpointing_words(value: bool | str | float) -> str:
     if value is True or value is False:
         return "full checkpointing" if value else "no checkpointing"
     return f"{value} checkpointing"
+
+
+def param_bytes(precision: str) -> int:
+    """Bytes per element of the parameters, their gradients and Adam's states at
+    ``precision``: two in pure bf16/fp16, four otherwise (mixed precision keeps fp32 ones)."""
+    return 2 if precision in ("bf16", "fp16") else 4
 
 
 def techniques_words(techniques: tuple[tuple[str, Any], ...]) -> list[str]:

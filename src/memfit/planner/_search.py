@@ -31,6 +31,7 @@ from memfit.planner._plan_result import (
     Evaluated,
     checkpointing_words,
     offload_words,
+    param_bytes,
     techniques_words,
 )
 from memfit.planner._step_time import Calibration, StepTime, calibration_for, step_time
@@ -119,7 +120,7 @@ def techniques_seconds(workload: Workload, calibration: Calibration) -> float:
         return 0.0
     facts = StepFacts(
         trained_elements=_trained_elements(workload),
-        param_bytes=2 if workload.precision in ("bf16", "fp16") else 4,
+        param_bytes=param_bytes(workload.precision),
         copy_seconds=calibration.copy_seconds,
     )
     return sum(t.step_seconds(v, facts) for t, v in techniques_in(workload.techniques))
