@@ -108,3 +108,32 @@ def test_a_technique_that_changes_what_is_trained_is_kept_on_every_candidate() -
         dict(e.candidate.techniques)["lora"].config is lora for e in p.candidates
     )
     assert p.chosen is not None and not any("LoRA" in c for c in p.chosen.changes)
+
+
+def test_a_techniques_time_counts_what_the_steps_train() -> None:
+    from memfit.planner import calibration_for
+    from memfit.planner._search import techniques_seconds
+    from memfit.workload import make_workload
+
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    config = transformers.LlamaConfig(
+        vocab_size=1000,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+
+    def seconds(techniques: dict[str, object]) -> float:
+        w = make_workload(
+            lambda: transformers.LlamaForCausalLM(config),
+            lambda: torch.randint(0, 1000, (2, 16)),
+            techniques=techniques,
+        )
+        return techniques_seconds(w, calibration_for(memfit.resolve_gpu("h200"))[0])
+
+    full = seconds({"host_optimizer": True})
+    adapters = seconds({"host_optimizer": True, "lora": 4})
+    assert 0 < adapters < full / 10  # only the adapters are copied and stepped on the host

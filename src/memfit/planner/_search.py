@@ -127,10 +127,13 @@ def techniques_seconds(workload: Workload, calibration: Calibration) -> float:
 
 
 def _trained_elements(workload: Workload) -> int:
-    """The parameter elements of the workload's model that require a gradient (built on the
-    meta device: nothing allocated)."""
+    """The parameter elements of the workload's model that require a gradient once its
+    techniques have made it what the steps train (LoRA freezes the rest); built on the meta
+    device: nothing allocated."""
     with torch.device("meta"):
         model = workload.build_model()
+        for technique, value in techniques_in(workload.techniques):
+            model = technique.prepare(value, model, workload)
     unique = {id(p): p for p in model.parameters()}.values()
     return sum(p.numel() for p in unique if p.requires_grad)
 
