@@ -107,3 +107,20 @@ def test_a_users_own_step_trains_the_adapted_model() -> None:
         Category.OPTIMIZER_STATE, 0
     )
     assert any("LoRA rank 8" in n for n in ours.notes)
+
+
+def test_peft_config_is_the_lora_technique_by_another_name() -> None:
+    config = peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
+    by_alias = estimate(peft_config=config)
+    by_name = estimate(techniques={"lora": config})
+    assert (by_alias.peak_allocated, by_alias.peak_reserved) == (
+        by_name.peak_allocated,
+        by_name.peak_reserved,
+    )
+    assert any("configuration given" in n for n in by_alias.notes)
+
+
+def test_lora_given_both_ways_is_refused() -> None:
+    config = peft.LoraConfig(r=4, target_modules=["q_proj"])
+    with pytest.raises(InvalidInputError, match="both say how to use lora"):
+        estimate(peft_config=config, techniques={"lora": 8})

@@ -13,8 +13,10 @@ from memfit.technique._base import Option, Place, Settings, StepFacts, Technique
 from memfit.technique._registry import (
     TECHNIQUES,
     checked_techniques,
+    technique_aliases,
     technique_named,
     techniques_in,
+    with_aliases,
 )
 
 __getattr__, __dir__ = lazy_attributes(__name__, {"GpuPlace": "_place"}, globals())
@@ -29,6 +31,8 @@ __all__ = [
     "Technique",
     "Undo",
     "checked_techniques",
+    "technique_aliases",
     "technique_named",
     "techniques_in",
+    "with_aliases",
 ]

@@ -27,12 +27,14 @@ Undo = Callable[[], None]  # what apply() returns: puts the model and optimizer 
 @dataclass(frozen=True)
 class Option:
     """A technique's setting as users give it: ``techniques={keyword: value}`` in Python,
-    ``flag`` on the command line (a switch when ``kind`` is bool)."""
+    ``flag`` on the command line (a switch when ``kind`` is bool); each of ``aliases`` is a
+    keyword of its own beside the workload's settings that means the same (``peft_config=``)."""
 
     keyword: str
     flag: str
     kind: type
     help: str
+    aliases: tuple[str, ...] = ()
 
 
 class Settings(Protocol):

@@ -11,7 +11,14 @@ from memfit._errors import InvalidInputError
 from memfit.technique import host_optimizer, lora, quantize
 from memfit.technique._base import Technique
 
-__all__ = ["TECHNIQUES", "checked_techniques", "technique_named", "techniques_in"]
+__all__ = [
+    "TECHNIQUES",
+    "checked_techniques",
+    "technique_aliases",
+    "technique_named",
+    "techniques_in",
+    "with_aliases",
+]
 
 # in the order their hooks run: the weights quantized before LoRA adapts them (QLoRA)
 TECHNIQUES: tuple[Technique, ...] = (
@@ -48,6 +55,32 @@ def checked_techniques(given: object) -> tuple[tuple[str, Any], ...]:
         if checked != technique.default:
             out.append((technique.option.keyword, checked))
     return tuple(sorted(out, key=lambda pair: pair[0]))
+
+
+def technique_aliases() -> dict[str, str]:
+    """Every alias keyword of the techniques, with the keyword it stands for."""
+    return {a: t.option.keyword for t in TECHNIQUES for a in t.option.aliases}
+
+
+def with_aliases(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with each technique given by an alias (``peft_config=config``) moved into
+    ``techniques`` (``{"lora": config}``); the same technique given both ways is refused."""
+    aliases = technique_aliases()
+    given = [a for a in aliases if options.get(a) is not None]
+    if not given:
+        return {k: v for k, v in options.items() if k not in aliases}
+    out = {k: v for k, v in options.items() if k not in aliases}
+    techniques = dict(out.get("techniques") or {})
+    for alias in given:
+        keyword = aliases[alias]
+        if keyword in techniques:
+            raise InvalidInputError(
+                f"{alias}= and techniques={{{keyword!r}: ...}} both say how to use {keyword}: "
+                "give one of them."
+            )
+        techniques[keyword] = options[alias]
+    out["techniques"] = techniques
+    return out
 
 
 def techniques_in(values: tuple[tuple[str, Any], ...]) -> Iterator[tuple[Technique, Any]]:

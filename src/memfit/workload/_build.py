@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -14,7 +14,7 @@ from torch import nn
 from memfit._errors import InvalidInputError
 from memfit._gpus import resolve_gpu
 from memfit.allocator import AllocatorConfig
-from memfit.technique import checked_techniques
+from memfit.technique import checked_techniques, technique_aliases, with_aliases
 from memfit.workload._checkpoint import checkpoint_blocks
 from memfit.workload._compiled import compiled_as_eager
 from memfit.workload._limits import check_recipe_batch
@@ -57,13 +57,13 @@ def make_workload(
     given as ``None`` is not given (:func:`given_options`), except the three whose default is a
     value (``precision``, ``mode``, ``activation_checkpointing``), where ``None`` is refused.
     """
-    unknown = set(options) - set(WorkloadOptions.__annotations__)
+    unknown = set(options) - set(WorkloadOptions.__annotations__) - set(technique_aliases())
     if unknown:
         raise InvalidInputError(
             f"Unknown setting(s) {', '.join(sorted(unknown))}; the settings are "
             f"{', '.join(WorkloadOptions.__annotations__)}."
         )
-    options = given_options(options)
+    options = given_options(cast(WorkloadOptions, with_aliases(dict(options))))
     if model is None:
         raise InvalidInputError(
             "model=None: give a model name (e.g. 'gpt2', 'hf:path/to/config.json', "

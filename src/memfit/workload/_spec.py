@@ -100,6 +100,8 @@ class WorkloadOptions(TypedDict, total=False):
     parallelize: Callable[[nn.Module, Any], nn.Module] | None
     # the techniques of memfit.technique by name, each with its value: {"host_optimizer": True}
     techniques: Mapping[str, Any] | None
+    # a technique's alias keyword (memfit.technique's Option.aliases): PEFT's configuration
+    peft_config: Any
 
 
 # the settings whose default is a value of their own ("fp32", "train", False): None is not one

@@ -25,6 +25,7 @@ class Lora(Technique):
         kind=int,
         help="fine-tune with LoRA adapters of rank R on PEFT's default target modules for "
         "the architecture, the base weights frozen (needs peft)",
+        aliases=("peft_config",),
     )
     default = None
     kept_in_plans = True
