@@ -280,32 +280,15 @@ class _Search:
 
     def largest_concurrency(self, context: int) -> ServingPoint | None:
         """The point of the most sequences of ``context`` tokens that fit (None: not one)."""
-        if not self.at(context, 1).fits:
-            return None
-        low, high = 1, 2
-        while high <= MAX_CONCURRENCY and self.at(context, high).fits:
-            low, high = high, high * 2
-        high = min(high, MAX_CONCURRENCY + 1)
-        while high - low > 1:
-            mid = (low + high) // 2
-            low, high = (mid, high) if self.at(context, mid).fits else (low, mid)
-        return self.at(context, low)
+        found = _largest(lambda n: self.at(context, n).fits, 1, MAX_CONCURRENCY)
+        return None if found is None else self.at(context, found)
 
     def longest_context(self, concurrency: int, limit: int | None) -> ServingPoint | None:
         """The point of the longest context ``concurrency`` sequences fit at (None: not the
         shortest)."""
-        low = self.new_tokens + 1
-        if not self.at(low, concurrency).fits:
-            return None
         top = limit if limit is not None else 1 << 20
-        high = low * 2
-        while high <= top and self.at(high, concurrency).fits:
-            low, high = high, high * 2
-        high = min(high, top + 1)
-        while high - low > 1:
-            mid = (low + high) // 2
-            low, high = (mid, high) if self.at(mid, concurrency).fits else (low, mid)
-        return self.at(low, concurrency)
+        found = _largest(lambda c: self.at(c, concurrency).fits, self.new_tokens + 1, top)
+        return None if found is None else self.at(found, concurrency)
 
     def config(self) -> Any:
         if self._config is None:
@@ -340,6 +323,22 @@ class _Search:
             f"transformers' {self.cache} cache, {grown}",
             *self._notes,
         ]
+
+
+def _largest(fits: Callable[[int], bool], low: int, top: int) -> int | None:
+    """The largest ``n`` from ``low`` to ``top`` for which ``fits(n)`` (it holds up to some
+    ``n`` and not beyond), by doubling from ``low`` and then halving the gap; None where
+    ``low`` does not fit."""
+    if not fits(low):
+        return None
+    high = low * 2
+    while high <= top and fits(high):
+        low, high = high, high * 2
+    high = min(high, top + 1)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
 
 
 def _generate(new_tokens: int, cache: str) -> Callable[[Any, Any], Any]:

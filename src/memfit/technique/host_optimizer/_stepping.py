@@ -26,7 +26,7 @@ import torch
 from memfit._host_memory import pinned_size
 from memfit.technique._base import Place
 
-__all__ = ["HostStepping", "host_stepping_of"]
+__all__ = ["HostStepping", "each_optimizer", "host_stepping_of"]
 
 _ATTRIBUTE = "_memfit_host_stepping"  # where an optimizer keeps its HostStepping
 
@@ -147,9 +147,14 @@ class HostStepping:
         return host
 
 
+def each_optimizer(optimizer: Any) -> list[Any]:
+    """``optimizer`` as a list: a step's one optimizer, or the several a step function made."""
+    return list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
+
+
 def host_stepping_of(optimizer: Any) -> Iterator[HostStepping]:
     """The host stepping of ``optimizer`` (one or a list of them), where it has one."""
-    for one in optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]:
+    for one in each_optimizer(optimizer):
         found = getattr(one, _ATTRIBUTE, None)
         if isinstance(found, HostStepping):
             yield found

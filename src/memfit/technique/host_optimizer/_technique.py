@@ -57,11 +57,8 @@ class HostOptimizer(Technique):
         )
 
     def engage(self, value: Any, model: nn.Module, optimizer: Any, place: Place) -> Any:
-        from memfit.technique.host_optimizer._stepping import HostStepping
-
-        if value and optimizer is not None:
-            for one in optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]:
-                HostStepping(one, place)
+        if optimizer is not None:
+            self.apply(value, model, optimizer, place)  # for the whole run: never undone
         return optimizer
 
     def host_bytes(self, value: Any, optimizer: Any) -> int:
@@ -98,11 +95,11 @@ class HostOptimizer(Technique):
         return copies + facts.trained_elements / HOST_ADAM_ELEMENTS_PER_S
 
     def apply(self, value: Any, model: nn.Module, optimizer: Any, place: Place) -> Undo:
-        from memfit.technique.host_optimizer._stepping import HostStepping
+        from memfit.technique.host_optimizer._stepping import HostStepping, each_optimizer
 
         if not value:
             return lambda: None
-        stepping = [HostStepping(one, place) for one in _each(optimizer)]
+        stepping = [HostStepping(one, place) for one in each_optimizer(optimizer)]
 
         def undo() -> None:
             for s in reversed(stepping):
@@ -129,10 +126,6 @@ def _conflict(settings: Settings) -> str | None:
     if settings.precision == "fp16-mixed":
         return "precision='fp16-mixed' (GradScaler unscales the gradients on the GPU)"
     return None
-
-
-def _each(optimizer: Any) -> list[Any]:
-    return list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
 
 
 TECHNIQUE = HostOptimizer()
