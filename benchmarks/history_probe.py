@@ -29,7 +29,7 @@ def child(variant: str) -> dict[str, object]:
     import torch
 
     if variant == "no-finalize":
-        import memfit.workload._offload as offload
+        import memfit.technique.offload._offload as offload
 
         class _Weakref:
             ref = offload.weakref.ref

@@ -209,14 +209,8 @@ def _on_gpu_loop(model: str, settings: dict[str, Any], steps: int, profile: bool
     import torch
     import torch._dynamo
 
-    from memfit.workload import (
-        StepHooks,
-        compiled_with_budget,
-        make_workload,
-        optimizer_for,
-        prepare_model,
-        run_steps,
-    )
+    from memfit.technique.compilation import compiled_with_budget
+    from memfit.workload import StepHooks, make_workload, optimizer_for, prepare_model, run_steps
 
     row: dict[str, Any] = {}
     stack = contextlib.ExitStack()

@@ -46,7 +46,8 @@ def run(name: str, settings: dict[str, Any], optimizer: str, steps: int = 20) ->
     import torch
     from torch.utils._pytree import tree_map
 
-    from memfit.workload import OptimizerInBackward, optimizer_for, prepare_model
+    from memfit.technique.in_backward import OptimizerInBackward
+    from memfit.workload import optimizer_for, prepare_model
 
     w = workload(name, settings, optimizer)
     net = prepare_model(w, "cuda")
@@ -83,7 +84,7 @@ VARIANTS = ("adamw-fused", "adamw-in-backward", "adamw-8bit")
 def main() -> int:
     import torch
 
-    from memfit.workload import eight_bit_available
+    from memfit.technique.eight_bit import eight_bit_available
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)

@@ -179,7 +179,8 @@ def _applied(row: dict[str, Any], steps: int) -> dict[str, Any]:
 
     import memfit
     from memfit.planner import Plan
-    from memfit.workload import eight_bit_class, make_workload
+    from memfit.technique.eight_bit import eight_bit_class
+    from memfit.workload import make_workload
 
     case = _case(row)
     result: dict[str, Any] = {}

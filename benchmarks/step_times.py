@@ -82,9 +82,9 @@ def measure(
     import torch
     from torch.utils._pytree import tree_map
 
+    from memfit.technique.compilation import compiled_with_budget
     from memfit.workload import (
         StepHooks,
-        compiled_with_budget,
         held_view_on,
         make_workload,
         optimizer_for,

@@ -59,7 +59,8 @@ if _typing.TYPE_CHECKING:
         offload_activations,
         unapply,
     )
-    from memfit.workload import ActivationOffload, Workload, make_workload
+    from memfit.technique.offload import ActivationOffload
+    from memfit.workload import Workload, make_workload
 
 __version__ = "0.1.0"
 
@@ -93,7 +94,7 @@ _LAZY = {
     "fit": "memfit.runtime",
     "unapply": "memfit.runtime",
     "offload_activations": "memfit.runtime",
-    "ActivationOffload": "memfit.workload",
+    "ActivationOffload": "memfit.technique.offload",
 }
 
 

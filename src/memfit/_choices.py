@@ -26,7 +26,7 @@ OPTIMIZERS = (
     "adamw-foreach",
     "adamw-fused",
     "adamw-forloop",
-    # each parameter stepped as backward finishes its gradient (memfit.workload._in_backward)
+    # each parameter stepped as backward finishes its gradient (memfit.technique.in_backward)
     "sgd-in-backward",
     "adam-in-backward",
     "adamw-in-backward",
@@ -40,5 +40,5 @@ COMPILED_CHOICES = ("eager",)
 # how mixture-of-experts routers are answered in a trace (memfit.trace._routing says what each is)
 MOE_ROUTINGS = ("balanced", "skewed")
 
-# data-parallel strategies memfit estimates (memfit.workload._parallel)
+# data-parallel strategies memfit estimates (memfit.technique.data_parallel)
 STRATEGIES = ("ddp", "fsdp2", "zero1", "zero2", "zero3")

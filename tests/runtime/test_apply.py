@@ -13,6 +13,7 @@ from apply_models import gpt2
 from torch import nn
 
 import memfit
+import memfit.technique.checkpointing
 from memfit.planner import Candidate, Evaluated, Plan, model_key
 from memfit.runtime import AutoMicrobatch, PlannedStep, apply, fit, unapply
 
@@ -103,7 +104,7 @@ def test_model_key_is_class_elements_tensors_on_any_device_and_when_checkpointed
     with torch.device("meta"):
         assert model_key(gpt2()) == key
     assert model_key(copy.deepcopy(model).to(torch.bfloat16)) == key
-    memfit.workload.checkpoint_blocks(model)
+    memfit.technique.checkpointing.checkpoint_blocks(model)
     assert model_key(model) == key
     assert model_key(torch.nn.DataParallel(nn.Linear(3, 2))) == "Linear/8/2"
 
@@ -425,7 +426,8 @@ def test_no_warning_from_a_plain_apply():
 def test_an_offloading_plan_steps_as_the_unsplit_step_and_unapply_takes_it_off(
     checkpointing: bool | float, offload: float, checkpoints: bool
 ):
-    from memfit.workload import checkpointed_blocks, offloader_of
+    from memfit.technique.checkpointing import checkpointed_blocks
+    from memfit.technique.offload import offloader_of
 
     model = gpt2()
     batch = text_batch(8)
@@ -470,7 +472,7 @@ def test_a_plan_offloading_a_model_with_its_own_checkpointing_is_refused_before_
     with pytest.raises(memfit.InvalidInputError, match="own gradient checkpointing switched on"):
         apply(model, opt, make_plan(model, offload=1.0, optimizer="sgd-fused"))
     assert not any(g.get("fused") for g in opt.param_groups)  # nothing was changed
-    from memfit.workload import offloader_of
+    from memfit.technique.offload import offloader_of
 
     assert offloader_of(model) is None and model.is_gradient_checkpointing
 

@@ -18,7 +18,7 @@ from memfit._errors import MissingExtraError
 from memfit._events import Category
 from memfit.planner import Candidate, Evaluated, Plan, model_key, plan
 from memfit.runtime import apply, unapply
-from memfit.workload import eight_bit_available
+from memfit.technique.eight_bit import eight_bit_available
 
 bnb = pytest.importorskip("bitsandbytes")
 transformers = pytest.importorskip("transformers")

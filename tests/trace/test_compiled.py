@@ -18,7 +18,8 @@ from torch import nn
 
 from memfit import Estimate, UnsupportedWorkloadError, estimate
 from memfit.estimator._estimate import estimate_workload
-from memfit.workload import COMPILED_NOTE, compiled_parts, eager_view, make_workload
+from memfit.technique.compilation import COMPILED_NOTE, compiled_parts, eager_view
+from memfit.workload import make_workload
 
 
 class Block(nn.Module):

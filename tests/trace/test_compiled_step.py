@@ -23,9 +23,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from memfit import Category, Estimate, UnsupportedWorkloadError, estimate
 from memfit._gpus import resolve_gpu
+from memfit.technique.compilation import memory_budget_words
 from memfit.trace import trace_workload
 from memfit.trace._compiled_replay import BUDGET_RESERVED_NOTE, wrapper_call
-from memfit.workload import make_workload, memory_budget_words
+from memfit.workload import make_workload
 
 pytest.importorskip("triton", reason="inductor's lowering for CUDA needs triton")
 transformers = pytest.importorskip("transformers")

@@ -150,7 +150,7 @@ def test_a_zero_strategy_without_deepspeed_says_how_to_install_it(
 
 
 def test_a_ddp_rank_of_several_is_validated_as_one_rank() -> None:
-    from memfit.workload import parallel_group
+    from memfit.technique.data_parallel import parallel_group
 
     with (
         pytest.raises(InvalidInputError, match=r"validated as one rank.*world_size=1"),
@@ -164,7 +164,7 @@ def test_a_sharded_rank_on_a_device_runs_on_a_fake_group_with_a_launchers_variab
 
     import torch.distributed as dist
 
-    from memfit.workload import parallel_group
+    from memfit.technique.data_parallel import parallel_group
 
     before = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
     with parallel_group("fsdp2", 4, "cpu"):

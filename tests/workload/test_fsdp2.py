@@ -104,7 +104,7 @@ def test_a_block_tied_to_the_root_is_left_to_the_roots_group() -> None:
     # language-model head: FSDP2 refuses to shard them apart
     from transformers import BertConfig, BertForMaskedLM
 
-    from memfit.workload._fsdp import _tied_parameters
+    from memfit.technique.data_parallel._fsdp import _tied_parameters
 
     def bert() -> nn.Module:
         return BertForMaskedLM(

@@ -20,7 +20,7 @@ RANK = """
 import json, os, torch, torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from transformers import GPT2Config, GPT2LMHeadModel
-from memfit.workload._fsdp import shard_model
+from memfit.technique.data_parallel import shard_model
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000,

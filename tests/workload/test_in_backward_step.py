@@ -15,8 +15,9 @@ from memfit import InvalidInputError
 from memfit._events import Category
 from memfit._gpus import resolve_gpu
 from memfit.cli import main
+from memfit.technique.in_backward import OptimizerInBackward
 from memfit.trace import trace_workload
-from memfit.workload import OptimizerInBackward, make_workload
+from memfit.workload import make_workload
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")

@@ -11,7 +11,8 @@ from torch import nn
 
 import memfit
 from memfit import HostMemoryError, InvalidInputError
-from memfit.workload import checkpoint_blocks, find_blocks, offload_blocks, offloader_of
+from memfit.technique.checkpointing import checkpoint_blocks, find_blocks
+from memfit.technique.offload import offload_blocks, offloader_of
 
 
 def _gpt2(layers: int = 4) -> nn.Module:

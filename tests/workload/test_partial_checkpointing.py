@@ -11,7 +11,7 @@ from torch import nn
 import memfit
 from memfit import InvalidInputError
 from memfit.cli import main
-from memfit.workload import blocks_for, checkpoint_blocks, chosen_blocks, find_blocks
+from memfit.technique.checkpointing import blocks_for, checkpoint_blocks, chosen_blocks, find_blocks
 
 
 def _gpt2(layers: int = 4) -> nn.Module:
@@ -105,7 +105,7 @@ def test_a_wrapped_model_is_freed_without_the_garbage_collector() -> None:
 
 
 def test_unwrapping_puts_back_a_forward_another_wrapper_set() -> None:
-    from memfit.workload import unwrap_blocks
+    from memfit.technique.checkpointing import unwrap_blocks
 
     model = _gpt2()
     block = find_blocks(model)[0]

@@ -10,8 +10,8 @@ from torch import nn
 import memfit
 from memfit import InvalidInputError
 from memfit.cli import main
+from memfit.technique.checkpointing import checkpoint_blocks, find_blocks, unwrap_blocks
 from memfit.workload import make_workload
-from memfit.workload._checkpoint import checkpoint_blocks, find_blocks, unwrap_blocks
 
 
 def _gpt2() -> nn.Module:

@@ -24,7 +24,7 @@ import json, os, sys, torch, torch.distributed as dist
 sys.path.insert(0, os.environ["TESTS"])
 from tiny_gpt2 import gloo_ranks, tiny_gpt2, token_batch
 import deepspeed
-from memfit.workload._zero import zero_config
+from memfit.technique.data_parallel import zero_config
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 model = tiny_gpt2(n_layer=2, n_embd=64, n_positions=128)

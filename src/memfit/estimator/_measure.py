@@ -19,16 +19,15 @@ from torch.utils._pytree import tree_map
 from memfit._errors import NoGPUError
 from memfit.estimator._versions import Versions, installed_versions
 from memfit.technique import GpuPlace
+from memfit.technique.compilation import compiled_with_budget
+from memfit.technique.data_parallel import FAKE_RANK_NOTE, parallel_group
 from memfit.trace import CompileGuard
 from memfit.workload import (
-    FAKE_RANK_NOTE,
     StepHooks,
     Workload,
-    compiled_with_budget,
     engage,
     held_view_on,
     optimizer_for,
-    parallel_group,
     prepare_model,
     run_steps,
 )

@@ -43,7 +43,7 @@ class WorkloadSummary:
     allocator_config: str
     steps: int
     accumulation: int = 1  # micro-batches per optimizer step (batch is one micro-batch)
-    offload: float = 0.0  # the share of the blocks offloaded (workload._offload)
+    offload: float = 0.0  # the share of the blocks offloaded (memfit.technique.offload)
     offload_checkpoints: bool = False  # the checkpointed blocks' inputs offloaded too
     strategy: str | None = None  # data-parallel strategy of a rank's estimate ("ddp")
     world_size: int = 1

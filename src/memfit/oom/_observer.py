@@ -536,8 +536,8 @@ def _walk(frame: FrameType | None) -> Iterator[FrameType]:
 
 
 def _checkpointing_on(module: Any) -> bool:
-    """The model's own checkpointing switch (``memfit.workload.checkpointing_on``, restated:
-    this module imports the standard library only)."""
+    """The model's own checkpointing switch (``memfit.technique.checkpointing``'s
+    ``checkpointing_on``, restated: this module imports the standard library only)."""
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
         if hasattr(type(module), name):
             return getattr(module, name) is True

@@ -50,14 +50,9 @@ from memfit.planner._space import compiled_plan_note, search_space
 from memfit.planner._step_time import HOST_BOUND_NOTE, calibration_for
 from memfit.planner._target import plan_target
 from memfit.planner._technique_search import kept_techniques, search_techniques
-from memfit.workload import (
-    Workload,
-    WorkloadOptions,
-    budget_in_effect,
-    given_options,
-    in_backward,
-    make_workload,
-)
+from memfit.technique.compilation import budget_in_effect
+from memfit.technique.in_backward import in_backward
+from memfit.workload import Workload, WorkloadOptions, given_options, make_workload
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

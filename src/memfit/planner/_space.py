@@ -11,14 +11,11 @@ import torch
 
 from memfit._errors import InvalidInputError
 from memfit._gpus import GPU
-from memfit.workload import (
-    EIGHT_BIT,
-    Workload,
-    check_memory_budget,
-    eight_bit_available,
-    in_backward,
-)
-from memfit.workload import IN_BACKWARD as IN_BW
+from memfit.technique.compilation import check_memory_budget
+from memfit.technique.eight_bit import EIGHT_BIT, eight_bit_available
+from memfit.technique.in_backward import IN_BACKWARD as IN_BW
+from memfit.technique.in_backward import in_backward
+from memfit.workload import Workload
 
 __all__ = ["CHECKPOINTING", "COMPILED_BUDGETS", "compiled_plan_note", "search_space"]
 
@@ -149,7 +146,8 @@ def _model_facts(base: Workload) -> tuple[int, tuple[int, int], bool]:
     switches checkpoint the same blocks; 0 where it finds none), its parameter elements (all,
     as the searches size gradients by; and those that require a gradient), and whether it is
     compiled as a whole."""
-    from memfit.workload import compiled_parts, find_blocks, whole_model_compiled
+    from memfit.technique.checkpointing import find_blocks
+    from memfit.technique.compilation import compiled_parts, whole_model_compiled
 
     with torch.device("meta"):
         model = base.build_model()

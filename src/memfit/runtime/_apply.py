@@ -43,13 +43,10 @@ from memfit.runtime._guard_checks import check_callables, check_parts, refuse_sh
 from memfit.runtime._microbatch import LossFn
 from memfit.runtime._planned_step import AUTOCAST, PURE, PlannedStep
 from memfit.technique import techniques_in
-from memfit.workload import (
-    EIGHT_BIT,
-    check_memory_budget,
-    eight_bit_class,
-    in_backward,
-    valid_checkpointing,
-)
+from memfit.technique.compilation import check_memory_budget
+from memfit.technique.eight_bit import EIGHT_BIT, eight_bit_class
+from memfit.technique.in_backward import in_backward
+from memfit.workload import valid_checkpointing
 
 __all__ = ["apply", "unapply"]
 
@@ -284,7 +281,7 @@ def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -
 def _compile_budget(model: nn.Module, budget: float) -> Change:
     """The compiled model's activation memory budget; refused for a model that is not
     compiled, where it would be ignored."""
-    from memfit.workload import compiled_parts, whole_model_compiled
+    from memfit.technique.compilation import compiled_parts, whole_model_compiled
 
     if not whole_model_compiled(model, compiled_parts(model)):
         raise InvalidInputError(

@@ -18,17 +18,16 @@ from torch import nn
 from memfit._errors import InvalidInputError
 from memfit.planner import offload_words
 from memfit.technique import GpuPlace, Technique, Undo
-from memfit.workload import (
-    OptimizerInBackward,
-    budget_in_effect,
+from memfit.technique.checkpointing import (
     checkpoint_blocks,
     checkpointing_on,
     chosen_blocks,
     find_blocks,
-    offload_blocks,
-    offloader_of,
     unwrap_blocks,
 )
+from memfit.technique.compilation import budget_in_effect
+from memfit.technique.in_backward import OptimizerInBackward
+from memfit.technique.offload import offload_blocks, offloader_of
 
 __all__ = [
     "RECORD",

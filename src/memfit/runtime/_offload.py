@@ -5,7 +5,12 @@ from __future__ import annotations
 from torch import nn
 
 from memfit._errors import InvalidInputError
-from memfit.workload import MIN_OFFLOAD_BYTES, ActivationOffload, check_offload, offload_blocks
+from memfit.technique.offload import (
+    MIN_OFFLOAD_BYTES,
+    ActivationOffload,
+    check_offload,
+    offload_blocks,
+)
 
 __all__ = ["offload_activations"]
 

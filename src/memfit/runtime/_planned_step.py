@@ -24,7 +24,8 @@ from memfit.planner import unwrapped_model
 from memfit.runtime._changes import Applied, applied_record
 from memfit.runtime._microbatch import AutoMicrobatch
 from memfit.runtime._split import batch_size
-from memfit.workload import default_loss, in_backward
+from memfit.technique.in_backward import in_backward
+from memfit.workload import default_loss
 
 if TYPE_CHECKING:
     from memfit.planner import Candidate, Plan

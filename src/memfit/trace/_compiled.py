@@ -30,11 +30,8 @@ import torch
 from torch import nn
 
 from memfit._errors import MemfitError
-from memfit.trace._compiled_capture import CompiledPlan
-from memfit.trace._compiled_replay import CompiledReplay
-from memfit.workload import (
+from memfit.technique.compilation import (
     COMPILED_NOTE,
-    Workload,
     compiled_function,
     compiled_parts,
     compiled_refusal,
@@ -42,6 +39,9 @@ from memfit.workload import (
     not_compiled_refusal,
     whole_model_compiled,
 )
+from memfit.trace._compiled_capture import CompiledPlan
+from memfit.trace._compiled_replay import CompiledReplay
+from memfit.workload import Workload
 
 __all__ = ["CaptureNeeded", "CompileGuard"]
 

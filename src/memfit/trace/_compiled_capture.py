@@ -33,6 +33,7 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_map
 
 from memfit._errors import MemfitError, UnsupportedWorkloadError
 from memfit._gpus import GPU
+from memfit.technique.compilation import compiled_with_budget, eager_view
 from memfit.trace._compiled_user_step import (
     StepCaptured,
     autocast_dtype,
@@ -49,14 +50,7 @@ from memfit.trace._inductor import (
 )
 from memfit.trace._library_autocast import maybe_autocast_traceable
 from memfit.trace._sdpa import choose_backend
-from memfit.workload import (
-    Workload,
-    call_model,
-    cast_inputs,
-    compiled_with_budget,
-    eager_view,
-    prepare_model,
-)
+from memfit.workload import Workload, call_model, cast_inputs, prepare_model
 
 __all__ = ["CompiledPlan", "capture_compiled"]
 

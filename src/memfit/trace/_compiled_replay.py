@@ -32,9 +32,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from memfit._errors import UnsupportedWorkloadError
 from memfit._events import MemoryEvent
 from memfit.allocator import AllocatorConfig, AllocatorReplay, Recording, ReplayOps
+from memfit.technique.compilation import memory_budget_words
 from memfit.trace._compiled_capture import CompiledPlan
 from memfit.trace._inductor import L2_FLUSH_BYTES, KernelTuning, PadBenchmark, kernel_traffic
-from memfit.workload import memory_budget_words
 
 __all__ = [
     "BUDGET_RESERVED_NOTE",

@@ -1,7 +1,7 @@
-"""What a trace keeps of activation offload's copies (``workload._offload``), which meta tensors
-cannot make: each copy as an op of the step (its bytes, for the step-time model's copy lane),
-the side stream's events and the compute stream's waits on them, and the buffers the backward
-brings saved tensors back into, as activations."""
+"""What a trace keeps of activation offload's copies (``memfit.technique.offload``), which
+meta tensors cannot make: each copy as an op of the step (its bytes, for the step-time model's
+copy lane), the side stream's events and the compute stream's waits on them, and the buffers
+the backward brings saved tensors back into, as activations."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""What a trace does for a data-parallel rank (``workload._parallel``): FSDP2's streams, storage
-resizes and DTensor shards told to the recorder, the model built off the GPU, and what the notes
-say of the rank."""
+"""What a trace does for a data-parallel rank (``memfit.technique.data_parallel``): FSDP2's
+streams, storage resizes and DTensor shards told to the recorder, the model built off the GPU,
+and what the notes say of the rank."""
 
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ from torch import nn
 
 from memfit._events import Category
 from memfit._units import format_bytes
-from memfit.trace._recorder import Recorder
-from memfit.workload import (
+from memfit.technique.data_parallel import (
     ZERO,
     MetaStreams,
-    Workload,
     host_stepping,
     offloaded_shards,
     parallel_note,
@@ -23,6 +21,8 @@ from memfit.workload import (
     shards_offloaded,
     storage_hooks,
 )
+from memfit.trace._recorder import Recorder
+from memfit.workload import Workload
 
 __all__ = [
     "BUCKET_VIEW_NOTE",

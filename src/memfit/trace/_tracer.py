@@ -24,6 +24,8 @@ from memfit._errors import InvalidInputError, MemfitError
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit._gpus import GPU
 from memfit.technique import techniques_in
+from memfit.technique.data_parallel import host_bytes, parallel_group
+from memfit.technique.offload import offloader_of
 from memfit.trace import _autocast
 from memfit.trace._compiled import CaptureNeeded, CompileGuard
 from memfit.trace._compiled_capture import CompiledPlan, capture_compiled
@@ -64,10 +66,7 @@ from memfit.workload import (
     cast_inputs,
     engage,
     held_batch_sizes,
-    host_bytes,
-    offloader_of,
     optimizer_for,
-    parallel_group,
     prepare_model,
     run_steps,
 )
@@ -450,7 +449,7 @@ def _trace(
     recorder = session.recorder
     model: nn.Module | None = None
     on_host = False
-    host = (0, 0, 0)  # what the offloaded shards hold on the host: workload._fsdp.host_bytes
+    host = (0, 0, 0)  # what the offloaded shards hold on the host (data_parallel.host_bytes)
     observer: OffloadTrace | None = None
     compile_guard = CompileGuard(workload, lambda: recorder.phase, plan)
     group = parallel_group(workload.strategy, workload.world_size, "meta", rank)

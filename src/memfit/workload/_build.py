@@ -15,12 +15,12 @@ from memfit._errors import InvalidInputError
 from memfit._gpus import resolve_gpu
 from memfit.allocator import AllocatorConfig
 from memfit.technique import checked_techniques, technique_aliases, with_aliases
-from memfit.workload._checkpoint import checkpoint_blocks
-from memfit.workload._compiled import compiled_as_eager
+from memfit.technique.checkpointing import checkpoint_blocks
+from memfit.technique.compilation import compiled_as_eager
+from memfit.technique.offload import check_offload
 from memfit.workload._limits import check_recipe_batch
 from memfit.workload._models import TEXT_TASKS, ModelRecipe, resolve_model
 from memfit.workload._no_batch import no_batch_error
-from memfit.workload._offload import check_offload
 from memfit.workload._spec import (
     Batch,
     Workload,

@@ -27,17 +27,16 @@ from memfit._errors import InvalidInputError
 from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
 from memfit.technique import checked_techniques, techniques_in
-from memfit.workload._compiled import check_compiled_setting
-from memfit.workload._in_backward import in_backward
-from memfit.workload._memory_budget import check_memory_budget
-from memfit.workload._offload import check_offload
-from memfit.workload._parallel import (
+from memfit.technique.compilation import check_compiled_setting, check_memory_budget
+from memfit.technique.data_parallel import (
     CASTS_ITSELF,
     check_offload_shards,
     check_parallel,
     check_parallelize,
     check_sharded_optimizer,
 )
+from memfit.technique.in_backward import in_backward
+from memfit.technique.offload import check_offload
 
 __all__ = [
     "Batch",
@@ -90,7 +89,7 @@ class WorkloadOptions(TypedDict, total=False):
     # the inputs of the blocks memfit checkpoints go to pinned host memory too
     offload_checkpoints: bool | None
     world_size: int | None  # ranks of a data-parallel job (with strategy)
-    strategy: str | None  # "ddp" or "fsdp2": workload._parallel
+    strategy: str | None  # "ddp" or "fsdp2": memfit.technique.data_parallel
     # FSDP2's CPU offload: each rank's shards (parameters, gradients, optimizer states) on the host
     offload_shards: bool | None
     # the step's caller holds its whole batch on the GPU through the step (a training loop's
@@ -133,7 +132,7 @@ class Workload:
     optimizer: OptimizerSpec = "adamw"
     precision: Precision = "fp32"
     mode: Mode = "train"
-    # "selective" or a fraction of the blocks (0 < f < 1): workload._checkpoint
+    # "selective" or a fraction of the blocks (0 < f < 1): memfit.technique.checkpointing
     activation_checkpointing: bool | str | float = False
     enable_checkpointing: Callable[[nn.Module], None] | None = None
     steps: int = 2
@@ -152,15 +151,15 @@ class Workload:
     # mixture-of-experts routing: "balanced" (each expert gets tokens*top_k/experts) or "skewed"
     # (every token to the same top_k experts, the worst case); None: balanced, not asked for
     moe_routing: str | None = None
-    # a compiled model's activation memory budget (workload._memory_budget); None: the process's
+    # a compiled model's activation memory budget (technique.compilation); None: the process's
     activation_memory_budget: float | None = None
     # the share of the blocks (not checkpointed) whose saved tensors wait in pinned host memory
-    # between forward and backward (workload._offload); True is read as 1.0, False as 0.0
+    # between forward and backward (memfit.technique.offload); True is read as 1.0, False as 0.0
     offload: float = 0.0
     # the inputs checkpointed blocks keep for their recompute wait in pinned host memory too
-    # (DeepSpeed's cpu_checkpointing): below full checkpointing's memory (workload._offload)
+    # (DeepSpeed's cpu_checkpointing): below full checkpointing's memory (memfit.technique.offload)
     offload_checkpoints: bool = False
-    world_size: int = 1  # ranks of a data-parallel job; each is estimated (workload._parallel)
+    world_size: int = 1  # ranks of a data-parallel job, each estimated (technique.data_parallel)
     strategy: str | None = None  # "ddp", "fsdp2", or None: one process, no wrapper
     # FSDP2's CPUOffloadPolicy: each rank's shards and the optimizer step on the host
     offload_shards: bool = False
@@ -171,7 +170,7 @@ class Workload:
     # with batch_held: the micro-batches the held batch is made of (0: ``accumulation``); a
     # trace that runs fewer micro-batches than the step has (the planner's) keeps the step's
     held_micro_batches: int = 0
-    # fn(model, mesh) -> model: the user's own DDP or fully_shard calls (workload._parallel)
+    # fn(model, mesh) -> model: the user's own DDP or fully_shard calls (technique.data_parallel)
     parallelize: Callable[[nn.Module, Any], nn.Module] | None = None
 
     # memfit.technique's techniques asked for, (name, value) sorted by name, none at its default
@@ -281,8 +280,8 @@ class Workload:
     @property
     def autocast_dtype(self) -> torch.dtype | None:
         """The dtype the step's autocast runs in; None under FSDP2, whose mixed-precision
-        policy casts the parameters it all-gathers instead (``workload._fsdp``), and under
-        ZeRO, whose engine runs the model in bfloat16 (``workload._zero``)."""
+        policy casts the parameters it all-gathers instead, and under ZeRO, whose engine runs the
+        model in bfloat16 (both ``memfit.technique.data_parallel``)."""
         return None if self.strategy in CASTS_ITSELF else self.mixed_dtype
 
     @property

@@ -18,14 +18,13 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from memfit._errors import InvalidInputError
 from memfit.technique import Place, techniques_in
-from memfit.workload._checkpoint import checkpoint_blocks
-from memfit.workload._eight_bit import EIGHT_BIT, eight_bit_class
+from memfit.technique.checkpointing import checkpoint_blocks
+from memfit.technique.data_parallel import ZERO, engage_zero, parallelize, zero_config
+from memfit.technique.eight_bit import EIGHT_BIT, eight_bit_class
+from memfit.technique.in_backward import IN_BACKWARD, Around, OptimizerInBackward
+from memfit.technique.offload import offload_blocks
 from memfit.workload._first_imports import imports_outside_modes
-from memfit.workload._in_backward import IN_BACKWARD, Around, OptimizerInBackward
-from memfit.workload._offload import offload_blocks
-from memfit.workload._parallel import parallelize
 from memfit.workload._spec import Batch, OptimizerSpec, Workload, partial_fraction
-from memfit.workload._zero import ZERO, engage_zero, zero_config
 
 __all__ = [
     "StepHooks",
@@ -195,8 +194,8 @@ def engage(
     workload: Workload, model: nn.Module, optimizer: Any, place: Place
 ) -> tuple[nn.Module, Any]:
     """The model and optimizer a step runs: DeepSpeed's engine and ZeRO optimizer over them for
-    a ZeRO strategy (``workload._zero``), each technique's engaged (``memfit.technique``,
-    its host tensors in ``place``), else as they are."""
+    a ZeRO strategy (``memfit.technique.data_parallel``), each technique's engaged
+    (``memfit.technique``, its host tensors in ``place``), else as they are."""
     if workload.strategy in ZERO:
         config = zero_config(
             workload.strategy, workload.precision, workload.batch_size or 1, workload.accumulation

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["IN_BACKWARD", "OptimizerInBackward", "in_backward"]
+__all__ = ["IN_BACKWARD", "Around", "OptimizerInBackward", "in_backward"]
 
 IN_BACKWARD = "in-backward"  # the optimizer names' suffix: "adamw-in-backward"
 

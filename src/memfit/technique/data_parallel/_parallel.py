@@ -11,13 +11,13 @@ bucket itself, as an in-place NCCL all-reduce leaves it. On a GPU, ``memfit vali
 rank of its own (NCCL, a world of one) where no process group is set up.
 
 ``strategy="fsdp2"`` runs PyTorch's ``fully_shard`` itself on the meta device
-(``workload._fsdp``): the shards, the all-gather and reduce-scatter buffers on their streams,
+(``_fsdp``): the shards, the all-gather and reduce-scatter buffers on their streams,
 prefetch and resharding are the installed torch's.
 
 NCCL's own device memory, outside the caching allocator, is the estimate's non-PyTorch memory:
 490 MiB measured with one rank on the H200 (``memfit.estimator``); more ranks take more, not
 measured yet. Not modelled yet: what makes the ranks of a multi-GPU job differ beyond their
-shards (DDP's measured rank-0 surplus). ZeRO 1-3 run DeepSpeed's engine (``workload._zero``).
+shards (DDP's measured rank-0 surplus). ZeRO 1-3 run DeepSpeed's engine (``_zero``).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from torch import nn
 
 from memfit._choices import STRATEGIES
 from memfit._errors import InvalidInputError
-from memfit.workload._fsdp import MetaStreams, check_wrapped, meta_fsdp, shard_model
-from memfit.workload._in_backward import in_backward
-from memfit.workload._zero import ZERO, check_zero, meta_accelerator
+from memfit.technique.data_parallel._fsdp import MetaStreams, check_wrapped, meta_fsdp, shard_model
+from memfit.technique.data_parallel._zero import ZERO, check_zero, meta_accelerator
+from memfit.technique.in_backward import in_backward
 
 # the strategies whose own mixed precision replaces autocast (FSDP2's policy, DeepSpeed's bf16)
 CASTS_ITSELF = ("fsdp2", *ZERO)
@@ -46,6 +46,7 @@ __all__ = [
     "check_offload_shards",
     "check_parallel",
     "check_parallelize",
+    "check_sharded_optimizer",
     "parallel_group",
     "parallel_note",
     "parallelize",

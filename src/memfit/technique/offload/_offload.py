@@ -50,7 +50,7 @@ from memfit._errors import HostMemoryError, InvalidInputError
 from memfit._host_memory import free_host_memory, pinned_size
 from memfit._tensors import is_dense
 from memfit._units import format_bytes
-from memfit.workload._checkpoint import (
+from memfit.technique.checkpointing import (
     call_forward,
     checkpointed_blocks,
     checkpointing_on,

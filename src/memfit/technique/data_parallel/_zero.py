@@ -32,8 +32,8 @@ import torch
 from torch import nn
 
 from memfit._errors import InvalidInputError, MissingExtraError
-from memfit.workload._fsdp import MetaStreams
-from memfit.workload._patching import patched
+from memfit._patching import patched
+from memfit.technique.data_parallel._fsdp import MetaStreams
 
 __all__ = ["ZERO", "check_zero", "engage_zero", "meta_accelerator", "zero_config"]
 

@@ -37,8 +37,8 @@ import torch
 from torch import nn
 
 from memfit._errors import InvalidInputError
-from memfit.workload._checkpoint import find_blocks
-from memfit.workload._patching import patched
+from memfit._patching import patched
+from memfit.technique.checkpointing import find_blocks
 
 __all__ = [
     "MetaStreams",

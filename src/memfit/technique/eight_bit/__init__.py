@@ -1,0 +1,30 @@
+"""8-bit optimizer states (``adamw-8bit``): bitsandbytes' Adam8bit and AdamW8bit.
+
+Its names need torch: they load on first use (``memfit._lazy``)."""
+
+from __future__ import annotations
+
+import typing as _typing
+
+from memfit._lazy import lazy_attributes as _lazy_attributes
+
+if _typing.TYPE_CHECKING:
+    from memfit.technique.eight_bit._bnb import (
+        EIGHT_BIT,
+        eight_bit_available,
+        eight_bit_class,
+    )
+
+_LAZY = {
+    "EIGHT_BIT": "_bnb",
+    "eight_bit_available": "_bnb",
+    "eight_bit_class": "_bnb",
+}
+
+__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, globals())
+
+__all__ = [
+    "EIGHT_BIT",
+    "eight_bit_available",
+    "eight_bit_class",
+]

@@ -1,0 +1,34 @@
+"""The optimizer stepped in backward (``adamw-in-backward``): each parameter stepped and its
+gradient freed as soon as backward has it.
+
+Its names need torch: they load on first use (``memfit._lazy``)."""
+
+from __future__ import annotations
+
+import typing as _typing
+
+from memfit._lazy import lazy_attributes as _lazy_attributes
+
+if _typing.TYPE_CHECKING:
+    from memfit.technique.in_backward._stepper import (
+        IN_BACKWARD,
+        Around,
+        OptimizerInBackward,
+        in_backward,
+    )
+
+_LAZY = {
+    "Around": "_stepper",
+    "IN_BACKWARD": "_stepper",
+    "OptimizerInBackward": "_stepper",
+    "in_backward": "_stepper",
+}
+
+__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, globals())
+
+__all__ = [
+    "IN_BACKWARD",
+    "Around",
+    "OptimizerInBackward",
+    "in_backward",
+]
