@@ -106,3 +106,43 @@ def test_the_command_line_answers_in_json_and_refuses_in_a_paragraph(model: str)
     bad = subprocess.run([*run, "--context", "2048"], capture_output=True, text=True)
     assert bad.returncode == 1 and "longer than" in bad.stderr and "Traceback" not in bad.stderr
     assert Path(model.removeprefix("hf:")).exists()
+
+
+def test_a_table_around_the_answer_and_its_plot(model: str, tmp_path: Path) -> None:
+    r = serving_capacity(model, gpu=GPU, context=128, new_tokens=4, table="around")
+    # powers of two from a quarter of 128 to four times it, within the 512 positions
+    assert [p.context for p in r.table] == [32, 64, 256, 512]
+    by_context = {p.context: p.concurrency for p in r.table}
+    assert by_context[32] >= by_context[64] >= r.concurrency >= by_context[256]
+    assert sorted(r.kv_cache_by_context) == [32, 64, 128, 256, 512]
+    assert r.kv_cache_by_context[128] == r.kv_cache_per_sequence
+    room = r.gpu.total - r.weights - r.outside_pytorch
+    assert r.outside_pytorch > 0 and room // r.kv_cache_per_sequence >= r.concurrency
+    pytest.importorskip("matplotlib")
+    from memfit.report import write_serving_png
+
+    written = write_serving_png(r, tmp_path / "serve.png")
+    assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_table_that_is_neither_contexts_nor_around_is_refused(model: str) -> None:
+    with pytest.raises(InvalidInputError, match="neither contexts nor 'around'"):
+        serving_capacity(model, gpu=GPU, context=64, table="all")  # type: ignore[arg-type]
+
+
+def test_the_command_line_plots_around_the_answer(model: str, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    run = [sys.executable, "-m", "memfit", "serve", model, "--gpu", GPU, "--new-tokens", "4"]
+    plot = tmp_path / "serve.png"
+    ok = subprocess.run(
+        [*run, "--context", "128", "--plot", str(plot), "--json"], capture_output=True, text=True
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert len(json.loads(ok.stdout)["table"]) == 4 and plot.exists()
+    bad = subprocess.run(
+        [*run, "--context", "128", "--plot", str(tmp_path / "serve.pdf")],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1 and "serve.pdf" in bad.stderr and "Traceback" not in bad.stderr
+    assert "traced" not in bad.stdout  # refused before any trace

@@ -27,9 +27,13 @@ from memfit.cli._command import Command
 from memfit.cli._help import a_number, positive_int, share
 from memfit.cli._options import check_workload_flags
 from memfit.cli._workload_args import add_workload_args
+from memfit.technique import TECHNIQUES
 
 if TYPE_CHECKING:
     from memfit._gpus import GPU
+
+# the techniques that change what is trained, which a plan adds only where allowed
+_ALLOWABLE = tuple(t.option.keyword for t in TECHNIQUES if t.kept_in_plans)
 
 __all__ = ["add_plan_parser", "run_plan"]
 
@@ -162,6 +166,16 @@ def add_plan_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "comma-separated (default 1: every block not checkpointed; 0: no offload searched)",
     )
     p.add_argument(
+        "--allow",
+        nargs="+",
+        choices=_ALLOWABLE,
+        default=None,
+        metavar="TECHNIQUE",
+        help="techniques that change what is trained which the plan may add: "
+        f"{', '.join(_ALLOWABLE)} (lora: rank-16 adapters, the base frozen; quantize: with "
+        "lora, the base in nf4, QLoRA); default: none",
+    )
+    p.add_argument(
         "--no-checkpointing-search",
         action="store_true",
         help="keep your checkpointing setting instead of searching over none, selective, "
@@ -245,6 +259,7 @@ def _plan_options(args: argparse.Namespace) -> dict[str, Any]:
         "offloads": args.offloads,
         "workers": args.workers,
         "calibration": args.calibration,
+        "allow": args.allow,
     }
     options.update({k: v for k, v in given.items() if v is not None})
     if args.no_cache_freeing:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from memfit._errors import InvalidInputError
 from memfit.cli._command import Command
 from memfit.cli._help import positive_int
+
+if TYPE_CHECKING:
+    from memfit.estimator import ServingCapacity
 
 __all__ = ["add_serve_parser", "run_serve"]
 
@@ -49,16 +54,31 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument(
         "--table",
         type=positive_int,
-        nargs="+",
-        default=(),
+        nargs="*",
+        default=None,
         metavar="N",
-        help="also the largest concurrency at each of these contexts",
+        help="also the largest concurrency at each of these contexts (none given: powers of "
+        "two around the answer's)",
+    )
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE.png",
+        help="write concurrency against context to FILE.png (with --table's contexts, by "
+        "default those around the answer)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
 def run_serve(args: argparse.Namespace, console: Console) -> int:
     from memfit.estimator import serving_capacity
+    from memfit.report import check_plot_path
+
+    if args.plot is not None:  # before the traces: a plot that cannot be written costs none
+        check_plot_path(args.plot, (".png",), "serving plot")
+    table: tuple[int, ...] | str = tuple(args.table or ())
+    if args.table == [] or (args.table is None and args.plot is not None):
+        table = "around"
 
     def progress(traced: int, what: str) -> None:
         if not args.json:
@@ -72,16 +92,33 @@ def run_serve(args: argparse.Namespace, console: Console) -> int:
         new_tokens=args.new_tokens,
         cache=args.cache,
         precision=args.precision,
-        table=tuple(args.table),
+        table=table,
         progress=progress,
     )
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
-        return 0
-    from memfit.report import render_serving
+    else:
+        from memfit.report import render_serving
 
-    render_serving(result, console)
+        render_serving(result, console)
+    if args.plot is not None:
+        _write_plot(result, args.plot, console, quiet=args.json)
     return 0
+
+
+def _write_plot(result: ServingCapacity, path: str, console: Console, *, quiet: bool) -> None:
+    """The plot written, or one paragraph on why not (the answer above stands)."""
+    from memfit.report import write_serving_png
+
+    try:
+        written = write_serving_png(result, path)
+    except OSError as exc:
+        raise InvalidInputError(
+            f"The answer above is complete, but the plot could not be written to '{path}': "
+            f"{exc.strerror or exc}. Give a path you can write to."
+        ) from exc
+    if not quiet:
+        console.print(f"Plot written to {written}")
 
 
 COMMAND = Command("serve", add_serve_parser, run_serve)

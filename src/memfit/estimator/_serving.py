@@ -67,7 +67,9 @@ class ServingOptions(TypedDict, total=False):
     new_tokens: int  # each request generates these, within the context (256)
     cache: str  # transformers' cache class: "dynamic" (generate's default) or "static"
     precision: str  # the weights' and activations' precision ("bf16")
-    table: tuple[int, ...]  # contexts to give the largest concurrency at too
+    # contexts to give the largest concurrency at too; "around": powers of two around the
+    # answer's context, from a quarter of it to four times it, within the model's positions
+    table: tuple[int, ...] | str
     progress: Progress | None  # told of each trace: progress(traces, what)
 
 
@@ -110,6 +112,10 @@ class ServingCapacity:
     best: ServingPoint | None  # the point that fits at the answer (None: not even one)
     weights: int  # parameter and buffer bytes on the GPU
     kv_cache_per_sequence: int  # a sequence's KV cache at ``context``, from the config
+    # GPU memory outside PyTorch's allocator (the CUDA context), counted in each point's needed
+    outside_pytorch: int = 0
+    # a sequence's KV cache from the config at the answer's and the table's contexts
+    kv_cache_by_context: dict[int, int] = field(default_factory=dict)
     points: list[ServingPoint] = field(default_factory=list)
     table: list[ServingPoint] = field(default_factory=list)  # the largest fit per context
     notes: list[str] = field(default_factory=list)
@@ -127,6 +133,8 @@ class ServingCapacity:
             "best": None if self.best is None else self.best.to_dict(),
             "weights": self.weights,
             "kv_cache_per_sequence": self.kv_cache_per_sequence,
+            "outside_pytorch": self.outside_pytorch,
+            "kv_cache_by_context": {str(c): b for c, b in sorted(self.kv_cache_by_context.items())},
             "points": [p.to_dict() for p in self.points],
             "table": [p.to_dict() for p in self.table],
             "notes": list(self.notes),
@@ -146,7 +154,8 @@ def serving_capacity(
     """The largest number of sequences of ``context`` tokens (prompt and ``new_tokens``) that
     ``model`` generates at once within ``gpu``'s memory, or, given ``concurrency`` instead, the
     longest context they fit at; ``table`` adds the largest concurrency at each of those
-    contexts. ``cache`` is transformers' cache class (``dynamic``, the default of generate, or
+    contexts (``"around"``: powers of two around the answer's). ``cache`` is transformers' cache
+    class (``dynamic``, the default of generate, or
     ``static``). Each point is one trace of ``generate`` on the CPU; ``progress(traces, what)``
     is told of each."""
     target = resolve_gpu(gpu)
@@ -157,8 +166,16 @@ def serving_capacity(
             f"gpu, context, concurrency, {', '.join(ServingOptions.__annotations__)}."
         )
     new_tokens, cache = options.get("new_tokens", 256), options.get("cache", "dynamic")
-    precision, table = options.get("precision", "bf16"), tuple(options.get("table", ()))
+    precision, given = options.get("precision", "bf16"), options.get("table", ())
     progress = options.get("progress")
+    around = given == "around"
+    if isinstance(given, str) and not around:
+        raise InvalidInputError(
+            f"table={given!r} is neither contexts nor 'around': give the contexts to show the "
+            "largest concurrency at, e.g. table=(2048, 8192), or 'around' (powers of two from a "
+            "quarter of the answer's context to four times it)."
+        )
+    table: tuple[int, ...] = () if isinstance(given, str) else tuple(given)
     _check(model, context, concurrency, new_tokens, cache, table)
     search = _Search(model, target, precision, cache, new_tokens, progress)
     limit = search.max_positions()
@@ -176,9 +193,12 @@ def serving_capacity(
         assert concurrency is not None
         found = search.longest_context(concurrency, limit)
         asked_context, answer = (found.context if found else 0), concurrency
+    if around and asked_context:
+        table = _around(asked_context, new_tokens, limit)
     rows = [r for c in table if (r := search.largest_concurrency(c)) is not None]
     first = search.first
     weights = 0 if first is None else _weights(first)
+    contexts = sorted({c for c in (asked_context, *table) if c})
     return ServingCapacity(
         model=model,
         gpu=target,
@@ -190,6 +210,8 @@ def serving_capacity(
         best=found,
         weights=weights,
         kv_cache_per_sequence=search.kv_bytes(asked_context or new_tokens + 1),
+        outside_pytorch=0 if first is None else first.non_pytorch,
+        kv_cache_by_context={c: search.kv_bytes(c) for c in contexts},
         points=sorted(search.points.values(), key=lambda p: (p.context, p.concurrency)),
         table=rows,
         notes=search.notes(),
@@ -323,6 +345,22 @@ class _Search:
             f"transformers' {self.cache} cache, {grown}",
             *self._notes,
         ]
+
+
+def _around(context: int, new_tokens: int, limit: int | None) -> tuple[int, ...]:
+    """Powers of two from a quarter of ``context`` to four times it, each with room for a
+    prompt before ``new_tokens`` and within the model's ``limit`` positions, ``context`` aside
+    (it is the answer's)."""
+    low, high = max(context // 4, new_tokens + 1), context * 4
+    if limit is not None:
+        high = min(high, limit)
+    power = 1 << max(low - 1, 1).bit_length()
+    out = []
+    while power <= high:
+        if power != context:
+            out.append(power)
+        power *= 2
+    return tuple(out)
 
 
 def _largest(fits: Callable[[int], bool], low: int, top: int) -> int | None:

@@ -49,7 +49,12 @@ from memfit.planner._search import Evaluator
 from memfit.planner._space import compiled_plan_note, search_space
 from memfit.planner._step_time import HOST_BOUND_NOTE, calibration_for
 from memfit.planner._target import plan_target
-from memfit.planner._technique_search import kept_techniques, search_techniques
+from memfit.planner._technique_search import (
+    added_note,
+    allowed_techniques,
+    kept_techniques,
+    search_techniques,
+)
 from memfit.technique.compilation import budget_in_effect
 from memfit.technique.in_backward import in_backward
 from memfit.workload import Workload, WorkloadOptions, given_options, make_workload
@@ -96,7 +101,10 @@ def plan(
     most 4). ``progress`` is called as ``progress(done, total, what)`` as the search goes.
     ``calibration``: a file of step-time rates (``memfit calibrate --out FILE``); by default
     this machine's calibration of the budget's GPU type when ``memfit calibrate`` saved one,
-    else memfit's own.
+    else memfit's own. ``allow``: techniques that change what is trained which the plan may add
+    (``"lora"``: adapters of rank 16 on PEFT's default targets, the base frozen; ``"quantize"``:
+    with LoRA, the base weights in nf4, QLoRA); without it a plan keeps what is trained as the
+    user gave it.
     """
     started = time.perf_counter()
     margin = options.pop("margin", DEFAULT_MARGIN)
@@ -106,6 +114,7 @@ def plan(
     progress, workers = options.pop("progress", None), options.pop("workers", None)
     batch_of, cache_freeing = options.pop("batch_of", None), options.pop("cache_freeing", True)
     calibration = options.pop("calibration", None)
+    allow = allowed_techniques(options.pop("allow", None))
     target, usable = _budget(budget, options.pop("gpu", None), margin)
     _check_workers(workers)
     if calibration is not None and not isinstance(calibration, (str, os.PathLike)):
@@ -126,7 +135,7 @@ def plan(
             usable=usable,
             margin=margin,
             global_batch=global_batch,
-            axes=SearchAxes(precisions, checkpointing, optimizers, memory_budgets, offloads),
+            axes=SearchAxes(precisions, checkpointing, optimizers, memory_budgets, offloads, allow),
             progress=progress,
             workers=workers,
             batch_of=batch_of,
@@ -160,6 +169,7 @@ class PlanOptions(WorkloadOptions, total=False):
     batch_of: Callable[[int], Any] | None
     cache_freeing: bool
     calibration: str | os.PathLike[str] | None
+    allow: tuple[str, ...] | list[str] | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +181,7 @@ class SearchAxes:
     optimizers: Any = None
     memory_budgets: Any = None
     offloads: Any = None
+    allow: tuple[str, ...] = ()  # techniques that change what is trained the plan may add
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +248,7 @@ def _search(request: SearchRequest) -> tuple[Plan, Evaluator, str | None, str]:
     search_eight_bit(ev, space, total, workers, progress)
     search_offload(ev, space, progress)
     search_checkpoint_offload(ev, space, levels, total, progress)
-    search_techniques(ev, workers, progress)
+    allow_notes = search_techniques(ev, workers, progress, axes.allow)
     groups = _refinements(ev, levels, total, space["optimizers"])
 
     def refined(done: int, of: int) -> None:
@@ -254,6 +265,7 @@ def _search(request: SearchRequest) -> tuple[Plan, Evaluator, str | None, str]:
             return make_workload(model, None, **shorter)
 
     result = _assemble(ev, base, request, total, baseline, remake)
+    result.notes.extend(allow_notes + added_note(ev, result.chosen))
     if space["compiled"][0]:
         result.notes.append(compiled_plan_note(space))
     if base.batch_held:

@@ -17,7 +17,7 @@ The only renderer: the other packages keep data and ``to_dict()``. Names follow 
   ``plan_renderable`` to place it yourself), ``plan_markdown``, ``write_plan_png``;
 * any plot's path, checked before the work: ``check_plot_path``;
 * a serving capacity (:class:`memfit.estimator.ServingCapacity`, ``memfit serve``):
-  ``render_serving``;
+  ``render_serving``, ``write_serving_png``;
 * an estimate beside a measurement (:class:`memfit.estimator.Validation`):
   ``render_validation``;
 * a step-time calibration (``memfit calibrate``): ``render_calibration``, and those saved on
@@ -56,6 +56,7 @@ from memfit.report._plan_png import write_plan_png
 from memfit.report._plot_path import check_plot_path
 from memfit.report._png import write_estimate_png
 from memfit.report._serving import render_serving
+from memfit.report._serving_png import write_serving_png
 from memfit.report._snapshot_console import render_snapshot
 from memfit.report._snapshot_html import snapshot_html, write_snapshot_html
 from memfit.report._svg import write_estimate_svg
@@ -103,5 +104,6 @@ __all__ = [
     "write_estimate_png",
     "write_estimate_svg",
     "write_plan_png",
+    "write_serving_png",
     "write_snapshot_html",
 ]

@@ -198,7 +198,23 @@ def _chosen(plan: Plan, model: nn.Module) -> Candidate:
             + ("; ".join(plan.would_fit) if plan.would_fit else "a larger budget")
             + ", or a smaller global batch."
         )
+    _refuse_added(plan, plan.chosen.candidate)
     return _checked(plan.chosen.candidate)
+
+
+def _refuse_added(plan: Plan, c: Candidate) -> None:
+    """A plan that adds a technique which changes what is trained (LoRA, 4-bit weights, as
+    the user allowed it) is refused: apply changes how a model trains, never what."""
+    mine = dict(plan.baseline.candidate.techniques) if plan.baseline is not None else {}
+    for technique, value in techniques_in(c.techniques):
+        if technique.kept_in_plans and mine.get(technique.option.keyword) != value:
+            raise InvalidInputError(
+                f"The plan's choice adds {technique.words(value)}, which you allowed it to: "
+                "that changes what the model trains, and memfit.apply changes only how it "
+                "trains, so nothing was changed. Make the model so yourself (PEFT's "
+                "get_peft_model for LoRA, bitsandbytes' 4-bit loading for quantized weights), "
+                "plan that model, and apply that plan."
+            )
 
 
 def _checked(c: Candidate) -> Candidate:

@@ -92,8 +92,12 @@ class Technique:
     option: Option
     default: Any = None
     # it changes what is trained (LoRA, 4-bit weights): a plan keeps the user's value on every
-    # candidate and never adds it; memfit.apply leaves it to the user's own model
+    # candidate and adds it (at its ``axis``) only where the user allows it; memfit.apply
+    # leaves it to the user's own model
     kept_in_plans: bool = False
+    # the techniques a plan adds this one beside only, never alone (4-bit weights: alone they
+    # would leave the linear layers untrained)
+    needs: tuple[str, ...] = ()
 
     def check(self, value: object) -> Any:
         """``value`` as given, checked and normalized; raises ``InvalidInputError``."""
@@ -128,7 +132,7 @@ class Technique:
 
     def axis(self, settings: Settings) -> tuple[Any, ...]:
         """The values the planner tries besides the default for ``settings`` (none: not
-        searched)."""
+        searched; a technique kept in plans: the values it is added at where allowed)."""
         return ()
 
     def saving(self, value: Any, trained_elements: int, settings: Settings) -> int:

@@ -29,6 +29,7 @@ class Lora(Technique):
     )
     default = None
     kept_in_plans = True
+    rank_in_plans = 16  # the rank a plan adds, where the user allows it
 
     def check(self, value: object) -> Any:
         if isinstance(value, GivenConfig):
@@ -53,6 +54,15 @@ class Lora(Technique):
 
     def words(self, value: Any) -> str:
         return f"LoRA rank {value}" if isinstance(value, int) else "LoRA (PEFT configuration)"
+
+    def axis(self, settings: Settings) -> tuple[Any, ...]:
+        return (self.rank_in_plans,) if settings.mode == "train" else ()
+
+    def saving(self, value: Any, trained_elements: int, settings: Settings) -> int:
+        # the base's gradients, AdamW's two states and the step's temporaries, at most four
+        # parameters' worth of each element (the adapters' own are a rounding error)
+        per = 2 if settings.precision in ("bf16", "fp16") else 4
+        return trained_elements * per * 4 if value else 0
 
 
 def lora_note(value: Any) -> str:

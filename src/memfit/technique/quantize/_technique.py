@@ -29,6 +29,7 @@ class Quantize(Technique):
     )
     default = None
     kept_in_plans = True
+    needs = ("lora",)  # a plan adds 4-bit weights under adapters only: QLoRA
 
     def check(self, value: object) -> Any:
         if value == "int8":
@@ -65,6 +66,14 @@ class Quantize(Technique):
 
     def words(self, value: Any) -> str:
         return f"weights in {value}"
+
+    def axis(self, settings: Settings) -> tuple[Any, ...]:
+        return ("nf4",) if settings.mode == "train" else ()
+
+    def saving(self, value: Any, trained_elements: int, settings: Settings) -> int:
+        # at most every weight from its precision's bytes to half a byte
+        per = 2 if settings.precision in ("bf16", "fp16") else 4
+        return trained_elements * per if value else 0
 
 
 TECHNIQUE = Quantize()
