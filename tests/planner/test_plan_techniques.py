@@ -24,6 +24,27 @@ def batch_of(n: int) -> torch.Tensor:
     return torch.randn(n, 2048)
 
 
+def _llama(hidden: int = 256) -> tuple[Any, Any]:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=1000,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+
+    def llama() -> nn.Module:
+        return transformers.LlamaForCausalLM(config)
+
+    def tokens(n: int) -> dict[str, torch.Tensor]:
+        ids = torch.randint(0, 1000, (n, 64))
+        return {"input_ids": ids, "labels": ids}
+
+    return llama, tokens
+
+
 def needed(**options: Any) -> int:
     e = memfit.estimate(mlp, lambda: batch_of(1), gpu="h200", optimizer="adamw-fused", **options)
     return e.peak_reserved + e.non_pytorch
@@ -74,23 +95,7 @@ def test_a_candidate_with_it_is_the_estimate_with_it() -> None:
 
 def test_a_technique_that_changes_what_is_trained_is_kept_on_every_candidate() -> None:
     peft = pytest.importorskip("peft")
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        vocab_size=1000,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-
-    def llama() -> nn.Module:
-        return transformers.LlamaForCausalLM(config)
-
-    def tokens(n: int) -> dict[str, torch.Tensor]:
-        ids = torch.randint(0, 1000, (n, 32))
-        return {"input_ids": ids, "labels": ids}
-
+    llama, tokens = _llama(128)
     lora = peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
     p = plan(
         llama(),
@@ -115,49 +120,16 @@ def test_a_techniques_time_counts_what_the_steps_train() -> None:
     from memfit.planner._search import techniques_seconds
     from memfit.workload import make_workload
 
-    transformers = pytest.importorskip("transformers")
     pytest.importorskip("peft")
-    config = transformers.LlamaConfig(
-        vocab_size=1000,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
+    llama, tokens = _llama(256)
 
     def seconds(techniques: dict[str, object]) -> float:
-        w = make_workload(
-            lambda: transformers.LlamaForCausalLM(config),
-            lambda: torch.randint(0, 1000, (2, 16)),
-            techniques=techniques,
-        )
+        w = make_workload(llama, lambda: tokens(2), techniques=techniques)
         return techniques_seconds(w, calibration_for(memfit.resolve_gpu("h200"))[0])
 
     full = seconds({"host_optimizer": True})
     adapters = seconds({"host_optimizer": True, "lora": 4})
     assert 0 < adapters < full / 10  # only the adapters are copied and stepped on the host
-
-
-def _llama(hidden: int = 256) -> tuple[Any, Any]:
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        vocab_size=1000,
-        hidden_size=hidden,
-        intermediate_size=4 * hidden,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-
-    def llama() -> nn.Module:
-        return transformers.LlamaForCausalLM(config)
-
-    def tokens(n: int) -> dict[str, torch.Tensor]:
-        ids = torch.randint(0, 1000, (n, 64))
-        return {"input_ids": ids, "labels": ids}
-
-    return llama, tokens
 
 
 def _llama_plan(budget_bytes: int, **options: Any) -> Plan:
