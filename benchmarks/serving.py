@@ -31,11 +31,13 @@ CASES = [
 ]
 
 
-def predict(gpu: str, out: Path) -> None:
+def predict(gpu: str, out: Path, models: list[str] | None = None) -> None:
     from memfit.estimator import installed_versions, serving_capacity
 
     rows = []
     for model, context, new in CASES:
+        if models and model not in models:
+            continue
         start = time.time()
         r = serving_capacity(model, gpu=gpu, context=context, new_tokens=new)
         rows.append({"model": model, "context": context, "new_tokens": new, **r.to_dict()})
@@ -100,6 +102,7 @@ def main() -> int:
     p = sub.add_parser("predict")
     p.add_argument("--gpu", required=True)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--models", nargs="+", help="of the cases, only these models")
     m = sub.add_parser("measure")
     m.add_argument("predictions", type=Path)
     m.add_argument("--out", type=Path, required=True)
@@ -110,7 +113,7 @@ def main() -> int:
     c.add_argument("concurrency", type=int)
     args = parser.parse_args()
     if args.what == "predict":
-        predict(args.gpu, args.out)
+        predict(args.gpu, args.out, args.models)
     elif args.what == "measure":
         measure(args.predictions, args.out)
     else:

@@ -5,7 +5,7 @@ from memfit._gpus import DEFAULT_ARCHITECTURE, KNOWN_GPUS
 
 
 def test_known_names_and_aliases():
-    assert resolve_gpu("h200").total == 143771 * 2**20
+    assert resolve_gpu("h200").total == 150_109_880_320  # CUDA's total, not nvidia-smi's
     assert resolve_gpu("H100").compute_capability == (9, 0)
     assert resolve_gpu("a100").name == "A100 80GB"
     assert resolve_gpu("4090").sm == 89

@@ -1,9 +1,14 @@
 """GPUs memfit knows by name, and what a process pays on them before PyTorch allocates.
 
-``total`` is the memory the driver reports (nvidia-smi's "Total"). ``context`` is what a PyTorch
-process holds outside the caching allocator once CUDA, cuBLAS and cuDNN are loaded: nvidia-smi's
-per-process figure minus ``torch.cuda.memory_reserved()``. It was measured on the H200
-(benchmarks/results/); other cards reuse it until measured, and say so.
+``total`` is the memory CUDA gives a process (``torch.cuda.get_device_properties().total_memory``,
+``cudaMemGetInfo``'s total): the driver keeps the rest of nvidia-smi's "Total" for itself, 480
+MiB of an H100 80GB HBM3's and 615 MiB of an H200's (measured, driver 580.159.04; at the H100's
+every sequence of a serving check one over nvidia-smi's total less a process's context ran out
+of memory). Cards not measured are taken at nvidia-smi's total less the larger of the two, on
+the side of too little. ``context`` is what a PyTorch process holds outside the caching
+allocator once CUDA, cuBLAS and cuDNN are loaded: nvidia-smi's per-process figure minus
+``torch.cuda.memory_reserved()``. It was measured on the H200 (benchmarks/results/); other
+cards reuse it until measured, and say so.
 
 What a GPU runs depends on its architecture (compute capability): :class:`Architecture` holds
 every such fact the trace uses (which attention kernels it may pick, cuBLAS's workspace, the
@@ -105,17 +110,28 @@ class GPU:
         return self.context if mode == "train" else self.context_infer
 
 
+# what the driver keeps of nvidia-smi's total on a card not measured: the H200's, the larger
+_DRIVER_KEEPS = 150_754_820_096 - 150_109_880_320
+
+
+def _smi(mib: int) -> int:
+    """A card not measured: nvidia-smi's total of ``mib`` MiB, less what a driver keeps."""
+    return mib * MiB - _DRIVER_KEEPS
+
+
 KNOWN_GPUS: dict[str, GPU] = {
-    "4090": GPU("RTX 4090 24GB", 24564 * MiB, (8, 9), sm_count=128, threads_per_sm=1536),
-    "3090": GPU("RTX 3090 24GB", 24576 * MiB, (8, 6), sm_count=82, threads_per_sm=1536),
-    "l4": GPU("L4 24GB", 23034 * MiB, (8, 9), sm_count=58, threads_per_sm=1536),
-    "a10g": GPU("A10G 24GB", 23028 * MiB, (8, 6), sm_count=80, threads_per_sm=1536),
-    "v100": GPU("V100 32GB", 32768 * MiB, (7, 0), sm_count=80),
-    "a100-40g": GPU("A100 40GB", 40960 * MiB, (8, 0), sm_count=108),
-    "a100-80g": GPU("A100 80GB", 81920 * MiB, (8, 0), sm_count=108),
-    "l40s": GPU("L40S 48GB", 46068 * MiB, (8, 9), sm_count=142, threads_per_sm=1536),
-    "h100": GPU("H100 80GB", 81559 * MiB, (9, 0)),
-    "h200": GPU("H200 141GB", 143771 * MiB, (9, 0), context_measured=True),
+    "4090": GPU("RTX 4090 24GB", _smi(24564), (8, 9), sm_count=128, threads_per_sm=1536),
+    "3090": GPU("RTX 3090 24GB", _smi(24576), (8, 6), sm_count=82, threads_per_sm=1536),
+    "l4": GPU("L4 24GB", _smi(23034), (8, 9), sm_count=58, threads_per_sm=1536),
+    "a10g": GPU("A10G 24GB", _smi(23028), (8, 6), sm_count=80, threads_per_sm=1536),
+    "v100": GPU("V100 32GB", _smi(32768), (7, 0), sm_count=80),
+    "a100-40g": GPU("A100 40GB", _smi(40960), (8, 0), sm_count=108),
+    "a100-80g": GPU("A100 80GB", _smi(81920), (8, 0), sm_count=108),
+    "l40s": GPU("L40S 48GB", _smi(46068), (8, 9), sm_count=142, threads_per_sm=1536),
+    # measured: CUDA's total of an H100 80GB HBM3 (nvidia-smi: 81559 MiB) and of an H200
+    # (nvidia-smi: 143771 MiB), torch 2.11, driver 580.159.04
+    "h100": GPU("H100 80GB", 85_017_493_504, (9, 0)),
+    "h200": GPU("H200 141GB", 150_109_880_320, (9, 0), context_measured=True),
 }
 _ALIASES = {"a100": "a100-80g", "h100-80g": "h100", "h200-141g": "h200", "rtx4090": "4090"}
 

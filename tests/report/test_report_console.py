@@ -87,7 +87,7 @@ def test_peak_op_module_and_phase(estimate_factory: Factory) -> None:
 
 def test_verdict_fits(estimate_factory: Factory) -> None:
     text = _text(estimate_factory(gpu="h100"))
-    assert "fits on H100 80GB with 70.9 GiB headroom" in text
+    assert "fits on H100 80GB with 70.4 GiB headroom" in text
     assert "does not fit" not in text
 
 

@@ -100,7 +100,7 @@ def test_html_has_the_report(estimate_factory: Factory) -> None:
         "124.4M",
     ):
         assert expected in text
-    assert "Fits on H100 80GB with 70.9 GiB headroom" in text
+    assert "Fits on H100 80GB with 70.4 GiB headroom" in text
     assert 'class="verdict fits"' in document
 
 

@@ -62,3 +62,14 @@ def test_without_bitsandbytes_the_install_command_is_named(monkeypatch: pytest.M
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)
     with pytest.raises(MissingExtraError, match="pip install 'memfit"):
         estimate(techniques={"quantize": "nf4"})
+
+
+def test_an_estimate_leaves_no_fake_tensor_in_bitsandbytes_caches() -> None:
+    import torch
+
+    estimate(techniques={"quantize": "nf4"})
+    cached = bnb.functional.name2qmap.values()
+    assert not any(isinstance(v, torch.Tensor) and v.device.type == "meta" for v in cached)
+    # a real quantization after it in the same process (memfit.fit in a training script)
+    packed, state = bnb.functional.quantize_4bit(torch.randn(64, 64), quant_type="nf4")
+    assert packed.device.type == "cpu" and state.absmax.device.type == "cpu"

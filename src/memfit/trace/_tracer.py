@@ -44,6 +44,7 @@ from memfit.trace._host_place import TracedHost
 from memfit.trace._kernel_calls import KernelCalls
 from memfit.trace._kernels import KernelModel
 from memfit.trace._library_autocast import meta_autocast_as_cuda
+from memfit.trace._library_caches import library_caches_kept
 from memfit.trace._modules import ModuleTracker
 from memfit.trace._offload_observer import OffloadTrace
 from memfit.trace._parallel_trace import (
@@ -343,6 +344,7 @@ class _Session:
             t, Category.AUTOCAST_CACHE, force=True
         )
         with ExitStack() as stack:
+            stack.enter_context(library_caches_kept())
             stack.enter_context(_optimizer_defaults_as_on_cuda())
             stack.enter_context(flatten_like_cuda())
             stack.enter_context(_autocast.entry_points_emulated())
