@@ -87,7 +87,9 @@ def real_events(path: Path) -> tuple[list[tuple[str, int, int, str]], int, int]:
     return evs, rep.peak_allocated, rep.peak_reserved
 
 
-def traced_events(workload_id: str) -> tuple[list[tuple[str, int, int, str]], int, int, int]:
+def traced_events(
+    workload_id: str, models: Path | None = None
+) -> tuple[list[tuple[str, int, int, str]], int, int, int]:
     """The trace's (kind, block, rounded size, op@module/phase) events, peaks, first step index."""
     from memfit._gpus import resolve_gpu
     from memfit.allocator import AllocatorReplay
@@ -104,9 +106,9 @@ def traced_events(workload_id: str) -> tuple[list[tuple[str, int, int, str]], in
     elif workload_id.startswith("plan:"):
         workload, entry = _plan_workload(workload_id)
     elif workload_id.startswith("zoo:"):  # a workload of the zoo sweep (zoo_history.py)
-        from zoo_history import zoo_workload
+        from zoo_history import MODELS, zoo_workload
 
-        workload = zoo_workload(workload_id.removeprefix("zoo:"), gpu=gpu)
+        workload = zoo_workload(workload_id.removeprefix("zoo:"), models or MODELS, gpu=gpu)
     else:
         found = next((e for e in ALL if e["id"] == workload_id), None)
         if found is None:
@@ -235,12 +237,15 @@ def main() -> int:
     parser.add_argument("--dump", type=Path)
     parser.add_argument("--round", action="store_true", help="compare sizes rounded to 512 B")
     parser.add_argument("--conv-workspaces", type=Path, metavar="FILE")
+    parser.add_argument(
+        "--models", type=Path, help="the zoo's models.json of a zoo: workload (default the sweep's)"
+    )
     args = parser.parse_args()
     min_bytes = int(args.min_mib * 2**20)
 
     marks = _mark_unknown_convolutions() if args.conv_workspaces else {}
     real, r_alloc, r_res = real_events(args.trace)
-    traced, t_alloc, t_res, steps_start = traced_events(args.workload)
+    traced, t_alloc, t_res, steps_start = traced_events(args.workload, args.models)
     if args.from_step:  # both sides from the first allocation after the setup's
         setup_blocks = {b for k, b, _, _ in traced[:steps_start] if k == "alloc"}
         n_setup = sum(1 for k, _, s, _ in traced[:steps_start] if k == "alloc" and s >= min_bytes)

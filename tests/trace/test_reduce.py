@@ -137,3 +137,19 @@ def test_a_max_over_a_view_spanning_2_gib_accumulates_value_index_pairs():
     # the same reduction of a dense copy (under 2 GiB) takes none
     dense = torch.empty(strided.shape, dtype=torch.bfloat16, device="meta")
     assert reduce_op_scratch(torch.ops.aten.max.dim, (dense, 3), {}, *H200) == []
+
+
+def test_an_int64_sum_keeps_eight_byte_partial_results():
+    # a mixture of experts' int64 expert mask summed over its tokens (H100, torch 2.11:
+    # 230,686,720 bytes of partial results for int64[14336, 12, 320] summed over dim 0)
+    x = torch.empty(14336, 12, 320, dtype=torch.int64, device="meta")
+    wide = torch.empty(14336, 12, 320, dtype=torch.float32, device="meta")
+
+    def scratch(t: torch.Tensor) -> dict[str, int]:
+        return {
+            label: n for n, label in reduce_op_scratch(aten.sum.dim_IntList, (t, [0]), {}, *H100)
+        }
+
+    summed, floats = scratch(x), scratch(wide)
+    assert summed["reduction partial results"] == 2 * floats["reduction partial results"]
+    assert "reduction input cast" not in summed

@@ -1,4 +1,11 @@
-"""What the fused attention kernels' CUDA backwards allocate beyond their gradients.
+"""What the fused attention kernels allocate beyond their outputs and gradients.
+
+The memory-efficient kernel's forward (``efficient_forward_scratch``): in half precision, a
+head dim beyond 128 runs the kernel that iterates over the value's columns
+(``dispatch_cutlassF``'s last, a head dim up to 65,536), which accumulates the output in a
+float32 buffer of the output's shape, taken after the outputs and freed when the kernel ends
+(H100, torch 2.11: 390,070,272 bytes at Gemma-4's 512-wide heads, 93 x 512 queries x 4 heads,
+bfloat16; head dims up to 128 iterate once and take none).
 
 Flash attention's (``flash_backward_copies``, ``flash_backward_scratch``): see those.
 
@@ -37,6 +44,7 @@ __all__ = [
     "FLASH_BACKWARD",
     "efficient_backward_copies",
     "efficient_backward_scratch",
+    "efficient_forward_scratch",
     "flash_backward_copies",
     "flash_backward_scratch",
 ]
@@ -154,6 +162,21 @@ def efficient_backward_scratch(
     if not workspace:
         return [delta]
     return [delta, [(workspace, "memory-efficient attention backward workspace")]]
+
+
+def efficient_forward_scratch(args: tuple[Any, ...]) -> list[tuple[int, str]]:
+    """The memory-efficient forward's float32 output accumulator, where it takes one (module
+    doc). Its query and value are (batch, heads, seq, dim) for SDPA's op and (batch, seq, heads,
+    dim) for ``_efficient_attention_forward``: the output's elements are the query's over its
+    head dim times the value's either way."""
+    q, v = args[0], args[2]
+    if not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor) or q.dtype not in _HALF:
+        return []
+    head_dim, value_dim = int(q.shape[-1]), int(v.shape[-1])
+    if max(head_dim, value_dim) <= 128:
+        return []
+    outputs = q.numel() // max(head_dim, 1) * value_dim
+    return [(outputs * 4, "memory-efficient attention output accumulator")]
 
 
 FLASH_BACKWARD = frozenset(

@@ -27,9 +27,11 @@ from memfit.trace._attention_kernels import (
     FLASH_BACKWARD,
     efficient_backward_copies,
     efficient_backward_scratch,
+    efficient_forward_scratch,
     flash_backward_copies,
     flash_backward_scratch,
 )
+from memfit.trace._conv_copies import conv_backward_input_copy, conv_grad_copy, conv_input_copy
 from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._embedding_backward import EMBEDDING_BACKWARDS, embedding_backward_scratch
 from memfit.trace._fake_kernels import scratch as fake_scratch
@@ -39,8 +41,6 @@ from memfit.trace._index_put import ACCUMULATING_PUTS, index_put_scratch
 from memfit.trace._layouts import (
     NORMS_OF_CONTIGUOUS,
     RESIZED_FROM_INPUT,
-    channels_last,
-    conv_memory_format,
 )
 from memfit.trace._linalg import LINALG_OPS, linalg_scratch
 from memfit.trace._loss_kernels import LOSS_OPS, loss_copies, loss_scratch
@@ -90,6 +90,12 @@ _EFFICIENT_BACKWARD = frozenset(
     {
         aten._scaled_dot_product_efficient_attention_backward.default,
         aten._efficient_attention_backward.default,
+    }
+)
+_EFFICIENT_FORWARD = frozenset(
+    {
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._efficient_attention_forward.default,
     }
 )
 
@@ -364,13 +370,13 @@ class KernelModel:
             # source; abs's is the one measured)
             return [(args[0].numel() * args[0].element_size(), "complex angle temporary")]
         if func is aten.convolution.default:
-            copy = _conv_input_copy(args)
+            copy = conv_input_copy(args)
             if copy:
                 return [(copy, "convolution input copy")]
         if func is aten.convolution_backward.default:
             made = [
-                (_conv_backward_input_copy(args), "convolution backward input copy"),
-                (_conv_grad_copy(args), "cuDNN convolution backward grad_output copy"),
+                (conv_backward_input_copy(args), "convolution backward input copy"),
+                (conv_grad_copy(args), "cuDNN convolution backward grad_output copy"),
             ]
             return [(nbytes, label) for nbytes, label in made if nbytes]
         if func is aten.embedding.default:
@@ -487,6 +493,8 @@ class KernelModel:
     ) -> Iterable[tuple[int, str]]:
         if func in FLASH_BACKWARD:
             return flash_backward_scratch(func, args)
+        if func in _EFFICIENT_FORWARD:
+            return efficient_forward_scratch(args)
         if func is aten._chunk_cat.default:
             return chunk_cat_metadata(args)
         if func is aten.max_pool2d_with_indices.default:
@@ -572,56 +580,3 @@ def _pool_input_copy(x: Any) -> list[tuple[int, str]]:
     if not isinstance(x, torch.Tensor) or x.is_contiguous(memory_format=suggest_memory_format(x)):
         return []
     return [(x.numel() * x.element_size(), "max pool input made contiguous")]
-
-
-def _conv_input_copy(args: tuple[Any, ...]) -> int:
-    """Bytes of the copy a CUDA convolution makes of an input not laid out as it runs
-    (``at::_convolution``: ``input.contiguous()`` for a 1-d one, viewed as 2-d;
-    ``input.contiguous(cudnn_conv_suggest_memory_format)`` for cuDNN, contiguous for the
-    depthwise kernel, which runs only where that format is), made before the output and
-    freed when the call ends. H100 traces, torch 2.11, timm's efficientvit_m0 b1024 bf16: a
-    6,422,528-byte copy of each channel chunk of a channels-last [4096, 64, 7, 7] that its
-    cascaded attention convolves; 0 when none is made."""
-    x, weight = args[0], args[1]
-    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
-        return 0
-    fmt = torch.contiguous_format if x.dim() == 3 else conv_memory_format(x, weight)
-    if x.is_contiguous(memory_format=fmt):
-        return 0
-    return int(x.numel() * x.element_size())
-
-
-def _conv_backward_input_copy(args: tuple[Any, ...]) -> int:
-    """Bytes of the copy ``at::convolution_backward`` makes of a 1-d convolution's input when
-    the weight gradient is wanted and the input is not contiguous
-    (``input.contiguous(backend_memory_format)``, an argument of the cuDNN call: made before
-    the grad_output copy and the outputs, freed after the weight gradient, after the
-    grad_output copy). H100 zoo, torch 2.11: data2vec-audio's feature extractor convolves its
-    layer norm's transposed output (a 3,268,608-byte copy at batch 8); 0 when none is made."""
-    x, weight, mask = args[1], args[2], args[10]
-    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor) or x.dim() != 3:
-        return 0
-    if not mask[1] or x.is_contiguous():
-        return 0
-    return int(x.numel() * x.element_size())
-
-
-def _conv_grad_copy(args: tuple[Any, ...]) -> int:
-    """Bytes of the copy cuDNN's convolution backward makes of grad_output when it is not laid
-    out in the memory format the convolution runs in (channels-last if the input or the weight
-    is, else contiguous): ``grad_output.contiguous(memory_format)`` in cudnn's backward. ViT's
-    patch embedding gets its gradient back through a transpose (H200, ViT-B/16 b128 bf16: a
-    38,535,168-byte copy); 0 when none is made."""
-    grad, x, weight = args[0], args[1], args[2]
-    if not all(isinstance(t, torch.Tensor) and t.dim() in (3, 4) for t in (grad, x, weight)):
-        return 0
-    if bool(args[7]) or any(int(d) != 1 for d in args[6]):  # transposed, dilated: not measured
-        return 0
-    fmt = (
-        torch.channels_last
-        if x.dim() == 4 and (channels_last(x) or channels_last(weight))
-        else torch.contiguous_format
-    )
-    if grad.is_contiguous(memory_format=fmt):
-        return 0
-    return int(grad.numel() * grad.element_size())

@@ -23,6 +23,7 @@ from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit.trace._backward_fills import REWRITTEN_IN_BACKWARD, backward_form
 from memfit.trace._costs import StepCosts
 from memfit.trace._cpu_scalars import call_with_cpu_scalars
+from memfit.trace._cuda_checks import refuse_as_cuda
 from memfit.trace._cuda_composites import cuda_composite
 from memfit.trace._data_shapes import (
     INDEX,
@@ -416,6 +417,7 @@ class Recorder(TorchDispatchMode):
                 for nbytes, label in self.kernels.copies_first(func, args)
             ]
             try:
+                refuse_as_cuda(func, args)  # what CUDA refuses and meta kernels let through
                 fake = fake_kernel(func)  # an op without a meta kernel: memfit's own
                 made = (
                     call_with_cpu_scalars(META_CACHE.call, func, args, kwargs)

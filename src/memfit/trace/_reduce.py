@@ -277,7 +277,10 @@ def reduce_op_scratch(
         acc = _accumulated(func, x, kwargs)
         if acc != x.dtype and not (x.dtype in _HALF and acc == torch.float32):
             out.append((x.numel() * acc.itemsize, "reduction input cast"))
-            arg_size = max(4, acc.itemsize)
+        # an int64 or float64 accumulator, cast into or not (an int64 input's sum: H100,
+        # torch 2.11, a mixture of experts' int64 expert mask summed over its tokens took
+        # partial results of 8 bytes each)
+        arg_size = max(arg_size, acc.itemsize)
     elif func in _OWN_TYPE:
         arg_size = size
     elif func is aten.aminmax.default:
