@@ -85,7 +85,12 @@ ZOO_OP_FIXES = "2026-12-06-cpu-zoo-after-op-fixes"
 ZOO_OP_FIXES_2 = "2026-12-06-cpu-zoo-after-second-op-fixes"
 ZOO_CONV_PROBES = "2026-12-06-cpu-zoo-after-conv-probes"
 ZOO_NORMS = "2026-12-07-cpu-zoo-after-norm-layouts"
-ZOO_FRESH = ("2026-12-06-h100-zoo-recheck", "2026-12-06-h100-zoo-fresh-processes")
+ZOO_ACCUMULATORS = "2026-12-07-cpu-zoo-after-attention-accumulators"
+ZOO_FRESH = (
+    "2026-12-06-h100-zoo-recheck",
+    "2026-12-06-h100-zoo-fresh-processes",
+    "2026-12-07-h100-zoo-fresh-processes",
+)
 HANDWRITTEN = "2026-12-06-h100-handwritten-models"
 HANDWRITTEN_2 = (
     "2026-12-07-h100-handwritten-models-second",
@@ -361,6 +366,7 @@ SOURCES: list[Source] = [
     Source(f"{ZOO_OP_FIXES_2}/estimates.jsonl", "zoo", zoo_estimates),
     Source(f"{ZOO_CONV_PROBES}/estimates.jsonl", "zoo", zoo_estimates),
     Source(f"{ZOO_NORMS}/estimates.jsonl", "zoo", zoo_estimates),
+    Source(f"{ZOO_ACCUMULATORS}/estimates.jsonl", "zoo", zoo_estimates),
     *(Source(f"{ZOO_H100}/measured-{k}-of-2.jsonl", "zoo", zoo_measured, gpu=H100) for k in (1, 2)),
     *(Source(f"{ZOO_H100}/measured-{k}-of-4.jsonl", "zoo", zoo_measured, gpu=H100) for k in (1, 3)),
     *(Source(f"{folder}/peaks.jsonl", "zoo", zoo_fresh, gpu=H100) for folder in ZOO_FRESH),

@@ -22,7 +22,8 @@ channels-last convolutions), and the H100's
 convolutions at its batches, ``zoo_convs.py``), then
 ``results/2026-12-06-h100-conv-probes/zoo-convs-probe.json.gz`` and ``op-convs-probe.json.gz``
 (the zoo's 1-d, 3-d, dilated and transposed convolutions and transformers' 2-d ones; the op
-sweep's). Per configuration and phase: the forward's
+sweep's), then ``results/2026-12-07-h100-zoo-held-out-convolutions/held-convs-probe.json.gz``
+(the held-out transformers types' convolutions). Per configuration and phase: the forward's
 workspaces, the input gradient's, the weight gradient's, and the bias gradient's reduction's.
 """
 

@@ -58,6 +58,7 @@ PROBES = [
     # op sweep's
     "benchmarks/results/2026-12-06-h100-conv-probes/zoo-convs-probe.json.gz",
     "benchmarks/results/2026-12-06-h100-conv-probes/op-convs-probe.json.gz",
+    "benchmarks/results/2026-12-07-h100-zoo-held-out-convolutions/held-convs-probe.json.gz",
 ]
 
 
