@@ -30,8 +30,20 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> str:
     return f"hf:{folder}/config.json"
 
 
+QLORA_IN_ONE_PROCESS = pytest.mark.xfail(
+    strict=True,
+    reason="estimated and measured in one process, QLoRA's peak reserved came 14.5% over the "
+    "measurement on an H100 (benchmarks/results/2026-12-07-h100-serving-check-cuda-total/"
+    "gpu-tests.log); in processes of their own, within 0.24%",
+)
+
+
 @pytest.mark.parametrize(
-    "techniques", [{"lora": 16}, {"quantize": "nf4", "lora": 16}], ids=["lora", "qlora"]
+    "techniques",
+    [
+        pytest.param({"lora": 16}, id="lora"),
+        pytest.param({"quantize": "nf4", "lora": 16}, id="qlora", marks=QLORA_IN_ONE_PROCESS),
+    ],
 )
 def test_the_estimate_is_the_gpus(llama: str, techniques: dict[str, object]) -> None:
     if "quantize" in techniques:
