@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memfit._errors import InvalidInputError, UnsupportedWorkloadError
+from memfit._errors import InvalidInputError
 from memfit._gpus import GPU
 from memfit._units import format_bytes
 from memfit.estimator import gc_paused, installed_versions, quiet_libraries
@@ -44,11 +44,16 @@ from memfit.planner._offload_search import (
 )
 from memfit.planner._parallel import default_workers, run_jobs
 from memfit.planner._partial_search import search_in_backward, search_partial
+from memfit.planner._plan_checks import (
+    baseline_candidate,
+    check_plannable,
+    check_workers,
+    plan_budget,
+)
 from memfit.planner._plan_result import Candidate, Evaluated, Plan
 from memfit.planner._search import Evaluator
 from memfit.planner._space import compiled_plan_note, search_space
 from memfit.planner._step_time import HOST_BOUND_NOTE, calibration_for
-from memfit.planner._target import plan_target
 from memfit.planner._technique_search import (
     added_note,
     allowed_techniques,
@@ -115,8 +120,8 @@ def plan(
     batch_of, cache_freeing = options.pop("batch_of", None), options.pop("cache_freeing", True)
     calibration = options.pop("calibration", None)
     allow = allowed_techniques(options.pop("allow", None))
-    target, usable = _budget(budget, options.pop("gpu", None), margin)
-    _check_workers(workers)
+    target, usable = plan_budget(budget, options.pop("gpu", None), margin)
+    check_workers(workers)
     if calibration is not None and not isinstance(calibration, (str, os.PathLike)):
         raise InvalidInputError(
             f"calibration={calibration!r} is not a file: give the path `memfit calibrate "
@@ -220,7 +225,7 @@ def _search(request: SearchRequest) -> tuple[Plan, Evaluator, str | None, str]:
         # a model name and the global batch alone: the step you would run is the whole batch
         given["batch_size"] = global_batch
     base = make_workload(model, batch, batch_of=batch_of, **given)
-    _check_plannable(base)
+    check_plannable(base)
     total = global_batch if global_batch is not None else base.batch_size
     if total is None:
         raise InvalidInputError(
@@ -228,7 +233,7 @@ def _search(request: SearchRequest) -> tuple[Plan, Evaluator, str | None, str]:
             "batch_size=N."
         )
     calibration, calibration_note = calibration_for(gpu, request.calibration_file)
-    user = _baseline(base, total)
+    user = baseline_candidate(base, total)
     axes = request.axes
     space = search_space(
         base, gpu, axes.precisions, axes.checkpointing, axes.optimizers, axes.memory_budgets
@@ -348,84 +353,6 @@ def _step_floor(ev: Evaluator) -> float:
     """The fewest FLOPs of one optimizer step among the traces so far (no checkpointing's,
     where traced): divided by a rate, a floor under any precision's step time."""
     return float(min((e.step_flops for e in ev.seen.values() if e.step_flops), default=0))
-
-
-def _budget(budget: Any, gpu: Any, margin: float) -> tuple[GPU, int]:
-    """The GPU to plan for and the bytes of it a plan may use (all but the margin)."""
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 0.5:
-        raise InvalidInputError(
-            f"margin={margin!r} is not a share of the budget between 0 and 0.5: give e.g. "
-            f"margin=0.05 (5% kept free, the default)."
-        )
-    # refuses neither, a pair that says nothing more than one, and what resolve_gpu refuses
-    # (sizes below the CUDA context, bare numbers, typos)
-    target = plan_target(budget, gpu)
-    return target, int(target.total * (1 - margin))
-
-
-def _check_workers(workers: Any) -> None:
-    if workers is None:
-        return
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise InvalidInputError(
-            f"workers={workers!r} is not a number of processes: give a whole number >= 1 "
-            f"(1 traces in this process), or leave it out for {default_workers()} "
-            "(this machine's cores, at most 4)."
-        )
-
-
-def _check_plannable(base: Workload) -> None:
-    if base.mode != "train":
-        raise InvalidInputError(
-            "plan chooses a training configuration (micro-batch, accumulation, precision, "
-            "checkpointing, optimizer); this workload is inference (mode='infer'). Estimate it "
-            "with memfit.estimate, or plan with mode='train'."
-        )
-    if base.step_fn is not None:
-        raise UnsupportedWorkloadError(
-            "plan changes the step memfit runs (its micro-batches, autocast, checkpointing and "
-            "optimizer); a step function of your own is run as written, so none of these can be "
-            "changed. Give loss_fn=... instead of step_fn, or estimate the step as it is."
-        )
-    if not isinstance(base.optimizer, str):
-        raise InvalidInputError(
-            "plan searches over optimizer variants by name; an optimizer factory cannot be "
-            "varied. Give optimizer='adamw' (or 'adam', 'sgd')."
-        )
-    if base.batch_of is None:
-        raise InvalidInputError(
-            "plan tries micro-batches of several sizes, and this workload's batch is fixed: "
-            "give a model name with batch_size=..., or make_batch as a function of the batch "
-            "size (batch=lambda n: ...)."
-        )
-
-
-def _baseline(base: Workload, total: int) -> Candidate:
-    micro = base.batch_size or total
-    if base.optimizer_in_backward and micro != total:
-        raise InvalidInputError(
-            f"optimizer={base.optimizer!r} steps in backward and cannot accumulate: give "
-            f"batch_size={total} (the global batch), or an optimizer that steps after backward "
-            f"(optimizer='{str(base.optimizer).partition('-')[0]}') to plan accumulation."
-        )
-    if total % micro:
-        raise InvalidInputError(
-            f"global_batch={total} is not a multiple of batch_size={micro}: give a global "
-            f"batch that the micro-batch divides, e.g. "
-            f"global_batch={micro * max(1, total // micro)}."
-        )
-    return Candidate(
-        micro,
-        total // micro,
-        base.precision,
-        base.activation_checkpointing,
-        str(base.optimizer),
-        base.allocator_text,
-        base.activation_memory_budget,
-        base.offload,
-        base.offload_checkpoints,
-        base.techniques,
-    )
 
 
 def _bisect(

@@ -13,10 +13,10 @@ if TYPE_CHECKING:
 
 __all__ = ["HOST_ADAM_ELEMENTS_PER_S", "TECHNIQUE", "HostOptimizer"]
 
-# the host's fused AdamW, parameter elements stepped per second: torch 2.14's CPU kernel on two
-# cores of the CPU-only development machine (8 tensors of 16 Mi elements, fp32); a GPU host has
-# more cores and steps faster, so a plan's time for it errs long
-HOST_ADAM_ELEMENTS_PER_S = 1.0e9
+# the host's fused AdamW, parameter elements stepped per second: torch 2.11's CPU kernel on the
+# 16 cores of an H100 machine, fp32, 64 tensors of 1 Mi elements
+# (benchmarks/results/2026-12-07-h100-host-adam-rate/; the 2-core development machine: 1.0e9)
+HOST_ADAM_ELEMENTS_PER_S = 2.9e9
 
 _NOTE = (
     "the optimizer steps on the host (host_optimizer): its states ({states}) and its step's "
