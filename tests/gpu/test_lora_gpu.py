@@ -3,11 +3,12 @@ PEFT's adapters, on full-precision and on 4-bit weights, within 1% allocated and
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-
-import memfit
 
 pytestmark = pytest.mark.gpu
 
@@ -30,29 +31,34 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> str:
     return f"hf:{folder}/config.json"
 
 
-QLORA_IN_ONE_PROCESS = pytest.mark.xfail(
-    strict=True,
-    reason="estimated and measured in one process, QLoRA's peak reserved came 14.5% over the "
-    "measurement on an H100 (benchmarks/results/2026-12-07-h100-serving-check-cuda-total/"
-    "gpu-tests.log); in processes of their own, within 0.24%",
+# each in a process of its own, as a fine-tuning job runs: a process that has run another model
+# reuses what that run left (an H100 measured QLoRA's reserved 14.5% under its estimate after
+# LoRA's in the same process, and within 1.2% in a fresh one)
+VALIDATE = """
+import json, sys
+import memfit
+result = memfit.validate(
+    sys.argv[1], batch_size=4, seq_len=512, precision="bf16", techniques=json.loads(sys.argv[2])
 )
+print("ERRORS", json.dumps([[label, result.error(e, m)] for label, e, m in result.rows()[:2]]))
+"""
 
 
 @pytest.mark.parametrize(
-    "techniques",
-    [
-        pytest.param({"lora": 16}, id="lora"),
-        pytest.param({"quantize": "nf4", "lora": 16}, id="qlora", marks=QLORA_IN_ONE_PROCESS),
-    ],
+    "techniques", [{"lora": 16}, {"quantize": "nf4", "lora": 16}], ids=["lora", "qlora"]
 )
 def test_the_estimate_is_the_gpus(llama: str, techniques: dict[str, object]) -> None:
     if "quantize" in techniques:
         pytest.importorskip("bitsandbytes")
-    result = memfit.validate(
-        llama, batch_size=4, seq_len=512, precision="bf16", techniques=techniques
+    run = subprocess.run(
+        [sys.executable, "-c", VALIDATE, llama, json.dumps(techniques)],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    for label, estimated, measured in result.rows()[:2]:
-        error = result.error(estimated, measured)
+    assert run.returncode == 0, run.stderr[-3000:]
+    line = next(x for x in run.stdout.splitlines() if x.startswith("ERRORS "))
+    for label, error in json.loads(line.removeprefix("ERRORS ")):
         assert error is not None
         limit = 0.01 if label == "peak allocated" else 0.02
         assert abs(error) <= limit, (label, error)

@@ -73,3 +73,36 @@ def test_an_estimate_leaves_no_fake_tensor_in_bitsandbytes_caches() -> None:
     # a real quantization after it in the same process (memfit.fit in a training script)
     packed, state = bnb.functional.quantize_4bit(torch.randn(64, 64), quant_type="nf4")
     assert packed.device.type == "cpu" and state.absmax.device.type == "cpu"
+
+
+def test_past_the_fused_kernels_rows_the_weight_is_dequantized_before_the_product() -> None:
+    from memfit.trace import trace_workload
+
+    pytest.importorskip("peft")
+    rows = token_batch(4, 512)  # 2,048 rows: past bitsandbytes' fused kernel's 1,536
+    w = memfit.make_workload(
+        llama, rows, precision="bf16", techniques={"quantize": "nf4", "lora": 8}, gpu="h100"
+    )
+    trace = trace_workload(w, memfit.resolve_gpu("h100"))
+    sizes = {
+        e.size
+        for e in trace.events
+        if e.info is not None and trace.infos[e.info].op == "4-bit weight dequantized"
+    }
+    # the projections' weights in bf16: q and o (512 x 512), k and v (512 x 512 with 8 key/value
+    # heads), gate, up (1536 x 512) and down (512 x 1536)
+    assert sizes == {512 * 512 * 2, 1536 * 512 * 2}
+
+
+def test_a_few_rows_run_the_fused_kernel_and_take_nothing_more() -> None:
+    import torch
+
+    from memfit.trace._bnb_kernels import gemm_4bit_temporaries
+
+    a = torch.empty(2, 512, dtype=torch.bfloat16, device="meta")
+    args = (a, None, [1536, 512], None, 64, "nf4")
+    assert gemm_4bit_temporaries(args, {}, (132, 9, 0)) == []
+    wide = torch.empty(2048, 512, dtype=torch.bfloat16, device="meta")
+    assert gemm_4bit_temporaries((wide, *args[1:]), {}, (132, 9, 0)) == [
+        (1536 * 512 * 2, "4-bit weight dequantized")
+    ]

@@ -105,7 +105,7 @@ class KernelCall:
             args, kwargs = rebuild(self.template, iter(numbers))
             args = tuple(args)
             before = model.convolutions.interpolated
-            copies = model.copies_first(self.func, args)
+            copies = model.copies_first(self.func, args, kwargs)
             between = model.between_outputs(self.func, args)
             early = model.copies_freed_after(self.func) if copies and between else None
             groups = model.scratch(self.func, args, kwargs)

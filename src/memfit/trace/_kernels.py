@@ -31,6 +31,7 @@ from memfit.trace._attention_kernels import (
     flash_backward_copies,
     flash_backward_scratch,
 )
+from memfit.trace._bnb_kernels import GEMM_4BIT, gemm_4bit_temporaries
 from memfit.trace._conv_copies import conv_backward_input_copy, conv_grad_copy, conv_input_copy
 from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._embedding_backward import EMBEDDING_BACKWARDS, embedding_backward_scratch
@@ -352,14 +353,20 @@ class KernelModel:
             return out
         return ()
 
-    def copies_first(self, func: Any, args: tuple[Any, ...]) -> list[tuple[int, str]]:
+    def copies_first(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+    ) -> list[tuple[int, str]]:
         """Copies a kernel makes of its inputs before it allocates its outputs, freed when it
         ends: layer norm and the fused RMS norm run on a contiguous input
         (``expect_contiguous``), so a permuted one (torchvision's ViT adds attention output in
         (L, N, E) order; AIMv2 normalizes its patch embedding transposed) is copied first; so
         does CUDA's embedding backward with its gradient. Ops memfit runs through kernels of
         its own (``_fake_kernels``) allocate their temporaries here too (CTC loss's lengths
-        and log_beta, nms's sort and IoU mask)."""
+        and log_beta, nms's sort and IoU mask); bitsandbytes' 4-bit product its dequantized
+        weight (``_bnb_kernels``)."""
+        if getattr(func, "namespace", None) == "bitsandbytes" and func.name() == GEMM_4BIT:
+            gpu = (self.sm_count, self.sm // 10, self.sm % 10)
+            return gemm_4bit_temporaries(args, kwargs or {}, gpu)
         if func in NORMS_OF_CONTIGUOUS:
             x = args[NORMS_OF_CONTIGUOUS[func]]
             if isinstance(x, torch.Tensor) and not x.is_contiguous():

@@ -414,7 +414,7 @@ class Recorder(TorchDispatchMode):
         else:
             copies = [
                 self._rule_alloc(nbytes, Category.TEMPORARY, label)
-                for nbytes, label in self.kernels.copies_first(func, args)
+                for nbytes, label in self.kernels.copies_first(func, args, kwargs)
             ]
             try:
                 refuse_as_cuda(func, args)  # what CUDA refuses and meta kernels let through
