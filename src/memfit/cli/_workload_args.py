@@ -111,6 +111,8 @@ def add_technique_args(p: argparse.ArgumentParser) -> None:
     technique that is on or off, else a value of its kind."""
     for technique in TECHNIQUES:
         option = technique.option
+        if not option.flag:  # asked for by another setting (an optimizer's name)
+            continue
         dest = TECHNIQUE_DEST + option.keyword
         if option.kind is bool:
             p.add_argument(

@@ -12,6 +12,7 @@ from memfit._lazy import lazy_attributes
 from memfit.technique._base import Option, Place, Settings, StepFacts, Technique, Undo
 from memfit.technique._registry import (
     TECHNIQUES,
+    active_techniques,
     checked_techniques,
     technique_aliases,
     technique_named,
@@ -30,6 +31,7 @@ __all__ = [
     "StepFacts",
     "Technique",
     "Undo",
+    "active_techniques",
     "checked_techniques",
     "technique_aliases",
     "technique_named",

@@ -31,7 +31,7 @@ class Option:
     keyword of its own beside the workload's settings that means the same (``peft_config=``)."""
 
     keyword: str
-    flag: str
+    flag: str  # "": no flag of its own (a technique another setting asks for)
     kind: type
     help: str
     aliases: tuple[str, ...] = ()
@@ -54,6 +54,8 @@ class Settings(Protocol):
     def step_fn(self) -> Any: ...
     @property
     def accumulation(self) -> int: ...
+    @property
+    def techniques(self) -> tuple[tuple[str, Any], ...]: ...
 
 
 class Place(Protocol):
@@ -102,6 +104,11 @@ class Technique:
     def check(self, value: object) -> Any:
         """``value`` as given, checked and normalized; raises ``InvalidInputError``."""
         return value
+
+    def given_by(self, settings: Settings) -> Any:
+        """The technique's value where another setting asks for it (an optimizer variant's
+        name: ``adamw-in-backward``), else its default: how ``techniques=`` gives it aside."""
+        return self.default
 
     def refusal(self, value: Any, settings: Settings) -> str | None:
         """Why ``value`` cannot go with the other settings (one paragraph), or None."""

@@ -8,11 +8,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from memfit._errors import InvalidInputError
-from memfit.technique import host_optimizer, lora, quantize
-from memfit.technique._base import Technique
+from memfit.technique import eight_bit, host_optimizer, in_backward, lora, quantize
+from memfit.technique._base import Settings, Technique
 
 __all__ = [
     "TECHNIQUES",
+    "active_techniques",
     "checked_techniques",
     "technique_aliases",
     "technique_named",
@@ -20,11 +21,14 @@ __all__ = [
     "with_aliases",
 ]
 
-# in the order their hooks run: the weights quantized before LoRA adapts them (QLoRA)
+# in the order their hooks run: the weights quantized before LoRA adapts them (QLoRA); the
+# optimizer's variants (asked for by its name, ``adamw-in-backward``) last
 TECHNIQUES: tuple[Technique, ...] = (
     host_optimizer.TECHNIQUE,
     quantize.TECHNIQUE,
     lora.TECHNIQUE,
+    in_backward.TECHNIQUE,
+    eight_bit.TECHNIQUE,
 )
 
 
@@ -81,6 +85,18 @@ def with_aliases(options: dict[str, Any]) -> dict[str, Any]:
         techniques[keyword] = options[alias]
     out["techniques"] = techniques
     return out
+
+
+def active_techniques(settings: Settings) -> Iterator[tuple[Technique, Any]]:
+    """Each technique a step's settings ask for, by ``techniques=`` or by another setting
+    (``Technique.given_by``), with its value, in the registry's order."""
+    given = dict(settings.techniques)
+    for technique in TECHNIQUES:
+        value = given.get(technique.option.keyword, technique.default)
+        if value == technique.default:
+            value = technique.given_by(settings)
+        if value != technique.default:
+            yield technique, value
 
 
 def techniques_in(values: tuple[tuple[str, Any], ...]) -> Iterator[tuple[Technique, Any]]:

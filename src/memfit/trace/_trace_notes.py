@@ -3,26 +3,19 @@ and the rank's, which their own modules word)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from memfit._units import format_bytes
 from memfit.trace._offload_observer import OffloadTrace
 from memfit.workload import Workload
 
-__all__ = ["IN_BACKWARD_NOTE", "held_batch_note", "trace_notes"]
-
-IN_BACKWARD_NOTE = (
-    "the optimizer stepped each parameter in backward, one fused update as its gradient was "
-    "complete, and freed the gradient then"
-)
+__all__ = ["held_batch_note", "trace_notes"]
 
 
 def trace_notes(
     workload: Workload,
     session: Any,
     observer: OffloadTrace | None,
-    optimizer_class: type,
     held: int = 0,
 ) -> list[str]:
     """What the trace assumed or answered, beside the compile's and the rank's notes (``held``:
@@ -34,10 +27,6 @@ def trace_notes(
         notes.append(observer.note())
     if workload.step_fn is not None:
         notes += _step_notes(workload, session.user_autocast)
-    if workload.optimizer_in_backward:
-        notes.append(IN_BACKWARD_NOTE)
-    if str(workload.optimizer).endswith("-8bit"):
-        notes.append(_eight_bit_note(optimizer_class))
     notes += [f"attention ran {n} x {b}" for b, n in sorted(session.backends.items())]
     notes += sorted(set(session.shadows.guesses))
     notes += session.shadows.routing.notes(asked=workload.moe_routing)
@@ -53,13 +42,6 @@ def held_batch_note(held: int) -> str:
         f"the step's caller holds its whole batch on the GPU through the step "
         f"({format_bytes(held)}, counted from the first step on; batch_held)"
     )
-
-
-def _eight_bit_note(cls: type) -> str:
-    """Which 8-bit optimizer the estimate traced, and its package's version."""
-    package = cls.__module__.partition(".")[0]
-    version = getattr(sys.modules.get(package), "__version__", "?")
-    return f"8-bit optimizer states: {package} {version}'s {cls.__name__}, as traced"
 
 
 def _step_notes(workload: Workload, autocast: set[str]) -> list[str]:

@@ -23,7 +23,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from memfit._errors import InvalidInputError, MemfitError
 from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit._gpus import GPU
-from memfit.technique import techniques_in
+from memfit.technique import active_techniques
 from memfit.technique.data_parallel import host_bytes, parallel_group
 from memfit.technique.offload import offloader_of
 from memfit.trace import _autocast
@@ -496,14 +496,13 @@ def _trace(
         uneven = uneven_shards(workload, list(unique.values()))
         if recorder.costs is not None:  # the optimizer's host time grows with them
             recorder.costs.parameter_tensors = sum(p.requires_grad for p in unique.values())
-        optimizer_class = type(optimizer)
         if on_host:
             host = host_bytes(model, optimizer)
         technique_host, technique_notes = _techniques_after(workload, optimizer)
         del model, optimizer
     notes = compile_guard.finish() + rank_notes(workload) + technique_notes
     notes += [shards_note(*host)] if on_host else []
-    notes += trace_notes(workload, session, observer, optimizer_class, sum(held))
+    notes += trace_notes(workload, session, observer, sum(held))
     # what happens after the last step (the model torn down) is not part of the workload
     phases = session.phases
     end = next((i for name, i in reversed(phases) if name == "end"), len(recorder.events))
@@ -529,7 +528,7 @@ def _trace(
 def _techniques_after(workload: Workload, optimizer: Any) -> tuple[int, list[str]]:
     """What the workload's techniques hold on the host once the steps ran, and their notes."""
     host, notes = 0, []
-    for technique, value in techniques_in(workload.techniques):
+    for technique, value in active_techniques(workload):
         host += technique.host_bytes(value, optimizer)
         notes += technique.notes(value, workload, optimizer)
     return host, notes

@@ -26,7 +26,7 @@ from memfit._choices import MODES, MOE_ROUTINGS, OPTIMIZERS, PRECISIONS
 from memfit._errors import InvalidInputError
 from memfit._gpus import GPU
 from memfit.allocator import AllocatorConfig
-from memfit.technique import checked_techniques, techniques_in
+from memfit.technique import active_techniques, checked_techniques
 from memfit.technique.compilation import check_compiled_setting, check_memory_budget
 from memfit.technique.data_parallel import (
     CASTS_ITSELF,
@@ -253,8 +253,6 @@ class Workload:
         _check_offload_checkpoints(self)
         if self.activation_memory_budget is not None:
             _check_budget_use(self)
-        if self.optimizer_in_backward:
-            _check_in_backward(self)
         if self.moe_routing is not None:
             check_moe_routing(self.moe_routing)
         if self.batch_size is not None:
@@ -375,30 +373,6 @@ def _check_offload_checkpoints(w: Workload) -> None:
         )
 
 
-def _check_in_backward(w: Workload) -> None:
-    """What an optimizer stepped in backward cannot do, refused with the way out."""
-    name = w.optimizer
-    family = str(name).removesuffix("-in-backward")
-    if w.accumulation > 1:
-        raise InvalidInputError(
-            f"optimizer={name!r} steps each parameter as soon as backward has its gradient, "
-            f"so gradients cannot add up over accumulation={w.accumulation} micro-batches: "
-            f"give accumulation=1, or optimizer='{family}-fused' to accumulate."
-        )
-    if w.precision == "fp16-mixed":
-        raise InvalidInputError(
-            f"optimizer={name!r} cannot run with precision='fp16-mixed': the GradScaler must "
-            "unscale and check every gradient for inf before any parameter is stepped. Give "
-            f"precision='bf16-mixed' (no scaler), or optimizer='{family}-fused'."
-        )
-    if w.step_fn is not None:
-        raise InvalidInputError(
-            f"optimizer={name!r} is memfit's loop stepping in backward; a step function of "
-            "your own calls the optimizer itself. Register the hooks in your step (torch's "
-            "register_post_accumulate_grad_hook) and pass the optimizer factory you use."
-        )
-
-
 _FLAG_HINTS = {
     "batch_held": "True when your loop holds the whole batch on the GPU while the step runs "
     "(it moved the batch there first), or False",
@@ -417,7 +391,7 @@ def _check_techniques(workload: Workload) -> None:
             f"techniques={given!r} is not a sorted tuple of (name, value) pairs: give "
             "techniques= to make_workload as a dict, e.g. {'host_optimizer': True}."
         )
-    for technique, value in techniques_in(given):
+    for technique, value in active_techniques(workload):
         refusal = technique.refusal(value, workload)
         if refusal is not None:
             raise InvalidInputError(refusal)

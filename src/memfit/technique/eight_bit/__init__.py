@@ -1,12 +1,14 @@
 """8-bit optimizer states (``adamw-8bit``): bitsandbytes' Adam8bit and AdamW8bit.
 
-Its names need torch: they load on first use (``memfit._lazy``)."""
+Its mechanics need torch: they load on first use (``memfit._lazy``); the technique's hooks
+(``TECHNIQUE``) do not."""
 
 from __future__ import annotations
 
 import typing as _typing
 
 from memfit._lazy import lazy_attributes as _lazy_attributes
+from memfit.technique.eight_bit._technique import TECHNIQUE, EightBit
 
 if _typing.TYPE_CHECKING:
     from memfit.technique.eight_bit._bnb import (
@@ -25,6 +27,8 @@ __getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, globals())
 
 __all__ = [
     "EIGHT_BIT",
+    "TECHNIQUE",
+    "EightBit",
     "eight_bit_available",
     "eight_bit_class",
 ]

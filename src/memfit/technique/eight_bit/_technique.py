@@ -1,0 +1,45 @@
+"""``eight_bit``: bitsandbytes' 8-bit optimizer states, asked for by the optimizer's name
+(``adamw-8bit``), and its note."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from memfit._errors import InvalidInputError
+from memfit.technique._base import Option, Settings, Technique
+
+__all__ = ["TECHNIQUE", "EightBit"]
+
+SUFFIX = "-8bit"  # the optimizer names' suffix (``_bnb.EIGHT_BIT``)
+
+
+class EightBit(Technique):
+    """Adam's two states a byte per element (see the package's docstring)."""
+
+    name = "eight_bit"
+    option = Option(keyword="eight_bit", flag="", kind=bool, help="")
+    default = None
+
+    def check(self, value: object) -> Any:
+        raise InvalidInputError(
+            f"techniques={{'eight_bit': {value!r}}}: 8-bit optimizer states are asked for by "
+            "the optimizer's name; give optimizer='adamw-8bit' (or adam-8bit)."
+        )
+
+    def given_by(self, settings: Settings) -> Any:
+        optimizer = settings.optimizer
+        return optimizer if isinstance(optimizer, str) and optimizer.endswith(SUFFIX) else None
+
+    def notes(self, value: Any, settings: Settings, optimizer: Any) -> list[str]:
+        """Which 8-bit optimizer the estimate traced, and its package's version."""
+        cls = type(optimizer)
+        package = cls.__module__.partition(".")[0]
+        version = getattr(sys.modules.get(package), "__version__", "?")
+        return [f"8-bit optimizer states: {package} {version}'s {cls.__name__}, as traced"]
+
+    def words(self, value: Any) -> str:
+        return "8-bit optimizer states"
+
+
+TECHNIQUE = EightBit()

@@ -1,0 +1,68 @@
+"""``in_backward``: the optimizer stepped in backward, asked for by the optimizer's name
+(``adamw-in-backward``): what it cannot go with, and its note."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memfit._errors import InvalidInputError
+from memfit.technique._base import Option, Settings, Technique
+
+__all__ = ["IN_BACKWARD_NOTE", "TECHNIQUE", "InBackward"]
+
+SUFFIX = "-in-backward"  # the optimizer names' suffix (``_stepper.IN_BACKWARD``)
+
+IN_BACKWARD_NOTE = (
+    "the optimizer stepped each parameter in backward, one fused update as its gradient was "
+    "complete, and freed the gradient then"
+)
+
+
+class InBackward(Technique):
+    """Each parameter stepped, and its gradient freed, as backward completes it."""
+
+    name = "in_backward"
+    option = Option(keyword="in_backward", flag="", kind=bool, help="")
+    default = False
+
+    def check(self, value: object) -> Any:
+        raise InvalidInputError(
+            f"techniques={{'in_backward': {value!r}}}: the optimizer steps in backward when its "
+            "name says so; give optimizer='adamw-in-backward' (or adam-, sgd-in-backward)."
+        )
+
+    def given_by(self, settings: Settings) -> Any:
+        optimizer = settings.optimizer
+        return isinstance(optimizer, str) and optimizer.endswith(SUFFIX)
+
+    def refusal(self, value: Any, settings: Settings) -> str | None:
+        name = settings.optimizer
+        family = str(name).removesuffix(SUFFIX)
+        if settings.accumulation > 1:
+            return (
+                f"optimizer={name!r} steps each parameter as soon as backward has its gradient, "
+                f"so gradients cannot add up over accumulation={settings.accumulation} "
+                f"micro-batches: give accumulation=1, or optimizer='{family}-fused' to accumulate."
+            )
+        if settings.precision == "fp16-mixed":
+            return (
+                f"optimizer={name!r} cannot run with precision='fp16-mixed': the GradScaler must "
+                "unscale and check every gradient for inf before any parameter is stepped. Give "
+                f"precision='bf16-mixed' (no scaler), or optimizer='{family}-fused'."
+            )
+        if settings.step_fn is not None:
+            return (
+                f"optimizer={name!r} is memfit's loop stepping in backward; a step function of "
+                "your own calls the optimizer itself. Register the hooks in your step (torch's "
+                "register_post_accumulate_grad_hook) and pass the optimizer factory you use."
+            )
+        return None
+
+    def notes(self, value: Any, settings: Settings, optimizer: Any) -> list[str]:
+        return [IN_BACKWARD_NOTE]
+
+    def words(self, value: Any) -> str:
+        return "optimizer stepped in backward"
+
+
+TECHNIQUE = InBackward()
