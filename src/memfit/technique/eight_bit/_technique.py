@@ -6,30 +6,19 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from memfit._errors import InvalidInputError
-from memfit.technique._base import Option, Settings, Technique
+from memfit.technique._base import Settings
+from memfit.technique._variant import OptimizerVariant
 
 __all__ = ["TECHNIQUE", "EightBit"]
 
 SUFFIX = "-8bit"  # the optimizer names' suffix (``_bnb.EIGHT_BIT``)
 
 
-class EightBit(Technique):
+class EightBit(OptimizerVariant):
     """Adam's two states a byte per element (see the package's docstring)."""
 
     name = "eight_bit"
-    option = Option(keyword="eight_bit", flag="", kind=bool, help="")
-    default = None
-
-    def check(self, value: object) -> Any:
-        raise InvalidInputError(
-            f"techniques={{'eight_bit': {value!r}}}: 8-bit optimizer states are asked for by "
-            "the optimizer's name; give optimizer='adamw-8bit' (or adam-8bit)."
-        )
-
-    def given_by(self, settings: Settings) -> Any:
-        optimizer = settings.optimizer
-        return optimizer if isinstance(optimizer, str) and optimizer.endswith(SUFFIX) else None
+    suffix = SUFFIX
 
     def notes(self, value: Any, settings: Settings, optimizer: Any) -> list[str]:
         """Which 8-bit optimizer the estimate traced, and its package's version."""

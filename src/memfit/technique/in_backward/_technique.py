@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memfit._errors import InvalidInputError
-from memfit.technique._base import Option, Settings, Technique
+from memfit.technique._base import Settings
+from memfit.technique._variant import OptimizerVariant
 
 __all__ = ["IN_BACKWARD_NOTE", "TECHNIQUE", "InBackward"]
 
@@ -18,22 +18,11 @@ IN_BACKWARD_NOTE = (
 )
 
 
-class InBackward(Technique):
+class InBackward(OptimizerVariant):
     """Each parameter stepped, and its gradient freed, as backward completes it."""
 
     name = "in_backward"
-    option = Option(keyword="in_backward", flag="", kind=bool, help="")
-    default = False
-
-    def check(self, value: object) -> Any:
-        raise InvalidInputError(
-            f"techniques={{'in_backward': {value!r}}}: the optimizer steps in backward when its "
-            "name says so; give optimizer='adamw-in-backward' (or adam-, sgd-in-backward)."
-        )
-
-    def given_by(self, settings: Settings) -> Any:
-        optimizer = settings.optimizer
-        return isinstance(optimizer, str) and optimizer.endswith(SUFFIX)
+    suffix = SUFFIX
 
     def refusal(self, value: Any, settings: Settings) -> str | None:
         name = settings.optimizer
@@ -62,7 +51,7 @@ class InBackward(Technique):
         return [IN_BACKWARD_NOTE]
 
     def words(self, value: Any) -> str:
-        return "optimizer stepped in backward"
+        return "optimizer steps in backward"
 
 
 TECHNIQUE = InBackward()
