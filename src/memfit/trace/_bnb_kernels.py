@@ -32,13 +32,27 @@ __all__ = ["GEMM_4BIT", "gemm_4bit_temporaries"]
 GEMM_4BIT = "bitsandbytes::gemm_4bit"
 
 
+def _cuda_ops() -> Any:
+    """bitsandbytes' CUDA backend module, imported on a CPU-only build of torch too: it reads
+    one CUDA stream function at import, stood in for while it imports (the heuristic itself
+    reads none of torch's CUDA), so that the estimate is the same on either build."""
+    stand_in = not hasattr(torch._C, "_cuda_getCurrentRawStream")
+    if stand_in:
+        torch._C._cuda_getCurrentRawStream = lambda *a: 0  # type: ignore[attr-defined]
+    try:
+        return importlib.import_module("bitsandbytes.backends.cuda.ops")
+    finally:
+        if stand_in:
+            del torch._C._cuda_getCurrentRawStream  # type: ignore[attr-defined]
+
+
 def _custom_kernel(
     a: torch.Tensor, rows: int, n: int, k: int, blocksize: int, gpu: tuple[int, int, int]
 ) -> bool:
     """Whether bitsandbytes runs its fused kernel here (``gpu``: multiprocessors, major and
     minor compute capability); False where its heuristic cannot be asked."""
     try:
-        ops = importlib.import_module("bitsandbytes.backends.cuda.ops")
+        ops = _cuda_ops()
     except Exception:
         return False
     max_rows = getattr(ops, "_gemm_4bit_custom_max_m", None)
