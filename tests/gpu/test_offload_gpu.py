@@ -13,7 +13,8 @@ pytestmark = pytest.mark.gpu
 
 GRADIENTS = """
 import json, torch, transformers
-from memfit.workload import checkpoint_blocks, offload_blocks
+from memfit.technique.checkpointing import checkpoint_blocks
+from memfit.technique.offload import offload_blocks
 CHECKPOINTS = {checkpoints!r}
 
 def model():
