@@ -50,7 +50,7 @@ def needed(**options: Any) -> int:
     return e.peak_reserved + e.non_pytorch
 
 
-def planned(budget_bytes: int) -> Plan:
+def planned(budget_bytes: int, **options: Any) -> Plan:
     return plan(
         mlp(),
         batch_of=batch_of,
@@ -61,6 +61,7 @@ def planned(budget_bytes: int) -> Plan:
         checkpointing=(False,),
         optimizers=("adamw-fused",),
         workers=1,
+        **options,
     )
 
 
@@ -209,18 +210,7 @@ def test_four_bit_weights_are_added_beside_lora_only() -> None:
 
 def test_a_model_lora_cannot_adapt_is_said_and_the_plan_goes_on() -> None:
     pytest.importorskip("peft")
-    p = plan(
-        mlp(),
-        batch_of=batch_of,
-        budget=f"{int(needed() * 0.9 / 0.95) // 2**20}MiB",  # the step does not fit as it is
-        global_batch=1,
-        batch_size=1,
-        precisions=("fp32",),
-        checkpointing=(False,),
-        optimizers=("adamw-fused",),
-        workers=1,
-        allow=["lora"],
-    )
+    p = planned(int(needed() * 0.9 / 0.95), allow=["lora"])  # it does not fit as it is
     assert any("LoRA rank 16 was allowed but cannot be added" in n for n in p.notes)
     assert not any("lora" in dict(e.candidate.techniques) for e in p.candidates)
 
