@@ -8,17 +8,15 @@ from __future__ import annotations
 import typing as _typing
 
 from memfit._lazy import lazy_attributes as _lazy_attributes
-from memfit.technique.eight_bit._technique import TECHNIQUE, EightBit
+from memfit.technique.eight_bit._technique import EIGHT_BIT, TECHNIQUE, EightBit
 
 if _typing.TYPE_CHECKING:
     from memfit.technique.eight_bit._bnb import (
-        EIGHT_BIT,
         eight_bit_available,
         eight_bit_class,
     )
 
 _LAZY = {
-    "EIGHT_BIT": "_bnb",
     "eight_bit_available": "_bnb",
     "eight_bit_class": "_bnb",
 }

@@ -17,9 +17,7 @@ from typing import Any
 
 from memfit._errors import MissingExtraError
 
-__all__ = ["EIGHT_BIT", "eight_bit_available", "eight_bit_class"]
-
-EIGHT_BIT = "8bit"  # the optimizer names' suffix: "adamw-8bit"
+__all__ = ["eight_bit_available", "eight_bit_class"]
 
 
 def eight_bit_class(name: str) -> Any:

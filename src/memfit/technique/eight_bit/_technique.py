@@ -9,9 +9,10 @@ from typing import Any
 from memfit.technique._base import Settings
 from memfit.technique._variant import OptimizerVariant
 
-__all__ = ["TECHNIQUE", "EightBit"]
+__all__ = ["EIGHT_BIT", "TECHNIQUE", "EightBit"]
 
-SUFFIX = "-8bit"  # the optimizer names' suffix (``_bnb.EIGHT_BIT``)
+EIGHT_BIT = "8bit"  # the optimizer names' suffix: "adamw-8bit"
+SUFFIX = "-" + EIGHT_BIT
 
 
 class EightBit(OptimizerVariant):

@@ -9,21 +9,22 @@ from __future__ import annotations
 import typing as _typing
 
 from memfit._lazy import lazy_attributes as _lazy_attributes
-from memfit.technique.in_backward._technique import TECHNIQUE, InBackward
+from memfit.technique.in_backward._technique import (
+    IN_BACKWARD,
+    TECHNIQUE,
+    InBackward,
+    in_backward,
+)
 
 if _typing.TYPE_CHECKING:
     from memfit.technique.in_backward._stepper import (
-        IN_BACKWARD,
         Around,
         OptimizerInBackward,
-        in_backward,
     )
 
 _LAZY = {
     "Around": "_stepper",
-    "IN_BACKWARD": "_stepper",
     "OptimizerInBackward": "_stepper",
-    "in_backward": "_stepper",
 }
 
 __getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, globals())

@@ -25,17 +25,10 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["IN_BACKWARD", "Around", "OptimizerInBackward", "in_backward"]
-
-IN_BACKWARD = "in-backward"  # the optimizer names' suffix: "adamw-in-backward"
+__all__ = ["Around", "OptimizerInBackward"]
 
 # called around one parameter's update: (parameter, its optimizer, the update)
 Around = Callable[[nn.Parameter, torch.optim.Optimizer, Callable[[], None]], None]
-
-
-def in_backward(name: object) -> bool:
-    """Whether an optimizer name (``adamw-in-backward``) steps in backward."""
-    return isinstance(name, str) and name.endswith("-" + IN_BACKWARD)
 
 
 def _run(param: nn.Parameter, optimizer: torch.optim.Optimizer, update: Callable[[], None]) -> None:

@@ -8,14 +8,20 @@ from typing import Any
 from memfit.technique._base import Settings
 from memfit.technique._variant import OptimizerVariant
 
-__all__ = ["IN_BACKWARD_NOTE", "TECHNIQUE", "InBackward"]
+__all__ = ["IN_BACKWARD", "IN_BACKWARD_NOTE", "TECHNIQUE", "InBackward", "in_backward"]
 
-SUFFIX = "-in-backward"  # the optimizer names' suffix (``_stepper.IN_BACKWARD``)
+IN_BACKWARD = "in-backward"  # the optimizer names' suffix: "adamw-in-backward"
+SUFFIX = "-" + IN_BACKWARD
 
 IN_BACKWARD_NOTE = (
     "the optimizer stepped each parameter in backward, one fused update as its gradient was "
     "complete, and freed the gradient then"
 )
+
+
+def in_backward(name: object) -> bool:
+    """Whether an optimizer name (``adamw-in-backward``) steps in backward."""
+    return isinstance(name, str) and name.endswith(SUFFIX)
 
 
 class InBackward(OptimizerVariant):
