@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from zoo_shrink import VARIANTS, config_diff, is_size, shrink
 
-__all__ = ["HEADS", "Head", "build_config", "build_hf_model", "hf_entries", "shrink"]
+__all__ = ["HEADS", "Head", "build_config", "build_hf_model", "head_loss", "hf_entries", "shrink"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,9 @@ class Head:
     mapping: str
     auto: str
     labels: str  # tokens, class, tokens-class, span, ctc, decoder, contrastive, mask, none,
-    # scores (visual question answering's soft targets), series-class
+    # scores (visual question answering's soft targets), series-class, depth (a depth map
+    # per image), image (the upscaled image): the last two have no loss in the model
+    types: tuple[str, ...] | None = None  # only these of the mapping's types (None: all)
 
 
 HEADS = [
@@ -118,6 +121,26 @@ HEADS = [
         "series-class",
     ),
     Head("pretraining", "MODEL_FOR_PRETRAINING_MAPPING_NAMES", "AutoModelForPreTraining", "none"),
+    Head(
+        "depth-estimation",
+        "MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES",
+        "AutoModelForDepthEstimation",
+        "depth",
+    ),
+    Head(
+        "image-to-image",
+        "MODEL_FOR_IMAGE_TO_IMAGE_MAPPING_NAMES",
+        "AutoModelForImageToImage",
+        "image",
+    ),
+    # contrastive pairs of text and audio, video or images whose types no head above lists
+    Head(
+        "contrastive",
+        "MODEL_MAPPING_NAMES",
+        "AutoModel",
+        "contrastive",
+        types=("clap", "xclip", "groupvit", "owlvit", "owlv2"),
+    ),
 ]
 HEAD_BY_TASK = {head.task: head for head in HEADS}
 
@@ -160,6 +183,8 @@ def head_of(model_type: str) -> Head | None:
     from transformers.models.auto import modeling_auto
 
     for head in HEADS:
+        if head.types is not None and model_type not in head.types:
+            continue
         if model_type in getattr(modeling_auto, head.mapping):
             return head
     return None
@@ -217,6 +242,11 @@ def text_length(config: Any) -> int:
 
 
 def _image_size(config: Any) -> tuple[int, int]:
+    ratios = getattr(config, "scaled_images_ratios", None)
+    patch = getattr(config, "patch_size", None)
+    if ratios and is_size(patch):  # an image pyramid of patches: its smallest scale is a patch
+        side = round(patch / min(ratios))
+        return side, side
     size = _sub(config, "image_size", "img_size", "input_size")
     if isinstance(size, (list, tuple)):
         size = [s for s in size if is_size(s)][-2:]
@@ -225,6 +255,7 @@ def _image_size(config: Any) -> tuple[int, int]:
 
 
 DECODER_TOKENS = 128  # a speech decoder's tokens: a sentence or two
+CLAP_FRAMES = 1001  # ten seconds of log-mel frames, as CLAP's feature extractor makes them
 
 
 def input_spec(model_type: str, head: Head, config: Any, main_input: str) -> list[dict[str, Any]]:
@@ -245,12 +276,25 @@ def input_spec(model_type: str, head: Head, config: Any, main_input: str) -> lis
         if head.task == "seq2seq-lm":
             base["decoder"] = length
         if head.labels in ("contrastive", "scores"):  # text and an image: a pair per sample
-            return [{**base, "seq_len": length, "image": [channels, height, width]}]
+            audio = getattr(config, "audio_config", None)
+            if audio is not None:  # text and a clip's log-mel features (frames x bins)
+                bins = int(getattr(audio, "num_mel_bins", None) or 64)
+                return [{**base, "seq_len": length, "audio": [1, CLAP_FRAMES, bins]}]
+            frames = _sub(config, "num_frames")
+            image = [channels, height, width]
+            video = [int(frames), *image] if is_size(frames) else image  # text and a clip
+            return [{**base, "seq_len": length, "image": video}]
         return [{**base, "seq_len": length}]
     if main_input == "pixel_values":
         frames = _sub(config, "num_frames")
         if head.task == "video-classification" and is_size(frames):
             return [{**base, "shape": [int(frames), channels, height, width]}]
+        if head.labels == "depth":  # a depth map at the image's size
+            return [{**base, "shape": [channels, height, width], "target": [height, width]}]
+        if head.labels == "image":  # the image upscaled by the model's factor
+            scale = int(getattr(config, "upscale", 1) or 1)
+            target = [channels, height * scale, width * scale]
+            return [{**base, "shape": [channels, height, width], "target": target}]
         return [{**base, "shape": [channels, height, width]}]
     if main_input == "past_values":
         context = _sub(config, "context_length")
@@ -290,6 +334,9 @@ def make_inputs(
         if "image" in spec:
             sample = torch.randn(1, *spec["image"], generator=generator)
             inputs["pixel_values"] = sample.expand(batch, *spec["image"])
+        if "audio" in spec:
+            sample = torch.randn(1, *spec["audio"], generator=generator)
+            inputs["input_features"] = sample.expand(batch, *spec["audio"])
     elif "shape" not in spec:
         raise ValueError(f"the sweep makes no {main!r} input (the head's main input)")
     else:
@@ -308,6 +355,9 @@ def _labels(spec: dict[str, Any], batch: int, generator: torch.Generator) -> dic
     classes = spec["num_labels"]
     if kind == "none":  # the head's loss needs no labels (masked image modelling)
         return {}
+    if kind in ("depth", "image"):  # the loss is the user's (``head_loss``): its target
+        sample = torch.rand(1, *spec["target"], generator=generator)
+        return {TARGET: sample.expand(batch, *spec["target"])}
     if kind == "contrastive":  # each text against each image of the batch
         return {"return_loss": True}
     if kind == "mask":
@@ -333,6 +383,36 @@ def _labels(spec: dict[str, Any], batch: int, generator: torch.Generator) -> dic
         return {"start_positions": ends // 2, "end_positions": ends}
     # ctc: 16 characters a second of audio, never the blank (0)
     return {"labels": torch.randint(1, spec["vocab"], (batch, 16), generator=generator)}
+
+
+TARGET = "target"  # the batch's key for a target the model is not given
+
+
+def head_loss(labels: str) -> Callable[[nn.Module, dict[str, Any]], torch.Tensor] | None:
+    """The training loss for a head whose model computes none (transformers raises for their
+    labels), as users write it: an L1 loss of the prediction against the batch's target, the
+    prediction resized to the target's size where the model's output is smaller. None: the
+    model's own ``loss``."""
+    if labels not in ("depth", "image"):
+        return None
+    field = "predicted_depth" if labels == "depth" else "reconstruction"
+
+    def loss_fn(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        inputs = {k: v for k, v in batch.items() if k != TARGET}
+        target = batch[TARGET]
+        prediction = getattr(model(**inputs), field)
+        if prediction.shape[-2:] != target.shape[-2:]:
+            squeeze = prediction.dim() == 3
+            resized = F.interpolate(
+                prediction.unsqueeze(1) if squeeze else prediction,
+                size=target.shape[-2:],
+                mode="bilinear",
+                align_corners=False,
+            )
+            prediction = resized.squeeze(1) if squeeze else resized
+        return F.l1_loss(prediction.float(), target.float())
+
+    return loss_fn
 
 
 # what meta tensors cannot do (a value read from the data), as torch words it
@@ -364,8 +444,10 @@ def _check_inputs(
             generator = torch.Generator().manual_seed(0)
             try:
                 model.train()
-                out = model(**fed(spec, True, generator))
-                loss = getattr(out, "loss", None)
+                custom = head_loss(head.labels)
+                batch = fed(spec, True, generator)
+                out = custom(model, batch) if custom else model(**batch)
+                loss = out if custom else getattr(out, "loss", None)
                 if not isinstance(loss, torch.Tensor):
                     raise ValueError("the head returned no loss for its labels")
                 loss.backward()

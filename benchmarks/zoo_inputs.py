@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from zoo_hf import HEAD_BY_TASK, build_config, build_hf_model, make_inputs
+from zoo_hf import HEAD_BY_TASK, build_config, build_hf_model, head_loss, make_inputs
 
 __all__ = ["MEMFIT_HF_TASKS", "MODES", "config_file", "workload_for"]
 
@@ -200,6 +200,9 @@ def workload_for(entry: dict[str, Any], mode: str, batch_size: int, gpu: Any = N
         def batch_of(n: int) -> Any:
             return make_inputs(spec, n, train, _generator(entry, n))
 
+        loss = head_loss(head.labels) if train else None
+        if loss is not None:
+            settings["loss_fn"] = loss
         return make_workload(factory, batch_of=batch_of, **settings)
     kind = entry["input"]["kind"]
     if train:

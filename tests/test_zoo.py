@@ -109,6 +109,28 @@ def test_a_shrunk_transformers_config_builds_small_on_meta(model_type):
     assert sum(p.numel() for p in model.parameters()) < 60_000_000
 
 
+
+def test_heads_whose_models_compute_no_loss_get_the_users_and_a_listed_head_keeps_its_types():
+    import torch
+    import zoo_hf
+    from torch import nn
+
+    assert zoo_hf.head_of("clap").task == "contrastive"  # listed by type on AutoModel's mapping
+    assert zoo_hf.head_of("glpn").task == "depth-estimation"
+    assert zoo_hf.head_of("bert").task == "masked-lm"  # the types filter takes nothing else
+    assert zoo_hf.head_loss("class") is None
+
+    class Half(nn.Module):  # a depth map at half the image's size, as many decoders give
+        def forward(self, pixel_values):
+            return type("Out", (), {"predicted_depth": pixel_values[:, 0, ::2, ::2]})()
+
+    spec = {"main": "pixel_values", "labels": "depth", "shape": [3, 8, 8], "target": [8, 8]}
+    spec |= {"vocab": 2, "num_labels": 2}
+    batch = zoo_hf.make_inputs(spec, 2, True, torch.Generator().manual_seed(0))
+    assert batch[zoo_hf.TARGET].shape == (2, 8, 8)
+    loss = zoo_hf.head_loss("depth")(Half(), batch)
+    assert loss.dim() == 0 and loss.item() > 0
+
 # -- the batch ---------------------------------------------------------------------------------
 
 
