@@ -248,3 +248,22 @@ def test_a_large_mask_made_inside_keeps_its_one_value() -> None:
     )
     sizes = [ev.size for ev in trace.events if ev.kind == "alloc"]
     assert 40 * MIB * 4 in sizes  # torch.zeros(40, MIB) in float32
+
+
+def test_a_distributions_support_check_passes_and_is_said() -> None:
+    """``torch.distributions`` validates a value against the support (``_is_all_true`` of a
+    check computed from the model's output, which has no values here): the check is taken to
+    pass, as it does for any valid step, and the notes say so."""
+
+    def loss_fn(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        z = model(batch["x"])
+        prior = torch.distributions.Normal(torch.tensor(0.0), torch.tensor(1.0))
+        return -prior.log_prob(z).mean()
+
+    work = make_workload(
+        Proj, batch_of=lambda n: {"x": torch.randn(n, 16, 64)}, batch_size=8, gpu=H200,
+        loss_fn=loss_fn,
+    )  # fmt: skip
+    result = estimate(work)
+    assert result.peak_allocated > 0
+    assert any("_is_all_true" in note and "True" in note for note in result.notes)

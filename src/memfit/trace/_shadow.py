@@ -44,7 +44,9 @@ _MAX_NUMEL = 1 << 20
 # values computed from the batch alone (masks, lengths) are kept up to this size: what the
 # model reads of them must be the batch's own answer
 _BATCH_MAX_NUMEL = 1 << 24
-_TRUE_BY_DEFAULT = {"all", "eq", "ge", "le", "isfinite", "logical_and"}
+# a boolean read without values is guessed True where it is a check that the data is valid
+# (``torch.distributions``' support checks end in ``_is_all_true``), else False
+_TRUE_BY_DEFAULT = {"all", "_is_all_true", "eq", "ge", "gt", "le", "lt", "isfinite", "logical_and"}
 _UNSCALE = aten._amp_foreach_non_finite_check_and_unscale_.default
 _GROUPED_MM = aten._grouped_mm.default
 _TOPK = aten.topk.default
