@@ -1323,6 +1323,75 @@ HELD_OUT_HANDWRITTEN_SECOND: list[dict[str, Any]] = [
     },
 ]
 
+# Held out, a third set of models written by hand (no zoo), with other ops than the first two:
+# cross-attention to learned latents, a chunked selective scan (cumsum, segment sums, a loop
+# over chunks), capsule routing iterations, affine couplings with log-determinants, a 2N x 2N
+# contrastive similarity, B-spline bases from comparisons, an edge softmax by scatter_reduce,
+# factorised 3-d convolutions, depthwise 1-d convolutions with CTC, Gumbel-sampled rankings by
+# argsort and logcumsumexp; predicted with predict.py and committed before gpu_measure.py
+# measures them.
+HELD_OUT_HANDWRITTEN_THIRD: list[dict[str, Any]] = [
+    {
+        "id": "hw3-perceiver-bf16mixed-b128",
+        "model": "benchmarks/models/perceiver.py:make_model",
+        "batch_size": 128,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw3-selective-scan-lm-bf16mixed-b8-s2048",
+        "model": "benchmarks/models/selective_scan_lm.py:make_model",
+        "batch_size": 8,
+        "seq_len": 2048,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw3-capsule-net-fp32-b1024",
+        "model": "benchmarks/models/capsule_net.py:make_model",
+        "batch_size": 1024,
+    },
+    {
+        "id": "hw3-realnvp-flow-fp32-b256",
+        "model": "benchmarks/models/realnvp_flow.py:make_model",
+        "batch_size": 256,
+    },
+    {
+        "id": "hw3-simclr-fp16mixed-b4096",
+        "model": "benchmarks/models/simclr.py:make_model",
+        "batch_size": 4096,
+        "precision": "fp16-mixed",
+    },
+    {
+        "id": "hw3-kan-fp32-b16384",
+        "model": "benchmarks/models/kan.py:make_model",
+        "batch_size": 16384,
+    },
+    {
+        "id": "hw3-graph-attention-fp32-b64",
+        "model": "benchmarks/models/graph_attention.py:make_model",
+        "batch_size": 64,
+    },
+    {
+        "id": "hw3-r2plus1d-video-fp16mixed-b128",
+        "model": "benchmarks/models/r2plus1d_video.py:make_model",
+        "batch_size": 128,
+        "precision": "fp16-mixed",
+    },
+    {
+        "id": "hw3-ctc-speech-bf16mixed-b64-s3200",
+        "model": "benchmarks/models/ctc_speech.py:make_model",
+        "batch_size": 64,
+        "seq_len": 3200,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw3-plackett-luce-ranker-bf16mixed-b1024-s512",
+        "model": "benchmarks/models/plackett_luce_ranker.py:make_model",
+        "batch_size": 1024,
+        "seq_len": 512,
+        "precision": "bf16-mixed",
+    },
+]
+
 # Held out for the optimizer stepped on the host (techniques={"host_optimizer": True}): each
 # predicted with predict.py and committed before gpu_measure.py ran it
 _ON_HOST = {"techniques": {"host_optimizer": True}}
@@ -1471,6 +1540,7 @@ ALL = (
     + HELD_OUT_TIED_HEAD
     + HELD_OUT_HANDWRITTEN
     + HELD_OUT_HANDWRITTEN_SECOND
+    + HELD_OUT_HANDWRITTEN_THIRD
     + HELD_OUT_HOST_OPTIMIZER
     + HELD_OUT_LORA
     + HELD_OUT_QLORA
