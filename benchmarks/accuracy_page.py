@@ -40,7 +40,14 @@ from accuracy_formats import (
 )
 from accuracy_ops import op_sweep_summary
 from accuracy_tables import render
-from accuracy_zoo import zoo_estimates, zoo_fresh, zoo_measured, zoo_models
+from accuracy_zoo import (
+    held_out_estimates,
+    held_out_peaks,
+    zoo_estimates,
+    zoo_fresh,
+    zoo_measured,
+    zoo_models,
+)
 
 PAGE = ROOT / "docs" / "accuracy.md"
 
@@ -99,6 +106,15 @@ HANDWRITTEN_2 = (
 HOST_OPTIMIZER = (
     "2026-12-07-cpu-host-optimizer-predictions",
     "2026-12-07-h200-host-optimizer-proof",
+)
+HANDWRITTEN_3 = (
+    "2026-12-07-cpu-handwritten-models-third",
+    "2026-12-07-h100-handwritten-models-third",
+)
+ZOO_HELD = ("2026-12-07-cpu-zoo-held-out", "2026-12-07-h100-zoo-held-out")
+ZOO_HELD_2 = (
+    "2026-12-07-cpu-zoo-held-out-depth-contrastive",
+    "2026-12-07-h100-zoo-new-families",
 )
 LORA = ("2026-12-07-cpu-lora-predictions", "2026-12-07-cpu-qlora-predictions")
 LORA_H200 = "2026-12-07-h200-lora-qlora"
@@ -372,6 +388,25 @@ SOURCES: list[Source] = [
     *(Source(f"{folder}/peaks.jsonl", "zoo", zoo_fresh, gpu=H100) for folder in ZOO_FRESH),
     # the op sweep (op_sweep.py compare): every OpInfo op's allocations, traced and on the GPU
     Source(f"{OP_SWEEP}/summary.json", "opsweep", op_sweep_summary),
+    # transformers types the sweep had not taken, predicted and then measured in fresh processes;
+    # the second estimates of the last two sets (their convolutions probed as ops first) were
+    # committed before the measurements too, but the prediction shown is the first
+    Source(f"{ZOO_HELD[0]}/estimates.jsonl", "families", held_out_estimates, prediction=True),
+    Source(f"{ZOO_HELD[1]}/peaks.jsonl", "families", held_out_peaks, gpu=H100, versions=HOST_211),
+    Source(f"{ZOO_HELD_2[0]}/estimates.jsonl", "families", held_out_estimates, prediction=True),
+    Source(
+        f"{ZOO_HELD_2[0]}/estimates-after-conv-probe.jsonl",
+        "families",
+        held_out_estimates,
+    ),
+    Source(f"{ZOO_HELD_2[1]}/peaks.jsonl", "families", held_out_peaks, gpu=H100, versions=HOST_211),
+    Source(f"{HANDWRITTEN_3[0]}/predictions.json", "handwritten", predictions, prediction=True),
+    Source(
+        f"{HANDWRITTEN_3[0]}/predictions-after-conv-probe.json",
+        "handwritten",
+        predictions,
+    ),
+    Source(f"{HANDWRITTEN_3[1]}/measured.json", "handwritten", measured, versions=GPU_HOST),
 ]
 
 TOPICS: list[tuple[str, str]] = [

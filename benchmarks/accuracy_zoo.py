@@ -11,10 +11,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from accuracy_formats import Read, Source
+from accuracy_formats import Peak, Read, Source
 from zoo_compare import ALLOCATED_TOLERANCE, RESERVED_TOLERANCE, compare
 
-__all__ = ["ZooFile", "zoo_estimates", "zoo_fresh", "zoo_measured", "zoo_models", "zoo_section"]
+__all__ = [
+    "ZooFile",
+    "held_out_estimates",
+    "held_out_peaks",
+    "zoo_estimates",
+    "zoo_fresh",
+    "zoo_measured",
+    "zoo_models",
+    "zoo_section",
+]
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,52 @@ def zoo_fresh(data: Any, src: Source) -> list[ZooFile]:
     """``zoo_history.py``: workloads measured again, each alone in a fresh process, whose
     peaks stand for the sweep's (many workloads to a process) measurement of them."""
     return [ZooFile("fresh", data)]
+
+
+def _workload(row: dict[str, Any]) -> str:
+    words = [f"{row['model']} ({row.get('source', 'transformers')})", row["mode"]]
+    words.append(
+        f"batch {row['batch_size']}" + (f" x {row['seq_len']}" if row.get("seq_len") else "")
+    )
+    return ", ".join([*words, str(row.get("precision", ""))])
+
+
+def held_out_estimates(data: Any, src: Source) -> list[Peak]:
+    """``zoo.py estimate`` of a held-out set (types the sweep had not taken) as the estimates of
+    a held-out topic: a row per workload estimated without an error."""
+    meta = next((r["meta"] for r in data if "meta" in r), {})
+    versions = dict(meta.get("versions", {})) or dict(src.versions)
+    date = str(meta.get("date") or src.folder_date)[:10]
+    return [
+        Peak(
+            row["id"],
+            "estimate",
+            row["peak_allocated"],
+            row["peak_reserved"],
+            workload=_workload(row),
+            versions=versions,
+            date=date,
+        )
+        for row in data
+        if "id" in row and "peak_allocated" in row
+    ]
+
+
+def held_out_peaks(data: Any, src: Source) -> list[Peak]:
+    """``zoo_history.py``'s peaks of a held-out set, each workload in a fresh process."""
+    return [
+        Peak(
+            row["id"],
+            "measured",
+            row["peak_allocated"],
+            row["peak_reserved"],
+            gpu=src.gpu,
+            versions=dict(src.versions),
+            date=src.folder_date,
+        )
+        for row in data
+        if "peak_allocated" in row
+    ]
 
 
 def _files(read: Read) -> dict[str, list[tuple[ZooFile, Source]]]:
