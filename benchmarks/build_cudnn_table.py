@@ -23,8 +23,11 @@ convolutions at its batches, ``zoo_convs.py``), then
 ``results/2026-12-06-h100-conv-probes/zoo-convs-probe.json.gz`` and ``op-convs-probe.json.gz``
 (the zoo's 1-d, 3-d, dilated and transposed convolutions and transformers' 2-d ones; the op
 sweep's), then ``results/2026-12-07-h100-zoo-held-out-convolutions/held-convs-probe.json.gz``
-(the held-out transformers types' convolutions). Per configuration and phase: the forward's
-workspaces, the input gradient's, the weight gradient's, and the bias gradient's reduction's.
+(the held-out transformers types' convolutions) and
+``results/2026-12-07-h100-new-families-convolutions/new-convs-probe.json.gz`` (the depth,
+upscaling and contrastive types' and the third hand-written set's). Per configuration and
+phase: the forward's workspaces, the input gradient's, the weight gradient's, and the bias
+gradient's reduction's.
 """
 
 from __future__ import annotations

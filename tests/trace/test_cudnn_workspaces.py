@@ -59,6 +59,8 @@ PROBES = [
     "benchmarks/results/2026-12-06-h100-conv-probes/zoo-convs-probe.json.gz",
     "benchmarks/results/2026-12-06-h100-conv-probes/op-convs-probe.json.gz",
     "benchmarks/results/2026-12-07-h100-zoo-held-out-convolutions/held-convs-probe.json.gz",
+    # the convolutions of the depth, upscaling and contrastive types and the third hand-written set
+    "benchmarks/results/2026-12-07-h100-new-families-convolutions/new-convs-probe.json.gz",
 ]
 
 
