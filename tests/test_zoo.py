@@ -109,7 +109,6 @@ def test_a_shrunk_transformers_config_builds_small_on_meta(model_type):
     assert sum(p.numel() for p in model.parameters()) < 60_000_000
 
 
-
 def test_heads_whose_models_compute_no_loss_get_the_users_and_a_listed_head_keeps_its_types():
     import torch
     import zoo_hf
@@ -130,6 +129,7 @@ def test_heads_whose_models_compute_no_loss_get_the_users_and_a_listed_head_keep
     assert batch[zoo_hf.TARGET].shape == (2, 8, 8)
     loss = zoo_hf.head_loss("depth")(Half(), batch)
     assert loss.dim() == 0 and loss.item() > 0
+
 
 # -- the batch ---------------------------------------------------------------------------------
 
