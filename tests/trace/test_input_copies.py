@@ -169,3 +169,56 @@ def test_abs_of_a_complex_tensor_takes_a_complex_temporary_after_its_output() ->
     i = ops.index("complex abs temporary")
     assert ops[i - 1] == "abs"
     assert allocs[i][1] == 2 * allocs[i - 1][1]  # complex64 beside its float32 magnitude
+
+
+class _TransposedBatchNorm(nn.Module):
+    """A batch norm over the channels of an (N, L, C) sequence through transposes (PatchTST),
+    then a linear layer on the result: ``dtype`` float32 goes to cuDNN, bfloat16 does not."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm1d(16).to(dtype)
+        self.proj = nn.Linear(16, 16).to(dtype)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        x = x.to(self.proj.weight.dtype)
+        return self.proj(self.norm(x.transpose(1, 2)).transpose(1, 2))
+
+
+def _lifetimes(model: nn.Module, batch: torch.Tensor) -> list[tuple[str, int, int, int]]:
+    """(op or label, bytes, alloc position, free position or -1) of each block a training
+    step allocates, in the order they were allocated."""
+    tr = trace_workload(_work(model, batch, "train"), resolve_gpu("h200"))
+    blocks: dict[int, list[Any]] = {}
+    for pos, ev in enumerate(tr.events[tr.steps_start :]):
+        if ev.kind == "alloc" and ev.info is not None:
+            blocks[ev.block] = [tr.infos[ev.info].op, ev.size, pos, -1]
+        elif ev.kind == "free" and ev.block in blocks and blocks[ev.block][3] < 0:
+            blocks[ev.block][3] = pos
+    return [tuple(b) for b in sorted(blocks.values(), key=lambda b: b[2])]  # type: ignore[misc]
+
+
+def test_cudnns_batch_norm_runs_on_a_contiguous_copy_kept_for_the_backward() -> None:
+    blocks = _lifetimes(_TransposedBatchNorm(torch.float32), torch.randn(8, 32, 16))
+    nbytes = 8 * 32 * 16 * 4
+    ops = [op for op, *_ in blocks]
+    norm = ops.index("native_batch_norm")
+    copy = blocks[norm - 1]  # the input made contiguous, just before the norm's output
+    assert copy[:2] == ("clone", nbytes)
+    grad = blocks[ops.index("native_batch_norm_backward")]
+    assert copy[3] > grad[2]  # kept by autograd until the norm's backward has run
+    # cuDNN's backward makes the transposed gradient contiguous first
+    assert blocks[ops.index("native_batch_norm_backward") - 1][:2] == (
+        "cuDNN batch norm backward gradient copy",
+        nbytes,
+    )
+    # the norm's output is contiguous: after the transpose, the linear layer copies it
+    after = [op for op, size, *_ in blocks[norm + 1 :] if size == nbytes]
+    assert after[0] == "clone"
+
+
+def test_a_batch_norm_cudnn_does_not_take_copies_nothing() -> None:
+    blocks = _lifetimes(_TransposedBatchNorm(torch.bfloat16), torch.randn(8, 32, 16))
+    ops = [op for op, *_ in blocks]
+    assert blocks[ops.index("native_batch_norm") - 1][:2] != ("clone", 8 * 32 * 16 * 2)
+    assert "cuDNN batch norm backward gradient copy" not in ops

@@ -8,6 +8,7 @@ It runs above autograd, so what it changes is recorded by autograd like the real
 * attention: ``scaled_dot_product_attention`` runs the kernel the target GPU would pick;
 * mish: its backward allocates what CUDA's fused kernel does (``_mish``);
 * RMS norm: CUDA's one fused kernel, forward and backward (``_rms_norm``);
+* batch norm: cuDNN's, on a contiguous copy of a strided input (``_cudnn_batch_norm``);
 * CTC loss: its arguments as given are shown to the trace, which notes where a GPU may run
   cuDNN's kernel instead of PyTorch's (its arguments decide, before ATen converts them).
 
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from memfit.trace import _autocast
+from memfit.trace._cudnn_batch_norm import BATCH_NORM, cudnn_batch_norm_input
 from memfit.trace._host_data import HOST_DATA_FUNCS, from_host_data
 from memfit.trace._mish import mish
 from memfit.trace._rms_norm import fused_rms_norm
@@ -251,6 +253,8 @@ class TraceFunctionMode(TorchFunctionMode):
             policy = _autocast.autocast_policy(func)
             if policy is not None:
                 args, kwargs = _autocast.cast_args(policy, args, kwargs, state)
+        if func is BATCH_NORM:  # cuDNN's runs on a contiguous copy, which autograd keeps
+            args = cudnn_batch_norm_input(args, kwargs)
         if func is _LINEAR:
             out = _linear_with_inplace_bias(args, kwargs)
             if out is not None:

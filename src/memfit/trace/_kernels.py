@@ -34,6 +34,7 @@ from memfit.trace._attention_kernels import (
 from memfit.trace._bnb_kernels import GEMM_4BIT, gemm_4bit_temporaries
 from memfit.trace._conv_copies import conv_backward_input_copy, conv_grad_copy, conv_input_copy
 from memfit.trace._cudnn import ConvWorkspaces
+from memfit.trace._cudnn_batch_norm import cudnn_batch_norm_grad_copy
 from memfit.trace._embedding_backward import EMBEDDING_BACKWARDS, embedding_backward_scratch
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
@@ -371,6 +372,10 @@ class KernelModel:
             x = args[NORMS_OF_CONTIGUOUS[func]]
             if isinstance(x, torch.Tensor) and not x.is_contiguous():
                 return [(x.numel() * x.element_size(), "layer norm contiguous input copy")]
+        if func is aten.native_batch_norm_backward.default:
+            copy = cudnn_batch_norm_grad_copy(args)
+            if copy:
+                return [(copy, "cuDNN batch norm backward gradient copy")]
         if func is aten.angle.default and _complex(args[0]):
             # angle of a complex tensor: the complex temporary of abs's rule (UnaryOps.cpp),
             # made before the float output, which angle_out sizes afterwards (read from the

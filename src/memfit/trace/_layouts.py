@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from memfit.trace._cudnn_batch_norm import cudnn_takes
 from memfit.trace._loss_kernels import log_sigmoid_output, loss_output
 
 __all__ = ["RESIZED_FROM_INPUT", "channels_last", "conv_memory_format", "cuda_layout", "cuda_order"]
@@ -102,6 +103,14 @@ def cuda_layout(func: Any, args: tuple[Any, ...], out: Any) -> Any:
         # through a transpose); cuDNN follows the input and the weight: contiguous gradients,
         # which autograd then keeps as the weight's .grad (no copy into the weight's layout)
         return (_as_contiguous(out[0]), _as_contiguous(out[1]), *out[2:])
+    if func is aten.native_batch_norm_backward.default and isinstance(out, tuple):
+        x, weight = args[1], args[2]
+        cudnn = x.is_contiguous() and cudnn_takes(x, weight, weight)
+        if cudnn and isinstance(out[0], torch.Tensor):
+            # cuDNN's backward makes its input gradient like its (contiguous) input; the meta
+            # kernel follows the gradient's strides (_cudnn_batch_norm)
+            return (_as_contiguous(out[0]), *out[1:])
+        return out
     if func in NORMS_OF_CONTIGUOUS and isinstance(out, tuple):
         # CUDA's layer and RMS norms run on a contiguous input (``expect_contiguous``) and
         # make their output, or input gradient, like it; the meta kernels follow the strides
