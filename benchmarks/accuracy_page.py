@@ -93,6 +93,7 @@ ZOO_OP_FIXES_2 = "2026-12-06-cpu-zoo-after-second-op-fixes"
 ZOO_CONV_PROBES = "2026-12-06-cpu-zoo-after-conv-probes"
 ZOO_NORMS = "2026-12-07-cpu-zoo-after-norm-layouts"
 ZOO_ACCUMULATORS = "2026-12-07-cpu-zoo-after-attention-accumulators"
+ZOO_BATCH_NORM = "2026-12-07-cpu-zoo-after-cudnn-batch-norm"
 ZOO_FRESH = (
     "2026-12-06-h100-zoo-recheck",
     "2026-12-06-h100-zoo-fresh-processes",
@@ -383,6 +384,7 @@ SOURCES: list[Source] = [
     Source(f"{ZOO_CONV_PROBES}/estimates.jsonl", "zoo", zoo_estimates),
     Source(f"{ZOO_NORMS}/estimates.jsonl", "zoo", zoo_estimates),
     Source(f"{ZOO_ACCUMULATORS}/estimates.jsonl", "zoo", zoo_estimates),
+    Source(f"{ZOO_BATCH_NORM}/estimates.jsonl", "zoo", zoo_estimates),
     *(Source(f"{ZOO_H100}/measured-{k}-of-2.jsonl", "zoo", zoo_measured, gpu=H100) for k in (1, 2)),
     *(Source(f"{ZOO_H100}/measured-{k}-of-4.jsonl", "zoo", zoo_measured, gpu=H100) for k in (1, 3)),
     *(Source(f"{folder}/peaks.jsonl", "zoo", zoo_fresh, gpu=H100) for folder in ZOO_FRESH),
@@ -393,6 +395,7 @@ SOURCES: list[Source] = [
     # committed before the measurements too, but the prediction shown is the first
     Source(f"{ZOO_HELD[0]}/estimates.jsonl", "families", held_out_estimates, prediction=True),
     Source(f"{ZOO_HELD[1]}/peaks.jsonl", "families", held_out_peaks, gpu=H100, versions=HOST_211),
+    Source(f"{ZOO_BATCH_NORM}/held-out-estimates.jsonl", "families", held_out_estimates),
     Source(f"{ZOO_HELD_2[0]}/estimates.jsonl", "families", held_out_estimates, prediction=True),
     Source(
         f"{ZOO_HELD_2[0]}/estimates-after-conv-probe.jsonl",
