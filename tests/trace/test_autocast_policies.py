@@ -69,3 +69,19 @@ def test_square_runs_in_float32_as_the_pow_it_is():
     x = torch.empty(8, 64, dtype=torch.bfloat16, device="meta")
     (cast,), _ = cast_args("fp32", (x,), {}, state)
     assert cast.dtype == torch.float32
+
+
+def test_a_weights_cast_cached_under_no_grad_still_carries_its_gradient():
+    """Real autocast caches a weight's cast with autograd on, wherever it is first made: a
+    model that runs a layer under ``no_grad`` before running it with grad (HRM's early
+    cycles) reuses the cast and the weight still gets its gradient, so the matmul saves its
+    input. A cast made without autograd would drop both."""
+    state = AutocastState(enabled=True, dtype=torch.bfloat16)
+    weight = torch.nn.Parameter(torch.empty(8, 8, device="meta"))
+    x = torch.empty(4, 8, device="meta")
+    with torch.no_grad():
+        first = cast_args("lowp", (x, weight), {}, state)[0][1]
+    again = cast_args("lowp", (x, weight), {}, state)[0][1]
+    assert again is first  # one cast, cached
+    assert again.requires_grad and again.grad_fn is not None
+    assert F.linear(x, again).requires_grad

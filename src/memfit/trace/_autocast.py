@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -157,7 +157,12 @@ def _cast(t: Any, dtype: torch.dtype, state: AutocastState) -> Any:
         hit = state.cache.get(id(t))
         if hit is not None and hit[0] is t:
             return hit[1]
-        out = t.to(dtype)
+        # made with autograd on even under no_grad, as the real cache's casts are: a weight's
+        # cast first made in a no_grad region (HRM's early cycles) is reused where grad is on,
+        # and still carries the weight's gradient (CPU autocast, torch 2.11; the H100 history
+        # of HRM's training keeps the inputs those matmuls save)
+        with torch.enable_grad() if not torch.is_inference_mode_enabled() else nullcontext():
+            out = t.to(dtype)
         state.cache[id(t)] = (t, out)
         if on_cached is not None:
             on_cached(out)
