@@ -35,126 +35,21 @@ from __future__ import annotations
 import gzip
 import json
 import sys
-from collections import Counter
 from typing import Any
 
-ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
+from memfit.trace._conv_probe import ELEMENT, config_key, split_workspaces
+
 # Hopper chips of one engine set: cuDNN picks the same engines on both (12 configurations the
 # H200 probed, probed again on an H100, took the same workspaces: results/2026-12-06-h100-zoo-
 # convolutions); a table of sm90 takes probes from either
 SM90 = ("H100", "H200")
-PHASES = ("fwd", "dgrad", "dgrad", "wgrad", "bias")
-
-
-def spatial(p: dict[str, Any]) -> list[int]:
-    """A configuration's spatial sizes: (depth,) height and width (a 1-d convolution is the
-    2-d one of height 1 that cuDNN runs)."""
-    return [p["d"], p["h"], p["w"]] if "d" in p else [p["h"], p["w"]]
-
-
-def output_spatial(p: dict[str, Any]) -> list[int]:
-    """The output's spatial sizes, from the configuration's parameters."""
-    from memfit.trace._cudnn import _out_size
-
-    n = len(p["kernel"])
-    dilation = p.get("dilation") or [1] * n
-    out_pad = p.get("output_padding") or [0] * n
-    transposed = bool(p.get("transposed"))
-    sizes = [
-        _out_size(size, k, s, pad, d, transposed) + (op if transposed else 0)
-        for size, k, s, pad, d, op in zip(
-            spatial(p), p["kernel"], p["stride"], p["padding"], dilation, out_pad, strict=True
-        )
-    ]
-    return sizes
-
-
-def _prod(values: list[int]) -> int:
-    out = 1
-    for v in values:
-        out *= v
-    return out
-
-
-def _sizes(p: dict[str, Any]) -> list[int]:
-    """The tensors the convolution itself allocates, in the order a training call makes them."""
-    e = ELEMENT[p["dtype"]]
-    out = p["batch"] * p["k"] * _prod(output_spatial(p)) * e
-    grad_in = p["batch"] * p["c"] * _prod(spatial(p)) * e
-    # (in, out / groups, ...) for a transposed one: the same count
-    grad_w = p["k"] * (p["c"] // p["groups"]) * _prod(p["kernel"]) * e
-    sizes = [out, out, grad_in, grad_w]
-    return [*sizes, p["k"] * e] if p["bias"] else sizes
-
-
-def workspaces(p: dict[str, Any]) -> dict[str, list[int]]:
-    """Split one probe's trace into the transient allocations of each phase of the call."""
-    expected = _sizes(p) if p["train"] else _sizes(p)[:1]
-    # "bias": what the bias gradient's reduction takes after the bias gradient is made (a
-    # channels-last gradient's sum: 4x the output's bf16 bytes for ConvNeXt's depthwise layers)
-    found: dict[str, list[int]] = {"fwd": [], "dgrad": [], "wgrad": [], "bias": []}
-    matched = 0
-    for action, size in p["trace"]:
-        if action != "alloc":
-            continue
-        if matched < len(expected) and size == expected[matched]:
-            matched += 1
-            continue
-        phase = PHASES[matched - 1]
-        if phase in found:
-            found[phase].append(size)
-    if matched != len(expected):
-        # not cuDNN's order: PyTorch's own depthwise kernels, which make the weight gradient
-        # first and take no workspace (what else they allocate is the bias gradient's sum)
-        allocs = Counter(size for action, size in p["trace"] if action == "alloc")
-        if Counter(expected) - allocs:
-            raise ValueError(f"probe trace does not match the convolution's own tensors: {p}")
-        return {"fwd": [], "dgrad": [], "wgrad": [], "bias": []}
-    return found
-
-
-def key(p: dict[str, Any]) -> str:
-    """The table's key of a probe's configuration (``memfit.trace._cudnn.ConvShape``)."""
-    from memfit.trace._cudnn import ConvShape
-
-    lists = (spatial(p), p["kernel"], p["stride"], p["padding"])
-    extra = (p.get("dilation", ()), p.get("output_padding", ()))
-    return ConvShape(
-        p["c"], tuple(lists[0]), p["k"], *(tuple(v) for v in lists[1:]), p["groups"],
-        p["dtype"], dilation=tuple(extra[0]), transposed=bool(p.get("transposed")),
-        output_padding=tuple(extra[1]), nhwc=bool(p.get("nhwc")),
-    ).key()  # fmt: skip
-
-
-def config_of(table_key: str, batch: int, bias: bool) -> dict[str, Any]:
-    """The probe's configuration of a table key (``key``'s inverse) at ``batch``."""
-    fields_text, dtype, *tags = table_key.split("|")
-    fields = [int(f) for f in fields_text.split(",")]
-    n = (len(fields) - 3) // 4  # c, spatial n, k, kernel n, stride n, padding n, groups
-    c, dims, k = fields[0], fields[1 : 1 + n], fields[1 + n]
-    kernel, stride, padding = (fields[2 + n + i * n : 2 + n + (i + 1) * n] for i in range(3))
-    cfg: dict[str, Any] = {"c": c, **dict(zip(("d", "h", "w")[3 - n :], dims, strict=True))}
-    cfg.update(k=k, kernel=kernel, stride=stride, padding=padding, groups=fields[-1])
-    cfg.update(bias=bias, batch=batch, dtype=dtype)
-    for tag in tags:
-        name, _, values = tag.partition("=")
-        numbers = [int(v) for v in values.split(",")] if values else []
-        if name == "nhwc":
-            cfg["nhwc"] = True
-        elif name == "dil":
-            cfg["dilation"] = numbers
-        elif name == "tr":
-            cfg["transposed"] = True
-            if numbers:
-                cfg["output_padding"] = numbers
-    return cfg
 
 
 def build(probe: dict[str, Any]) -> dict[str, Any]:
     table: dict[str, dict[str, dict[str, list[int]]]] = {}
     for p in probe["conv"]:
-        entry = table.setdefault(key(p), {"fwd": {}, "dgrad": {}, "wgrad": {}, "bias": {}})
-        found = workspaces(p)
+        entry = table.setdefault(config_key(p), {"fwd": {}, "dgrad": {}, "wgrad": {}, "bias": {}})
+        found = split_workspaces(p)
         batch = str(p["batch"])
         phases = ("fwd", "dgrad", "wgrad", "bias") if p["train"] else ("fwd",)
         for phase in phases:

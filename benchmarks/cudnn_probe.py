@@ -27,8 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
+from memfit.trace._conv_probe import DTYPES, probe_conv, record
 
 CNNS = {
     "resnet50": "tv:resnet50",
@@ -109,55 +108,6 @@ def conv_configs(names: list[str]) -> list[dict]:
                 },
             )
     return list(seen.values())
-
-
-def record(fn) -> list[list]:
-    torch.cuda.synchronize()
-    torch.cuda.memory._record_memory_history(context=None, stacks="python")
-    fn()
-    torch.cuda.synchronize()
-    snap = torch.cuda.memory._snapshot()
-    torch.cuda.memory._record_memory_history(enabled=None)
-    return [
-        [e["action"], e["size"]]
-        for e in snap["device_traces"][0]
-        if e["action"] in ("alloc", "free_completed")
-    ]
-
-
-def conv_module(cfg: dict) -> nn.Module:
-    """The convolution of a configuration: 2-d (a 1-d one as cuDNN runs it: height 1) or 3-d,
-    dilated or not, transposed or not."""
-    n = len(cfg["kernel"])
-    common = {"groups": cfg["groups"], "bias": cfg["bias"], "dilation": cfg.get("dilation", 1)}
-    args = (cfg["c"], cfg["k"], cfg["kernel"], cfg["stride"], cfg["padding"])
-    if cfg.get("transposed"):
-        cls = nn.ConvTranspose3d if n == 3 else nn.ConvTranspose2d
-        return cls(*args, output_padding=cfg.get("output_padding", 0), **common)
-    return (nn.Conv3d if n == 3 else nn.Conv2d)(*args, **common)
-
-
-def probe_conv(cfg: dict, batch: int, dtype: str, train: bool) -> dict:
-    conv = conv_module(cfg).cuda().to(DTYPES[dtype])
-    dims = [cfg["d"], cfg["h"], cfg["w"]] if "d" in cfg else [cfg["h"], cfg["w"]]
-    x = torch.randn(batch, cfg["c"], *dims, device="cuda", dtype=DTYPES[dtype])
-    if cfg.get("nhwc"):
-        x = x.contiguous(memory_format=torch.channels_last)
-    x.requires_grad_(train)
-
-    def run() -> None:
-        if train:
-            y = conv(x)
-            y.backward(torch.ones_like(y))
-        else:
-            with torch.no_grad():
-                conv(x)
-
-    run()  # warm: handles, algorithm choice
-    conv.zero_grad(set_to_none=True)
-    x.grad = None
-    trace = record(run)
-    return {**cfg, "batch": batch, "dtype": dtype, "train": train, "trace": trace}
 
 
 RNNS = {"lstm": nn.LSTM, "gru": nn.GRU}

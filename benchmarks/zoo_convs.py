@@ -29,6 +29,7 @@ import contextlib
 import datetime as dt
 import gzip
 import json
+import math
 import sys
 import time
 from collections.abc import Iterator
@@ -46,9 +47,8 @@ def _config(args: tuple[Any, ...], batch: int) -> dict[str, Any] | None:
     """The probe's configuration of an ``aten.convolution`` call (1-, 2- or 3-d, dilated or
     transposed), read off memfit's own key of it, or None where the table keys none (a dtype
     it does not hold)."""
-    from build_cudnn_table import config_of
-
     from memfit.trace import _cudnn
+    from memfit.trace._conv_probe import config_of
 
     x, weight, bias, stride, padding, dilation, transposed, out_pad, groups = args[:9]
     key = _cudnn._key(x, weight, stride, padding, int(groups), dilation, transposed, out_pad)
@@ -57,9 +57,8 @@ def _config(args: tuple[Any, ...], batch: int) -> dict[str, Any] | None:
 
 def _table_answers(cfg: dict[str, Any], train: bool) -> bool:
     """Whether the table holds the configuration's key at its batch for every phase it runs."""
-    from build_cudnn_table import key
-
     from memfit.trace import _cudnn
+    from memfit.trace._conv_probe import config_key as key
 
     entry = _cudnn._table().get(key(cfg))
     if entry is None:
@@ -120,9 +119,9 @@ def convolutions_of(job: tuple[dict[str, Any] | str, str, int]) -> list[dict[str
 
 
 def _size(cfg: dict[str, Any]) -> int:
-    from build_cudnn_table import _prod, output_spatial, spatial
+    from memfit.trace._conv_probe import output_spatial, spatial
 
-    inputs, outputs = cfg["c"] * _prod(spatial(cfg)), cfg["k"] * _prod(output_spatial(cfg))
+    inputs, outputs = cfg["c"] * math.prod(spatial(cfg)), cfg["k"] * math.prod(output_spatial(cfg))
     return int(cfg["batch"]) * max(inputs, outputs)
 
 
@@ -222,7 +221,9 @@ def run_list_ops(ops: list[str], out: Path) -> int:
 
 def run_probe(listing: Path, out: Path, budget_s: float) -> int:
     import torch
-    from cudnn_probe import probe_conv, probe_meta
+    from cudnn_probe import probe_meta
+
+    from memfit.trace._conv_probe import probe_conv
 
     configs = json.loads(listing.read_text())["configs"]
     document: dict[str, Any] = {
