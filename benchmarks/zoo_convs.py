@@ -25,80 +25,25 @@ reads (saved as it goes).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import gzip
 import json
-import math
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from memfit.trace._conv_probe import (
+    io_elements,
+    recorded_convolutions,
+    table_answers,
+)
+
 ROOT = Path(__file__).resolve().parent
 MODELS = ROOT / "results" / "2026-12-06-cpu-zoo-sweep" / "models.json"
 CHECKS = 12  # configurations the table holds, probed again first
-
-
-def _config(args: tuple[Any, ...], batch: int) -> dict[str, Any] | None:
-    """The probe's configuration of an ``aten.convolution`` call (1-, 2- or 3-d, dilated or
-    transposed), read off memfit's own key of it, or None where the table keys none (a dtype
-    it does not hold)."""
-    from memfit.trace import _cudnn
-    from memfit.trace._conv_probe import config_of
-
-    x, weight, bias, stride, padding, dilation, transposed, out_pad, groups = args[:9]
-    key = _cudnn._key(x, weight, stride, padding, int(groups), dilation, transposed, out_pad)
-    return None if key is None else config_of(key, batch, bias is not None)
-
-
-def _table_answers(cfg: dict[str, Any], train: bool) -> bool:
-    """Whether the table holds the configuration's key at its batch for every phase it runs."""
-    from memfit.trace import _cudnn
-    from memfit.trace._conv_probe import config_key as key
-
-    entry = _cudnn._table().get(key(cfg))
-    if entry is None:
-        return False
-    phases = ("fwd", "dgrad", "wgrad") if train else ("fwd",)
-    return all(str(cfg["batch"]) in entry.get(p, {}) for p in phases if entry.get(p))
-
-
-@contextlib.contextmanager
-def _recording() -> Iterator[dict[str, dict[str, Any]]]:
-    """The convolutions traced while this lasts (one per configuration; ``train`` where the
-    trace ran its backward)."""
-    from memfit.trace import _cudnn
-
-    seen: dict[str, dict[str, Any]] = {}
-    forward, backward = _cudnn.ConvWorkspaces.forward, _cudnn.ConvWorkspaces.backward
-
-    def keep(cfg: dict[str, Any] | None, train: bool) -> None:
-        if cfg is not None:
-            cfg = {**cfg, "train": train}
-            seen.setdefault(json.dumps(cfg, sort_keys=True), cfg)
-
-    def on_forward(self: Any, args: tuple[Any, ...]) -> list[int]:
-        keep(_config(args, int(args[0].shape[0])), False)
-        return forward(self, args)
-
-    def on_backward(self: Any, args: tuple[Any, ...]) -> dict[int, list[int]]:
-        _, x, weight, _, stride, padding, dilation, transposed, out_pad, groups, mask = args[:11]
-        bias = [] if mask[2] else None  # present or not: the probe's module takes one
-        call = (x, weight, bias, stride, padding, dilation, transposed, out_pad, groups)
-        keep(_config(call, int(x.shape[0])), True)
-        return backward(self, args)
-
-    _cudnn.ConvWorkspaces.forward = on_forward  # type: ignore[method-assign]
-    _cudnn.ConvWorkspaces.backward = on_backward  # type: ignore[method-assign]
-    try:
-        yield seen
-    finally:
-        _cudnn.ConvWorkspaces.forward = forward  # type: ignore[method-assign]
-        _cudnn.ConvWorkspaces.backward = backward  # type: ignore[method-assign]
 
 
 def convolutions_of(job: tuple[dict[str, Any] | str, str, int]) -> list[dict[str, Any]]:
@@ -110,19 +55,12 @@ def convolutions_of(job: tuple[dict[str, Any] | str, str, int]) -> list[dict[str
     import memfit
 
     entry, mode, batch = job
-    with _recording() as seen:
+    with recorded_convolutions() as seen:
         if isinstance(entry, str):
             estimate_entry(next(e for e in ALL if e["id"] == entry))
         else:
             memfit.estimate(workload_for(entry, mode, batch, "h100"))
     return list(seen.values())
-
-
-def _size(cfg: dict[str, Any]) -> int:
-    from memfit.trace._conv_probe import output_spatial, spatial
-
-    inputs, outputs = cfg["c"] * math.prod(spatial(cfg)), cfg["k"] * math.prod(output_spatial(cfg))
-    return int(cfg["batch"]) * max(inputs, outputs)
 
 
 def _mode_of(wid: str) -> str:
@@ -165,11 +103,11 @@ def run_list(models: Path, out: Path, also: list[str], sources: list[str]) -> in
             for cfg in convs:
                 cfg = {**cfg, "train": train}
                 name = json.dumps(cfg, sort_keys=True)
-                bucket = checks if _table_answers(cfg, train) else found
+                bucket = checks if table_answers(cfg, train) else found
                 bucket.setdefault(name, {**cfg, "workloads": []})["workloads"].append(wid)
             print(f"[{n}/{len(jobs)}, {time.perf_counter() - start:.0f} s] {wid}", flush=True)
-    configs = sorted(found.values(), key=_size, reverse=True)
-    known = sorted(checks.values(), key=_size, reverse=True)[:CHECKS]
+    configs = sorted(found.values(), key=io_elements, reverse=True)
+    known = sorted(checks.values(), key=io_elements, reverse=True)[:CHECKS]
     for cfg in known:
         cfg["check"] = True
     out.write_text(
@@ -199,7 +137,7 @@ def op_sweep_convolutions(ops: list[str]) -> list[dict[str, Any]]:
 
     if os.environ.get("PYTHONHASHSEED") != op_sweep.HASH_SEED:
         raise SystemExit(f"run with PYTHONHASHSEED={op_sweep.HASH_SEED}: the op sweep's samples")
-    with tempfile.TemporaryDirectory() as tmp, _recording() as seen:
+    with tempfile.TemporaryDirectory() as tmp, recorded_convolutions() as seen:
         op_sweep.main(["trace", f"{tmp}/traced.jsonl", "--ops", *ops, "--budget-s", "3600"])
     return list(seen.values())
 
@@ -210,9 +148,9 @@ def run_list_ops(ops: list[str], out: Path) -> int:
     configs = [
         {**cfg, "workloads": ["op-sweep"]}
         for cfg in op_sweep_convolutions(ops)
-        if not _table_answers(cfg, cfg["train"])
+        if not table_answers(cfg, cfg["train"])
     ]
-    configs.sort(key=_size)
+    configs.sort(key=io_elements)
     meta = {"date": dt.date.today().isoformat(), "ops": ops}
     out.write_text(json.dumps({"meta": meta, "configs": configs}, indent=0) + "\n")
     print(f"{len(configs)} configurations of the op sweep to probe -> {out}")

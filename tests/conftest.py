@@ -20,13 +20,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True, scope="session")
 def _no_saved_calibrations(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The planner reads calibrations ``memfit calibrate`` saved on this machine: the tests
-    (and the processes they start) see an empty folder of their own, never the developer's.
+    """The planner reads calibrations ``memfit calibrate`` saved on this machine, and the trace
+    the convolution workspaces ``--probe-convolutions`` kept: the tests (and the processes they
+    start) see empty folders of their own, never the developer's.
     Session-wide, so that module fixtures that plan see it too."""
-    before = os.environ.get("MEMFIT_CALIBRATION_DIR")
-    os.environ["MEMFIT_CALIBRATION_DIR"] = str(tmp_path_factory.mktemp("calibrations"))
+    folders = {"MEMFIT_CALIBRATION_DIR": "calibrations", "MEMFIT_CUDNN_DIR": "cudnn"}
+    before = {name: os.environ.get(name) for name in folders}
+    for name, kind in folders.items():
+        os.environ[name] = str(tmp_path_factory.mktemp(kind))
     yield
-    if before is None:
-        os.environ.pop("MEMFIT_CALIBRATION_DIR", None)
-    else:
-        os.environ["MEMFIT_CALIBRATION_DIR"] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

@@ -2,7 +2,8 @@
 
 * Layers: a package imports only packages below it (lowest first):
   basics (``memfit._errors``, ``_units``, ``_events``, ``_choices``, ``_gpus``, ``_series``,
-  ``_display``, ``_forked``, ``_interrupt``, ``_lazy``, ``_host_memory``, ``_patching``) <
+  ``_display``, ``_forked``, ``_interrupt``, ``_lazy``, ``_host_memory``, ``_patching``,
+  ``_data_dirs``) <
   allocator < technique < workload < trace < estimator < advice < planner, monitor < snapshot <
   oom < runtime < report < integrations < cli. Packages on one rung (planner, monitor) do not import
   each other. Every import counts: at module level, inside functions, under ``TYPE_CHECKING``, and
@@ -58,6 +59,7 @@ BASIC_MODULES = {
     "_lazy",
     "_host_memory",
     "_patching",
+    "_data_dirs",
 }
 # the package's front door, ``python -m memfit`` and the command's first lines: above every layer
 TOP = {"__init__", "__main__", "_command"}

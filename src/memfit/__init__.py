@@ -39,6 +39,7 @@ if _typing.TYPE_CHECKING:
         Verdict,
         WorkloadSummary,
         estimate,
+        probe_convolutions,
         serving_capacity,
         validate,
     )
@@ -73,6 +74,7 @@ _LAZY = {
     "WorkloadSummary": "memfit.estimator",
     "Validation": "memfit.estimator",
     "validate": "memfit.estimator",
+    "probe_convolutions": "memfit.estimator",
     "ServingCapacity": "memfit.estimator",
     "serving_capacity": "memfit.estimator",
     "Workload": "memfit.workload",
@@ -182,6 +184,7 @@ __all__ = [
     "oom_report",
     "parse_size",
     "plan",
+    "probe_convolutions",
     "publish",
     "resolve_gpu",
     "serving_capacity",

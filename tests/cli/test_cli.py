@@ -211,3 +211,13 @@ def test_run_result_to_dict_names_every_file(tmp_path):
         "reports": [{"report": str(files.report), "json": str(files.json), "snapshot": None}],
         "problems": ["a facts file could not be read"],
     }
+
+
+def test_probing_convolutions_without_a_gpu_says_so(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert main(["estimate", "tv:resnet18", "-b", "2", "--probe-convolutions"]) != 0
+    err = capsys.readouterr().err
+    assert "no CUDA GPU is available" in err and "Traceback" not in err

@@ -111,6 +111,8 @@ def run_estimate(args: argparse.Namespace, console: Console) -> int:
     if args.max_batch_size:
         return _max_batch_size(args, console)
     write_plot = _plot_writer(args.plot, batch_search=False)
+    if args.probe_convolutions:
+        _probe(args, console)
     with _status(console, args, f"Tracing {args.model} on meta tensors..."):
         result = estimate(args.model, **workload_options(args))
     if args.json:
@@ -121,6 +123,27 @@ def run_estimate(args: argparse.Namespace, console: Console) -> int:
         render_estimate(result, console)
     _write_plot(write_plot, result, args, console)
     return 0
+
+
+def _probe(args: argparse.Namespace, console: Console) -> None:
+    """``--probe-convolutions``: measure the workload's unmeasured convolutions on this GPU
+    first (kept for later estimates), saying what it did on stderr."""
+    from memfit.estimator import probe_convolutions
+
+    err = Console(stderr=True, width=console.width)
+    with _status(console, args, f"Probing {args.model}'s convolutions on this GPU...") as status:
+
+        def progress(done: int, total: int) -> None:
+            if status is not None:
+                status.update(f"Probing convolution {done} of {total} on this GPU...")
+
+        found = probe_convolutions(args.model, progress=progress, **workload_options(args))
+    if args.json:
+        return
+    words = f"{found.probed} of {found.missing} convolutions not in memfit's table probed"
+    err.print(f"{words} on the {found.gpu} in {found.seconds:.1f} s, kept in {found.path}")
+    for failure in found.failed:
+        err.print(f"  not probed: {failure}")
 
 
 def _plot_writer(path: str | None, *, batch_search: bool) -> Callable[[Any, str], None] | None:
@@ -165,13 +188,14 @@ def _write_plot(
 
 
 @contextmanager
-def _status(console: Console, args: argparse.Namespace, text: str) -> Iterator[None]:
-    """A spinner while the CPU works, unless the output is JSON."""
+def _status(console: Console, args: argparse.Namespace, text: str) -> Iterator[Any]:
+    """A spinner while the CPU works (yielded, to change its text), unless the output is
+    JSON (then None)."""
     if args.json:
-        yield
+        yield None
         return
-    with console.status(text):
-        yield
+    with console.status(text) as status:
+        yield status
 
 
 def _max_batch_size(args: argparse.Namespace, console: Console) -> int:
@@ -242,6 +266,12 @@ def add_estimate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         metavar="F|SIZE",
         help="with --max-batch-size: memory kept free, a fraction or a size such as 512MiB "
         "(default: 0.02)",
+    )
+    est.add_argument(
+        "--probe-convolutions",
+        action="store_true",
+        help="first measure, on this machine's GPU, the cuDNN workspaces of the model's "
+        "convolutions memfit has not measured, and keep them for later estimates",
     )
     est.add_argument(
         "--confirm",

@@ -30,6 +30,7 @@ if _typing.TYPE_CHECKING:
         retries_within,
         runs_within,
     )
+    from memfit.estimator._probe_convs import ConvolutionProbes, probe_convolutions
     from memfit.estimator._serving import (
         ServingCapacity,
         ServingPoint,
@@ -39,6 +40,8 @@ if _typing.TYPE_CHECKING:
     from memfit.estimator._validate import Validation, local_gpu, validate
 
 _LAZY = {
+    "ConvolutionProbes": "_probe_convs",
+    "probe_convolutions": "_probe_convs",
     "ServingCapacity": "_serving",
     "ServingPoint": "_serving",
     "kv_cache_bytes": "_serving",
@@ -66,6 +69,7 @@ __getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, globals(), gc_paused)
 
 __all__ = [
     "BatchEstimates",
+    "ConvolutionProbes",
     "Estimate",
     "Measurement",
     "ServingCapacity",
@@ -86,6 +90,7 @@ __all__ = [
     "local_gpu",
     "measure",
     "module_group",
+    "probe_convolutions",
     "quiet_libraries",
     "released_by_step",
     "retries_by_step",

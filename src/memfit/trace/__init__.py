@@ -4,6 +4,7 @@ from memfit.trace._batch_fit import fit_batch_model, same_trace
 from memfit.trace._batch_model import MIN_BATCH, BatchModel, BatchRefusal
 from memfit.trace._batch_traces import BatchTraces
 from memfit.trace._compiled import CompileGuard
+from memfit.trace._conv_probe import ProbeRun, probe_unanswered
 from memfit.trace._costs import (
     COPY_KINDS,
     MEM_FAMILIES,
@@ -25,11 +26,13 @@ __all__ = [
     "CompileGuard",
     "Op",
     "PhaseCost",
+    "ProbeRun",
     "StepCosts",
     "Trace",
     "fit_batch_model",
     "is_copy",
     "mem_family",
+    "probe_unanswered",
     "same_trace",
     "trace_workload",
 ]

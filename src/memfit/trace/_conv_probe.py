@@ -16,27 +16,41 @@ where they apply ``dilation``, ``transposed``, ``output_padding``, ``nhwc`` (cha
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import json
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from memfit._gpus import Architecture
+from memfit.trace import _cudnn
 from memfit.trace._cudnn import ConvShape, _out_size
 
 __all__ = [
     "DTYPES",
     "ELEMENT",
+    "ProbeRun",
     "config_key",
     "config_of",
     "conv_module",
+    "io_elements",
     "output_spatial",
     "probe_conv",
+    "probe_unanswered",
     "record",
+    "recorded_convolutions",
+    "save_probes",
     "spatial",
     "split_workspaces",
+    "table_answers",
+    "unanswered",
 ]
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -199,3 +213,149 @@ def probe_conv(cfg: dict[str, Any], batch: int, dtype: str, train: bool) -> dict
     x.grad = None
     trace = record(run)
     return {**cfg, "batch": batch, "dtype": dtype, "train": train, "trace": trace}
+
+
+# -- which convolutions a trace meets, and which the table answers --------------------------
+
+
+def _call_config(args: tuple[Any, ...], batch: int) -> dict[str, Any] | None:
+    """The configuration of an ``aten.convolution`` call (1-, 2- or 3-d, dilated or
+    transposed), read off memfit's own key of it; None where the table keys none (a dtype it
+    does not hold)."""
+    x, weight, bias, stride, padding, dilation, transposed, out_pad, groups = args[:9]
+    key = _cudnn._key(x, weight, stride, padding, int(groups), dilation, transposed, out_pad)
+    return None if key is None else config_of(key, batch, bias is not None)
+
+
+def table_answers(cfg: dict[str, Any], train: bool, sm: int = 90) -> bool:
+    """Whether the table (with this machine's probes for compute capability ``sm``) holds the
+    configuration's key at its batch for every phase it runs."""
+    entry = _cudnn._table(Architecture(sm).cudnn_table, sm).get(config_key(cfg))
+    if entry is None:
+        return False
+    phases = ("fwd", "dgrad", "wgrad") if train else ("fwd",)
+    return all(str(cfg["batch"]) in entry.get(p, {}) for p in phases if entry.get(p))
+
+
+@contextlib.contextmanager
+def recorded_convolutions() -> Iterator[dict[str, dict[str, Any]]]:
+    """The convolutions traced while this lasts, one per configuration (``train`` where the
+    trace ran its backward)."""
+    seen: dict[str, dict[str, Any]] = {}
+    forward, backward = _cudnn.ConvWorkspaces.forward, _cudnn.ConvWorkspaces.backward
+
+    def keep(cfg: dict[str, Any] | None, train: bool) -> None:
+        if cfg is not None:
+            cfg = {**cfg, "train": train}
+            seen.setdefault(json.dumps(cfg, sort_keys=True), cfg)
+
+    def on_forward(self: Any, args: tuple[Any, ...]) -> list[int]:
+        keep(_call_config(args, int(args[0].shape[0])), False)
+        return forward(self, args)
+
+    def on_backward(self: Any, args: tuple[Any, ...]) -> dict[int, list[int]]:
+        _, x, weight, _, stride, padding, dilation, transposed, out_pad, groups, mask = args[:11]
+        bias: list[Any] | None = [] if mask[2] else None  # present or not: the module's
+        call = (x, weight, bias, stride, padding, dilation, transposed, out_pad, groups)
+        keep(_call_config(call, int(x.shape[0])), True)
+        return backward(self, args)
+
+    _cudnn.ConvWorkspaces.forward = on_forward  # type: ignore[method-assign]
+    _cudnn.ConvWorkspaces.backward = on_backward  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        _cudnn.ConvWorkspaces.forward = forward  # type: ignore[method-assign]
+        _cudnn.ConvWorkspaces.backward = backward  # type: ignore[method-assign]
+
+
+def unanswered(configs: list[dict[str, Any]], sm: int) -> list[dict[str, Any]]:
+    """The configurations the table does not answer exactly (their key, or their batch), a
+    training one where both ran; largest first (by the larger of input and output)."""
+    by_key: dict[tuple[str, int], dict[str, Any]] = {}
+    for cfg in configs:
+        slot = (config_key(cfg), int(cfg["batch"]))
+        if slot not in by_key or cfg["train"]:
+            by_key[slot] = cfg
+    missing = [c for c in by_key.values() if not table_answers(c, c["train"], sm)]
+    return sorted(missing, key=io_elements, reverse=True)
+
+
+def io_elements(cfg: dict[str, Any]) -> int:
+    """The larger of a configuration's input and output elements, over its batch."""
+    inputs = int(cfg["c"]) * math.prod(spatial(cfg))
+    outputs = int(cfg["k"]) * math.prod(output_spatial(cfg))
+    return int(cfg["batch"]) * max(inputs, outputs)
+
+
+# -- this machine's table --------------------------------------------------------------------
+
+
+def save_probes(probes: list[dict[str, Any]], sm: int) -> Path:
+    """Add probes (``probe_conv``'s rows, run on a GPU of compute capability ``sm``) to this
+    machine's table (``_cudnn.user_table_path``), keeping what it holds; returns its path."""
+    path = _cudnn.user_table_path(sm)
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        document = {"conv": {}}
+    conv = document.setdefault("conv", {})
+    for p in probes:
+        entry = conv.setdefault(config_key(p), {})
+        found = split_workspaces(p)
+        for phase in ("fwd", "dgrad", "wgrad", "bias") if p["train"] else ("fwd",):
+            entry.setdefault(phase, {})[str(p["batch"])] = found[phase]
+    document["meta"] = {
+        "date": dt.date.today().isoformat(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "",
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "source": "memfit estimate --probe-convolutions",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(document, sort_keys=True))
+    partial.replace(path)  # whole or not at all: a full disk leaves the old file
+    return path
+
+
+# -- a workload's convolutions, probed --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """The configurations a workload runs that the table did not answer, those measured, those
+    that could not run here (their keys, and why), and this machine's table."""
+
+    missing: int
+    probed: int
+    failed: tuple[str, ...]
+    path: Path
+
+
+def probe_unanswered(
+    workload: Any, target: Any, sm: int, progress: Callable[[int, int], None] | None = None
+) -> ProbeRun:
+    """Trace ``workload`` for ``target`` (on meta tensors), then probe on this machine's CUDA
+    GPU (of compute capability ``sm``) each of its convolutions the table does not answer,
+    largest first, and keep them (``save_probes``), even when interrupted."""
+    from memfit.trace._tracer import trace_workload
+
+    with recorded_convolutions() as seen:
+        trace_workload(workload, target)
+    configs = unanswered(list(seen.values()), sm)
+    probes, failed = [], []
+    try:
+        for done, cfg in enumerate(configs, 1):
+            shape = {k: v for k, v in cfg.items() if k not in ("batch", "dtype", "train")}
+            try:
+                probes.append(probe_conv(shape, cfg["batch"], cfg["dtype"], cfg["train"]))
+            except torch.OutOfMemoryError:
+                failed.append(f"{config_key(cfg)} at batch {cfg['batch']}: out of memory")
+            finally:
+                torch.cuda.empty_cache()
+            if progress is not None:
+                progress(done, len(configs))
+    finally:  # each probe stands on its own: an interrupt keeps those made
+        path = save_probes(probes, sm) if probes else _cudnn.user_table_path(sm)
+    return ProbeRun(len(configs), len(probes), tuple(failed), path)

@@ -29,10 +29,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from memfit._data_dirs import data_dir
 from memfit._gpus import DEFAULT_ARCHITECTURE
 from memfit.trace._layouts import channels_last
 
@@ -51,11 +53,61 @@ def cudnn_data(table: str) -> dict[str, Any]:
     return data
 
 
-def _table(
-    table: str = DEFAULT_ARCHITECTURE.cudnn_table,
-) -> dict[str, dict[str, dict[str, list[int]]]]:
-    conv: dict[str, dict[str, dict[str, list[int]]]] = cudnn_data(table)["conv"]
+Conv = dict[str, dict[str, dict[str, list[int]]]]  # key -> phase -> batch -> workspaces
+
+
+def _packaged(table: str = DEFAULT_ARCHITECTURE.cudnn_table) -> Conv:
+    conv: Conv = cudnn_data(table)["conv"]
     return conv
+
+
+def user_table_path(sm: int = DEFAULT_ARCHITECTURE.sm) -> Path:
+    """The workspaces ``memfit estimate --probe-convolutions`` measured on this machine's GPUs
+    of compute capability ``sm`` (90: Hopper): ``cudnn_sm<sm>.json`` in ``$MEMFIT_CUDNN_DIR``,
+    else under memfit's data folder (``memfit._data_dirs``)."""
+    return data_dir("cudnn", "MEMFIT_CUDNN_DIR") / f"cudnn_sm{sm}.json"
+
+
+@functools.cache
+def _with_user(table: str, path: str, stamp: int) -> tuple[Conv, frozenset[str]]:
+    """The packaged table with the user's probes filling what it lacks (a key, or a batch of
+    a phase), and the keys that took something from the user's file. ``stamp`` (the file's
+    modification time) makes a rewritten file read again."""
+    try:
+        user: Conv = json.loads(Path(path).read_text())["conv"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return _packaged(table), frozenset()  # unreadable: as if there were none
+    merged: Conv = {k: {ph: dict(b) for ph, b in v.items()} for k, v in _packaged(table).items()}
+    taken = set()
+    for key, phases in user.items():
+        entry = merged.setdefault(key, {})
+        for phase, by_batch in phases.items():
+            known = entry.setdefault(phase, {})
+            for batch, sizes in by_batch.items():
+                if batch not in known:
+                    known[batch] = sizes
+                    taken.add(key)
+    return merged, frozenset(taken)
+
+
+def _table_and_user_keys(
+    table: str = DEFAULT_ARCHITECTURE.cudnn_table, sm: int = DEFAULT_ARCHITECTURE.sm
+) -> tuple[Conv, frozenset[str]]:
+    """The table a lookup for a GPU of compute capability ``sm`` reads, and the keys in it
+    that took this machine's probes."""
+    path = user_table_path(sm)
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        return _packaged(table), frozenset()
+    return _with_user(table, str(path), stamp)
+
+
+def _table(
+    table: str = DEFAULT_ARCHITECTURE.cudnn_table, sm: int = DEFAULT_ARCHITECTURE.sm
+) -> Conv:
+    """The table a lookup reads: the packaged one, with this machine's probes where any."""
+    return _table_and_user_keys(table, sm)[0]
 
 
 @dataclass(frozen=True)
@@ -160,10 +212,14 @@ class ConvWorkspaces:
     """Looks up what cuDNN allocates inside each convolution of a trace, and counts misses;
     ``table`` is the architecture's measured table."""
 
-    def __init__(self, table: str = DEFAULT_ARCHITECTURE.cudnn_table) -> None:
+    def __init__(
+        self, table: str = DEFAULT_ARCHITECTURE.cudnn_table, sm: int = DEFAULT_ARCHITECTURE.sm
+    ) -> None:
         self.table = table
+        self.sm = sm  # the target's compute capability: this machine's probes of it count
         self.interpolated = 0
         self.unknown: set[str] = set()
+        self.from_user: set[str] = set()  # keys answered by this machine's probes
 
     def forward(self, args: tuple[Any, ...]) -> list[int]:
         x, weight, _, stride, padding, dilation, transposed, out_pad, groups = args[:9]
@@ -191,7 +247,10 @@ class ConvWorkspaces:
         key = _key(x, weight, stride, padding, groups, dilation, bool(transposed), out_pad)
         if key is None:
             return self._bounded(shape[:6], groups, phases, f"{x.dim() - 2}-d")
-        entry = _table(self.table).get(key)
+        table, user_keys = _table_and_user_keys(self.table, self.sm)
+        entry = table.get(key)
+        if key in user_keys:
+            self.from_user.add(key)
         if entry is None:
             fields, _, tags = key.partition("|")
             what = "|".join([fields, *(t for t in tags.split("|")[1:] if t != "nhwc")])
@@ -230,6 +289,11 @@ class ConvWorkspaces:
             notes.append(
                 f"cuDNN workspaces of {self.interpolated} convolution calls interpolated "
                 "from H200 measurements at other batch sizes"
+            )
+        if self.from_user:
+            notes.append(
+                f"cuDNN workspaces of {len(self.from_user)} convolution shapes read from the "
+                f"ones probed on this machine ({user_table_path(self.sm)})"
             )
         if self.unknown:
             notes.append(
@@ -319,7 +383,7 @@ def _bound_ratios(table: str) -> dict[tuple[str, str], float]:
     table's large convolutions stay under (none taken counts). Depthwise convolutions' forward
     takes none in the table."""
     samples: dict[tuple[str, str], list[float]] = {}
-    for key, phases in _table(table).items():
+    for key, phases in _packaged(table).items():
         fields, dtype, *tags = key.split("|")
         if len(fields.split(",")) != 11 or set(tags) - {"nhwc"}:
             continue  # 3-d, dilated, transposed: too few of each, and the bound keys none

@@ -333,7 +333,7 @@ class KernelModel:
             cublas_workspace = arch.cublas_workspace
         self.cublas_workspace = cublas_workspace
         self._handles: set[str] = set()
-        self.convolutions = ConvWorkspaces(arch.cudnn_table)
+        self.convolutions = ConvWorkspaces(arch.cudnn_table, arch.sm)
 
     def before(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], phase: str

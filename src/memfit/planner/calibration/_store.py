@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from memfit._data_dirs import data_dir
 from memfit._errors import InvalidInputError
 from memfit._gpus import _ALIASES, GPU, KNOWN_GPUS
 
@@ -22,11 +22,7 @@ _REQUIRED = ("gpu", "source", "curves", "kernel_floor", "bandwidth", "host")
 def calibration_dir() -> Path:
     """``$MEMFIT_CALIBRATION_DIR``, else ``$XDG_DATA_HOME/memfit/calibrations``, else
     ``~/.local/share/memfit/calibrations``."""
-    chosen = os.environ.get("MEMFIT_CALIBRATION_DIR")
-    if chosen:
-        return Path(chosen).expanduser()
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "memfit" / "calibrations"
+    return data_dir("calibrations", "MEMFIT_CALIBRATION_DIR")
 
 
 def device_key(name: str) -> str:
