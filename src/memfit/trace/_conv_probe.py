@@ -348,10 +348,15 @@ def probe_unanswered(
     try:
         for done, cfg in enumerate(configs, 1):
             shape = {k: v for k, v in cfg.items() if k not in ("batch", "dtype", "train")}
+            where = f"{config_key(cfg)} at batch {cfg['batch']}"
             try:
-                probes.append(probe_conv(shape, cfg["batch"], cfg["dtype"], cfg["train"]))
+                probe = probe_conv(shape, cfg["batch"], cfg["dtype"], cfg["train"])
+                split_workspaces(probe)  # a history it cannot read is not kept
+                probes.append(probe)
             except torch.OutOfMemoryError:
-                failed.append(f"{config_key(cfg)} at batch {cfg['batch']}: out of memory")
+                failed.append(f"{where}: out of memory beside what the process holds")
+            except ValueError:
+                failed.append(f"{where}: its allocations are not the ones memfit reads")
             finally:
                 torch.cuda.empty_cache()
             if progress is not None:
