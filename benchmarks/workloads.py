@@ -1392,6 +1392,76 @@ HELD_OUT_HANDWRITTEN_THIRD: list[dict[str, Any]] = [
     },
 ]
 
+# Held out: more models written by hand (no zoo), with ops the lists above lack: adaLN-Zero
+# modulation with patchify and unpatchify, a fixed-step RK4 loop, masked induced set
+# attention, per-sample generated weights run by vmap over functional_call, a
+# torch.distributions mixture likelihood, product-key top-k lookups, a chunked linear-attention
+# recurrence with checkpointed slices of the output head, modulated deformable convolutions,
+# argsort masking with checkpointed blocks, an EMA teacher updated by foreach ops in the loss;
+# predicted with predict.py and committed before gpu_measure.py measures them.
+HELD_OUT_HANDWRITTEN_FOURTH: list[dict[str, Any]] = [
+    {
+        "id": "hw4-dit-bf16mixed-b64",
+        "model": "benchmarks/models/dit.py:make_model",
+        "batch_size": 64,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw4-neural-ode-fp32-b128",
+        "model": "benchmarks/models/neural_ode.py:make_model",
+        "batch_size": 128,
+    },
+    {
+        "id": "hw4-set-transformer-fp16mixed-b128-s4096",
+        "model": "benchmarks/models/set_transformer.py:make_model",
+        "batch_size": 128,
+        "seq_len": 4096,
+        "precision": "fp16-mixed",
+    },
+    {
+        "id": "hw4-hypernetwork-fp32-b128",
+        "model": "benchmarks/models/hypernetwork.py:make_model",
+        "batch_size": 128,
+    },
+    {
+        "id": "hw4-mixture-density-fp32-b65536",
+        "model": "benchmarks/models/mixture_density.py:make_model",
+        "batch_size": 65536,
+    },
+    {
+        "id": "hw4-product-key-lm-bf16mixed-b16-s1024",
+        "model": "benchmarks/models/product_key_lm.py:make_model",
+        "batch_size": 16,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw4-rwkv-lm-bf16mixed-b16-s1024",
+        "model": "benchmarks/models/rwkv_lm.py:make_model",
+        "batch_size": 16,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw4-deformable-segmenter-fp16mixed-b64",
+        "model": "benchmarks/models/deformable_segmenter.py:make_model",
+        "batch_size": 64,
+        "precision": "fp16-mixed",
+    },
+    {
+        "id": "hw4-masked-autoencoder-bf16mixed-b256",
+        "model": "benchmarks/models/masked_autoencoder.py:make_model",
+        "batch_size": 256,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw4-dino-convnext-fp16mixed-b64",
+        "model": "benchmarks/models/dino_convnext.py:make_model",
+        "batch_size": 64,
+        "precision": "fp16-mixed",
+    },
+]
+
 # Held out for the optimizer stepped on the host (techniques={"host_optimizer": True}): each
 # predicted with predict.py and committed before gpu_measure.py ran it
 _ON_HOST = {"techniques": {"host_optimizer": True}}
@@ -1541,6 +1611,7 @@ ALL = (
     + HELD_OUT_HANDWRITTEN
     + HELD_OUT_HANDWRITTEN_SECOND
     + HELD_OUT_HANDWRITTEN_THIRD
+    + HELD_OUT_HANDWRITTEN_FOURTH
     + HELD_OUT_HOST_OPTIMIZER
     + HELD_OUT_LORA
     + HELD_OUT_QLORA
