@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import zoo_vlm
 from torch import nn
 from zoo_shrink import VARIANTS, config_diff, is_size, shrink
 
@@ -39,7 +40,8 @@ class Head:
     auto: str
     labels: str  # tokens, class, tokens-class, span, ctc, decoder, contrastive, mask, none,
     # scores (visual question answering's soft targets), series-class, depth (a depth map
-    # per image), image (the upscaled image): the last two have no loss in the model
+    # per image), image (the upscaled image): these two have no loss in the model;
+    # image-text (the text's tokens after an image's placeholders, ``IMAGE_TEXT``)
     types: tuple[str, ...] | None = None  # only these of the mapping's types (None: all)
 
 
@@ -141,6 +143,38 @@ HEADS = [
         "contrastive",
         types=("clap", "xclip", "groupvit", "owlvit", "owlv2"),
     ),
+    # vision-language models: text with an image's placeholder tokens, trained on the text
+    Head(
+        "image-text-to-text",
+        "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+        "AutoModelForImageTextToText",
+        "image-text",
+        types=(
+            "aya_vision",
+            "cohere2_vision",
+            "deepseek_vl",
+            "lighton_ocr",
+            "llava_next_video",
+            "video_llava",
+            "fast_vlm",
+            "idefics3",
+            "internvl",
+            "janus",
+            "kosmos-2",
+            "lfm2_vl",
+            "llava",
+            "llava_next",
+            "llava_onevision",
+            "mistral3",
+            "ovis2",
+            "paligemma",
+            "qwen2_5_vl",
+            "qwen2_vl",
+            "qwen3_vl",
+            "smolvlm",
+            "vipllava",
+        ),
+    ),
 ]
 HEAD_BY_TASK = {head.task: head for head in HEADS}
 
@@ -179,12 +213,12 @@ def _first_line(exc: BaseException) -> str:
 
 
 def head_of(model_type: str) -> Head | None:
-    """The first head in ``HEADS`` whose mapping lists ``model_type``."""
+    """The head of ``model_type``: a head that names it in its ``types`` (the sweep makes that
+    head's inputs for it), else the first head in ``HEADS`` whose mapping lists it."""
     from transformers.models.auto import modeling_auto
 
-    for head in HEADS:
-        if head.types is not None and model_type not in head.types:
-            continue
+    named = [head for head in HEADS if head.types is not None and model_type in head.types]
+    for head in named or [head for head in HEADS if head.types is None]:
         if model_type in getattr(modeling_auto, head.mapping):
             return head
     return None
@@ -262,6 +296,8 @@ def input_spec(model_type: str, head: Head, config: Any, main_input: str) -> lis
     """Candidate inputs for the head, in the order to try them: one for most heads; audio has
     several layouts (a waveform, or features as frames x bins or bins x frames). ``shape`` is
     a floating input's shape per sample."""
+    if head.labels == "image-text":
+        return [zoo_vlm.image_text_spec(model_type, config)]
     base: dict[str, Any] = {"main": main_input, "labels": head.labels}
     vocab = _sub(config, "vocab_size")
     base["vocab"] = int(vocab) if is_size(vocab) else 256  # character models: bytes
@@ -327,6 +363,8 @@ def make_inputs(
     """A batch of ``batch`` samples as ``spec`` says, on the CPU; labels only for training.
     A floating input is one random sample repeated (``expand``): its values do not change the
     memory, and a large batch costs the host nothing until it is moved to a device."""
+    if spec["labels"] == "image-text":
+        return zoo_vlm.image_text_inputs(spec, batch, train, generator)
     main = spec["main"]
     if main == "input_ids":
         ids = torch.randint(0, spec["vocab"], (batch, spec["seq_len"]), generator=generator)
@@ -415,6 +453,14 @@ def head_loss(labels: str) -> Callable[[nn.Module, dict[str, Any]], torch.Tensor
     return loss_fn
 
 
+def fitted(model_type: str, head: Head, diff: dict[str, Any]) -> dict[str, Any]:
+    """The config ``diff`` with what the head's inputs need (a vision-language model's:
+    ``zoo_vlm.fitted``); other heads' configs are not changed."""
+    if head.labels != "image-text":
+        return diff
+    return zoo_vlm.fitted(model_type, diff, build_config(model_type, diff))
+
+
 # what meta tensors cannot do (a value read from the data), as torch words it
 _META_LIMITS = ("on meta tensors", "out of meta tensor", "data-dependent", "data dependent")
 
@@ -493,6 +539,7 @@ def hf_entry(model_type: str, head: Head) -> dict[str, Any]:
     reasons = []
     for variant, diff in candidates(model_type):
         try:
+            diff = fitted(model_type, head, diff)
             params = _meta_params(model_type, head, diff)
             config = build_config(model_type, diff)
         except Exception as exc:  # the library refuses this config: the next one

@@ -131,6 +131,57 @@ def test_heads_whose_models_compute_no_loss_get_the_users_and_a_listed_head_keep
     assert loss.dim() == 0 and loss.item() > 0
 
 
+def test_a_vision_language_batch_has_a_placeholder_per_image_feature_and_learns_the_text():
+    import torch
+    import zoo_hf
+
+    head = zoo_hf.head_of("llava")  # named by the head's types, ahead of pretraining's mapping
+    assert head.task == "image-text-to-text" and zoo_hf.head_of("vit_mae").task == "pretraining"
+    import zoo_vlm
+
+    assert set(head.types) == set(zoo_vlm.IMAGE_TEXT)  # a rule for each type the head takes
+    diff = zoo_hf.fitted("llava", head, next(zoo_hf.candidates("llava"))[1])
+    config = zoo_hf.build_config("llava", diff)
+    assert config.text_config.vocab_size > config.image_token_id  # the placeholder is a token
+    spec = zoo_hf.input_spec("llava", head, config, "input_ids")[0]
+    batch = zoo_hf.make_inputs(spec, 2, True, torch.Generator().manual_seed(0))
+    image = batch["input_ids"] == config.image_token_id
+    side = config.vision_config.image_size // config.vision_config.patch_size
+    assert image.sum(dim=1).tolist() == [side * side] * 2  # the class token is dropped
+    assert (batch["labels"] == -100).equal(image)
+    assert batch["pixel_values"].shape[0] == 2
+    torch.manual_seed(0)
+    model = zoo_hf.build_hf_model("llava", head.task, diff)
+    loss = model(**batch).loss
+    assert loss.dim() == 0 and torch.isfinite(loss)
+
+
+def test_image_tensors_follow_the_batch_and_random_text_leaves_special_tokens_out():
+    import torch
+    import zoo_hf
+
+    spec = {
+        "main": "input_ids",
+        "labels": "image-text",
+        "vocab": 8,
+        "seq_len": 64,
+        "prompt": [[9, 1], [8, 4], [10, 1]],  # start, four placeholders, end
+        "special": [0, 1, 8, 9, 10],
+        "tensors": {
+            "pixel_values": {"shape": [16, 12], "flat": True},  # a list of patches
+            "image_grid_thw": {"value": [[1, 4, 4]], "flat": True},
+            "mm_token_type_ids": {"runs": [0, 1, 0], "text": 0},
+        },
+    }
+    batch = zoo_hf.make_inputs(spec, 3, False, torch.Generator().manual_seed(0))
+    assert batch["input_ids"].shape == (3, 64) and "labels" not in batch
+    assert batch["input_ids"][:, :6].tolist() == [[9, 8, 8, 8, 8, 10]] * 3
+    assert not torch.isin(batch["input_ids"][:, 6:], torch.tensor(spec["special"])).any()
+    assert batch["pixel_values"].shape == (48, 12)
+    assert batch["image_grid_thw"].tolist() == [[1, 4, 4]] * 3
+    assert batch["mm_token_type_ids"].sum(dim=1).tolist() == [4] * 3
+
+
 # -- the batch ---------------------------------------------------------------------------------
 
 
