@@ -133,3 +133,16 @@ def test_probing_needs_a_gpu() -> None:
 
     with pytest.raises(NoGPUError, match="no CUDA GPU is available"):
         memfit.probe_convolutions(_Odd, lambda: torch.randn(3, 37, 61, 59))
+
+
+def test_probes_of_one_architecture_are_refused_for_another(monkeypatch) -> None:
+    import memfit
+    from memfit._errors import InvalidInputError
+    from memfit._gpus import GPU
+    from memfit.estimator import _probe_convs
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    a100 = GPU("NVIDIA A100-SXM4-80GB", 80 * 2**30, (8, 0))
+    monkeypatch.setattr(_probe_convs, "_local_gpu", lambda: a100)
+    with pytest.raises(InvalidInputError, match=r"compute capability 9\.0.*A100.*8\.0"):
+        memfit.probe_convolutions(_Odd, lambda: torch.randn(3, 37, 61, 59), gpu="h100")
