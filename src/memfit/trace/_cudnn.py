@@ -217,6 +217,8 @@ class ConvWorkspaces:
     ) -> None:
         self.table = table
         self.sm = sm  # the target's compute capability: this machine's probes of it count
+        # read once per trace, not at each of its convolutions
+        self._conv, self._user_keys = _table_and_user_keys(table, sm)
         self.interpolated = 0
         self.unknown: set[str] = set()
         self.from_user: set[str] = set()  # keys answered by this machine's probes
@@ -247,9 +249,8 @@ class ConvWorkspaces:
         key = _key(x, weight, stride, padding, groups, dilation, bool(transposed), out_pad)
         if key is None:
             return self._bounded(shape[:6], groups, phases, f"{x.dim() - 2}-d")
-        table, user_keys = _table_and_user_keys(self.table, self.sm)
-        entry = table.get(key)
-        if key in user_keys:
+        entry = self._conv.get(key)
+        if key in self._user_keys:
             self.from_user.add(key)
         if entry is None:
             fields, _, tags = key.partition("|")
