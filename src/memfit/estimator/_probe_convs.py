@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from memfit._errors import InvalidInputError, NoGPUError
+from memfit._gpus import GPU
 from memfit.estimator._estimate import as_workload
 from memfit.estimator._gc import gc_frozen
 from memfit.estimator._quiet import quiet_libraries
@@ -95,7 +96,7 @@ def probe_convolutions(
     )
 
 
-def _local_gpu() -> Any:
+def _local_gpu() -> GPU:
     from memfit.estimator._validate import local_gpu
 
     return local_gpu()

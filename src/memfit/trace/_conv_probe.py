@@ -53,8 +53,9 @@ __all__ = [
     "unanswered",
 ]
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
+# the table's dtype names (``_cudnn``'s own), both ways, and their element sizes
+DTYPES = {name: dtype for dtype, name in _cudnn._DTYPES.items()}
+ELEMENT = _cudnn._ITEM_SIZES
 # the phase each allocation after the n-th of the convolution's own tensors belongs to
 _PHASES = ("fwd", "dgrad", "dgrad", "wgrad", "bias")
 
