@@ -25,7 +25,9 @@ convolutions at its batches, ``zoo_convs.py``), then
 sweep's), then ``results/2026-12-07-h100-zoo-held-out-convolutions/held-convs-probe.json.gz``
 (the held-out transformers types' convolutions) and
 ``results/2026-12-07-h100-new-families-convolutions/new-convs-probe.json.gz`` (the depth,
-upscaling and contrastive types' and the third hand-written set's). Per configuration and
+upscaling and contrastive types' and the third hand-written set's), then the H200's
+``results/2026-12-07-h200-vision-language-convolutions/vlm-hw4-convs-probe.json.gz`` (the
+vision-language types' and the fourth hand-written set's). Per configuration and
 phase: the forward's workspaces, the input gradient's, the weight gradient's, and the bias
 gradient's reduction's.
 """

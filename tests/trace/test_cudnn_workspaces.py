@@ -61,6 +61,8 @@ PROBES = [
     "benchmarks/results/2026-12-07-h100-zoo-held-out-convolutions/held-convs-probe.json.gz",
     # the convolutions of the depth, upscaling and contrastive types and the third hand-written set
     "benchmarks/results/2026-12-07-h100-new-families-convolutions/new-convs-probe.json.gz",
+    # the vision-language types' and the fourth hand-written set's
+    "benchmarks/results/2026-12-07-h200-vision-language-convolutions/vlm-hw4-convs-probe.json.gz",
 ]
 
 
