@@ -118,6 +118,14 @@ ZOO_HELD_2 = (
     "2026-12-07-cpu-zoo-held-out-depth-contrastive",
     "2026-12-07-h100-zoo-new-families",
 )
+ZOO_HELD_3 = (
+    "2026-12-07-cpu-zoo-held-out-vision-language",
+    "2026-12-07-h200-zoo-vision-language",
+)
+HANDWRITTEN_4 = (
+    "2026-12-07-cpu-handwritten-models-fourth",
+    "2026-12-07-h200-handwritten-models-fourth",
+)
 LORA = ("2026-12-07-cpu-lora-predictions", "2026-12-07-cpu-qlora-predictions")
 LORA_H200 = "2026-12-07-h200-lora-qlora"
 OP_SWEEP = "2026-12-06-h100-op-sweep"
@@ -412,6 +420,20 @@ SOURCES: list[Source] = [
         predictions,
     ),
     Source(f"{HANDWRITTEN_3[1]}/measured.json", "handwritten", measured, versions=GPU_HOST),
+    Source(f"{ZOO_HELD_3[0]}/estimates.jsonl", "families", held_out_estimates, prediction=True),
+    Source(
+        f"{ZOO_HELD_3[0]}/estimates-after-conv-probe.jsonl",
+        "families",
+        held_out_estimates,
+    ),
+    Source(f"{ZOO_HELD_3[1]}/peaks.jsonl", "families", held_out_peaks, gpu=H200, versions=HOST_211),
+    Source(f"{HANDWRITTEN_4[0]}/predictions.json", "handwritten", predictions, prediction=True),
+    Source(
+        f"{HANDWRITTEN_4[0]}/predictions-after-conv-probe.json",
+        "handwritten",
+        predictions,
+    ),
+    Source(f"{HANDWRITTEN_4[1]}/measured.json", "handwritten", measured, versions=GPU_HOST),
 ]
 
 TOPICS: list[tuple[str, str]] = [
