@@ -27,7 +27,9 @@ sweep's), then ``results/2026-12-07-h100-zoo-held-out-convolutions/held-convs-pr
 ``results/2026-12-07-h100-new-families-convolutions/new-convs-probe.json.gz`` (the depth,
 upscaling and contrastive types' and the third hand-written set's), then the H200's
 ``results/2026-12-07-h200-vision-language-convolutions/vlm-hw4-convs-probe.json.gz`` (the
-vision-language types' and the fourth hand-written set's). Per configuration and
+vision-language types' and the fourth hand-written set's), and its LSTM probes
+``results/2026-12-07-h200-lstm-probes/hidden-lstm-probe.json.gz`` (hidden sizes 32 to 512) and
+``sequencer-lstm-probe.json.gz`` (Sequencer2d's shapes, batches up to 32,768). Per configuration and
 phase: the forward's workspaces, the input gradient's, the weight gradient's, and the bias
 gradient's reduction's.
 """
@@ -81,34 +83,79 @@ def _transients(trace: list[list[Any]]) -> list[int]:
     return out
 
 
-def lstm_workspace_fits(probe: dict[str, Any]) -> dict[str, list[float]]:
-    """Least-squares fit, per (dtype, layers, directions[, infer]), of the LSTM workspace as
-    H*e*(a*B*S + b*B + c*S + d) + k: exact to ~140 bytes on every probed configuration (the
-    forward, input-gradient and weight-gradient calls all take the same size)."""
+def _lstm_workspace(p: dict[str, Any]) -> int:
+    """The workspace of one LSTM probe: the allocation before the reserve space in training,
+    the call's largest transient in inference (no reserve space)."""
+    b, s, h, layers = p["batch"], p["seq"], p["hidden"], p["layers"]
+    dirs = 2 if p["bidirectional"] else 1
+    if p.get("train", True):
+        reserve = (6 * layers - 1) * dirs * b * s * h * ELEMENT[p["dtype"]] + 256
+        allocs = [size for action, size in p["trace"] if action == "alloc"]
+        return allocs[allocs.index(reserve) - 1]
+    return max(_transients(p["trace"]))
+
+
+def _solve(rows: list[list[float]], y: list[float]) -> list[float]:
+    """Least squares; + 0.0 writes a zero coefficient 0.0 whatever sign the solver left on it,
+    so that the same probes give the same file on any BLAS."""
     import numpy as np
 
-    rows: dict[str, tuple[list[list[float]], list[float]]] = {}
+    coef = np.linalg.lstsq(np.array(rows, float), np.array(y, float), rcond=None)[0]
+    return [round(float(c), 4) + 0.0 for c in coef]
+
+
+def _regime(per_h: dict[int, list[float]]) -> dict[str, Any]:
+    """One engine's closed form over the hidden sizes it was probed at: the workspace over
+    the element size is ``a*H*B*S + (b1*H + b0)*B + (c1*H + c0)*S + g2*H^2 + g1*H + g0``."""
+    hs = sorted(per_h)
+    a = round(sum(per_h[h][0] / h for h in hs) / len(hs), 4) + 0.0
+
+    def in_h(index: int, powers: tuple[int, ...]) -> list[float]:
+        usable = powers[-len(hs) :] if len(hs) < len(powers) else powers
+        coef = _solve([[float(h) ** k for k in usable] for h in hs], [per_h[h][index] for h in hs])
+        padded = dict(zip(usable, coef, strict=True))
+        return [padded.get(k, 0.0) for k in powers]
+
+    return {
+        "h": [hs[0], hs[-1]],
+        "a": a,
+        "b": in_h(1, (1, 0)),
+        "c": in_h(2, (1, 0)),
+        "g": in_h(3, (2, 1, 0)),
+    }
+
+
+def lstm_workspace_fits(probe: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The LSTM workspace per (dtype, layers, directions[, infer]), as regimes of hidden size.
+
+    At each probed hidden size H, the workspace over the element size is exactly
+    ``a_H*B*S + b_H*B + c_H*S + g_H`` (H200 and H100 probes, torch 2.11, cuDNN 9.19), and
+    ``a_H / H`` is constant over a range of hidden sizes: one engine's. cuDNN changes engine at
+    some hidden size (fp32: between 192 and 256, where ``a_H / H`` falls from 22 to 6), so
+    consecutive hidden sizes with the same ``a_H / H`` make one regime, fitted in closed form
+    (:func:`_regime`). Only probes whose input size is the hidden size are used; the input's
+    own term is :mod:`memfit.trace._rnn`'s."""
+    points: dict[str, dict[int, list[tuple[int, int, float]]]] = {}
     for p in probe["lstm"]:
-        b, s, h, layers = p["batch"], p["seq"], p["hidden"], p["layers"]
-        e = ELEMENT[p["dtype"]]
+        if p.get("kind", "lstm") != "lstm" or p.get("input", p["hidden"]) != p["hidden"]:
+            continue
         dirs = 2 if p["bidirectional"] else 1
-        train = p.get("train", True)
-        if train:
-            reserve = (6 * layers - 1) * dirs * b * s * h * e + 256
-            allocs = [size for action, size in p["trace"] if action == "alloc"]
-            workspace = allocs[allocs.index(reserve) - 1]
-        else:  # no reserve space: the workspace is the call's largest transient allocation
-            workspace = max(_transients(p["trace"]))
-        key = f"{p['dtype']}|{layers}|{dirs}" + ("" if train else "|infer")
-        a, y = rows.setdefault(key, ([], []))
-        a.append([h * e * b * s, h * e * b, h * e * s, h * e, 1.0])
-        y.append(float(workspace))
-    fits = {}
-    for key, (a, y) in rows.items():
-        coef = np.linalg.lstsq(np.array(a), np.array(y), rcond=None)[0]
-        # + 0.0: a zero coefficient is written 0.0 whatever sign the solver left on it, so
-        # the same probes give the same file on any BLAS
-        fits[key] = [round(float(c), 4) + 0.0 for c in coef]
+        key = f"{p['dtype']}|{p['layers']}|{dirs}" + ("" if p.get("train", True) else "|infer")
+        y = _lstm_workspace(p) / ELEMENT[p["dtype"]]
+        points.setdefault(key, {}).setdefault(p["hidden"], []).append((p["batch"], p["seq"], y))
+    fits: dict[str, list[dict[str, Any]]] = {}
+    for key, by_h in sorted(points.items()):
+        per_h = {
+            h: _solve([[b * s, b, s, 1.0] for b, s, _ in rows], [y for *_, y in rows])
+            for h, rows in sorted(by_h.items())
+        }
+        regimes: list[tuple[float, dict[int, list[float]]]] = []
+        for h, coef in per_h.items():
+            if regimes and abs(regimes[-1][0] - coef[0] / h) < 0.01:
+                regimes[-1][1][h] = coef
+            else:
+                regimes.append((coef[0] / h, {h: coef}))
+        fits[key] = [_regime(members) for _, members in regimes]
     return fits
 
 

@@ -156,3 +156,70 @@ def test_a_gru_says_its_cudnn_memory_is_not_modelled() -> None:
     )
     notes = trace_workload(work, resolve_gpu("h100")).notes
     assert any("a GRU ran PyTorch's cell kernels" in n for n in notes)
+
+
+# every LSTM probe: hidden sizes 32 to 1024, 1-4 layers, batches up to 32,768, and input
+# sizes other than the hidden size (0.5 to 4 times)
+ALL_PROBES = [
+    PROBE,
+    RESULTS / "2026-11-30-h200-finder-monitor-cudnn/cudnn_probe_lstm.json.gz",
+    PROBE_FP16,
+    RESULTS / "2026-12-07-h200-lstm-probes/hidden-lstm-probe.json.gz",
+    RESULTS / "2026-12-07-h200-lstm-probes/sequencer-lstm-probe.json.gz",
+    RESULTS / "2026-12-07-h100-rnn-probes/lstm-inputs-probe.json.gz",
+]
+
+
+def _real_workspace(p: dict[str, Any]) -> int:
+    e = 4 if p["dtype"] == "fp32" else 2
+    dirs = 2 if p["bidirectional"] else 1
+    if p.get("train", True):
+        reserve = reserve_bytes(p["layers"], dirs, p["batch"], p["seq"], p["hidden"], e)
+        allocs = [size for action, size in p["trace"] if action == "alloc"]
+        return allocs[allocs.index(reserve) - 1]
+    live: dict[int, int] = {}
+    freed = []
+    for action, size in p["trace"]:
+        if action == "alloc":
+            live[size] = live.get(size, 0) + 1
+        elif live.get(size):
+            live[size] -= 1
+            freed.append(size)
+    return max(freed)
+
+
+def test_the_workspace_is_every_probes_or_bounds_it_from_above() -> None:
+    from memfit.trace._rnn import LstmCall, _workspace
+
+    counts = {"exact": 0, "bounded": 0}
+    for path in ALL_PROBES:
+        for p in _load(path):
+            if p.get("kind", "lstm") != "lstm":
+                continue
+            e = 4 if p["dtype"] == "fp32" else 2
+            dirs = 2 if p["bidirectional"] else 1
+            size = p.get("input", p["hidden"])
+            call = LstmCall(
+                p["dtype"], e, p["layers"], dirs, p["batch"], p["seq"], p["hidden"],
+                not p.get("train", True), size,
+            )  # fmt: skip
+            ours, _ = _workspace(call)
+            real = _real_workspace(p)
+            if size == p["hidden"] or not p.get("train", True):
+                assert abs(ours - real) <= 8, (_name(p), size, ours, real)
+                counts["exact"] += 1
+            else:  # training with another input size: bounded, never under
+                assert real <= ours <= 1.2 * real, (_name(p), size, ours, real)
+                counts["bounded"] += 1
+    assert counts["exact"] > 1500 and counts["bounded"] > 400
+
+
+def test_what_was_not_probed_is_said() -> None:
+    from memfit.trace._rnn import LstmCall, _workspace
+
+    _, said = _workspace(LstmCall("bf16", 2, 1, 2, 64, 32, 48, False, 192))
+    assert said == ["an input size above the hidden size bounded from above"]
+    _, said = _workspace(LstmCall("fp32", 4, 6, 1, 64, 32, 16, True))
+    assert said == ["hidden size 16 outside the probed ones", "6 layers extrapolated"]
+    _, said = _workspace(LstmCall("fp32", 4, 1, 1, 64, 32, 224, True))
+    assert said == []  # between two probed engines: the larger, nothing to say

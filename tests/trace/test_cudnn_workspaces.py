@@ -63,6 +63,9 @@ PROBES = [
     "benchmarks/results/2026-12-07-h100-new-families-convolutions/new-convs-probe.json.gz",
     # the vision-language types' and the fourth hand-written set's
     "benchmarks/results/2026-12-07-h200-vision-language-convolutions/vlm-hw4-convs-probe.json.gz",
+    # LSTMs of hidden sizes 32 to 512, and at Sequencer2d's shapes (batches up to 32,768)
+    "benchmarks/results/2026-12-07-h200-lstm-probes/hidden-lstm-probe.json.gz",
+    "benchmarks/results/2026-12-07-h200-lstm-probes/sequencer-lstm-probe.json.gz",
 ]
 
 

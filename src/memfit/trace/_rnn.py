@@ -7,17 +7,22 @@ gradients into one flat buffer. Its weights live in one flat buffer too, made wh
 reaches the GPU in fp32 or fp16 (``flatten_parameters``); in bf16 cuDNN copies them into a new
 buffer on every forward and keeps it for the backward.
 
-Sizes, measured on an H200 with torch 2.11 / cuDNN 9.19 in fp32, bf16 and fp16, 1-4 layers, one
-and two directions, training and inference (``benchmarks/cudnn_probe.py``): the reserve space is
-``(6*layers - 1) * directions * B*S*H * element_size + 256`` bytes on all of them; the workspace
-is fitted per (dtype, layers, directions) as ``H*e*(a*B*S + b*B + c*S + d) + k``
-(``benchmarks/build_cudnn_table.py``), within about 140 bytes of every probe. fp16's fits are
-bf16's but for one layer in one direction, where fp16 takes more (a = 22 where bf16 has 6).
-The probes' sequences are 64 and 256 long; beyond them the fit can miss: the H200 took
+Sizes, measured on an H200 and an H100 with torch 2.11 / cuDNN 9.19 in fp32, bf16 and fp16,
+1-4 layers, one and two directions, hidden sizes 32 to 1024, batches 16 to 32,768, training and
+inference (``benchmarks/cudnn_probe.py``): the reserve space is
+``(6*layers - 1) * directions * B*S*H * element_size + 256`` bytes on all of them. The workspace
+over the element size is, at each hidden size, exactly ``a_H*B*S + b_H*B + g_H``, and cuDNN's
+engine shows in ``a_H / H``: fp32 and fp16 take 22 (one direction) or 31 (two) up to a hidden
+size of 192 and 6 or 15 from 256; bf16 takes 6 or 15 throughout. Each such regime is fitted in
+closed form over its hidden sizes (``benchmarks/build_cudnn_table.py``), exact to the byte on
+every probe. Between two regimes the larger is taken; outside the probed hidden sizes or layer
+counts the estimate extrapolates and says so. An input size other than the hidden size adds a
+term of its own (:func:`_input_term`: exact in inference, bounded from above in training).
+The probes' sequences are 16 to 256 long; beyond them the fit can be high: the H200 took
 221,118,976 bytes for lstm-lm-bf16mixed-b32-s512 (fp16 under autocast, 2 layers, H 1024, B 32,
-S 512) where the fit gives 252,969,461. Layer counts beyond the probed ones are extrapolated,
-and the estimate says so. Packed sequences, projections and GRU/RNN keep the meta device's
-kernels (also said in the notes).
+S 512) where the fit gives 252,969,472.
+Packed sequences, projections and GRU/RNN keep the meta device's kernels (also said in the
+notes).
 
 Under CUDA autocast, whatever its dtype, ``_cudnn_rnn`` goes through autocast's own wrapper
 (``aten/src/ATen/cudnn/AutocastRNN.cpp``, ``_cudnn_rnn_cast_reflatten``): it runs cuDNN in
@@ -76,15 +81,15 @@ class RnnHooks:
         self.free(self.alloc(nbytes, label))
 
 
-def _fits(table: str = DEFAULT_ARCHITECTURE.cudnn_table) -> dict[str, list[float]]:
-    fits: dict[str, list[float]] = cudnn_data(table)["lstm_workspace"]
+def _fits(table: str = DEFAULT_ARCHITECTURE.cudnn_table) -> dict[str, list[dict[str, Any]]]:
+    fits: dict[str, list[dict[str, Any]]] = cudnn_data(table)["lstm_workspace"]
     return fits
 
 
 @dataclass(frozen=True)
 class LstmCall:
     """What cuDNN's LSTM workspace depends on: dtype name and element size, layers,
-    directions, batch, sequence, hidden size, and inference or training."""
+    directions, batch, sequence, hidden size, inference or training, and the input size."""
 
     dtype: str
     element: int
@@ -94,13 +99,60 @@ class LstmCall:
     seq: int
     hidden: int
     infer: bool
+    input: int = 0  # 0: the hidden size
+
+    @property
+    def input_size(self) -> int:
+        return self.input or self.hidden
 
 
-def _workspace(call: LstmCall, table: str = DEFAULT_ARCHITECTURE.cudnn_table) -> tuple[int, bool]:
-    """The fitted workspace of a training (or inference) call, and whether the layer count
-    was probed (else the fit is extrapolated linearly in the number of layers)."""
+def _regime_value(regime: dict[str, Any], b: int, s: int, h: int) -> float:
+    """One engine's closed form (``build_cudnn_table.lstm_workspace_fits``), over the element
+    size."""
+    b1, b0 = regime["b"]
+    c1, c0 = regime["c"]
+    g2, g1, g0 = regime["g"]
+    per_batch = regime["a"] * h * b * s + (b1 * h + b0) * b + (c1 * h + c0) * s
+    return float(per_batch + g2 * h * h + g1 * h + g0)
+
+
+def _at_hidden(regimes: list[dict[str, Any]], b: int, s: int, h: int) -> tuple[float, str]:
+    """The workspace (over the element size) at hidden size ``h``: the regime probed around
+    it; between two regimes, the larger of both (where cuDNN changes engine is not known);
+    outside every probed size, the nearest regime's, and a note."""
+    inside = [r for r in regimes if r["h"][0] <= h <= r["h"][1]]
+    if inside:
+        return _regime_value(inside[0], b, s, h), ""
+    below = [r for r in regimes if r["h"][1] < h]
+    above = [r for r in regimes if r["h"][0] > h]
+    if below and above:
+        return max(_regime_value(below[-1], b, s, h), _regime_value(above[0], b, s, h)), ""
+    nearest = below[-1] if below else above[0]
+    return _regime_value(nearest, b, s, h), f"hidden size {h} outside the probed ones"
+
+
+def _input_term(call: LstmCall) -> int:
+    """What an input size I other than the hidden size H adds (H100 probes, torch 2.11, I of
+    0.5, 2 and 4 times H): in inference exactly ``e*(I-H)*(B*S + 4*H*dirs)``; in training
+    at most ``e*(I-H)*(3*dirs*B*S + 2*B + 4*H*dirs)`` for I > H (the probes' steepest
+    growth), and nothing for I < H, where the workspace at I = H bounds it (it grows with I)."""
+    i, h, e, dirs = call.input_size, call.hidden, call.element, call.dirs
+    bs, b = call.batch * call.seq, call.batch
+    if call.infer:
+        return e * (i - h) * (bs + 4 * h * dirs)
+    if i <= h:
+        return 0
+    return e * (i - h) * (3 * dirs * bs + 2 * b + 4 * h * dirs)
+
+
+def _workspace(
+    call: LstmCall, table: str = DEFAULT_ARCHITECTURE.cudnn_table
+) -> tuple[int, list[str]]:
+    """The workspace of a training (or inference) call, and what about it was not probed:
+    a layer count (extrapolated linearly in the layers from the nearest probed ones), a hidden
+    size outside the probed ones, an input size above the hidden size in training (bounded)."""
     dtype, layers, dirs, infer = call.dtype, call.layers, call.dirs, call.infer
-    b, s, h, e = call.batch, call.seq, call.hidden, call.element
+    b, s, h = call.batch, call.seq, call.hidden
     mode = "|infer" if infer else ""
     fits = {
         k: v
@@ -108,16 +160,23 @@ def _workspace(call: LstmCall, table: str = DEFAULT_ARCHITECTURE.cudnn_table) ->
         if k.startswith(f"{dtype}|") and k.endswith("|infer") == infer
     }
     probed = sorted({int(k.split("|")[1]) for k in fits})
-    lo, hi = probed[0], probed[-1]
+    said: list[str] = []
+
+    def at(n_layers: int) -> float:
+        value, note = _at_hidden(fits[f"{dtype}|{n_layers}|{dirs}{mode}"], b, s, h)
+        if note and note not in said:
+            said.append(note)
+        return value
+
     if layers in probed:
-        coef = fits[f"{dtype}|{layers}|{dirs}{mode}"]
+        size = at(layers)
     else:
-        c_lo, c_hi = fits[f"{dtype}|{lo}|{dirs}{mode}"], fits[f"{dtype}|{hi}|{dirs}{mode}"]
-        t = (layers - lo) / (hi - lo)
-        coef = [a + (b_ - a) * t for a, b_ in zip(c_lo, c_hi, strict=True)]
-    a, b_coef, c, d, k = coef
-    size = max(0, round(h * e * (a * b * s + b_coef * b + c * s + d) + k))
-    return size, layers in probed
+        lo, hi = (probed[-2], probed[-1]) if layers > probed[-1] else (probed[0], probed[1])
+        size = at(lo) + (at(hi) - at(lo)) * (layers - lo) / (hi - lo)
+        said.append(f"{layers} layers extrapolated")
+    if call.input_size > h and not infer:
+        said.append("an input size above the hidden size bounded from above")
+    return max(0, round(size * call.element) + _input_term(call)), said
 
 
 def reserve_bytes(layers: int, dirs: int, b: int, s: int, h: int, e: int) -> int:
@@ -227,10 +286,10 @@ def cudnn_lstm(args: tuple[Any, ...], hooks: RnnHooks) -> Any:
         hooks.notes.add("cuDNN LSTM inference workspace taken from training's (not probed)")
         infer = False
     layers = int(layers)
-    call = LstmCall(name, e, layers, dirs, int(b), int(s), h, infer)
-    workspace, probed = _workspace(call, hooks.table)
-    if not probed:
-        hooks.notes.add(f"cuDNN LSTM workspace for {layers} layers extrapolated")
+    call = LstmCall(name, e, layers, dirs, int(b), int(s), h, infer, int(x.shape[-1]))
+    workspace, unprobed = _workspace(call, hooks.table)
+    for what in unprobed:
+        hooks.notes.add(f"cuDNN LSTM workspace: {what}")
     spec = _Spec(
         dirs=dirs,
         batch_first=bool(batch_first),
