@@ -28,6 +28,36 @@ def test_a_product_of_two_dtypes_is_refused_as_the_gpu_refuses_it() -> None:
         memfit.estimate(MixedProduct, lambda: torch.randn(4, 8), gpu="h100", mode="infer")
 
 
+class MixedPut(nn.Module):
+    """bfloat16 values put into a float32 tensor at a mask's positions (SmolVLM's image
+    features into its text embeddings, under bf16 autocast)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.layer(x)
+        mask = torch.arange(x.shape[0], device=x.device) % 2 == 0
+        out[mask] = out[mask].to(torch.bfloat16)
+        return out
+
+
+@pytest.mark.parametrize("by_index", [False, True])
+def test_an_index_put_of_another_dtype_is_refused_as_the_gpu_refuses_it(by_index: bool) -> None:
+    from memfit.trace._cuda_checks import refuse_as_cuda
+
+    if by_index:
+        f32 = torch.empty(4, 3, device="meta")
+        values = torch.empty(2, 3, dtype=torch.bfloat16, device="meta")
+        index = torch.tensor([0, 2], device="meta")
+        with pytest.raises(RuntimeError, match="got Float for the destination and BFloat16"):
+            refuse_as_cuda(torch.ops.aten.index_put_.default, (f32, (index,), values))
+        return
+    with pytest.raises(TraceError, match="Index put requires the source and destination dtypes"):
+        memfit.estimate(MixedPut, lambda: torch.randn(4, 8), gpu="h100", mode="infer")
+
+
 def test_under_autocast_the_same_product_runs() -> None:
     e = memfit.estimate(
         MixedProduct, lambda: torch.randn(4, 8), gpu="h100", mode="infer", precision="bf16-mixed"

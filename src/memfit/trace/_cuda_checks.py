@@ -6,6 +6,10 @@ output float32) and raises on the GPU (H100, torch 2.11: TIPSv2's and MRA's bf16
 YOSO's training backward, each of which memfit had estimated). An
 estimate of a step that cannot run would be a number for nothing: the trace raises the GPU's
 error instead, which names the op, the module and the phase.
+
+``index_put`` is refused too where its values' dtype is not the destination's: the CUDA (and
+CPU) kernel raises, the meta kernel writes them (H200, torch 2.11: SmolVLM's training under
+bf16 autocast puts bf16 image features into float32 text embeddings, and fails on the GPU).
 """
 
 from __future__ import annotations
@@ -48,8 +52,27 @@ def _message(func: Any, a: torch.dtype, b: torch.dtype) -> str:
     return f"expected scalar type {first} but found {second}"
 
 
+# the index puts and the positions of the destination and of the values
+_PUTS = {
+    aten.index_put.default: (0, 2),
+    aten.index_put_.default: (0, 2),
+    aten._index_put_impl_.default: (0, 2),
+}
+
+
 def refuse_as_cuda(func: Any, args: tuple[Any, ...]) -> None:
     """Raise what the CUDA kernel of ``func`` raises for ``args``, where it would."""
+    put = _PUTS.get(func)
+    if put is not None and len(args) > put[1]:
+        dest, values = args[put[0]], args[put[1]]
+        tensors = isinstance(dest, torch.Tensor) and isinstance(values, torch.Tensor)
+        if tensors and dest.dtype != values.dtype:
+            first, second = _SCALAR.get(dest.dtype, dest.dtype), _SCALAR.get(values.dtype)
+            raise RuntimeError(
+                "Index put requires the source and destination dtypes match, got "
+                f"{first} for the destination and {second or values.dtype} for the source."
+            )
+        return
     at = _PRODUCTS.get(func)
     if at is None or len(args) <= at[1]:
         return

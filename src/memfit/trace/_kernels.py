@@ -35,6 +35,7 @@ from memfit.trace._bnb_kernels import GEMM_4BIT, gemm_4bit_temporaries
 from memfit.trace._conv_copies import conv_backward_input_copy, conv_grad_copy, conv_input_copy
 from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._cudnn_batch_norm import cudnn_batch_norm_grad_copy
+from memfit.trace._deform_conv import deform_scratch, deform_temporaries, is_deform
 from memfit.trace._embedding_backward import EMBEDDING_BACKWARDS, embedding_backward_scratch
 from memfit.trace._fake_kernels import scratch as fake_scratch
 from memfit.trace._fake_kernels import temporaries
@@ -339,7 +340,7 @@ class KernelModel:
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], phase: str
     ) -> Iterable[tuple[int, str]]:
         """Persistent allocations a kernel triggers the first time it runs on a thread."""
-        if func in _CUBLAS_OPS:
+        if func in _CUBLAS_OPS or is_deform(func):
             thread = "backward" if phase.endswith("backward") else "main"
             out: list[tuple[int, str]] = []
             if thread not in self._handles:
@@ -365,6 +366,8 @@ class KernelModel:
         its own (``_fake_kernels``) allocate their temporaries here too (CTC loss's lengths
         and log_beta, nms's sort and IoU mask); bitsandbytes' 4-bit product its dequantized
         weight (``_bnb_kernels``)."""
+        if is_deform(func):
+            return deform_temporaries(func, args)
         if getattr(func, "namespace", None) == "bitsandbytes" and func.name() == GEMM_4BIT:
             gpu = (self.sm_count, self.sm // 10, self.sm % 10)
             return gemm_4bit_temporaries(args, kwargs or {}, gpu)
@@ -436,6 +439,8 @@ class KernelModel:
             return workspaces
         if func in _EFFICIENT_BACKWARD:
             return efficient_backward_scratch(func, args, kwargs)
+        if is_deform(func):
+            return deform_scratch(func, args)
         if func in SORTS:
             return sort_scratch(args, kwargs)
         if func is aten.renorm.default:
@@ -474,7 +479,7 @@ class KernelModel:
             return False, "end"
         if func in _HELD_AFTER or func in REDUCE_OPS:
             return True, "after"
-        return func in _LAST_FIRST, "before"
+        return func in _LAST_FIRST or is_deform(func), "before"
 
     def between_outputs(
         self, func: Any, args: tuple[Any, ...]

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from memfit.trace._cudnn_batch_norm import cudnn_takes
+from memfit.trace._deform_conv import deform_backward_order
 from memfit.trace._loss_kernels import log_sigmoid_output, loss_output
 
 __all__ = ["RESIZED_FROM_INPUT", "channels_last", "conv_memory_format", "cuda_layout", "cuda_order"]
@@ -219,7 +220,7 @@ def cuda_order(func: Any, out: Any) -> Any:
         return (out[2], out[1], out[0], out[3])
     if func is aten._scaled_dot_product_cudnn_attention.default and isinstance(out, tuple):
         return (*out[6:8], *out[:6], *out[8:])
-    return out
+    return deform_backward_order(func, out)
 
 
 _BAGS = frozenset({aten._embedding_bag.default, aten._embedding_bag_forward_only.default})

@@ -396,6 +396,11 @@ class Recorder(TorchDispatchMode):
                 if self.grad_owners.scatters_into_fresh_zeros(self.phase, args, kwargs):
                     func, args, kwargs = _INDEX_PUT_IMPL, (*args[:3], True, True), {}
         if puts_by_positions(func, args, kwargs):
+            try:
+                refuse_as_cuda(func, args)  # values of another dtype than the destination's
+            except Exception as exc:
+                self._failed(func, func.overloadpacket.__name__, exc)
+                raise
             with self:  # by the masks' positions (nonzero), as CUDA does
                 return put_by_positions(func, args, kwargs)
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
