@@ -434,6 +434,11 @@ SOURCES: list[Source] = [
         predictions,
     ),
     Source(f"{HANDWRITTEN_4[1]}/measured.json", "handwritten", measured, versions=GPU_HOST),
+    Source(
+        "2026-12-07-cpu-handwritten-fourth-after-deform/estimates.json",
+        "handwritten",
+        predictions,
+    ),
 ]
 
 TOPICS: list[tuple[str, str]] = [
