@@ -95,6 +95,7 @@ ZOO_NORMS = "2026-12-07-cpu-zoo-after-norm-layouts"
 ZOO_ACCUMULATORS = "2026-12-07-cpu-zoo-after-attention-accumulators"
 ZOO_BATCH_NORM = "2026-12-07-cpu-zoo-after-cudnn-batch-norm"
 ZOO_AUTOCAST = "2026-12-07-cpu-zoo-after-autocast-cache"
+ZOO_LSTM = "2026-12-07-cpu-zoo-after-lstm-regimes"
 ZOO_FRESH = (
     "2026-12-06-h100-zoo-recheck",
     "2026-12-06-h100-zoo-fresh-processes",
@@ -395,6 +396,7 @@ SOURCES: list[Source] = [
     Source(f"{ZOO_ACCUMULATORS}/estimates.jsonl", "zoo", zoo_estimates),
     Source(f"{ZOO_BATCH_NORM}/estimates.jsonl", "zoo", zoo_estimates),
     Source(f"{ZOO_AUTOCAST}/estimates.jsonl", "zoo", zoo_estimates),
+    Source(f"{ZOO_LSTM}/estimates.jsonl", "zoo", zoo_estimates),
     *(Source(f"{ZOO_H100}/measured-{k}-of-2.jsonl", "zoo", zoo_measured, gpu=H100) for k in (1, 2)),
     *(Source(f"{ZOO_H100}/measured-{k}-of-4.jsonl", "zoo", zoo_measured, gpu=H100) for k in (1, 3)),
     *(Source(f"{folder}/peaks.jsonl", "zoo", zoo_fresh, gpu=H100) for folder in ZOO_FRESH),
