@@ -35,7 +35,13 @@ import torch
 
 from memfit.trace._scratch import Scratch
 
-__all__ = ["DEFORM_OPS", "deform_backward_order", "deform_scratch", "deform_temporaries"]
+__all__ = [
+    "DEFORM_OPS",
+    "deform_backward_order",
+    "deform_scratch",
+    "deform_temporaries",
+    "is_deform",
+]
 
 FORWARD = "torchvision::deform_conv2d"
 BACKWARD = "torchvision::_deform_conv2d_backward"
