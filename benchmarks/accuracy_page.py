@@ -26,6 +26,7 @@ import sys
 from accuracy_formats import (
     ROOT,
     MissingResultError,
+    Reader,
     Source,
     accuracy,
     cases,
@@ -130,6 +131,22 @@ HANDWRITTEN_4 = (
 LORA = ("2026-12-07-cpu-lora-predictions", "2026-12-07-cpu-qlora-predictions")
 LORA_H200 = "2026-12-07-h200-lora-qlora"
 OP_SWEEP = "2026-12-06-h100-op-sweep"
+
+
+def _probed_first(folders: tuple[str, str], stem: str, read: Reader, gpu: str = "") -> list[Source]:
+    """A held-out set predicted twice before it was measured (with the cuDNN table as it was,
+    then with the set's convolutions probed as ops first), and its measurements: zoo types'
+    peaks (``gpu`` given) or hand-written models' ``measured.json``."""
+    cpu, device = folders
+    ext = "jsonl" if gpu else "json"
+    topic = "families" if gpu else "handwritten"
+    after = Source(f"{cpu}/{stem}-after-conv-probe.{ext}", topic, read)
+    if gpu:
+        peaks = Source(f"{device}/peaks.jsonl", topic, held_out_peaks, gpu=gpu, versions=HOST_211)
+    else:
+        peaks = Source(f"{device}/measured.json", topic, measured, versions=GPU_HOST)
+    return [Source(f"{cpu}/{stem}.{ext}", topic, read, prediction=True), after, peaks]
+
 
 SOURCES: list[Source] = [
     Source(f"{ACCURACY}/measured-part1.json", "validation", measured, versions=GPU_HOST),
@@ -408,34 +425,10 @@ SOURCES: list[Source] = [
     Source(f"{ZOO_HELD[0]}/estimates.jsonl", "families", held_out_estimates, prediction=True),
     Source(f"{ZOO_HELD[1]}/peaks.jsonl", "families", held_out_peaks, gpu=H100, versions=HOST_211),
     Source(f"{ZOO_BATCH_NORM}/held-out-estimates.jsonl", "families", held_out_estimates),
-    Source(f"{ZOO_HELD_2[0]}/estimates.jsonl", "families", held_out_estimates, prediction=True),
-    Source(
-        f"{ZOO_HELD_2[0]}/estimates-after-conv-probe.jsonl",
-        "families",
-        held_out_estimates,
-    ),
-    Source(f"{ZOO_HELD_2[1]}/peaks.jsonl", "families", held_out_peaks, gpu=H100, versions=HOST_211),
-    Source(f"{HANDWRITTEN_3[0]}/predictions.json", "handwritten", predictions, prediction=True),
-    Source(
-        f"{HANDWRITTEN_3[0]}/predictions-after-conv-probe.json",
-        "handwritten",
-        predictions,
-    ),
-    Source(f"{HANDWRITTEN_3[1]}/measured.json", "handwritten", measured, versions=GPU_HOST),
-    Source(f"{ZOO_HELD_3[0]}/estimates.jsonl", "families", held_out_estimates, prediction=True),
-    Source(
-        f"{ZOO_HELD_3[0]}/estimates-after-conv-probe.jsonl",
-        "families",
-        held_out_estimates,
-    ),
-    Source(f"{ZOO_HELD_3[1]}/peaks.jsonl", "families", held_out_peaks, gpu=H200, versions=HOST_211),
-    Source(f"{HANDWRITTEN_4[0]}/predictions.json", "handwritten", predictions, prediction=True),
-    Source(
-        f"{HANDWRITTEN_4[0]}/predictions-after-conv-probe.json",
-        "handwritten",
-        predictions,
-    ),
-    Source(f"{HANDWRITTEN_4[1]}/measured.json", "handwritten", measured, versions=GPU_HOST),
+    *_probed_first(ZOO_HELD_2, "estimates", held_out_estimates, H100),
+    *_probed_first(HANDWRITTEN_3, "predictions", predictions),
+    *_probed_first(ZOO_HELD_3, "estimates", held_out_estimates, H200),
+    *_probed_first(HANDWRITTEN_4, "predictions", predictions),
     Source(
         "2026-12-07-cpu-handwritten-fourth-after-deform/estimates.json",
         "handwritten",

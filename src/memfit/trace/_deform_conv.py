@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from memfit.trace._fake_kernels import op_name
 from memfit.trace._scratch import Scratch
 
 __all__ = [
@@ -43,20 +44,15 @@ __all__ = [
     "is_deform",
 ]
 
-FORWARD = "torchvision::deform_conv2d"
-BACKWARD = "torchvision::_deform_conv2d_backward"
+FORWARD = "torchvision::deform_conv2d.default"
+BACKWARD = "torchvision::_deform_conv2d_backward.default"
 DEFORM_OPS = frozenset({FORWARD, BACKWARD})
 _MAX_PARALLEL_IMAGES = 32  # kMaxParallelImgs
 
 
-def _name(func: Any) -> str:
-    name = getattr(func, "_name", None)
-    return name if isinstance(name, str) else ""
-
-
 def is_deform(func: Any) -> bool:
     """Whether ``func`` is torchvision's deformable convolution or its backward."""
-    return _name(func) in DEFORM_OPS
+    return op_name(func) in DEFORM_OPS
 
 
 def _block(batch: int) -> int:
@@ -88,7 +84,7 @@ def _sizes(x: torch.Tensor, weight: torch.Tensor, offset: torch.Tensor) -> tuple
 def deform_temporaries(func: Any, args: tuple[Any, ...]) -> list[tuple[int, str]]:
     """What the kernel allocates before its outputs and frees when it returns: the forward's
     copies, zeroed output, blocked output and column buffer; the backward's copies."""
-    name = _name(func)
+    name = op_name(func)
     if name == FORWARD:
         x, weight, offset = args[0], args[1], args[2]
         if not isinstance(x, torch.Tensor) or x.numel() == 0:
@@ -109,7 +105,7 @@ def deform_scratch(func: Any, args: tuple[Any, ...]) -> list[list[Scratch]]:
     """The backward's buffers after its outputs, as groups that live one after another: the
     input gradient's columns and slice copy, the weight gradient's blocked output gradient and
     columns, the bias gradient's sum and ones."""
-    if _name(func) != BACKWARD:
+    if op_name(func) != BACKWARD:
         return []
     grad, x, weight, offset = args[0], args[1], args[2], args[3]
     if not isinstance(x, torch.Tensor) or x.numel() == 0:
@@ -134,6 +130,6 @@ def deform_scratch(func: Any, args: tuple[Any, ...]) -> list[list[Scratch]]:
 def deform_backward_order(func: Any, out: Any) -> Any:
     """The backward's outputs in the order the kernel makes them: input, offset and mask
     gradients first (``backward_gradient_inputs``), then the weight's and the bias's."""
-    if _name(func) == BACKWARD and isinstance(out, tuple) and len(out) == 5:
+    if op_name(func) == BACKWARD and isinstance(out, tuple) and len(out) == 5:
         return (out[0], out[2], out[3], out[1], out[4])
     return out
