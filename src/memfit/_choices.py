@@ -38,7 +38,7 @@ MODES = ("train", "infer")
 # what to do with a torch.compile'd model: "eager" estimates its uncompiled step
 COMPILED_CHOICES = ("eager",)
 # how mixture-of-experts routers are answered in a trace (memfit.trace._routing says what each is)
-MOE_ROUTINGS = ("balanced", "skewed")
+MOE_ROUTINGS = ("balanced", "loaded", "skewed")
 
 # data-parallel strategies memfit estimates (memfit.technique.data_parallel)
 STRATEGIES = ("ddp", "fsdp2", "zero1", "zero2", "zero3")

@@ -1,6 +1,6 @@
 """On a real GPU: mixture-of-experts estimates match what it measures, for the experts
 implementation transformers picks by default (grouped_mm) and for eager experts with the
-router's choices forced to the policy the estimate assumed (balanced or skewed)."""
+router's choices forced to the policy the estimate assumed (balanced, loaded or skewed)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ print(json.dumps([e.peak_allocated, e.peak_reserved, m.peak_allocated, m.peak_re
 
 
 @pytest.mark.parametrize(
-    ("impl", "policy"), [(None, "balanced"), ("eager", "balanced"), ("eager", "skewed")]
+    ("impl", "policy"),
+    [(None, "balanced"), ("eager", "balanced"), ("eager", "loaded"), ("eager", "skewed")],
 )
 def test_moe_estimate_matches_the_gpu(impl: str | None, policy: str):
     code = _CODE.format(impl=impl, policy=policy)

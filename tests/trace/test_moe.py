@@ -8,6 +8,7 @@ default experts implementation) computes on all tokens*top_k rows whatever the r
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from memfit import estimate
 from memfit._gpus import resolve_gpu
 from memfit.cli import main
 from memfit.trace import trace_workload
+from memfit.trace._routing import Routing
 from memfit.workload import make_workload
 
 H200 = resolve_gpu("h200")
@@ -78,8 +80,31 @@ def expert_inputs(build, routing: str | None) -> list[int]:
 
 
 def test_balanced_routing_gives_each_expert_tokens_times_top_k_over_experts():
-    rows = expert_inputs(lambda: mixtral("eager"), None)
+    rows = expert_inputs(lambda: mixtral("eager"), "balanced")
     assert rows == [TOKENS * 2 // 4] * 4  # every expert, 64 tokens x top-2 / 4 experts
+
+
+def test_loaded_routing_by_default_rises_from_three_quarters_to_five_quarters_of_even():
+    rows = expert_inputs(lambda: mixtral("eager"), None)
+    # 64 tokens x top-2 / 4 experts = 32 even: 24, 29.3, 34.7, 40, the running sum floored
+    assert rows == [24, 29, 35, 40]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "experts", "k"),
+    [(104448, 64, 4), (14336, 320, 12), (10, 8, 2), (3, 4, 3), (1, 8, 2), (100, 3, 2)],
+)
+def test_loaded_routing_routes_every_slot_to_distinct_experts_within_the_load(
+    tokens: int, experts: int, k: int
+):
+    chosen = Routing("loaded").choices(tokens, experts, k)
+    assert chosen.shape == (tokens, k)
+    assert all(len(set(row)) == k for row in chosen.tolist())  # k distinct experts a token
+    counts = torch.bincount(chosen.flatten(), minlength=experts).tolist()
+    even = tokens * k / experts
+    for e, count in enumerate(counts):  # rising from 0.75 to 1.25 times even, to a token
+        share = even * (0.75 + 0.5 * e / (experts - 1))
+        assert math.floor(share) - 1 <= count <= min(tokens, math.ceil(share))
 
 
 def test_skewed_routing_gives_top_k_experts_nearly_all_tokens_and_uses_every_expert():
@@ -107,13 +132,17 @@ def test_grouped_mm_default_does_not_depend_on_routing_and_says_so():
 
 
 def test_routing_note_says_the_policy_the_experts_and_where():
-    est = estimate(mixtral, batch())
+    est = estimate(mixtral, batch(), moe_routing="balanced")
     note = next(n for n in est.notes if n.startswith("mixture-of-experts routing assumed"))
     assert "balanced: each of 4 experts gets 1/2 of the 64 tokens (top-2" in note
     assert "model.layers.0.mlp.gate" in note
     assert "moe_routing='skewed' gives the worst case" in note
     skewed = estimate(mixtral, batch(), moe_routing="skewed")
     assert any("routing assumed skewed (the worst case)" in n for n in skewed.notes)
+    loaded = estimate(mixtral, batch())
+    note = next(n for n in loaded.notes if n.startswith("mixture-of-experts routing assumed"))
+    assert "loaded: the 4 experts get from 0.75 to 1.25 times an even share of the 64" in note
+    assert "(top-2, 24 to 40 each, the busiest last)" in note
 
 
 def test_no_largest_size_guess_for_the_router():
@@ -123,7 +152,7 @@ def test_no_largest_size_guess_for_the_router():
 
 @pytest.mark.parametrize("mode", ["train", "infer"])
 def test_qwen2_moe_estimates_with_a_routing_note(mode: str):
-    est = estimate(qwen2_moe, batch(mode == "train"), mode=mode)
+    est = estimate(qwen2_moe, batch(mode == "train"), mode=mode, moe_routing="balanced")
     assert est.peak_allocated > 0
     assert any("each of 6 experts gets 1/2 of the 64 tokens (top-3" in n for n in est.notes)
 
@@ -143,7 +172,9 @@ def test_qwen3_moe_estimates_with_a_routing_note():
         num_experts_per_tok=2,
     )
     est = estimate(lambda: transformers.Qwen3MoeForCausalLM(cfg), batch())
-    assert any("each of 8 experts gets 1/4 of the 64 tokens (top-2" in n for n in est.notes)
+    assert any(
+        "the 8 experts get from 0.75 to 1.25 times an even share of the 64" in n for n in est.notes
+    )
 
 
 def test_moe_routing_for_a_dense_model_is_said_in_the_notes():

@@ -126,11 +126,12 @@ def add_model_kind_args(p: argparse.ArgumentParser) -> None:
     """Settings for kinds of model whose memory needs an assumption: routing, compilation."""
     p.add_argument(
         "--moe-routing",
-        default=None,  # None: balanced, and no note when the model routes nothing
+        default=None,  # None: loaded, and no note when the model routes nothing
         choices=MOE_ROUTINGS,
         metavar="R",
-        help="mixture-of-experts routing to assume: balanced (each expert gets tokens*top_k/"
-        "experts, the default) or skewed (every token to the same top_k experts: the worst case)",
+        help="mixture-of-experts routing to assume: loaded (experts get 0.75 to 1.25 times an "
+        "even share, the default), balanced (each expert gets tokens*top_k/experts) or skewed "
+        "(every token to the same top_k experts: the worst case)",
     )
     p.add_argument(
         "--compiled",

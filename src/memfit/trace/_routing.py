@@ -8,7 +8,17 @@ transformers' eager experts, ``sort``/``histc`` offsets in ``grouped_mm``) would
 its largest size: every expert would get every token. Instead, the router's ``topk`` is given
 real indices (a shadow, see :mod:`memfit.trace._shadow`) chosen by a policy:
 
-``balanced`` (the default)
+``loaded`` (the default)
+    expert ``e`` gets ``(0.75 + 0.5*e/(E-1))`` times an even share ``tokens*k/E``: loads from
+    0.75 to 1.25 times even, rising with the expert's index, ``k`` distinct experts per token.
+    Real routers are uneven, and where routing decides tensor sizes their spread is what the
+    caching allocator sees: blocks of many sizes, the larger ones after the smaller ones, so
+    that freed blocks are too small for the next expert's. 1.25 is the room routers are given
+    over an even share (a capacity factor of 1.25 in Switch-style routers), and what a router
+    initialised at random gave its busiest expert on an H100 (the privacy filter of
+    ``benchmarks/results/2026-12-06-h100-zoo-sweep/``: 1.24); balanced routing estimated that
+    training step 2.00% under the reserved peak, loaded 1.92% over it.
+``balanced``
     token ``t`` goes to experts ``(t*k + j) mod E`` for ``j < k``: ``k`` distinct experts per
     token, and each expert gets ``tokens*k/E`` tokens, as evenly as integers allow. This is what
     a router trained with a load-balancing loss aims at.
@@ -24,7 +34,7 @@ real indices (a shadow, see :mod:`memfit.trace._shadow`) chosen by a policy:
     (``gate_up_proj[e]``, ``select_backward``) makes a zero-filled gradient the size of all the
     experts' weights, which the engine then sums. Where the experts' tensors do not depend on
     routing (``grouped_mm`` and ``batched_mm``, transformers 5's default and its alternative,
-    work on all ``tokens*k`` rows at once) both policies give the same memory, and the note
+    work on all ``tokens*k`` rows at once) every policy gives the same memory, and the note
     says so. Where the peak lies outside the experts (the loss, the optimizer step), skewed can
     come out a few MiB under balanced, as cached blocks are reused differently: an H200 showed
     the same (a Mixtral-style model, eager experts, b4 s1024: 12 MB less allocated, 0.2 GiB more
@@ -44,8 +54,10 @@ output is allocated as ``create_grouped_gemm_output_tensor`` allocates it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -74,7 +86,7 @@ class _Router:
 class Routing:
     """Answers routers' choices by a policy and remembers what was routed, for the notes."""
 
-    def __init__(self, policy: str = "balanced") -> None:
+    def __init__(self, policy: str = "loaded") -> None:
         self.policy = policy
         self.module_of: Callable[[], str] = lambda: ""
         self.routers: list[_Router] = []
@@ -111,6 +123,8 @@ class Routing:
             spread = min(tokens, experts - k)  # one token for each otherwise unused expert
             chosen[:spread, k - 1] = torch.arange(k, k + spread)
             return chosen
+        if self.policy == "loaded":
+            return _from_counts(_loaded_counts(tokens, experts, k), tokens, k)
         slots = torch.arange(tokens).unsqueeze(1) * k + torch.arange(k).unsqueeze(0)
         return slots % experts
 
@@ -162,6 +176,14 @@ class Routing:
                     f"experts (top-{k}), but for {spread} tokens that use each other expert once"
                 )
                 other = "moe_routing='balanced' gives even routing"
+            elif self.policy == "loaded":
+                counts = _loaded_counts(tokens, experts, k)
+                what = (
+                    f"loaded: the {experts} experts get from {2 - LOAD:g} to {LOAD:g} times an "
+                    f"even share of the {tokens} tokens (top-{k}, {counts[0]} to {counts[-1]} "
+                    "each, the busiest last)"
+                )
+                other = "moe_routing='balanced' gives even routing, 'skewed' the worst case"
             else:
                 share = _fraction(k, experts)
                 what = (
@@ -177,6 +199,35 @@ class Routing:
                 "rows, such as all tokens*top_k at once or a fixed capacity per expert)"
             )
         return out
+
+
+LOAD = 1.25  # the busiest expert's tokens over an even share, in the "loaded" policy
+
+
+def _loaded_counts(tokens: int, experts: int, k: int) -> list[int]:
+    """Tokens per expert, rising evenly from ``2 - LOAD`` to :data:`LOAD` times an even share
+    and summing to ``tokens * k`` (each the floor or the ceiling of its share: the running sum
+    is floored), none over every token (what that cuts goes to the last experts with room)."""
+    total = tokens * k
+    share = Fraction(total, experts)
+    low = (2 - Fraction(LOAD)) * share
+    step = 2 * (share - low) / max(experts - 1, 1)
+    running = [math.floor(i * low + i * (i - 1) * step / 2) for i in range(experts + 1)]
+    counts = [min(tokens, b - a) for a, b in zip(running, running[1:], strict=False)]
+    left = total - sum(counts)
+    for e in reversed(range(experts)):
+        more = min(left, tokens - counts[e])
+        counts[e] += more
+        left -= more
+    return counts
+
+
+def _from_counts(counts: list[int], tokens: int, k: int) -> torch.Tensor:
+    """``(tokens, k)`` expert indices with ``counts[e]`` tokens routed to expert ``e`` and ``k``
+    distinct experts a token: the experts' slots, in order, are dealt to the tokens column by
+    column, so an expert's run of at most ``tokens`` slots lands on distinct tokens."""
+    slots = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts))
+    return slots.reshape(k, tokens).t().contiguous()
 
 
 def _fraction(k: int, experts: int) -> str:

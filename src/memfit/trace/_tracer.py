@@ -447,7 +447,7 @@ def _trace(
             lambda batch: tree_flatten(cast_inputs(batch, workload.param_dtype))[0],
         )
         workload = dataclasses.replace(workload, make_batch=make)
-    session.shadows.routing.policy = workload.moe_routing or "balanced"
+    session.shadows.routing.policy = workload.moe_routing or "loaded"
     recorder = session.recorder
     model: nn.Module | None = None
     on_host = False

@@ -81,7 +81,7 @@ class WorkloadOptions(TypedDict, total=False):
     # micro-batches of batch_size whose gradients add up before each optimizer step (train)
     accumulation: int | None
     compiled: str | None  # "eager": a torch.compile'd model estimated uncompiled
-    moe_routing: str | None  # "balanced" (default) or "skewed": see memfit.trace._routing
+    moe_routing: str | None  # "loaded" (default), "balanced" or "skewed": memfit.trace._routing
     # torch.compile's activation memory budget (a share 0..1) for a compiled model's step
     activation_memory_budget: float | None
     # the share of the blocks whose saved activations go to pinned host memory (True: all)
@@ -148,8 +148,9 @@ class Workload:
     allocator_text: str = ""  # the PYTORCH_CUDA_ALLOC_CONF text as given, for reports
     gpu: GPU | None = None  # the target, where the user named one
     compiled: Literal["eager"] | None = None  # torch.compile'd parts: None refuses them
-    # mixture-of-experts routing: "balanced" (each expert gets tokens*top_k/experts) or "skewed"
-    # (every token to the same top_k experts, the worst case); None: balanced, not asked for
+    # mixture-of-experts routing: "loaded" (experts get 0.75-1.25 times an even share),
+    # "balanced" (each gets tokens*top_k/experts) or "skewed" (every token to the same top_k
+    # experts, the worst case); None: loaded, not asked for
     moe_routing: str | None = None
     # a compiled model's activation memory budget (technique.compilation); None: the process's
     activation_memory_budget: float | None = None
@@ -483,8 +484,9 @@ def check_moe_routing(value: object) -> None:
     """``value`` names a routing policy (the router answers, see memfit.trace._routing)."""
     if value not in MOE_ROUTINGS:
         raise InvalidInputError(
-            f"moe_routing={value!r} is not a routing policy: give 'balanced' (each expert gets "
-            "tokens*top_k/experts tokens, the default) or 'skewed' (every token to the same "
+            f"moe_routing={value!r} is not a routing policy: give 'loaded' (the experts get "
+            "0.75 to 1.25 times an even share of the tokens, the default), 'balanced' (each "
+            "expert gets tokens*top_k/experts tokens) or 'skewed' (every token to the same "
             "top_k experts, the worst case for memory)."
         )
 
