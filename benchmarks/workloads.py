@@ -1462,6 +1462,78 @@ HELD_OUT_HANDWRITTEN_FOURTH: list[dict[str, Any]] = [
     },
 ]
 
+# Held out, a fifth set of models written by hand (no zoo), with ops the lists above lack:
+# Fourier token mixing by two torch.fft.fft calls with checkpointed blocks, an all-pairs cost
+# volume by einsum with a soft-argmax flow warped by grid_sample from a meshgrid, per-pixel
+# involution kernels over F.unfold, voxel pooling by scatter_reduce amax and index_add means
+# read back by indexing, a packed bidirectional LSTM with an LSTMCell decoder loop and
+# additive attention, a Gumbel-softmax codebook with pixel_shuffle, a matrix product state
+# contracted as a tree of batched matmuls, volume rendering by cumprod with inverse-CDF
+# sampling by cumsum, searchsorted and sort, complex64 parameters between stft and istft,
+# LSH attention by argsort and gather with an adaptive softmax; predicted with predict.py and
+# committed before gpu_measure.py measures them.
+HELD_OUT_HANDWRITTEN_FIFTH: list[dict[str, Any]] = [
+    {
+        "id": "hw5-fnet-mixer-bf16mixed-b64-s1024",
+        "model": "benchmarks/models/fnet_mixer.py:make_model",
+        "batch_size": 64,
+        "seq_len": 1024,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw5-flow-warp-fp16mixed-b128",
+        "model": "benchmarks/models/flow_warp.py:make_model",
+        "batch_size": 128,
+        "precision": "fp16-mixed",
+    },
+    {
+        "id": "hw5-involution-net-bf16mixed-b128",
+        "model": "benchmarks/models/involution_net.py:make_model",
+        "batch_size": 128,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw5-voxel-point-seg-fp32-b16",
+        "model": "benchmarks/models/voxel_point_seg.py:make_model",
+        "batch_size": 16,
+    },
+    {
+        "id": "hw5-lstm-seq2seq-fp16mixed-b128-s128",
+        "model": "benchmarks/models/lstm_seq2seq.py:make_model",
+        "batch_size": 128,
+        "seq_len": 128,
+        "precision": "fp16-mixed",
+    },
+    {
+        "id": "hw5-gumbel-dvae-bf16mixed-b64",
+        "model": "benchmarks/models/gumbel_dvae.py:make_model",
+        "batch_size": 64,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw5-mps-classifier-fp32-b384",
+        "model": "benchmarks/models/mps_classifier.py:make_model",
+        "batch_size": 384,
+    },
+    {
+        "id": "hw5-tiny-nerf-fp32-b4096",
+        "model": "benchmarks/models/tiny_nerf.py:make_model",
+        "batch_size": 4096,
+    },
+    {
+        "id": "hw5-complex-enhancer-fp32-b256",
+        "model": "benchmarks/models/complex_enhancer.py:make_model",
+        "batch_size": 256,
+    },
+    {
+        "id": "hw5-lsh-attention-lm-fp16mixed-b8-s4096",
+        "model": "benchmarks/models/lsh_attention_lm.py:make_model",
+        "batch_size": 8,
+        "seq_len": 4096,
+        "precision": "fp16-mixed",
+    },
+]
+
 # Held out for the optimizer stepped on the host (techniques={"host_optimizer": True}): each
 # predicted with predict.py and committed before gpu_measure.py ran it
 _ON_HOST = {"techniques": {"host_optimizer": True}}
@@ -1612,6 +1684,7 @@ ALL = (
     + HELD_OUT_HANDWRITTEN_SECOND
     + HELD_OUT_HANDWRITTEN_THIRD
     + HELD_OUT_HANDWRITTEN_FOURTH
+    + HELD_OUT_HANDWRITTEN_FIFTH
     + HELD_OUT_HOST_OPTIMIZER
     + HELD_OUT_LORA
     + HELD_OUT_QLORA
