@@ -268,3 +268,27 @@ def test_a_distributions_support_check_passes_and_is_said() -> None:
     result = estimate(work)
     assert result.peak_allocated > 0
     assert any("_is_all_true" in note and "True" in note for note in result.notes)
+
+
+class Boxes(nn.Module):
+    """Writes the model's boxes into slices of a buffer made from known values, then checks
+    them as transformers' box losses do: the check must not read the buffer's old values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(64, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        boxes = torch.zeros(x.shape[0], 4, device=x.device)
+        boxes[:, 0] = 1.0  # known: x0 > x1, the check would fail on these values
+        out = self.proj(x).sigmoid()
+        boxes[:, :2] = out[:, :2]  # written through views, from values the trace lacks
+        boxes[:, 2:] = out[:, :2] + out[:, 2:]
+        if not (boxes[:, 2:] >= boxes[:, :2]).all():
+            raise ValueError("boxes must be in corner format")
+        return boxes.sum()
+
+
+def test_a_view_written_without_values_drops_its_base_and_sibling_views() -> None:
+    est = estimate(Boxes, torch.randn(8, 64))
+    assert any("all" in n and "no known value" in n for n in est.notes)

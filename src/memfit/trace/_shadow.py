@@ -264,9 +264,20 @@ class ShadowValues:
         for arg, value in zip(schema.arguments, args, strict=False):
             if arg.is_write and isinstance(value, torch.Tensor):
                 self._values.pop(value, None)
-                for t in (value, value._base):  # a view written: its base's values changed
+                base = value._base
+                if base is not None and self._values.pop(base, None) is not None:
+                    self._forget_views(base)  # a view written: its base's values changed
+                for t in (value, base):
                     if t is not None and self._drawn_from:
                         self._drawn_from.pop(t, None)
+
+    def _forget_views(self, base: torch.Tensor) -> None:
+        """Drop the values of ``base``'s other views: their shadows are views of its shadow,
+        which no longer holds what ``base`` holds (left as it was, an ``empty`` base's shadow
+        would answer with whatever memory it was made of)."""
+        stale = [t for t in self._values if t._base is base]
+        for t in stale:
+            del self._values[t]
 
     # -- ops whose result needs values -----------------------------------------------------
     def answer(self, func: Any, args: Any, kwargs: dict[str, Any], rec: Recorder) -> Answer | None:
