@@ -86,6 +86,11 @@ def parser() -> argparse.ArgumentParser:
     estimate.add_argument("--work", type=Path, default=WORK)
     estimate.add_argument("--workers", type=_workers, default=1)
     estimate.add_argument("--timeout", type=float, default=900.0, help="seconds per workload")
+    estimate.add_argument(
+        "--fresh",
+        action="store_true",
+        help="each workload in a fresh worker: nothing a library cached for another stays",
+    )
     measure = sub.add_parser("measure", help="measure the workloads on this GPU")
     measure.add_argument("--models", type=Path, default=RESULTS / "models.json")
     measure.add_argument("--out", type=Path, required=True)
@@ -159,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "estimate":
         from zoo_run import run_estimates
 
-        run_estimates(args.models, args.out, args.work, args.workers, args.timeout)
+        run_estimates(args.models, args.out, args.work, args.workers, args.timeout, args.fresh)
         return 0
     if args.command == "measure":
         from zoo_measure import run_measure

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import zoo_detection
 import zoo_vlm
 from torch import nn
 from zoo_shrink import VARIANTS, config_diff, is_size, shrink
@@ -41,7 +42,8 @@ class Head:
     labels: str  # tokens, class, tokens-class, span, ctc, decoder, contrastive, mask, none,
     # scores (visual question answering's soft targets), series-class, depth (a depth map
     # per image), image (the upscaled image): these two have no loss in the model;
-    # image-text (the text's tokens after an image's placeholders, ``IMAGE_TEXT``)
+    # image-text (the text's tokens after an image's placeholders, ``IMAGE_TEXT``),
+    # detection (per image, a list of labelled boxes: ``zoo_detection``)
     types: tuple[str, ...] | None = None  # only these of the mapping's types (None: all)
 
 
@@ -175,6 +177,14 @@ HEADS = [
             "vipllava",
         ),
     ),
+    # object detectors: an image and, per image, its objects' classes and boxes
+    Head(
+        "object-detection",
+        "MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES",
+        "AutoModelForObjectDetection",
+        "detection",
+        types=zoo_detection.TYPES,
+    ),
 ]
 HEAD_BY_TASK = {head.task: head for head in HEADS}
 
@@ -298,6 +308,8 @@ def input_spec(model_type: str, head: Head, config: Any, main_input: str) -> lis
     a floating input's shape per sample."""
     if head.labels == "image-text":
         return [zoo_vlm.image_text_spec(model_type, config)]
+    if head.labels == "detection":
+        return [zoo_detection.detection_spec(model_type, config)]
     base: dict[str, Any] = {"main": main_input, "labels": head.labels}
     vocab = _sub(config, "vocab_size")
     base["vocab"] = int(vocab) if is_size(vocab) else 256  # character models: bytes
@@ -393,6 +405,8 @@ def _labels(spec: dict[str, Any], batch: int, generator: torch.Generator) -> dic
     classes = spec["num_labels"]
     if kind == "none":  # the head's loss needs no labels (masked image modelling)
         return {}
+    if kind == "detection":
+        return {"labels": zoo_detection.detection_labels(spec, batch, generator)}
     if kind in ("depth", "image"):  # the loss is the user's (``head_loss``): its target
         sample = torch.rand(1, *spec["target"], generator=generator)
         return {TARGET: sample.expand(batch, *spec["target"])}
@@ -455,7 +469,10 @@ def head_loss(labels: str) -> Callable[[nn.Module, dict[str, Any]], torch.Tensor
 
 def fitted(model_type: str, head: Head, diff: dict[str, Any]) -> dict[str, Any]:
     """The config ``diff`` with what the head's inputs need (a vision-language model's:
-    ``zoo_vlm.fitted``); other heads' configs are not changed."""
+    ``zoo_vlm.fitted``; a detector's backbone: ``zoo_detection.fitted``); other heads'
+    configs are not changed."""
+    if head.labels == "detection":
+        return zoo_detection.fitted(model_type, diff, build_config(model_type, diff))
     if head.labels != "image-text":
         return diff
     return zoo_vlm.fitted(model_type, diff, build_config(model_type, diff))

@@ -87,9 +87,15 @@ class Pool:
     ``command --answer-fd N`` (by default ``zoo.py worker``)."""
 
     def __init__(
-        self, workers: int, timeout: float, log: Path, command: list[str] | None = None
+        self,
+        workers: int,
+        timeout: float,
+        log: Path,
+        command: list[str] | None = None,
+        recycle: int = RECYCLE,
     ) -> None:
         self.size = workers
+        self.recycle = recycle  # jobs a worker runs before a fresh one takes over
         self.timeout = timeout
         self.log = log.open("a")
         self.command = command or [sys.executable, str(ZOO), "worker"]
@@ -145,7 +151,7 @@ class Pool:
         else:
             answer = json.loads(line)
             worker.done += 1
-            if worker.done >= RECYCLE and pending:
+            if worker.done >= self.recycle and pending:
                 worker = self._replace(worker, workers, answers)
         self._finish(worker, job, answer, pending, on_result)
 

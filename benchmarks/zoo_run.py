@@ -296,8 +296,13 @@ def _workload(entry: dict[str, Any], mode: str, choice: dict[str, Any]) -> dict[
 # -- estimate -----------------------------------------------------------------------------------
 
 
-def run_estimates(models: Path, out: Path, work: Path, workers: int, timeout: float) -> None:
-    """memfit's estimate of every workload not yet in ``out``, appended as it comes."""
+def run_estimates(
+    models: Path, out: Path, work: Path, workers: int, timeout: float, fresh: bool = False
+) -> None:
+    """memfit's estimate of every workload not yet in ``out``, appended as it comes; with
+    ``fresh``, each in a worker of its own (transformers' RT-DETR family keeps its anchors in a
+    cache keyed by dtype across calls, which a traced training step fills with float32 anchors
+    under the bfloat16 key: a bf16 inference traced after it in the same process fails)."""
     data = json.loads(models.read_text())
     done = {r["id"] for r in _read_jsonl(out) if "id" in r}
     jobs = [
@@ -312,7 +317,10 @@ def run_estimates(models: Path, out: Path, work: Path, workers: int, timeout: fl
         return
     _append(out, _meta(" ".join(["python", *sys.argv]), workers))
     work.mkdir(parents=True, exist_ok=True)
-    pool = Pool(workers, timeout=timeout, log=work / "estimate-workers.log")
+    log = work / "estimate-workers.log"
+    pool = (
+        Pool(workers, timeout=timeout, log=log, recycle=1) if fresh else Pool(workers, timeout, log)
+    )
     started = time.monotonic()
     count = len(done)
 
