@@ -296,3 +296,25 @@ def test_probed_3d_and_transposed_convolutions_take_their_measured_workspaces() 
     wt = torch.empty(256, 256, 2, 2, device="meta", dtype=torch.bfloat16)
     forward_t = ws.forward((xt, wt, None, [2, 2], [0, 0], [1, 1], True, [0, 0], 1))
     assert forward_t == [5368854675] and not ws.unknown
+
+
+def test_an_unprobed_3d_patch_embedding_takes_the_patch_bound_in_every_phase() -> None:
+    # a video model's 3-d patch embedding (kernel == stride, no padding) the table lacks: each
+    # of forward, input and weight gradient is given the 2-d patch ratio of its larger tensor
+    # (none would be the dangerous side: an H200 probe of Qwen2-VL's took 2.7 times its input
+    # for the input gradient)
+    ws = ConvWorkspaces()
+    x = torch.empty(4096, 3, 2, 14, 14, device="meta", dtype=torch.bfloat16)
+    w = torch.empty(320, 3, 2, 14, 14, device="meta", dtype=torch.bfloat16)
+    args = (x, w, None, [2, 14, 14], [0, 0, 0], [1, 1, 1], False, [0, 0, 0], 1)
+    grad = torch.empty(4096, 320, 1, 1, 1, device="meta", dtype=torch.bfloat16)
+    fwd = ws.forward(args)
+    back = ws.backward((grad, x, w, None, *args[3:], [True, True, False]))
+    ratios = _bound_ratios(ws.table)
+    largest = x.numel() * 2
+    assert fwd == [round(largest * ratios["patch", "fwd"])]
+    assert back == {
+        0: [round(largest * ratios["patch", "dgrad"])],
+        1: [round(largest * ratios["patch", "wgrad"])],
+    }
+    assert ws.unknown == {"3,2,14,14,320,2,14,14,2,14,14,0,0,0,1"}
