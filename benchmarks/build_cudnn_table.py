@@ -29,9 +29,10 @@ upscaling and contrastive types' and the third hand-written set's), then the H20
 ``results/2026-12-07-h200-vision-language-convolutions/vlm-hw4-convs-probe.json.gz`` (the
 vision-language types' and the fourth hand-written set's), and its LSTM probes
 ``results/2026-12-07-h200-lstm-probes/hidden-lstm-probe.json.gz`` (hidden sizes 32 to 512) and
-``sequencer-lstm-probe.json.gz`` (Sequencer2d's shapes, batches up to 32,768). Per configuration and
+``sequencer-lstm-probe.json.gz`` (Sequencer2d's shapes, batches up to 32,768), and the H100's
+GRU probe ``results/2026-12-07-h100-rnn-probes/gru-probe.json.gz``. Per configuration and
 phase: the forward's workspaces, the input gradient's, the weight gradient's, and the bias
-gradient's reduction's.
+gradient's reduction's; per LSTM and GRU engine, the workspace's closed form.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def build(probe: dict[str, Any]) -> dict[str, Any]:
         "meta": {**probe["meta"], "source": "benchmarks/cudnn_probe.py"},
         "conv": table,
         "lstm_workspace": lstm_workspace_fits(probe),
+        "gru_workspace": lstm_workspace_fits(probe, kind="gru"),
     }
 
 
@@ -89,7 +91,8 @@ def _lstm_workspace(p: dict[str, Any]) -> int:
     b, s, h, layers = p["batch"], p["seq"], p["hidden"], p["layers"]
     dirs = 2 if p["bidirectional"] else 1
     if p.get("train", True):
-        reserve = (6 * layers - 1) * dirs * b * s * h * ELEMENT[p["dtype"]] + 256
+        per_layer = 7 if p.get("kind", "lstm") == "gru" else 6  # a GRU keeps one more per layer
+        reserve = (per_layer * layers - 1) * dirs * b * s * h * ELEMENT[p["dtype"]] + 256
         allocs = [size for action, size in p["trace"] if action == "alloc"]
         return allocs[allocs.index(reserve) - 1]
     return max(_transients(p["trace"]))
@@ -125,8 +128,9 @@ def _regime(per_h: dict[int, list[float]]) -> dict[str, Any]:
     }
 
 
-def lstm_workspace_fits(probe: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """The LSTM workspace per (dtype, layers, directions[, infer]), as regimes of hidden size.
+def lstm_workspace_fits(probe: dict[str, Any], kind: str = "lstm") -> dict[str, list[dict[str, Any]]]:
+    """The LSTM (or ``kind="gru"``: GRU) workspace per (dtype, layers, directions[, infer]), as
+    regimes of hidden size.
 
     At each probed hidden size H, the workspace over the element size is exactly
     ``a_H*B*S + b_H*B + c_H*S + g_H`` (H200 and H100 probes, torch 2.11, cuDNN 9.19), and
@@ -137,7 +141,7 @@ def lstm_workspace_fits(probe: dict[str, Any]) -> dict[str, list[dict[str, Any]]
     own term is :mod:`memfit.trace._rnn`'s."""
     points: dict[str, dict[int, list[tuple[int, int, float]]]] = {}
     for p in probe["lstm"]:
-        if p.get("kind", "lstm") != "lstm" or p.get("input", p["hidden"]) != p["hidden"]:
+        if p.get("kind", "lstm") != kind or p.get("input", p["hidden"]) != p["hidden"]:
             continue
         dirs = 2 if p["bidirectional"] else 1
         key = f"{p['dtype']}|{p['layers']}|{dirs}" + ("" if p.get("train", True) else "|infer")

@@ -141,7 +141,7 @@ def test_inference_takes_no_reserve_space_and_its_own_probed_workspace() -> None
     assert not any("inference workspace taken from training's" in n for n in trace.notes)
 
 
-def test_a_gru_says_its_cudnn_memory_is_not_modelled() -> None:
+def test_a_packed_gru_says_its_cudnn_memory_is_not_modelled() -> None:
     def loss(m: nn.Module, b: torch.Tensor) -> torch.Tensor:
         packed = nn.utils.rnn.pack_padded_sequence(b, [4, 3], batch_first=True)
         out, _ = m(packed)
@@ -155,7 +155,69 @@ def test_a_gru_says_its_cudnn_memory_is_not_modelled() -> None:
         steps=1,
     )
     notes = trace_workload(work, resolve_gpu("h100")).notes
-    assert any("a GRU ran PyTorch's cell kernels" in n for n in notes)
+    assert any("a packed-sequence GRU ran PyTorch's cell kernels" in n for n in notes)
+
+
+GRU_PROBE = RESULTS / "2026-12-07-h100-rnn-probes/gru-probe.json.gz"
+
+
+def test_every_gru_probes_reserve_and_workspace() -> None:
+    """H100 probes of nn.GRU (hidden 256 and 1024, inputs once and twice it, 1-2 layers, both
+    directions, fp32/bf16/fp16, training and inference): the reserve space is exact, and the
+    workspace too (to 4 KiB of up to 100 MB: two-layer one-direction training's engine is not
+    exactly linear in the batch), but in training with an input other than the hidden size
+    (bounded)."""
+    from memfit.trace._rnn import LstmCall, _workspace
+
+    counts = {"exact": 0, "bounded": 0}
+    for p in _load(GRU_PROBE):
+        e = 4 if p["dtype"] == "fp32" else 2
+        dirs = 2 if p["bidirectional"] else 1
+        allocs = [size for action, size in p["trace"] if action == "alloc"]
+        b, s, h, size = p["batch"], p["seq"], p["hidden"], p["input"]
+        if p["train"]:
+            reserve = reserve_bytes(p["layers"], dirs, b, s, h, e, "gru")
+            assert reserve in allocs, _name(p)
+            real = allocs[allocs.index(reserve) - 1]
+        else:
+            real = _real_workspace(p)
+        call = LstmCall(
+            p["dtype"], e, p["layers"], dirs, b, s, h, not p["train"], size, "gru"
+        )  # fmt: skip
+        ours, said = _workspace(call)
+        if size == h or not p["train"]:
+            assert abs(ours - real) <= 4096, (_name(p), size, ours, real)
+            counts["exact"] += 1
+        else:
+            assert real <= ours <= 1.25 * real, (_name(p), size, ours, real)
+            assert "an input size above the hidden size bounded from above" in said
+            counts["bounded"] += 1
+    assert counts == {"exact": 288, "bounded": 96}
+
+
+def test_a_gru_is_traced_as_its_cudnn_call() -> None:
+    """A 2-layer bidirectional fp32 GRU in training: its reserve space and its workspace are
+    the ones the H100 probe recorded for the same configuration."""
+    probe = next(
+        p
+        for p in _load(GRU_PROBE)
+        if (p["dtype"], p["layers"], p["bidirectional"], p["train"], p["input"], p["hidden"])
+        == ("fp32", 2, True, True, 256, 256)
+        and (p["batch"], p["seq"]) == (16, 64)
+    )
+    work = Workload(
+        build_model=lambda: nn.GRU(256, 256, num_layers=2, batch_first=True, bidirectional=True),
+        make_batch=lambda: torch.randn(16, 64, 256),
+        loss_fn=lambda m, b: m(b)[0].float().sum(),
+        optimizer="sgd",
+        steps=1,
+    )
+    trace = trace_workload(work, resolve_gpu("h100"))
+    ours = {e.size for e in trace.events if e.kind == "alloc"}
+    allocs = [size for action, size in probe["trace"] if action == "alloc"]
+    reserve = reserve_bytes(2, 2, 16, 64, 256, 4, "gru")
+    assert reserve in ours and allocs[allocs.index(reserve) - 1] in ours
+    assert not any("GRU ran PyTorch's cell kernels" in n for n in trace.notes)
 
 
 # every LSTM probe: hidden sizes 32 to 1024, 1-4 layers, batches up to 32,768, and input

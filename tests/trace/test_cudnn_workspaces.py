@@ -66,6 +66,8 @@ PROBES = [
     # LSTMs of hidden sizes 32 to 512, and at Sequencer2d's shapes (batches up to 32,768)
     "benchmarks/results/2026-12-07-h200-lstm-probes/hidden-lstm-probe.json.gz",
     "benchmarks/results/2026-12-07-h200-lstm-probes/sequencer-lstm-probe.json.gz",
+    # GRUs of hidden sizes 256 and 1024, inputs once and twice the hidden size
+    "benchmarks/results/2026-12-07-h100-rnn-probes/gru-probe.json.gz",
 ]
 
 

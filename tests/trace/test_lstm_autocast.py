@@ -78,3 +78,26 @@ def test_without_autocast_the_lstm_keeps_its_own_dtype() -> None:
     ops = [op for op, _, _ in _allocs(_trace("fp32"))]
     assert "cuDNN LSTM fp16 weight buffer (autocast)" not in ops
     assert "cuDNN LSTM reserve space" in ops
+
+
+def test_a_gru_under_autocast_runs_cudnn_in_fp16_too() -> None:
+    """``_cudnn_rnn_cast_reflatten`` takes every cuDNN RNN mode: a GRU's weights are copied to
+    an fp16 buffer and its reserve space is fp16's (7 per layer less one, times B*S*H)."""
+    work = Workload(
+        build_model=lambda: nn.GRU(H, H, num_layers=LAYERS, batch_first=True),
+        make_batch=lambda: torch.randn(B, S, H),
+        loss_fn=lambda m, b: m(b)[0].float().sum(),
+        optimizer="sgd",
+        precision="bf16-mixed",
+        steps=1,
+    )
+    trace = trace_workload(work, resolve_gpu("h200"))
+    allocs = _allocs(trace)
+    ops = [op for op, _, _ in allocs]
+    gru_params = LAYERS * (2 * 3 * H * H + 2 * 3 * H)
+    assert allocs[ops.index("cuDNN GRU fp16 weight buffer (autocast)")][1] == gru_params * 2
+    reserve = allocs[ops.index("cuDNN GRU reserve space")][1]
+    assert reserve == reserve_bytes(LAYERS, 1, B, S, H, 2, "gru")
+    workspace = allocs[ops.index("cuDNN GRU workspace")][1]
+    call = LstmCall("fp16", 2, LAYERS, 1, B, S, H, infer=False, kind="gru")
+    assert workspace == _workspace(call)[0]

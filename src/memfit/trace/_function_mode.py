@@ -34,11 +34,11 @@ from memfit.trace._host_data import HOST_DATA_FUNCS, from_host_data
 from memfit.trace._mish import mish
 from memfit.trace._rms_norm import fused_rms_norm
 from memfit.trace._rnn import (
-    LSTM_FUNCTION,
     OTHER_RNN_FUNCTIONS,
+    RNN_KINDS,
     RnnHooks,
-    cudnn_lstm,
-    cudnn_lstm_autocast,
+    cudnn_rnn,
+    cudnn_rnn_autocast,
     note_cell_kernels,
 )
 from memfit.trace._sdpa import run_sdpa
@@ -286,15 +286,16 @@ class TraceFunctionMode(TorchFunctionMode):
             if self.on_sdpa is not None:
                 self.on_sdpa(backend)
             return out
-        if func is LSTM_FUNCTION and self.rnn is not None:
+        rnn_kind = RNN_KINDS.get(func) if self.rnn is not None else None
+        if rnn_kind is not None and self.rnn is not None:
             if state.enabled:  # autocast's own cuDNN wrapper: fp16, whatever autocast's dtype
                 with _autocast.suspended():
-                    out = cudnn_lstm_autocast(args, self.rnn)
+                    out = cudnn_rnn_autocast(args, self.rnn, rnn_kind)
             else:
-                out = cudnn_lstm(args, self.rnn)
+                out = cudnn_rnn(args, self.rnn, rnn_kind)
             if out is not None:
                 return self._stamped(out)
-        if self.rnn is not None and any(func is f for f in OTHER_RNN_FUNCTIONS):
+        elif self.rnn is not None and any(func is f for f in OTHER_RNN_FUNCTIONS):
             note_cell_kernels(func, self.rnn)
         if func is _CTC_LOSS and self.ctc_loss is not None:
             self.ctc_loss(args, kwargs)  # which CUDA kernel runs it depends on them

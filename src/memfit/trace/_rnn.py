@@ -1,4 +1,4 @@
-"""The cuDNN LSTM, as a real GPU runs ``nn.LSTM``.
+"""The cuDNN LSTM and GRU, as a real GPU runs ``nn.LSTM`` and ``nn.GRU``.
 
 On CUDA, ``nn.LSTM`` is one cuDNN call (``_cudnn_rnn``), not the cell-by-cell loop the meta
 device would run: it keeps a *reserve space* from forward to backward, takes a workspace during
@@ -21,8 +21,14 @@ term of its own (:func:`_input_term`: exact in inference, bounded from above in 
 The probes' sequences are 16 to 256 long; beyond them the fit can be high: the H200 took
 221,118,976 bytes for lstm-lm-bf16mixed-b32-s512 (fp16 under autocast, 2 layers, H 1024, B 32,
 S 512) where the fit gives 252,969,472.
-Packed sequences, projections and GRU/RNN keep the meta device's kernels (also said in the
-notes).
+A GRU is the same call with three gates and no cell state. An H100 (torch 2.11, cuDNN 9.19;
+hidden sizes 256 and 1024, inputs once and twice the hidden size, 1-2 layers, both directions,
+fp32, bf16 and fp16) kept a reserve space of ``(7*layers - 1) * directions * B*S*H`` elements
+and 256 bytes, and took a workspace of the same closed form per engine (its own fits); an
+input size other than the hidden size adds ``e*(I-H)*(B*S + 3*H*dirs)`` in inference, and is
+bounded by the LSTM's term in training. Hidden sizes outside 256-1024 are extrapolated and
+said. Packed sequences, projections and plain RNNs keep the meta device's kernels (also said
+in the notes).
 
 Under CUDA autocast, whatever its dtype, ``_cudnn_rnn`` goes through autocast's own wrapper
 (``aten/src/ATen/cudnn/AutocastRNN.cpp``, ``_cudnn_rnn_cast_reflatten``): it runs cuDNN in
@@ -47,18 +53,20 @@ from memfit._gpus import DEFAULT_ARCHITECTURE
 from memfit.trace._cudnn import cudnn_data
 
 __all__ = [
-    "LSTM_FUNCTION",
     "OTHER_RNN_FUNCTIONS",
+    "RNN_KINDS",
     "RnnHooks",
-    "cudnn_lstm",
-    "cudnn_lstm_autocast",
+    "cudnn_rnn",
+    "cudnn_rnn_autocast",
     "flatten_like_cuda",
     "note_cell_kernels",
 ]
 
 LSTM_FUNCTION = torch._C._VariableFunctions.lstm
-OTHER_RNN_FUNCTIONS = {
-    torch._C._VariableFunctions.gru: "GRU",
+GRU_FUNCTION = torch._C._VariableFunctions.gru
+RNN_KINDS = {LSTM_FUNCTION: "lstm", GRU_FUNCTION: "gru"}  # what cudnn_rnn models
+OTHER_RNN_FUNCTIONS = {  # what runs the meta device's cell kernels, and is said
+    GRU_FUNCTION: "GRU",  # packed sequences only
     torch._C._VariableFunctions.rnn_tanh: "RNN (tanh)",
     torch._C._VariableFunctions.rnn_relu: "RNN (ReLU)",
 }
@@ -81,8 +89,10 @@ class RnnHooks:
         self.free(self.alloc(nbytes, label))
 
 
-def _fits(table: str = DEFAULT_ARCHITECTURE.cudnn_table) -> dict[str, list[dict[str, Any]]]:
-    fits: dict[str, list[dict[str, Any]]] = cudnn_data(table)["lstm_workspace"]
+def _fits(
+    table: str = DEFAULT_ARCHITECTURE.cudnn_table, kind: str = "lstm"
+) -> dict[str, list[dict[str, Any]]]:
+    fits: dict[str, list[dict[str, Any]]] = cudnn_data(table).get(f"{kind}_workspace", {})
     return fits
 
 
@@ -100,6 +110,7 @@ class LstmCall:
     hidden: int
     infer: bool
     input: int = 0  # 0: the hidden size
+    kind: str = "lstm"  # or "gru"
 
     @property
     def input_size(self) -> int:
@@ -133,13 +144,16 @@ def _at_hidden(regimes: list[dict[str, Any]], b: int, s: int, h: int) -> tuple[f
 
 def _input_term(call: LstmCall) -> int:
     """What an input size I other than the hidden size H adds (H100 probes, torch 2.11, I of
-    0.5, 2 and 4 times H): in inference exactly ``e*(I-H)*(B*S + 4*H*dirs)``; in training
-    at most ``e*(I-H)*(3*dirs*B*S + 2*B + 4*H*dirs)`` for I > H (the probes' steepest
-    growth), and nothing for I < H, where the workspace at I = H bounds it (it grows with I)."""
+    0.5, 2 and 4 times H; a GRU's of 2 times H): in inference exactly
+    ``e*(I-H)*(B*S + G*H*dirs)``, G the gates (an LSTM's 4, a GRU's 3); in training at most
+    ``e*(I-H)*(3*dirs*B*S + 2*B + 4*H*dirs)`` for I > H (the LSTM probes' steepest growth,
+    which bounds the GRU's too), and nothing for I < H, where the workspace at I = H bounds it
+    (it grows with I)."""
     i, h, e, dirs = call.input_size, call.hidden, call.element, call.dirs
     bs, b = call.batch * call.seq, call.batch
     if call.infer:
-        return e * (i - h) * (bs + 4 * h * dirs)
+        gates = 3 if call.kind == "gru" else 4
+        return e * (i - h) * (bs + gates * h * dirs)
     if i <= h:
         return 0
     return e * (i - h) * (3 * dirs * bs + 2 * b + 4 * h * dirs)
@@ -156,7 +170,7 @@ def _workspace(
     mode = "|infer" if infer else ""
     fits = {
         k: v
-        for k, v in _fits(table).items()
+        for k, v in _fits(table, call.kind).items()
         if k.startswith(f"{dtype}|") and k.endswith("|infer") == infer
     }
     probed = sorted({int(k.split("|")[1]) for k in fits})
@@ -179,13 +193,18 @@ def _workspace(
     return max(0, round(size * call.element) + _input_term(call)), said
 
 
-def reserve_bytes(layers: int, dirs: int, b: int, s: int, h: int, e: int) -> int:
-    """cuDNN's LSTM reserve space (training only), exact on every probed configuration."""
-    return (6 * layers - 1) * dirs * b * s * h * e + 256
+def reserve_bytes(
+    layers: int, dirs: int, b: int, s: int, h: int, e: int, kind: str = "lstm"
+) -> int:
+    """cuDNN's LSTM (GRU) reserve space (training only), exact on every probed configuration:
+    ``(6*layers - 1)`` (a GRU's ``7*layers - 1``) times ``dirs*B*S*H`` elements, and 256."""
+    per_layer = 7 if kind == "gru" else 6
+    return (per_layer * layers - 1) * dirs * b * s * h * e + 256
 
 
 @dataclass(frozen=True)
 class _Spec:
+    name: str  # "LSTM" or "GRU"
     dirs: int
     batch_first: bool
     train: bool
@@ -208,49 +227,51 @@ def _one_buffer(params: Sequence[torch.Tensor]) -> bool:
     return True
 
 
-class _CudnnLSTM(torch.autograd.Function):
+class _CudnnRNN(torch.autograd.Function):
+    """One ``_cudnn_rnn`` call, an LSTM's (``c0`` its cell state) or a GRU's (``c0`` None)."""
+
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, spec: _Spec, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, *params: Any
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ctx: Any, spec: _Spec, x: torch.Tensor, h0: torch.Tensor, c0: Any, *params: Any
+    ) -> tuple[torch.Tensor, ...]:
         seq_first = x.transpose(0, 1) if spec.batch_first else x
         contiguous = seq_first.contiguous()
         s, b, _ = contiguous.shape
         out = contiguous.new_empty((s, b, h0.shape[-1] * spec.dirs))
-        hy, cy = torch.empty_like(h0), torch.empty_like(c0)
+        states = [torch.empty_like(h0)] + ([] if c0 is None else [torch.empty_like(c0)])
         weights = None
         if not spec.flattened:
             weights = x.new_empty((sum(p.numel() for p in params),))
-            spec.hooks.name(weights, "cuDNN LSTM weight buffer")
-        workspace = spec.hooks.alloc(spec.workspace, "cuDNN LSTM workspace")
+            spec.hooks.name(weights, f"cuDNN {spec.name} weight buffer")
+        workspace = spec.hooks.alloc(spec.workspace, f"cuDNN {spec.name} workspace")
         reserve = None
         if spec.train:
             reserve = x.new_empty((spec.reserve,), dtype=torch.uint8)
-            spec.hooks.name(reserve, "cuDNN LSTM reserve space")
+            spec.hooks.name(reserve, f"cuDNN {spec.name} reserve space")
         spec.hooks.free(workspace)
         del contiguous
         ctx.spec = spec
+        ctx.cell = c0 is not None
         result = out.transpose(0, 1) if spec.batch_first else out
         # cuDNN's backward reads the output too: it stays alive until then
         ctx.save_for_backward(x, h0, c0, reserve, weights, result, *params)
-        return result, hy, cy
+        return (result, *states)
 
     @staticmethod
-    def backward(  # type: ignore[override]
-        ctx: Any, d_out: torch.Tensor, d_hy: torch.Tensor, d_cy: torch.Tensor
-    ) -> tuple[Any, ...]:
+    def backward(ctx: Any, d_out: torch.Tensor, *_: Any) -> tuple[Any, ...]:  # type: ignore[override]
         spec: _Spec = ctx.spec
         x, h0, c0, _, _, _, *params = ctx.saved_tensors
         order = (lambda t: t.transpose(0, 1)) if spec.batch_first else (lambda t: t)
         x_c = order(x).contiguous()
         dy = order(d_out).contiguous()
         dx = torch.empty_like(x_c)
-        dhx, dcx = torch.empty_like(h0), torch.empty_like(c0)
-        spec.hooks.workspace(spec.workspace, "cuDNN LSTM backward workspace")
+        dhx = torch.empty_like(h0)
+        dcx = torch.empty_like(c0) if ctx.cell else None
+        spec.hooks.workspace(spec.workspace, f"cuDNN {spec.name} backward workspace")
         del dy, x_c
         x_c = order(x).contiguous()
         dw = x.new_zeros((sum(p.numel() for p in params),))
-        spec.hooks.workspace(spec.workspace, "cuDNN LSTM weight gradient workspace")
+        spec.hooks.workspace(spec.workspace, f"cuDNN {spec.name} weight gradient workspace")
         del x_c
         grads, offset = [], 0
         for p in params:
@@ -259,48 +280,58 @@ class _CudnnLSTM(torch.autograd.Function):
         return (None, order(dx), dhx, dcx, *grads)
 
 
-def cudnn_lstm(args: tuple[Any, ...], hooks: RnnHooks) -> Any:
-    """``torch._VF.lstm`` as cuDNN runs it, or None where cuDNN's path is not modelled."""
-    if len(args) != 9 or not isinstance(args[1], (list, tuple)):
-        hooks.notes.add("packed-sequence LSTM ran PyTorch's cell kernels (cuDNN not modelled)")
+def cudnn_rnn(args: tuple[Any, ...], hooks: RnnHooks, kind: str) -> Any:
+    """``torch._VF.lstm`` (``kind="lstm"``) or ``torch._VF.gru`` (``"gru"``) as cuDNN runs it,
+    or None where cuDNN's path is not modelled (said in the notes)."""
+    lstm = kind == "lstm"
+    name = kind.upper()
+    state: Any = args[1] if len(args) == 9 else None
+    padded = isinstance(state, (list, tuple)) if lstm else isinstance(state, torch.Tensor)
+    if not padded or (not lstm and state.dim() != 3):  # packed: (data, batch_sizes, hx, ...)
+        if lstm:
+            hooks.notes.add("packed-sequence LSTM ran PyTorch's cell kernels (cuDNN not modelled)")
+        else:
+            note_cell_kernels(GRU_FUNCTION, hooks)
         return None
-    x, (h0, c0), params, has_biases, layers, _, train, bidir, batch_first = args
+    x, _, params, has_biases, layers, _, train, bidir, batch_first = args
+    h0: torch.Tensor = state[0] if lstm else state
+    c0: torch.Tensor | None = state[1] if lstm else None
     known = _ELEMENT.get(x.dtype)
     if (
         known is None
         or x.dim() != 3
         or not has_biases
-        or h0.shape[-1] != c0.shape[-1]
+        or (c0 is not None and h0.shape[-1] != c0.shape[-1])
         or any(p.dtype != x.dtype for p in params)
     ):
-        hooks.notes.add("an LSTM ran PyTorch's cell kernels (its cuDNN path is not modelled)")
+        hooks.notes.add(f"an {name} ran PyTorch's cell kernels (its cuDNN path is not modelled)")
         return None
-    name, e = known
+    dtype, e = known
     dirs = 2 if bidir else 1
     b, s = (x.shape[0], x.shape[1]) if batch_first else (x.shape[1], x.shape[0])
     h = int(h0.shape[-1])
     grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
     training = bool(train) and grad
     infer = not training
-    if infer and not any(k.endswith("|infer") for k in _fits(hooks.table)):
-        hooks.notes.add("cuDNN LSTM inference workspace taken from training's (not probed)")
+    if infer and not any(k.endswith("|infer") for k in _fits(hooks.table, kind)):
+        hooks.notes.add(f"cuDNN {name} inference workspace taken from training's (not probed)")
         infer = False
     layers = int(layers)
-    call = LstmCall(name, e, layers, dirs, int(b), int(s), h, infer, int(x.shape[-1]))
+    call = LstmCall(dtype, e, layers, dirs, int(b), int(s), h, infer, int(x.shape[-1]), kind)
     workspace, unprobed = _workspace(call, hooks.table)
     for what in unprobed:
-        hooks.notes.add(f"cuDNN LSTM workspace: {what}")
+        hooks.notes.add(f"cuDNN {name} workspace: {what}")
     spec = _Spec(
+        name=name,
         dirs=dirs,
         batch_first=bool(batch_first),
         train=training,
         workspace=workspace,
-        reserve=reserve_bytes(layers, dirs, int(b), int(s), h, e),
+        reserve=reserve_bytes(layers, dirs, int(b), int(s), h, e, kind),
         flattened=_one_buffer(params),
         hooks=hooks,
     )
-    out, hy, cy = _CudnnLSTM.apply(spec, x, h0, c0, *params)
-    return out, hy, cy
+    return _CudnnRNN.apply(spec, x, h0, c0, *params)
 
 
 class _HalfFlatWeights(torch.autograd.Function):
@@ -310,12 +341,12 @@ class _HalfFlatWeights(torch.autograd.Function):
     in on the GPU: 16 KiB, 16 KiB, 16 MiB, 16 MiB per layer, from the last layer)."""
 
     @staticmethod
-    def forward(ctx: Any, hooks: RnnHooks, *params: Any) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, hooks: RnnHooks, name: str, *params: Any) -> torch.Tensor:  # type: ignore[override]
         ctx.shapes = [(p.shape, p.dtype, p.numel()) for p in params]
         buf: torch.Tensor = params[0].new_empty(
             (sum(p.numel() for p in params),), dtype=torch.float16
         )
-        hooks.name(buf, "cuDNN LSTM fp16 weight buffer (autocast)")
+        hooks.name(buf, f"cuDNN {name} fp16 weight buffer (autocast)")
         return buf
 
     @staticmethod
@@ -328,34 +359,45 @@ class _HalfFlatWeights(torch.autograd.Function):
         for i in reversed(range(len(ctx.shapes))):
             shape, dtype, n = ctx.shapes[i]
             grads[i] = grad[offsets[i] : offsets[i] + n].view(shape).to(dtype)
-        return (None, *grads)
+        return (None, None, *grads)
 
 
-def cudnn_lstm_autocast(args: tuple[Any, ...], hooks: RnnHooks) -> Any:
-    """``torch._VF.lstm`` under CUDA autocast, as ``_cudnn_rnn_cast_reflatten`` runs it: in
-    fp16, on a fresh fp16 copy of the weights (see the module docstring); None where cuDNN's
-    path is not modelled."""
-    if len(args) != 9 or not isinstance(args[1], (list, tuple)) or len(args[1]) != 2:
-        return cudnn_lstm(args, hooks)  # says why it is not modelled
-    x, (h0, c0), params, *rest = args
+def cudnn_rnn_autocast(args: tuple[Any, ...], hooks: RnnHooks, kind: str) -> Any:
+    """``torch._VF.lstm`` or ``gru`` under CUDA autocast, as ``_cudnn_rnn_cast_reflatten``
+    runs it: in fp16, on a fresh fp16 copy of the weights (see the module docstring); None
+    where cuDNN's path is not modelled."""
+    state: Any = args[1] if len(args) == 9 else None
+    lstm = kind == "lstm"
+    if lstm:
+        padded = isinstance(state, (list, tuple)) and len(state) == 2
+    else:
+        padded = isinstance(state, torch.Tensor) and state.dim() == 3
+    if not padded:
+        return cudnn_rnn(args, hooks, kind)  # says why it is not modelled
+    x, _, params, *rest = args
     floats = (torch.float32, torch.bfloat16, torch.float16)
     if x.dtype not in floats or any(p.dtype not in floats for p in params):
-        return cudnn_lstm(args, hooks)
+        return cudnn_rnn(args, hooks, kind)
     half = torch.float16
     if params and params[0].dtype != half:  # needs_cast_and_flatten
-        params = [_HalfFlatWeights.apply(hooks, *params)]
-    cx, hx = c0.to(half), h0.to(half)  # right to left: cx first, the input last
-    return cudnn_lstm((x.to(half), (hx, cx), params, *rest), hooks)
+        params = [_HalfFlatWeights.apply(hooks, kind.upper(), *params)]
+    if lstm:
+        h0, c0 = state
+        cx, hx = c0.to(half), h0.to(half)  # right to left: cx first, the input last
+        return cudnn_rnn((x.to(half), (hx, cx), params, *rest), hooks, kind)
+    return cudnn_rnn((x.to(half), state.to(half), params, *rest), hooks, kind)
 
 
 def note_cell_kernels(func: Any, hooks: RnnHooks) -> None:
-    """Say that a GRU or plain RNN ran the meta device's cell kernels. On CUDA it is one cuDNN
-    call whose reserve space, kept from forward to backward, and workspace are not modelled:
-    they can exceed the cell kernels' saved activations by far. An H100 (torch 2.11) took, for
-    a 2-layer bidirectional fp32 GRU of hidden size 512 over packed sequences of T tokens,
-    a reserve space of 26*T*512*4 + 8,388,864 bytes (1,121,804,544 at T = 20,910) and a
+    """Say that a packed GRU or a plain RNN ran the meta device's cell kernels. On CUDA it is
+    one cuDNN call whose reserve space, kept from forward to backward, and workspace are not
+    modelled: they can exceed the cell kernels' saved activations by far. An H100 (torch
+    2.11) took, for a 2-layer bidirectional fp32 GRU of hidden size 512 over packed sequences
+    of T tokens, a reserve space of 26*T*512*4 + 8,388,864 bytes (1,121,804,544 at T = 20,910) and a
     workspace of about 10*T*512*4 bytes in each of its three calls."""
     name = OTHER_RNN_FUNCTIONS[func]
+    if func is GRU_FUNCTION:
+        name = "packed-sequence GRU"
     hooks.notes.add(
         f"a {name} ran PyTorch's cell kernels: cuDNN's reserve space and workspace for it are "
         "not modelled, and the GPU can take more (an H100 held 1.1 GB of reserve space and "
@@ -372,7 +414,7 @@ def _flatten(module: nn.RNNBase) -> None:
     dtype = weights[0].dtype
     if dtype not in _FLATTENED or any(w.dtype != dtype or w.device.type != "meta" for w in weights):
         return
-    if module.mode != "LSTM" or module.proj_size > 0 or _one_buffer(weights):
+    if module.mode not in ("LSTM", "GRU") or module.proj_size > 0 or _one_buffer(weights):
         return
     flat = torch.empty(sum(w.numel() for w in weights), dtype=dtype, device="meta")
     offset = 0
