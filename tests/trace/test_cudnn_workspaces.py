@@ -68,6 +68,8 @@ PROBES = [
     "benchmarks/results/2026-12-07-h200-lstm-probes/sequencer-lstm-probe.json.gz",
     # GRUs of hidden sizes 256 and 1024, inputs once and twice the hidden size
     "benchmarks/results/2026-12-07-h100-rnn-probes/gru-probe.json.gz",
+    # the object detectors' and the fifth hand-written set's convolutions
+    "benchmarks/results/2026-12-07-h100-detection-handwritten-convolutions/det-hw5-convs-probe.json.gz",
 ]
 
 
