@@ -11,7 +11,7 @@ allocations unrecorded) and a real GPU run each provide.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -123,6 +123,14 @@ class Technique:
         """Act on the model and its optimizer before the first step, as the step loop does on
         a GPU and in a trace; returns the optimizer the steps use."""
         return optimizer
+
+    def stepping(
+        self, value: Any, optimizer: Any, around: Callable[..., None]
+    ) -> AbstractContextManager[Any]:
+        """What memfit's step loop runs its steps inside, on a GPU and in a trace (``around``
+        wraps one parameter's update where the technique steps parameters itself); nothing by
+        default."""
+        return nullcontext()
 
     def host_bytes(self, value: Any, optimizer: Any) -> int:
         """Host memory the technique holds once steps have run (0: none)."""

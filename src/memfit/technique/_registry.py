@@ -10,11 +10,13 @@ from typing import Any
 from memfit._errors import InvalidInputError
 from memfit.technique import eight_bit, host_optimizer, in_backward, lora, quantize
 from memfit.technique._base import Settings, Technique
+from memfit.technique._variant import OptimizerVariant, optimizer_variant
 
 __all__ = [
     "TECHNIQUES",
     "active_techniques",
     "checked_techniques",
+    "optimizer_variant_of",
     "technique_aliases",
     "technique_named",
     "techniques_in",
@@ -30,6 +32,11 @@ TECHNIQUES: tuple[Technique, ...] = (
     in_backward.TECHNIQUE,
     eight_bit.TECHNIQUE,
 )
+
+
+def optimizer_variant_of(name: object) -> OptimizerVariant | None:
+    """The optimizer variant (in backward, 8-bit states) an optimizer's name asks for."""
+    return optimizer_variant(name, TECHNIQUES)
 
 
 def technique_named(name: str) -> Technique:

@@ -9,7 +9,7 @@ from typing import Any
 from memfit._errors import InvalidInputError
 from memfit.technique._base import Option, Settings, Technique
 
-__all__ = ["OptimizerVariant"]
+__all__ = ["OptimizerVariant", "optimizer_variant"]
 
 
 class OptimizerVariant(Technique):
@@ -28,7 +28,27 @@ class OptimizerVariant(Technique):
             f"name ending in {self.suffix})."
         )
 
+    def make_optimizer(self, value: str, params: Any) -> Any:
+        """The optimizer ``value`` names, made of ``params``; None: its family's own (``adamw``
+        of ``adamw-in-backward``) with :meth:`optimizer_flags`."""
+        return None
+
+    def optimizer_flags(self, value: str) -> dict[str, Any]:
+        """The flags the family's optimizer is made with for this variant."""
+        return {}
+
     def given_by(self, settings: Settings) -> Any:
         optimizer = settings.optimizer
         named = isinstance(optimizer, str) and optimizer.endswith(self.suffix)
         return optimizer if named else None
+
+
+def optimizer_variant(name: object, variants: Any) -> OptimizerVariant | None:
+    """The variant among ``variants`` (the registry's techniques) that an optimizer's name asks
+    for by its suffix, if any."""
+    if not isinstance(name, str):
+        return None
+    for technique in variants:
+        if isinstance(technique, OptimizerVariant) and name.endswith(technique.suffix):
+            return technique
+    return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +17,9 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from memfit._errors import InvalidInputError
-from memfit.technique import Place, techniques_in
+from memfit.technique import Place, active_techniques, optimizer_variant_of, techniques_in
 from memfit.technique.checkpointing import checkpoint_blocks
 from memfit.technique.data_parallel import ZERO, engage_zero, parallelize, zero_config
-from memfit.technique.eight_bit import EIGHT_BIT, eight_bit_class
-from memfit.technique.in_backward import IN_BACKWARD, Around, OptimizerInBackward
 from memfit.technique.offload import offload_blocks
 from memfit.workload._first_imports import imports_outside_modes
 from memfit.workload._spec import Batch, OptimizerSpec, Workload, partial_fraction
@@ -42,12 +40,13 @@ def make_optimizer(spec: OptimizerSpec, params: Any) -> torch.optim.Optimizer:
     """An optimizer from a name (``adamw``, ``adamw-fused``...) or a factory."""
     if not isinstance(spec, str):
         return spec(params)
-    name, _, impl = spec.partition("-")
-    if impl == EIGHT_BIT:
-        made: torch.optim.Optimizer = eight_bit_class(spec)(params, lr=1e-4)
+    variant = optimizer_variant_of(spec)  # in backward, 8-bit states: the technique's hooks
+    made: torch.optim.Optimizer | None = variant.make_optimizer(spec, params) if variant else None
+    if made is not None:
         return made
-    flags: dict[str, Any] = {}
-    if impl in ("fused", IN_BACKWARD):  # in backward: a fused update per parameter
+    name, _, impl = spec.partition("-")
+    flags: dict[str, Any] = dict(variant.optimizer_flags(spec)) if variant else {}
+    if impl == "fused":
         flags["fused"] = True
     elif impl == "foreach":
         flags["foreach"] = True
@@ -94,7 +93,9 @@ class StepHooks:
     after_backward: Callable[[nn.Module], None] = lambda model: None
     after_optimizer: Callable[[torch.optim.Optimizer], None] = lambda opt: None
     # wraps one parameter's update when the optimizer steps in backward (the trace's marks)
-    around_param_step: Around = lambda param, optimizer, update: update()
+    around_param_step: Callable[[Any, Any, Callable[[], None]], None] = (
+        lambda param, optimizer, update: update()
+    )
     # True when step N's input, forward and backward were reproduced without running them
     # (a trace copies step 1's events; memfit's own loop only)
     repeat: Callable[[int, nn.Module], bool] = lambda step, model: False
@@ -119,15 +120,12 @@ def run_steps(
         return hooks.autocast(dtype) if dtype is not None else nullcontext()
 
     whole = workload.step_fn is not None or workload.mode == "infer"  # no optimizer of ours
-    stepper = None
-    if workload.optimizer_in_backward and not whole:
-        assert optimizer is not None
-        stepper = OptimizerInBackward(optimizer, around=hooks.around_param_step)
-    try:
+    with ExitStack() as stepping:  # a technique that steps parameters itself (in backward)
+        if not whole:
+            for technique, value in active_techniques(workload):
+                around = hooks.around_param_step
+                stepping.enter_context(technique.stepping(value, optimizer, around))
         _steps(workload, model, optimizer, hooks, scaler, whole, region)
-    finally:
-        if stepper is not None:
-            stepper.remove()
     hooks.phase("end")
 
 

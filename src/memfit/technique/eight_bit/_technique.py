@@ -21,6 +21,11 @@ class EightBit(OptimizerVariant):
     name = "eight_bit"
     suffix = SUFFIX
 
+    def make_optimizer(self, value: str, params: Any) -> Any:
+        from memfit.technique.eight_bit._bnb import eight_bit_class
+
+        return eight_bit_class(value)(params, lr=1e-4)
+
     def notes(self, value: Any, settings: Settings, optimizer: Any) -> list[str]:
         """Which 8-bit optimizer the estimate traced, and its package's version."""
         cls = type(optimizer)

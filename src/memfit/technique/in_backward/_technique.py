@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from memfit.technique._base import Settings
@@ -53,11 +55,31 @@ class InBackward(OptimizerVariant):
             )
         return None
 
+    def optimizer_flags(self, value: str) -> dict[str, Any]:
+        return {"fused": True}  # a fused update per parameter
+
+    def stepping(
+        self, value: Any, optimizer: Any, around: Callable[..., None]
+    ) -> AbstractContextManager[Any]:
+        return _stepped_in_backward(optimizer, around)
+
     def notes(self, value: Any, settings: Settings, optimizer: Any) -> list[str]:
         return [IN_BACKWARD_NOTE]
 
     def words(self, value: Any) -> str:
         return "optimizer steps in backward"
+
+
+@contextmanager
+def _stepped_in_backward(optimizer: Any, around: Callable[..., None]) -> Iterator[None]:
+    """The optimizer's parameters stepped in backward while the steps run."""
+    from memfit.technique.in_backward._stepper import OptimizerInBackward
+
+    stepper = OptimizerInBackward(optimizer, around=around)
+    try:
+        yield
+    finally:
+        stepper.remove()
 
 
 TECHNIQUE = InBackward()
