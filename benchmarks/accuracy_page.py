@@ -97,6 +97,7 @@ ZOO_ACCUMULATORS = "2026-12-07-cpu-zoo-after-attention-accumulators"
 ZOO_BATCH_NORM = "2026-12-07-cpu-zoo-after-cudnn-batch-norm"
 ZOO_AUTOCAST = "2026-12-07-cpu-zoo-after-autocast-cache"
 ZOO_LSTM = "2026-12-07-cpu-zoo-after-lstm-regimes"
+ZOO_ROUTING = "2026-12-07-cpu-zoo-after-routing-gru"
 ZOO_FRESH = (
     "2026-12-06-h100-zoo-recheck",
     "2026-12-06-h100-zoo-fresh-processes",
@@ -128,6 +129,16 @@ HANDWRITTEN_4 = (
     "2026-12-07-cpu-handwritten-models-fourth",
     "2026-12-07-h200-handwritten-models-fourth",
 )
+# predicted once, measured, then estimated again with their convolutions probed (not predictions)
+ZOO_HELD_4 = (
+    "2026-12-07-cpu-zoo-held-out-object-detection",
+    "2026-12-07-h100-zoo-object-detection",
+)
+HANDWRITTEN_5 = (
+    "2026-12-07-cpu-handwritten-models-fifth",
+    "2026-12-07-h100-handwritten-models-fifth",
+)
+AFTER_PROBE_5 = "2026-12-07-cpu-detection-handwritten-after-probe"
 LORA = ("2026-12-07-cpu-lora-predictions", "2026-12-07-cpu-qlora-predictions")
 LORA_H200 = "2026-12-07-h200-lora-qlora"
 OP_SWEEP = "2026-12-06-h100-op-sweep"
@@ -414,6 +425,7 @@ SOURCES: list[Source] = [
     Source(f"{ZOO_BATCH_NORM}/estimates.jsonl", "zoo", zoo_estimates),
     Source(f"{ZOO_AUTOCAST}/estimates.jsonl", "zoo", zoo_estimates),
     Source(f"{ZOO_LSTM}/estimates.jsonl", "zoo", zoo_estimates),
+    Source(f"{ZOO_ROUTING}/estimates.jsonl", "zoo", zoo_estimates),
     *(Source(f"{ZOO_H100}/measured-{k}-of-2.jsonl", "zoo", zoo_measured, gpu=H100) for k in (1, 2)),
     *(Source(f"{ZOO_H100}/measured-{k}-of-4.jsonl", "zoo", zoo_measured, gpu=H100) for k in (1, 3)),
     *(Source(f"{folder}/peaks.jsonl", "zoo", zoo_fresh, gpu=H100) for folder in ZOO_FRESH),
@@ -434,6 +446,12 @@ SOURCES: list[Source] = [
         "handwritten",
         predictions,
     ),
+    Source(f"{ZOO_HELD_4[0]}/estimates.jsonl", "families", held_out_estimates, prediction=True),
+    Source(f"{AFTER_PROBE_5}/detection.jsonl", "families", held_out_estimates),
+    Source(f"{ZOO_HELD_4[1]}/peaks.jsonl", "families", held_out_peaks, gpu=H100, versions=HOST_211),
+    Source(f"{HANDWRITTEN_5[0]}/predictions.json", "handwritten", predictions, prediction=True),
+    Source(f"{AFTER_PROBE_5}/handwritten-fifth.json", "handwritten", predictions),
+    Source(f"{HANDWRITTEN_5[1]}/measured.json", "handwritten", measured, versions=GPU_HOST),
 ]
 
 TOPICS: list[tuple[str, str]] = [
