@@ -10,6 +10,9 @@ from step_time_data import US, calibration, costs
 
 from memfit._gpus import resolve_gpu
 from memfit.planner import calibration_for, step_time
+from memfit.technique import optimizer_variant_of
+
+IN_BACKWARD = optimizer_variant_of("adamw-in-backward")
 
 
 def test_a_phase_of_small_ops_takes_the_hosts_time() -> None:
@@ -101,12 +104,12 @@ def test_an_optimizer_stepped_in_backward_pays_its_own_host_cost_per_parameter()
     light.parameter_tensors = 100
     cal = calibration(optimizer_param=2 * US, **{"optimizer_param:in-backward": 30 * US})
     after = step_time(light, cal, style="eager")
-    during = step_time(light, cal, style="eager", in_backward=True)
+    during = step_time(light, cal, style="eager", variant=IN_BACKWARD)
     # host-bound: the 100 update calls (30 us each, against 2 us per tensor after backward)
     assert during.seconds - after.seconds == pytest.approx(100 * 28 * US, abs=5 * US)
     assert "optimizer" not in during.phases  # issued inside backward
     # a calibration measured before the key existed: the loop's cost
-    old = step_time(light, calibration(optimizer_param=2 * US), style="eager", in_backward=True)
+    old = step_time(light, calibration(optimizer_param=2 * US), style="eager", variant=IN_BACKWARD)
     assert old.seconds == pytest.approx(after.seconds, abs=5 * US)
 
 
@@ -114,7 +117,7 @@ def test_the_updates_host_cost_hides_under_a_gpu_bound_backward() -> None:
     heavy = costs(backward=[("mm:bf16", int(1e12), 0)] * 2, optimizer=[("mem", 0, 10**6)] * 10)
     heavy.parameter_tensors = 100
     cal = calibration(optimizer_param=2 * US, **{"optimizer_param:in-backward": 30 * US})
-    during = step_time(heavy, cal, style="eager", in_backward=True)
+    during = step_time(heavy, cal, style="eager", variant=IN_BACKWARD)
     # 4 ms of products on the GPU; the host's 3 ms of update calls run beside them
     assert during.seconds == pytest.approx(2 * 2000 * US + 10 * 2 * US, rel=0.01)
     assert during.bound == "gpu"

@@ -63,12 +63,9 @@ def test_every_technique_has_a_flag_that_reaches_the_workload() -> None:
 
 
 # the optimizer's variants are techniques for their checks, their notes, the optimizer they
-# make and how the step loop steps; the planner still prices both by the optimizer's name, and
-# the runtime's change installs the in-backward stepper itself
-STILL_NAMED = {
-    "in_backward": {"_search.py", "_changes.py"},
-    "eight_bit": {"_search.py"},
-}
+# make, how the step loop steps and how the planner prices them; the runtime's change still
+# installs the in-backward stepper itself
+STILL_NAMED = {"in_backward": {"_changes.py"}}
 
 
 def test_the_optimizers_variants_are_techniques_by_its_name() -> None:

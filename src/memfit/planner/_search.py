@@ -35,7 +35,7 @@ from memfit.planner._plan_result import (
     techniques_words,
 )
 from memfit.planner._step_time import Calibration, StepTime, calibration_for, step_time
-from memfit.technique import StepFacts, techniques_in
+from memfit.technique import StepFacts, optimizer_variant_of, techniques_in
 from memfit.trace import BatchTraces, StepCosts, Trace, trace_workload
 from memfit.workload import Workload, partial_fraction
 
@@ -147,8 +147,7 @@ def _predict_plain(
             calibration,
             style=style,
             micro_batches=(traced, workload.accumulation),
-            in_backward=workload.optimizer_in_backward,
-            eight_bit=str(workload.optimizer).endswith("-8bit"),
+            variant=optimizer_variant_of(workload.optimizer),
             batch_on_gpu=True,  # what a step applied to the user's batches takes
         )
 

@@ -39,6 +39,7 @@ from memfit.planner.calibration._store import (
     saved_state,
     shipped,
 )
+from memfit.technique import OptimizerVariant
 from memfit.trace import Op, StepCosts, is_copy
 
 __all__ = ["HOST_BOUND_NOTE", "Calibration", "StepTime", "calibration_for", "step_time"]
@@ -261,8 +262,7 @@ def step_time(
     style: str,
     step: int = 2,
     micro_batches: tuple[int, int] = (1, 1),
-    in_backward: bool = False,
-    eight_bit: bool = False,
+    variant: OptimizerVariant | None = None,
     batch_on_gpu: bool = False,
 ) -> StepTime:
     """The predicted time of step ``step`` of a trace.
@@ -270,14 +270,16 @@ def step_time(
     ``style`` picks the host's per-op costs: ``eager``, ``fp32``, ``checkpointed`` or
     ``selective``. ``micro_batches = (traced, wanted)``: the trace ran ``traced`` micro-batches
     per step and the step to predict runs ``wanted`` (the planner traces at most two and scales
-    their input, forward and backward). ``in_backward``: the optimizer steps each parameter in
-    backward, inside the backward phase (its host pays :meth:`Calibration.optimizer_param` per
-    parameter tensor for it). ``eight_bit``: bitsandbytes' 8-bit states, whose host cost per
-    tensor is its own (``optimizer_param:8bit``). ``batch_on_gpu``: the step is given its
+    their input, forward and backward). ``variant``: the optimizer's variant, if its name asks
+    for one (:func:`memfit.technique.optimizer_variant_of`): one that steps each parameter in
+    backward does it inside the backward phase, and the host pays the variant's own
+    :meth:`Calibration.optimizer_param` per parameter tensor (bitsandbytes' 8-bit states have
+    theirs too). ``batch_on_gpu``: the step is given its
     batch on the GPU (the input phase, memfit's loop making the batch on the host and copying
     it, is left out: a user's data loader does that, beside the step).
     """
     traced, wanted = micro_batches
+    in_backward = variant is not None and variant.steps_in_backward
     shown = [
         (phase, cost)
         for phase in _ORDER
@@ -286,7 +288,8 @@ def step_time(
         and not (batch_on_gpu and phase == "input")
     ]
     update = costs.phases.get(f"step{step}.optimizer") if in_backward else None
-    issuer = _Issuer(costs, calibration, style, traced, update, in_backward, eight_bit)
+    key = variant.cost_key if variant is not None else ""
+    issuer = _Issuer(costs, calibration, style, traced, update, in_backward, key)
     micro = [(phase, cost) for phase, cost in shown if phase in _MICRO]
     # the traced micro-batches run as many times as the step's need; a fraction of a repeat
     # counts that share of the last one's time
@@ -312,7 +315,7 @@ class _Issuer:
     traced: int
     update: Any  # the optimizer's ops, issued in backward (``in_backward``)
     in_backward: bool
-    eight_bit: bool
+    cost_key: str  # the optimizer variant's host cost per tensor (Calibration.optimizer_param)
     phases: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -329,10 +332,9 @@ class _Issuer:
             # host between backward's ops, on the GPU between its kernels (the host's cost of
             # it hides under a GPU-bound backward). Scaled with backward: one micro-batch
             lane.issue(self.update.ops if self.update else [], "optimizer", self.style)
-            lane.spend(self.costs.parameter_tensors * cal.optimizer_param("in-backward"))
+            lane.spend(self.costs.parameter_tensors * cal.optimizer_param(self.cost_key))
         if phase == "optimizer":
-            variant = "8bit" if self.eight_bit else ""
-            lane.spend(self.costs.parameter_tensors * cal.optimizer_param(variant))
+            lane.spend(self.costs.parameter_tensors * cal.optimizer_param(self.cost_key))
         self.phases[phase] = self.phases.get(phase, 0.0) + (lane.end - before) * share
 
     def repeat(self, micro: list[tuple[str, Any]], share: float) -> None:

@@ -20,12 +20,14 @@ from memfit.technique._registry import (
     techniques_in,
     with_aliases,
 )
+from memfit.technique._variant import OptimizerVariant
 
 __getattr__, __dir__ = lazy_attributes(__name__, {"GpuPlace": "_place"}, globals())
 
 __all__ = [
     "TECHNIQUES",
     "GpuPlace",
+    "OptimizerVariant",
     "Option",
     "Place",
     "Settings",

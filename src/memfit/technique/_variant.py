@@ -17,6 +17,13 @@ class OptimizerVariant(Technique):
 
     suffix = ""
     default = None
+    steps_in_backward = False  # its updates run inside backward, not in an optimizer phase
+
+    @property
+    def cost_key(self) -> str:
+        """The calibration's key for the host's cost of one parameter tensor's update with
+        this variant (``optimizer_param:<key>``): the suffix without its dash."""
+        return self.suffix.removeprefix("-")
 
     def __init__(self) -> None:
         self.option = Option(keyword=self.name, flag="", kind=str, help="")

@@ -54,6 +54,7 @@ output is allocated as ``create_grouped_gemm_output_tensor`` allocates it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -213,7 +214,7 @@ def _loaded_counts(tokens: int, experts: int, k: int) -> list[int]:
     low = (2 - Fraction(LOAD)) * share
     step = 2 * (share - low) / max(experts - 1, 1)
     running = [math.floor(i * low + i * (i - 1) * step / 2) for i in range(experts + 1)]
-    counts = [min(tokens, b - a) for a, b in zip(running, running[1:], strict=False)]
+    counts = [min(tokens, b - a) for a, b in itertools.pairwise(running)]
     left = total - sum(counts)
     for e in reversed(range(experts)):
         more = min(left, tokens - counts[e])

@@ -31,6 +31,7 @@ class InBackward(OptimizerVariant):
 
     name = "in_backward"
     suffix = SUFFIX
+    steps_in_backward = True
 
     def refusal(self, value: Any, settings: Settings) -> str | None:
         name = settings.optimizer
