@@ -30,7 +30,9 @@ upscaling and contrastive types' and the third hand-written set's), then the H20
 vision-language types' and the fourth hand-written set's), and its LSTM probes
 ``results/2026-12-07-h200-lstm-probes/hidden-lstm-probe.json.gz`` (hidden sizes 32 to 512) and
 ``sequencer-lstm-probe.json.gz`` (Sequencer2d's shapes, batches up to 32,768), and the H100's
-GRU probe ``results/2026-12-07-h100-rnn-probes/gru-probe.json.gz``. Per configuration and
+GRU probe ``results/2026-12-07-h100-rnn-probes/gru-probe.json.gz``, then
+``results/2026-12-07-h100-detection-handwritten-convolutions/det-hw5-convs-probe.json.gz`` (the
+object detectors' and the fifth hand-written set's convolutions). Per configuration and
 phase: the forward's workspaces, the input gradient's, the weight gradient's, and the bias
 gradient's reduction's; per LSTM and GRU engine, the workspace's closed form.
 """
@@ -128,7 +130,9 @@ def _regime(per_h: dict[int, list[float]]) -> dict[str, Any]:
     }
 
 
-def lstm_workspace_fits(probe: dict[str, Any], kind: str = "lstm") -> dict[str, list[dict[str, Any]]]:
+def lstm_workspace_fits(
+    probe: dict[str, Any], kind: str = "lstm"
+) -> dict[str, list[dict[str, Any]]]:
     """The LSTM (or ``kind="gru"``: GRU) workspace per (dtype, layers, directions[, infer]), as
     regimes of hidden size.
 
