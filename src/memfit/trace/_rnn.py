@@ -92,7 +92,7 @@ class RnnHooks:
 def _fits(
     table: str = DEFAULT_ARCHITECTURE.cudnn_table, kind: str = "lstm"
 ) -> dict[str, list[dict[str, Any]]]:
-    fits: dict[str, list[dict[str, Any]]] = cudnn_data(table).get(f"{kind}_workspace", {})
+    fits: dict[str, list[dict[str, Any]]] = cudnn_data(table)[f"{kind}_workspace"]
     return fits
 
 
