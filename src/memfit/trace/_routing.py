@@ -17,7 +17,8 @@ real indices (a shadow, see :mod:`memfit.trace._shadow`) chosen by a policy:
     over an even share (a capacity factor of 1.25 in Switch-style routers), and what a router
     initialised at random gave its busiest expert on an H100 (the privacy filter of
     ``benchmarks/results/2026-12-06-h100-zoo-sweep/``: 1.24); balanced routing estimated that
-    training step 2.00% under the reserved peak, loaded 1.92% over it.
+    training step 2.00% under the reserved peak, loaded 2.14% over it
+    (``benchmarks/results/2026-12-07-cpu-zoo-after-routing-gru/``).
 ``balanced``
     token ``t`` goes to experts ``(t*k + j) mod E`` for ``j < k``: ``k`` distinct experts per
     token, and each expert gets ``tokens*k/E`` tokens, as evenly as integers allow. This is what
