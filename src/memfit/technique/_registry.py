@@ -10,7 +10,7 @@ from typing import Any
 from memfit._errors import InvalidInputError
 from memfit.technique import eight_bit, host_optimizer, in_backward, lora, quantize
 from memfit.technique._base import Settings, Technique
-from memfit.technique._variant import OptimizerVariant, optimizer_variant
+from memfit.technique._variant import OptimizerVariant
 
 __all__ = [
     "TECHNIQUES",
@@ -35,8 +35,14 @@ TECHNIQUES: tuple[Technique, ...] = (
 
 
 def optimizer_variant_of(name: object) -> OptimizerVariant | None:
-    """The optimizer variant (in backward, 8-bit states) an optimizer's name asks for."""
-    return optimizer_variant(name, TECHNIQUES)
+    """The optimizer variant (in backward, 8-bit states) an optimizer's name asks for by its
+    suffix, if any."""
+    if not isinstance(name, str):
+        return None
+    for technique in TECHNIQUES:
+        if isinstance(technique, OptimizerVariant) and name.endswith(technique.suffix):
+            return technique
+    return None
 
 
 def technique_named(name: str) -> Technique:

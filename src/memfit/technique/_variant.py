@@ -9,7 +9,7 @@ from typing import Any
 from memfit._errors import InvalidInputError
 from memfit.technique._base import Option, Settings, Technique
 
-__all__ = ["OptimizerVariant", "optimizer_variant"]
+__all__ = ["OptimizerVariant"]
 
 
 class OptimizerVariant(Technique):
@@ -48,14 +48,3 @@ class OptimizerVariant(Technique):
         optimizer = settings.optimizer
         named = isinstance(optimizer, str) and optimizer.endswith(self.suffix)
         return optimizer if named else None
-
-
-def optimizer_variant(name: object, variants: Any) -> OptimizerVariant | None:
-    """The variant among ``variants`` (the registry's techniques) that an optimizer's name asks
-    for by its suffix, if any."""
-    if not isinstance(name, str):
-        return None
-    for technique in variants:
-        if isinstance(technique, OptimizerVariant) and name.endswith(technique.suffix):
-            return technique
-    return None

@@ -35,11 +35,11 @@ from memfit.trace._mish import mish
 from memfit.trace._rms_norm import fused_rms_norm
 from memfit.trace._rnn import (
     OTHER_RNN_FUNCTIONS,
-    RNN_KINDS,
     RnnHooks,
     cudnn_rnn,
     cudnn_rnn_autocast,
     note_cell_kernels,
+    rnn_kind,
 )
 from memfit.trace._sdpa import run_sdpa
 
@@ -286,13 +286,13 @@ class TraceFunctionMode(TorchFunctionMode):
             if self.on_sdpa is not None:
                 self.on_sdpa(backend)
             return out
-        rnn_kind = RNN_KINDS.get(func) if self.rnn is not None else None
-        if rnn_kind is not None and self.rnn is not None:
+        kind = rnn_kind(func) if self.rnn is not None else None
+        if kind is not None and self.rnn is not None:
             if state.enabled:  # autocast's own cuDNN wrapper: fp16, whatever autocast's dtype
                 with _autocast.suspended():
-                    out = cudnn_rnn_autocast(args, self.rnn, rnn_kind)
+                    out = cudnn_rnn_autocast(args, self.rnn, kind)
             else:
-                out = cudnn_rnn(args, self.rnn, rnn_kind)
+                out = cudnn_rnn(args, self.rnn, kind)
             if out is not None:
                 return self._stamped(out)
         elif self.rnn is not None and any(func is f for f in OTHER_RNN_FUNCTIONS):

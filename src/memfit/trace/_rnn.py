@@ -54,17 +54,16 @@ from memfit.trace._cudnn import cudnn_data
 
 __all__ = [
     "OTHER_RNN_FUNCTIONS",
-    "RNN_KINDS",
     "RnnHooks",
     "cudnn_rnn",
     "cudnn_rnn_autocast",
     "flatten_like_cuda",
     "note_cell_kernels",
+    "rnn_kind",
 ]
 
 LSTM_FUNCTION = torch._C._VariableFunctions.lstm
 GRU_FUNCTION = torch._C._VariableFunctions.gru
-RNN_KINDS = {LSTM_FUNCTION: "lstm", GRU_FUNCTION: "gru"}  # what cudnn_rnn models
 OTHER_RNN_FUNCTIONS = {  # what runs the meta device's cell kernels, and is said
     GRU_FUNCTION: "GRU",  # packed sequences only
     torch._C._VariableFunctions.rnn_tanh: "RNN (tanh)",
@@ -280,14 +279,30 @@ class _CudnnRNN(torch.autograd.Function):
         return (None, order(dx), dhx, dcx, *grads)
 
 
+def rnn_kind(func: Any) -> str | None:
+    """The kind of cuDNN RNN call :func:`cudnn_rnn` models that ``func`` is, if any (by
+    identity: it is asked of every function a trace sees)."""
+    if func is LSTM_FUNCTION:
+        return "lstm"
+    return "gru" if func is GRU_FUNCTION else None
+
+
+def _padded_state(args: tuple[Any, ...], kind: str) -> Any:
+    """The call's initial state where its input is padded (an LSTM's ``(h0, c0)``, a GRU's
+    3-d ``hx``), else None: a packed call is ``(data, batch_sizes, hx, ...)``."""
+    state = args[1] if len(args) == 9 else None
+    if kind == "lstm":
+        return state if isinstance(state, (list, tuple)) and len(state) == 2 else None
+    return state if isinstance(state, torch.Tensor) and state.dim() == 3 else None
+
+
 def cudnn_rnn(args: tuple[Any, ...], hooks: RnnHooks, kind: str) -> Any:
     """``torch._VF.lstm`` (``kind="lstm"``) or ``torch._VF.gru`` (``"gru"``) as cuDNN runs it,
     or None where cuDNN's path is not modelled (said in the notes)."""
     lstm = kind == "lstm"
     name = kind.upper()
-    state: Any = args[1] if len(args) == 9 else None
-    padded = isinstance(state, (list, tuple)) if lstm else isinstance(state, torch.Tensor)
-    if not padded or (not lstm and state.dim() != 3):  # packed: (data, batch_sizes, hx, ...)
+    state = _padded_state(args, kind)
+    if state is None:
         if lstm:
             hooks.notes.add("packed-sequence LSTM ran PyTorch's cell kernels (cuDNN not modelled)")
         else:
@@ -366,13 +381,8 @@ def cudnn_rnn_autocast(args: tuple[Any, ...], hooks: RnnHooks, kind: str) -> Any
     """``torch._VF.lstm`` or ``gru`` under CUDA autocast, as ``_cudnn_rnn_cast_reflatten``
     runs it: in fp16, on a fresh fp16 copy of the weights (see the module docstring); None
     where cuDNN's path is not modelled."""
-    state: Any = args[1] if len(args) == 9 else None
-    lstm = kind == "lstm"
-    if lstm:
-        padded = isinstance(state, (list, tuple)) and len(state) == 2
-    else:
-        padded = isinstance(state, torch.Tensor) and state.dim() == 3
-    if not padded:
+    state = _padded_state(args, kind)
+    if state is None:
         return cudnn_rnn(args, hooks, kind)  # says why it is not modelled
     x, _, params, *rest = args
     floats = (torch.float32, torch.bfloat16, torch.float16)
@@ -381,7 +391,7 @@ def cudnn_rnn_autocast(args: tuple[Any, ...], hooks: RnnHooks, kind: str) -> Any
     half = torch.float16
     if params and params[0].dtype != half:  # needs_cast_and_flatten
         params = [_HalfFlatWeights.apply(hooks, kind.upper(), *params)]
-    if lstm:
+    if kind == "lstm":
         h0, c0 = state
         cx, hx = c0.to(half), h0.to(half)  # right to left: cx first, the input last
         return cudnn_rnn((x.to(half), (hx, cx), params, *rest), hooks, kind)
