@@ -32,7 +32,6 @@ from memfit.runtime._changes import (
     CompileBudget,
     Offload,
     OptimizerFlags,
-    StepInBackward,
     SwitchCheckpointing,
     TechniqueChange,
     applied_record,
@@ -42,10 +41,8 @@ from memfit.runtime._changes import (
 from memfit.runtime._guard_checks import check_callables, check_parts, refuse_sharded
 from memfit.runtime._microbatch import LossFn
 from memfit.runtime._planned_step import AUTOCAST, PURE, PlannedStep
-from memfit.technique import techniques_in
+from memfit.technique import check_fusable, optimizer_variant_of, techniques_in
 from memfit.technique.compilation import check_memory_budget
-from memfit.technique.eight_bit import EIGHT_BIT, eight_bit_class
-from memfit.technique.in_backward import in_backward
 from memfit.workload import valid_checkpointing
 
 __all__ = ["apply", "unapply"]
@@ -96,7 +93,8 @@ def apply(
         )
     candidate = _chosen(plan, inner)
     _check_optimizer(inner, optimizer)
-    if before_step is not None and in_backward(candidate.optimizer):
+    variant = optimizer_variant_of(candidate.optimizer)
+    if before_step is not None and variant is not None and variant.steps_in_backward:
         raise InvalidInputError(
             f"The plan steps the optimizer in backward ({candidate.optimizer}): each parameter "
             "is updated as soon as its gradient is complete, so there is no moment when the "
@@ -273,8 +271,9 @@ def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -
         changes.append(flags)
     if c.precision in PURE:  # last: taking a cast back keeps its rounding
         changes.append(Cast(model, optimizer, PURE[c.precision]))
-    if in_backward(c.optimizer):  # after the cast: a cast's reload replaces the state
-        changes.append(StepInBackward(optimizer, c.optimizer))
+    variant = optimizer_variant_of(c.optimizer)
+    if variant is not None and variant.changes_live:  # after the cast: its reload replaces state
+        changes.append(TechniqueChange(variant, c.optimizer, model, optimizer))
     for technique, value in techniques_in(c.techniques):  # last: on the optimizer as cast
         if not technique.kept_in_plans:  # those kept are the user's model's own already
             changes.append(TechniqueChange(technique, value, model, optimizer))
@@ -329,16 +328,12 @@ def _full_checkpointing(model: nn.Module) -> Change:
 
 def _optimizer_flags(optimizer: torch.optim.Optimizer, name: str) -> Change | None:
     family, _, impl = name.partition("-")
-    if impl == EIGHT_BIT:
-        _check_eight_bit(optimizer, name)
-        return None  # the user's own bitsandbytes optimizer, as built
+    variant = optimizer_variant_of(name)
+    if variant is not None:
+        variant.check_live(name, optimizer)  # refuses an optimizer it cannot run on
+        if not variant.changes_live:
+            return None  # the user's own optimizer of the variant, as built
     kind = next((k for k, cls in _KINDS if isinstance(optimizer, cls)), None)
-    if kind is None and in_backward(name):
-        raise InvalidInputError(
-            f"The plan steps the optimizer in backward ({name}), which memfit does for SGD, "
-            f"Adam and AdamW only; {type(optimizer).__name__} is not one of them. Plan with "
-            "optimizers=[...] naming variants that step after backward; nothing was changed."
-        )
     if kind is None:
         warnings.warn(
             f"The plan was made for the optimizer {name}; {type(optimizer).__name__} is not "
@@ -355,40 +350,14 @@ def _optimizer_flags(optimizer: torch.optim.Optimizer, name: str) -> Change | No
             f"optimizer (memfit.plan(..., optimizer='{kind}')) or build the plan's; nothing "
             "was changed."
         )
-    if in_backward(name):
-        _check_fusable(optimizer, name)
-        return None  # each parameter's copy runs fused: StepInBackward
+    if variant is not None:
+        return None  # the variant's own change sets the optimizer up (its apply)
     if impl not in _IMPLS:
         return None  # the default implementation: the optimizer's flags are left as they are
     fused, foreach = _IMPLS[impl]
     if fused:
-        _check_fusable(optimizer, name)
+        check_fusable(optimizer, name)
     return OptimizerFlags(optimizer, fused, foreach, name)
-
-
-def _check_eight_bit(optimizer: torch.optim.Optimizer, name: str) -> None:
-    """A plan with 8-bit states needs bitsandbytes' optimizer: memfit cannot turn another
-    optimizer's class into it in place."""
-    wanted = eight_bit_class(name)  # a clear error when bitsandbytes is not installed
-    if not isinstance(optimizer, wanted):
-        raise InvalidInputError(
-            f"The plan keeps the optimizer's states in 8 bits ({name}), which takes "
-            f"bitsandbytes' {wanted.__name__}; the optimizer given is "
-            f"{type(optimizer).__name__}. Build bitsandbytes.optim.{wanted.__name__}"
-            "(model.parameters(), ...) and apply the plan to it, or plan without 8-bit states "
-            "(optimizers=[...] naming others); nothing was changed."
-        )
-
-
-def _check_fusable(optimizer: torch.optim.Optimizer, name: str) -> None:
-    """The plan's optimizer runs fused (``-fused``, and each update stepped in backward)."""
-    if any(g.get("differentiable") for g in optimizer.param_groups):
-        raise InvalidInputError(
-            f"The plan chooses {name}, which runs fused, but the optimizer was built with "
-            "differentiable=True, which fused optimizers do not support: build it without "
-            "differentiable=True, or plan with optimizers=... naming a foreach variant; "
-            "nothing was changed."
-        )
 
 
 class _Nothing(Change):

@@ -26,7 +26,6 @@ from memfit.technique.checkpointing import (
     unwrap_blocks,
 )
 from memfit.technique.compilation import budget_in_effect
-from memfit.technique.in_backward import OptimizerInBackward
 from memfit.technique.offload import offload_blocks, offloader_of
 
 __all__ = [
@@ -37,7 +36,6 @@ __all__ = [
     "Change",
     "Offload",
     "OptimizerFlags",
-    "StepInBackward",
     "SwitchCheckpointing",
     "TechniqueChange",
     "applied_record",
@@ -302,26 +300,6 @@ class OptimizerFlags(Change):
                     where = p.device if on_device else torch.device("cpu")
                     dtype = torch.float32 if on_device else step.dtype
                     self.optimizer.state[p]["step"] = step.to(device=where, dtype=dtype)
-
-
-class StepInBackward(Change):
-    """The optimizer stepped in backward: each parameter updated (fused) and its gradient freed
-    as soon as backward completes it (:class:`memfit.workload.OptimizerInBackward`); ``undo``
-    takes the hooks off. The optimizer's own state and groups are the ones used, so its
-    ``state_dict`` and an LR scheduler on it work as before."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, name: str) -> None:
-        self.optimizer = optimizer
-        self.text = f"optimizer {name}: each parameter stepped (fused) as backward completes it"
-        self.stepper: OptimizerInBackward | None = None
-
-    def do(self) -> None:
-        self.stepper = OptimizerInBackward(self.optimizer)
-
-    def undo(self) -> None:
-        if self.stepper is not None:
-            self.stepper.remove()
-            self.stepper = None
 
 
 class Offload(Change):

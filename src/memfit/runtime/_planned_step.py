@@ -24,7 +24,7 @@ from memfit.planner import unwrapped_model
 from memfit.runtime._changes import Applied, applied_record
 from memfit.runtime._microbatch import AutoMicrobatch
 from memfit.runtime._split import batch_size
-from memfit.technique.in_backward import in_backward
+from memfit.technique import optimizer_variant_of
 from memfit.workload import default_loss
 
 if TYPE_CHECKING:
@@ -136,7 +136,8 @@ class PlannedStep:
             )
         self._device = _device_of(self._inner)  # where the model is now
         try:
-            if in_backward(self.candidate.optimizer):
+            variant = optimizer_variant_of(self.candidate.optimizer)
+            if variant is not None and variant.steps_in_backward:
                 return self._step_in_backward(batch)
             return self.guard.step(batch)
         finally:

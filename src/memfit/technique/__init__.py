@@ -20,7 +20,7 @@ from memfit.technique._registry import (
     techniques_in,
     with_aliases,
 )
-from memfit.technique._variant import OptimizerVariant
+from memfit.technique._variant import OptimizerVariant, check_fusable
 
 __getattr__, __dir__ = lazy_attributes(__name__, {"GpuPlace": "_place"}, globals())
 
@@ -35,6 +35,7 @@ __all__ = [
     "Technique",
     "Undo",
     "active_techniques",
+    "check_fusable",
     "checked_techniques",
     "optimizer_variant_of",
     "technique_aliases",

@@ -9,7 +9,7 @@ from typing import Any
 from memfit._errors import InvalidInputError
 from memfit.technique._base import Option, Settings, Technique
 
-__all__ = ["OptimizerVariant"]
+__all__ = ["OptimizerVariant", "check_fusable"]
 
 
 class OptimizerVariant(Technique):
@@ -18,6 +18,9 @@ class OptimizerVariant(Technique):
     suffix = ""
     default = None
     steps_in_backward = False  # its updates run inside backward, not in an optimizer phase
+    # memfit.apply changes the user's live optimizer for it (``apply``); otherwise the
+    # optimizer the user built runs it as it is (``check_live`` says whether it can)
+    changes_live = False
 
     @property
     def cost_key(self) -> str:
@@ -40,6 +43,10 @@ class OptimizerVariant(Technique):
         of ``adamw-in-backward``) with :meth:`optimizer_flags`."""
         return None
 
+    def check_live(self, value: str, optimizer: Any) -> None:
+        """Refuse a user's live optimizer that cannot run the variant ``value`` names (an
+        ``InvalidInputError`` naming the fix), before ``memfit.apply`` changes anything."""
+
     def optimizer_flags(self, value: str) -> dict[str, Any]:
         """The flags the family's optimizer is made with for this variant."""
         return {}
@@ -48,3 +55,15 @@ class OptimizerVariant(Technique):
         optimizer = settings.optimizer
         named = isinstance(optimizer, str) and optimizer.endswith(self.suffix)
         return optimizer if named else None
+
+
+def check_fusable(optimizer: Any, name: str) -> None:
+    """Refuse an optimizer that cannot run fused (``name``: the plan's optimizer, which does):
+    one built with ``differentiable=True``."""
+    if any(group.get("differentiable") for group in optimizer.param_groups):
+        raise InvalidInputError(
+            f"The plan chooses {name}, which runs fused, but the optimizer was built with "
+            "differentiable=True, which fused optimizers do not support: build it without "
+            "differentiable=True, or plan with optimizers=... naming a foreach variant; "
+            "nothing was changed."
+        )

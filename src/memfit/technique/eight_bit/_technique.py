@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from memfit._errors import InvalidInputError
 from memfit.technique._base import Settings
 from memfit.technique._variant import OptimizerVariant
 
@@ -25,6 +26,21 @@ class EightBit(OptimizerVariant):
         from memfit.technique.eight_bit._bnb import eight_bit_class
 
         return eight_bit_class(value)(params, lr=1e-4)
+
+    def check_live(self, value: str, optimizer: Any) -> None:
+        """The user's own bitsandbytes optimizer runs the states as built: memfit cannot turn
+        another optimizer's class into it in place."""
+        from memfit.technique.eight_bit._bnb import eight_bit_class
+
+        wanted = eight_bit_class(value)  # a clear error when bitsandbytes is not installed
+        if not isinstance(optimizer, wanted):
+            raise InvalidInputError(
+                f"The plan keeps the optimizer's states in 8 bits ({value}), which takes "
+                f"bitsandbytes' {wanted.__name__}; the optimizer given is "
+                f"{type(optimizer).__name__}. Build bitsandbytes.optim.{wanted.__name__}"
+                "(model.parameters(), ...) and apply the plan to it, or plan without 8-bit "
+                "states (optimizers=[...] naming others); nothing was changed."
+            )
 
     def notes(self, value: Any, settings: Settings, optimizer: Any) -> list[str]:
         """Which 8-bit optimizer the estimate traced, and its package's version."""

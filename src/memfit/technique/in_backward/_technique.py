@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from memfit.technique._base import Settings
-from memfit.technique._variant import OptimizerVariant
+from memfit._errors import InvalidInputError
+from memfit.technique._base import Place, Settings, Undo
+from memfit.technique._variant import OptimizerVariant, check_fusable
 
 __all__ = ["IN_BACKWARD", "IN_BACKWARD_NOTE", "TECHNIQUE", "InBackward", "in_backward"]
 
@@ -32,6 +33,7 @@ class InBackward(OptimizerVariant):
     name = "in_backward"
     suffix = SUFFIX
     steps_in_backward = True
+    changes_live = True
 
     def refusal(self, value: Any, settings: Settings) -> str | None:
         name = settings.optimizer
@@ -59,6 +61,27 @@ class InBackward(OptimizerVariant):
     def optimizer_flags(self, value: str) -> dict[str, Any]:
         return {"fused": True}  # a fused update per parameter
 
+    def check_live(self, value: str, optimizer: Any) -> None:
+        """memfit steps SGD, Adam and AdamW in backward, each update fused."""
+        import torch
+
+        if not isinstance(optimizer, (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)):
+            raise InvalidInputError(
+                f"The plan steps the optimizer in backward ({value}), which memfit does for "
+                f"SGD, Adam and AdamW only; {type(optimizer).__name__} is not one of them. Plan "
+                "with optimizers=[...] naming variants that step after backward; nothing was "
+                "changed."
+            )
+        check_fusable(optimizer, value)
+
+    def apply(self, value: Any, model: Any, optimizer: Any, place: Place) -> Undo:
+        """The user's optimizer stepped in backward until the returned undo takes the hooks
+        off; its own state and groups are used, so its ``state_dict`` and an LR scheduler on
+        it work as before."""
+        from memfit.technique.in_backward._stepper import OptimizerInBackward
+
+        return OptimizerInBackward(optimizer).remove
+
     def stepping(
         self, value: Any, optimizer: Any, around: Callable[..., None]
     ) -> AbstractContextManager[Any]:
@@ -68,7 +91,8 @@ class InBackward(OptimizerVariant):
         return [IN_BACKWARD_NOTE]
 
     def words(self, value: Any) -> str:
-        return "optimizer steps in backward"
+        name = value if isinstance(value, str) else "stepped in backward"
+        return f"optimizer {name}: each parameter stepped (fused) as backward completes it"
 
 
 @contextmanager
