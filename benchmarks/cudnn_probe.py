@@ -122,7 +122,8 @@ def probe_lstm(
 @dataclass(frozen=True)
 class RnnCase:
     """One cuDNN RNN call to probe; ``packed`` runs it on a packed batch whose lengths fall
-    evenly from ``seq`` to a quarter of it (sorted, as ``pack_padded_sequence`` sorts them)."""
+    evenly from ``seq`` to a quarter of it (sorted, as ``pack_padded_sequence`` sorts them),
+    or with ``steep``, one sequence of ``seq`` and the others an eighth of it."""
 
     kind: str
     input: int
@@ -134,8 +135,11 @@ class RnnCase:
     bidir: bool
     train: bool = True
     packed: bool = False
+    steep: bool = False
 
     def lengths(self) -> list[int]:
+        if self.steep:
+            return [self.seq] + [max(1, self.seq // 8)] * (self.batch - 1)
         low = max(1, self.seq // 4)
         steps = max(1, self.batch - 1)
         return [self.seq - (self.seq - low) * i // steps for i in range(self.batch)]
@@ -189,6 +193,7 @@ def probe_rnn(case: RnnCase) -> dict:
     }
     if case.packed:
         row["lengths"] = case.lengths()
+        row["steep"] = case.steep
     return {**row, "trace": record(run)}
 
 
@@ -225,6 +230,12 @@ def main() -> int:
     )
     parser.add_argument("--rnn-kinds", nargs="*", default=["lstm"], choices=list(RNNS))
     parser.add_argument("--packed", action="store_true", help="also probe packed batches")
+    parser.add_argument(
+        "--packed-only", action="store_true", help="probe packed batches, not padded ones"
+    )
+    parser.add_argument(
+        "--steep", action="store_true", help="packed lengths: one long sequence, the rest short"
+    )
     args = parser.parse_args()
     out = {
         "meta": probe_meta(),
@@ -260,10 +271,12 @@ def main() -> int:
         args.lstm_dtypes,
         (False, True),
         modes,
-        (False, True) if args.packed else (False,),
+        (True,) if args.packed_only else (False, True) if args.packed else (False,),
     ):
         size = max(1, round(hidden * scale))
-        case = RnnCase(kind, size, hidden, layers, batch, seq, dtype, bidir, train, packed)
+        case = RnnCase(
+            kind, size, hidden, layers, batch, seq, dtype, bidir, train, packed, args.steep
+        )
         out["lstm"].append(probe_rnn(case))
         save(every=20.0)
     save()
