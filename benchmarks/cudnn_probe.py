@@ -136,6 +136,8 @@ class RnnCase:
     train: bool = True
     packed: bool = False
     steep: bool = False
+    dropout: float = 0.0  # between layers, in training
+    proj: int = 0  # an LSTM's projection size (0: none)
 
     def lengths(self) -> list[int]:
         if self.steep:
@@ -155,6 +157,8 @@ def probe_rnn(case: RnnCase) -> dict:
             num_layers=case.layers,
             batch_first=True,
             bidirectional=case.bidir,
+            dropout=case.dropout if case.layers > 1 else 0.0,
+            **({"proj_size": case.proj} if case.proj else {}),
         )
         .cuda()
         .to(DTYPES[case.dtype])
@@ -194,6 +198,10 @@ def probe_rnn(case: RnnCase) -> dict:
     if case.packed:
         row["lengths"] = case.lengths()
         row["steep"] = case.steep
+    if case.dropout:
+        row["dropout"] = case.dropout
+    if case.proj:
+        row["proj"] = case.proj
     return {**row, "trace": record(run)}
 
 
@@ -236,6 +244,12 @@ def main() -> int:
     parser.add_argument(
         "--steep", action="store_true", help="packed lengths: one long sequence, the rest short"
     )
+    parser.add_argument(
+        "--rnn-dropout", type=float, default=0.0, help="dropout between the layers (training)"
+    )
+    parser.add_argument(
+        "--lstm-proj", type=float, default=0.0, help="LSTM projection, a fraction of the hidden"
+    )
     args = parser.parse_args()
     out = {
         "meta": probe_meta(),
@@ -275,7 +289,19 @@ def main() -> int:
     ):
         size = max(1, round(hidden * scale))
         case = RnnCase(
-            kind, size, hidden, layers, batch, seq, dtype, bidir, train, packed, args.steep
+            kind,
+            size,
+            hidden,
+            layers,
+            batch,
+            seq,
+            dtype,
+            bidir,
+            train,
+            packed,
+            args.steep,
+            args.rnn_dropout,
+            round(hidden * args.lstm_proj),
         )
         out["lstm"].append(probe_rnn(case))
         save(every=20.0)
