@@ -1534,6 +1534,79 @@ HELD_OUT_HANDWRITTEN_FIFTH: list[dict[str, Any]] = [
     },
 ]
 
+# Held out, a sixth set of models written by hand (no zoo), with ops the lists above lack:
+# SegNet's max_pool2d with return_indices undone by max_unpool2d, spectral_norm
+# parametrizations in a GAN discriminator, a WGAN-GP gradient penalty by autograd.grad with
+# create_graph (double backward), nn.TransformerEncoder/nn.TransformerDecoder with key padding
+# and causal masks, patch inpainting by F.unfold and F.fold, a 3-D U-Net of Conv3d,
+# ConvTranspose3d and InstanceNorm3d, a biaffine parser with an LSTM's proj_size and
+# nn.Bilinear, point cloud registration by torch.linalg.svd and det, rotary embeddings by
+# view_as_complex and torch.polar with grouped-query attention, and an EDSR with replicate
+# padding, pixel_shuffle and a bicubic skip; predicted with predict.py and committed before
+# gpu_measure.py measures them.
+HELD_OUT_HANDWRITTEN_SIXTH: list[dict[str, Any]] = [
+    {
+        "id": "hw6-segnet-unpool-fp16mixed-b24",
+        "model": "benchmarks/models/segnet_unpool.py:make_model",
+        "batch_size": 24,
+        "precision": "fp16-mixed",
+    },
+    {
+        "id": "hw6-sngan-discriminator-bf16mixed-b256",
+        "model": "benchmarks/models/sngan_discriminator.py:make_model",
+        "batch_size": 256,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw6-wgan-gp-fp32-b128",
+        "model": "benchmarks/models/wgan_gp.py:make_model",
+        "batch_size": 128,
+    },
+    {
+        "id": "hw6-transformer-translator-bf16mixed-b64-s256",
+        "model": "benchmarks/models/transformer_translator.py:make_model",
+        "batch_size": 64,
+        "seq_len": 256,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw6-fold-inpainting-fp16mixed-b64",
+        "model": "benchmarks/models/fold_inpainting.py:make_model",
+        "batch_size": 64,
+        "precision": "fp16-mixed",
+    },
+    {
+        "id": "hw6-unet3d-volume-bf16mixed-b4",
+        "model": "benchmarks/models/unet3d_volume.py:make_model",
+        "batch_size": 4,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw6-biaffine-parser-fp32-b1024-s64",
+        "model": "benchmarks/models/biaffine_parser.py:make_model",
+        "batch_size": 1024,
+        "seq_len": 64,
+    },
+    {
+        "id": "hw6-dcp-registration-fp32-b32",
+        "model": "benchmarks/models/dcp_registration.py:make_model",
+        "batch_size": 32,
+    },
+    {
+        "id": "hw6-complex-rotary-lm-bf16mixed-b8-s2048",
+        "model": "benchmarks/models/complex_rotary_lm.py:make_model",
+        "batch_size": 8,
+        "seq_len": 2048,
+        "precision": "bf16-mixed",
+    },
+    {
+        "id": "hw6-bicubic-sr-fp16mixed-b16",
+        "model": "benchmarks/models/bicubic_sr.py:make_model",
+        "batch_size": 16,
+        "precision": "fp16-mixed",
+    },
+]
+
 # Held out for the optimizer stepped on the host (techniques={"host_optimizer": True}): each
 # predicted with predict.py and committed before gpu_measure.py ran it
 _ON_HOST = {"techniques": {"host_optimizer": True}}
@@ -1685,6 +1758,7 @@ ALL = (
     + HELD_OUT_HANDWRITTEN_THIRD
     + HELD_OUT_HANDWRITTEN_FOURTH
     + HELD_OUT_HANDWRITTEN_FIFTH
+    + HELD_OUT_HANDWRITTEN_SIXTH
     + HELD_OUT_HOST_OPTIMIZER
     + HELD_OUT_LORA
     + HELD_OUT_QLORA
