@@ -155,7 +155,7 @@ def test_workers_give_the_same_answers(
     path = write_snapshot(fragmenting_events(2000))
     serial = ms.report(path).what_if
     monkeypatch.setattr(_parallel, "PARALLEL_MIN_EVENTS", 0)
-    monkeypatch.setattr(_parallel, "_cpus", lambda: 3)
+    monkeypatch.setattr(_parallel, "cpu_count", lambda: 3)
     assert ms.report(path).what_if == serial
 
 

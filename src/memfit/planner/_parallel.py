@@ -15,11 +15,10 @@ a job PyTorch refuses in a child (this process had started autograd's device thr
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from memfit._forked import Failed, can_fork, forked_call, run_forked
+from memfit._forked import Failed, can_fork, cpu_count, forked_call, run_forked
 from memfit.planner._plan_result import Candidate, Evaluated
 from memfit.planner._search import Evaluator
 
@@ -33,11 +32,7 @@ _Result = tuple[dict[Candidate, Evaluated], int] | None  # what a job evaluated,
 
 def default_workers() -> int:
     """The cores this process may use, at most 4 (each worker holds a trace in memory)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(4, cores))
+    return max(1, min(4, cpu_count()))
 
 
 def fork_safe() -> bool:

@@ -15,10 +15,10 @@ advice: :mod:`memfit.planner`), with the rows and the recommendation.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from pathlib import Path
 
+from memfit._forked import can_fork, cpu_count
 from memfit.advice import (
     WhatIf,
     alloc_conf_text,
@@ -27,7 +27,7 @@ from memfit.advice import (
     streamable_configs,
 )
 from memfit.allocator import ReplayOps as Ops
-from memfit.snapshot._parallel import Job, PeakJobs, cpu_count
+from memfit.snapshot._parallel import Job, PeakJobs, replay_missing
 from memfit.snapshot._replay import ReplayRun, replay_peaks
 from memfit.snapshot._snapshot import Snapshot
 from memfit.snapshot._stream import STREAM_MIN_BYTES, StreamingReplays
@@ -41,11 +41,7 @@ def start_streaming(path: str | os.PathLike[str], capacity: int | None) -> Strea
         size = Path(path).expanduser().stat().st_size
     except OSError:
         return None
-    if (
-        size < STREAM_MIN_BYTES
-        or cpu_count() < 2
-        or "fork" not in multiprocessing.get_all_start_methods()
-    ):
+    if size < STREAM_MIN_BYTES or cpu_count() < 2 or not can_fork():
         return None
     return StreamingReplays([(config, capacity, capacity) for config in streamable_configs()])
 
@@ -96,11 +92,7 @@ class WhatIfRuns:
             for job, run in zip(streaming.jobs, streamed or [], strict=False):
                 if job in self._jobs:  # not when it is the recorded setting
                     runs[self._jobs.index(job)] = run
-        # whatever a worker could not finish (it died, or could not start) is done here
-        return [
-            runs[i] if i in runs else replay_peaks(self._ops, *job)
-            for i, job in enumerate(self._jobs)
-        ]
+        return replay_missing(self._ops, self._jobs, runs)
 
     def rows(self, recorded: ReplayRun) -> tuple[list[WhatIf], str]:
         """Wait for every replay; the table rows (the recorded settings first) and the advice."""
