@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import zoo_detection
+import zoo_grounding
+import zoo_segmentation
 import zoo_vlm
 from torch import nn
 from zoo_shrink import VARIANTS, config_diff, is_size, shrink
@@ -43,7 +45,10 @@ class Head:
     # scores (visual question answering's soft targets), series-class, depth (a depth map
     # per image), image (the upscaled image): these two have no loss in the model;
     # image-text (the text's tokens after an image's placeholders, ``IMAGE_TEXT``),
-    # detection (per image, a list of labelled boxes: ``zoo_detection``)
+    # detection (per image, a list of labelled boxes: ``zoo_detection``), grounding (a text
+    # prompt of classes and per image its labelled boxes: ``zoo_grounding``), segments (per
+    # image its segments' masks and classes), prompt-mask (a box prompt and its target mask,
+    # the loss the user's): ``zoo_segmentation``
     types: tuple[str, ...] | None = None  # only these of the mapping's types (None: all)
 
 
@@ -185,6 +190,31 @@ HEADS = [
         "detection",
         types=zoo_detection.TYPES,
     ),
+    # universal (semantic, instance, panoptic) segmentation: per image, its segments' masks and
+    # classes
+    Head(
+        "universal-segmentation",
+        "MODEL_FOR_UNIVERSAL_SEGMENTATION_MAPPING_NAMES",
+        "AutoModelForUniversalSegmentation",
+        "segments",
+        types=zoo_segmentation.UNIVERSAL,
+    ),
+    # open-vocabulary detectors: an image, a prompt naming the classes, labelled boxes
+    Head(
+        "zero-shot-object-detection",
+        "MODEL_FOR_ZERO_SHOT_OBJECT_DETECTION_MAPPING_NAMES",
+        "AutoModelForZeroShotObjectDetection",
+        "grounding",
+        types=zoo_grounding.TYPES,
+    ),
+    # promptable segmentation (the SAM family): an image, a box prompt, the box's mask
+    Head(
+        "mask-generation",
+        "MODEL_FOR_MASK_GENERATION_MAPPING_NAMES",
+        "AutoModelForMaskGeneration",
+        "prompt-mask",
+        types=zoo_segmentation.MASK_GENERATION,
+    ),
 ]
 HEAD_BY_TASK = {head.task: head for head in HEADS}
 
@@ -310,6 +340,12 @@ def input_spec(model_type: str, head: Head, config: Any, main_input: str) -> lis
         return [zoo_vlm.image_text_spec(model_type, config)]
     if head.labels == "detection":
         return [zoo_detection.detection_spec(model_type, config)]
+    if head.labels == "segments":
+        return [zoo_segmentation.universal_spec(model_type, config)]
+    if head.labels == "prompt-mask":
+        return [zoo_segmentation.mask_generation_spec(model_type, config)]
+    if head.labels == "grounding":
+        return [zoo_grounding.grounding_spec(model_type, config)]
     base: dict[str, Any] = {"main": main_input, "labels": head.labels}
     vocab = _sub(config, "vocab_size")
     base["vocab"] = int(vocab) if is_size(vocab) else 256  # character models: bytes
@@ -377,6 +413,12 @@ def make_inputs(
     memory, and a large batch costs the host nothing until it is moved to a device."""
     if spec["labels"] == "image-text":
         return zoo_vlm.image_text_inputs(spec, batch, train, generator)
+    if spec["labels"] == "segments":
+        return zoo_segmentation.universal_inputs(spec, batch, train, generator)
+    if spec["labels"] == "prompt-mask":
+        return zoo_segmentation.mask_generation_inputs(spec, batch, train, generator)
+    if spec["labels"] == "grounding":
+        return zoo_grounding.grounding_inputs(spec, batch, train, generator)
     main = spec["main"]
     if main == "input_ids":
         ids = torch.randint(0, spec["vocab"], (batch, spec["seq_len"]), generator=generator)
@@ -443,8 +485,10 @@ TARGET = "target"  # the batch's key for a target the model is not given
 def head_loss(labels: str) -> Callable[[nn.Module, dict[str, Any]], torch.Tensor] | None:
     """The training loss for a head whose model computes none (transformers raises for their
     labels), as users write it: an L1 loss of the prediction against the batch's target, the
-    prediction resized to the target's size where the model's output is smaller. None: the
-    model's own ``loss``."""
+    prediction resized to the target's size where the model's output is smaller; a promptable
+    mask model's: ``zoo_segmentation.mask_loss``. None: the model's own ``loss``."""
+    if labels == "prompt-mask":
+        return zoo_segmentation.head_loss(labels)
     if labels not in ("depth", "image"):
         return None
     field = "predicted_depth" if labels == "depth" else "reconstruction"
@@ -469,10 +513,16 @@ def head_loss(labels: str) -> Callable[[nn.Module, dict[str, Any]], torch.Tensor
 
 def fitted(model_type: str, head: Head, diff: dict[str, Any]) -> dict[str, Any]:
     """The config ``diff`` with what the head's inputs need (a vision-language model's:
-    ``zoo_vlm.fitted``; a detector's backbone: ``zoo_detection.fitted``); other heads'
+    ``zoo_vlm.fitted``; a detector's backbone: ``zoo_detection.fitted``; the Swin backbones of
+    the segmentation and zero-shot heads: the same; EoMT's query layers and a SAM's global
+    attention layer: ``zoo_segmentation.fitted``); other heads'
     configs are not changed."""
     if head.labels == "detection":
         return zoo_detection.fitted(model_type, diff, build_config(model_type, diff))
+    if head.labels in ("grounding", "segments"):  # transformers' Swin backbones' levels
+        diff = zoo_detection.fitted(model_type, diff, build_config(model_type, diff))
+    if head.labels in ("prompt-mask", "segments"):
+        return zoo_segmentation.fitted(model_type, diff)
     if head.labels != "image-text":
         return diff
     return zoo_vlm.fitted(model_type, diff, build_config(model_type, diff))
