@@ -28,6 +28,7 @@ from memfit.planner._candidates import SPEED_TIE, Progress, fastest, fits, with_
 from memfit.planner._parallel import run_jobs
 from memfit.planner._plan_result import Candidate, Evaluated
 from memfit.planner._search import Evaluator
+from memfit.planner._variant_search import variants_of
 from memfit.workload import Workload
 
 __all__ = ["DEFAULT_OFFLOADS", "offload_space", "search_checkpoint_offload", "search_offload"]
@@ -120,7 +121,8 @@ def search_checkpoint_offload(
     """Full checkpointing with the blocks' inputs offloaded, for each precision searched: at
     the micro-batches above the largest that full checkpointing alone fits, upward while each
     fits and is faster than the fastest found (where nothing fits, from the smallest); at the
-    whole global batch, stepped in backward too where that did not fit. Not searched without
+    whole global batch, with an optimizer variant that cannot accumulate (``search_variants``)
+    too where that did not fit. Not searched without
     offload in the space, full checkpointing among the settings, or a calibration of the
     copies."""
     if not space.get("offload") or True not in space["checkpointing"] or not ev.calibration.pinned:
@@ -167,7 +169,7 @@ def _climb_offloaded(
     tried = [e for e in mine if above and e.candidate.micro_batch == above[0]]
     if not tried:
         return
-    # the one that needed least there (its optimizer, 8-bit or in backward, say)
+    # the one that needed least there (its optimizer a variant, say)
     template = min(tried, key=lambda e: e.needed).candidate
     for micro in above:
         c = dataclasses.replace(
@@ -181,12 +183,22 @@ def _climb_offloaded(
         if took is not None:
             best = took
             continue
-        if micro == total and c.precision != "fp16-mixed" and space.get("in_backward"):
-            # the whole batch: the gradients' memory can go too (search_in_backward)
-            stepped = dataclasses.replace(c, optimizer=space["in_backward"][0])
-            if stepped.optimizer != c.optimizer:
-                _faster(ev, stepped, best)
+        if micro == total:  # the whole batch: a variant that cannot accumulate may save more
+            name = _whole_batch_variant(ev, space, c)
+            if name is not None and name != c.optimizer:
+                _faster(ev, dataclasses.replace(c, optimizer=name), best)
         break
+
+
+def _whole_batch_variant(
+    ev: Evaluator, space: dict[str, tuple[Any, ...]], c: Candidate
+) -> str | None:
+    """The first of the space's optimizer variants that cannot accumulate (searched at the
+    whole global batch: ``search_variants``) and saves something of ``c``'s step."""
+    for variant, name in variants_of(space):
+        if not variant.accumulates and variant.saving(name, space["trained"][0], ev.workload(c)):
+            return name
+    return None
 
 
 def _faster(ev: Evaluator, c: Candidate, than: float | None = None) -> float | None:

@@ -1,6 +1,6 @@
-"""The planner's searches after the micro-batch bisections: partial activation checkpointing, and
-the optimizer stepped in backward (with partial checkpointing beside it), each only where it
-could fit and tie the fastest found."""
+"""The planner's search of partial activation checkpointing after the micro-batch bisections,
+only where it could fit and tie the fastest found (the optimizer's variants search it beside
+them too: ``_variant_search``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ from typing import Any
 from memfit.planner._candidates import (
     SPEED_TIE,
     Progress,
-    evaluate_group,
     fastest,
     fits,
-    param_bytes,
     with_allocators,
 )
 from memfit.planner._parallel import run_jobs
@@ -25,7 +23,6 @@ __all__ = [
     "RECOMPUTE_BOUND",
     "partial_blocks",
     "partial_checkpointing",
-    "search_in_backward",
     "search_partial",
 ]
 
@@ -66,86 +63,6 @@ def search_partial(
         workers,
         partial,
     )
-
-
-def search_in_backward(
-    ev: Evaluator,
-    space: dict[str, tuple[Any, ...]],
-    total: int,
-    workers: int,
-    progress: Progress | None,
-) -> None:
-    """The optimizer stepped in backward, at the whole global batch (it cannot accumulate),
-    for each precision and checkpointing whose bisection found that micro-batch too large
-    with the optimizer stepping after backward, and only where it could then fit: stepping in
-    backward frees at most the gradients (the trained parameters at the precision's gradient
-    size). fp16-mixed cannot (its scaler checks every gradient first). Where full
-    checkpointing fits the whole global batch, partial checkpointing is searched stepped in
-    backward too (:func:`partial_checkpointing`): without the gradients, fewer blocks may be
-    recomputed."""
-    if not space["in_backward"]:
-        return
-    first, name = space["optimizers"][0], space["in_backward"][0]
-    trained = space["trained"][0]
-    todo = []
-    for e in list(ev.seen.values()):
-        c = e.candidate
-        if c.micro_batch != total or c.optimizer != first or c.allocator_config:
-            continue
-        if c.precision == "fp16-mixed":
-            continue
-        needed = min(x.needed for x in ev.evaluate(with_allocators(c)))
-        grads = trained * param_bytes(c.precision)
-        if needed > ev.usable and needed - grads <= ev.usable:
-            todo.append(with_allocators(dataclasses.replace(c, optimizer=name)))
-
-    def stepped(done: int, of: int) -> None:
-        if progress is not None:
-            progress(done, of, "optimizer in backward searched")
-
-    run_jobs(ev, evaluate_group, todo, workers, stepped)
-    blocks = partial_blocks(space)
-    if blocks:
-        fitting = {  # full checkpointing fits the whole batch: stepped in backward, fewer blocks
-            e.candidate.precision
-            for e in ev.seen.values()
-            if e.fits
-            and e.candidate.micro_batch == total
-            and e.candidate.checkpointing is True
-            and e.candidate.precision != "fp16-mixed"
-        }
-
-        def partial(e: Evaluator, precision: str) -> None:
-            if _partial_could_tie(e, total, precision, first, blocks, trained):
-                e.evaluate(
-                    with_allocators(Candidate(total, 1, precision, True, name, techniques=e.kept))
-                )
-                partial_checkpointing(e, [total], total, precision, name, blocks)
-
-        run_jobs(ev, partial, sorted(fitting), workers)
-
-
-def _partial_could_tie(
-    ev: Evaluator, total: int, precision: str, opt: str, blocks: int, trained: int
-) -> bool:
-    """Whether partial checkpointing stepped in backward could tie the fastest found: by the
-    line between no and full checkpointing stepping after backward (both evaluated at the whole
-    batch by the bisection), with the gradients taken off both ends, the fewest blocks that fit,
-    and the step the line gives them (the updates' own cost left out: the guess is generous)."""
-    ends = []
-    for ckpt in (False, True):
-        found = ev.seen.get(Candidate(total, 1, precision, ckpt, opt, techniques=ev.kept))
-        if found is None:
-            return False
-        ends.append(found)
-    plain, full = ends
-    grads = trained * param_bytes(precision)
-    over = plain.needed - grads - ev.usable
-    if over <= 0 or plain.needed <= full.needed:  # fits with no checkpointing, or no line
-        return False
-    k = min(blocks, math.ceil(blocks * over / (plain.needed - full.needed)))
-    t = plain.step_seconds + (full.step_seconds - plain.step_seconds) * k / blocks
-    return t <= fastest(ev) * (1 + SPEED_TIE)
 
 
 def partial_checkpointing(

@@ -5,8 +5,8 @@ The search: for each precision and activation checkpointing, the largest micro-b
 of the global batch, gradients accumulated over the rest) that fits, found by bisection since
 memory grows with the micro-batch; each with the fastest optimizer variant (fused) and with and
 without expandable segments. Then partial checkpointing where none and full bracket the budget,
-the optimizer stepped in backward where the whole global batch fits only without its gradients
-held, and the fastest few with the other optimizer variants and the next smaller micro-batch;
+the optimizer's variants (``memfit.technique.OptimizerVariant``) where what they save could make
+a step fit, and the fastest few with the other optimizers and the next smaller micro-batch;
 the user's own configuration is evaluated as the baseline.
 The fastest candidate that fits is chosen; its accumulation, when longer than the traced two
 micro-batches, is estimated in full before it is returned.
@@ -36,14 +36,13 @@ from memfit.planner._candidates import (
     traced,
     with_allocators,
 )
-from memfit.planner._eight_bit_search import search_eight_bit
 from memfit.planner._offload_search import (
     offload_space,
     search_checkpoint_offload,
     search_offload,
 )
 from memfit.planner._parallel import default_workers, run_jobs
-from memfit.planner._partial_search import search_in_backward, search_partial
+from memfit.planner._partial_search import search_partial
 from memfit.planner._plan_checks import (
     baseline_candidate,
     check_plannable,
@@ -60,8 +59,8 @@ from memfit.planner._technique_search import (
     kept_techniques,
     search_techniques,
 )
+from memfit.planner._variant_search import accumulates, search_variants
 from memfit.technique.compilation import budget_in_effect
-from memfit.technique.in_backward import in_backward
 from memfit.workload import Workload, WorkloadOptions, given_options, make_workload
 
 if TYPE_CHECKING:
@@ -91,10 +90,11 @@ def plan(
     (default: the batch size given), kept by gradient accumulation. ``precisions``,
     ``checkpointing`` and ``optimizers`` narrow the search (defaults: bf16-mixed, fp32 and the
     workload's own precision; none, selective and full; the optimizer's fused, foreach and
-    for-loop variants). A model compiled
-    as a whole with ``torch.compile`` is searched over torch.compile's activation memory budget
-    instead of checkpointing (``memory_budgets``, default :data:`COMPILED_BUDGETS`), at its own
-    precision unless ``precisions`` says otherwise. ``offloads``: the shares of the blocks not
+    for-loop variants, and those ``memfit.technique``'s optimizer variants offer for it,
+    ``OptimizerVariant.offered``). A model compiled as a whole with ``torch.compile`` is
+    searched over torch.compile's activation memory budget instead of checkpointing
+    (``memory_budgets``, default :data:`COMPILED_BUDGETS`), at its own precision unless
+    ``precisions`` says otherwise. ``offloads``: the shares of the blocks not
     checkpointed whose saved tensors are offloaded to pinned host memory, tried with fewer
     blocks checkpointed than the fastest plan without (default ``(1.0,)``; ``()``: no offload).
     ``margin`` is the share of the budget kept free. ``cache_freeing``: a faster configuration
@@ -106,10 +106,10 @@ def plan(
     most 4). ``progress`` is called as ``progress(done, total, what)`` as the search goes.
     ``calibration``: a file of step-time rates (``memfit calibrate --out FILE``); by default
     this machine's calibration of the budget's GPU type when ``memfit calibrate`` saved one,
-    else memfit's own. ``allow``: techniques that change what is trained which the plan may add
-    (``"lora"``: adapters of rank 16 on PEFT's default targets, the base frozen; ``"quantize"``:
-    with LoRA, the base weights in nf4, QLoRA); without it a plan keeps what is trained as the
-    user gave it.
+    else memfit's own. ``allow``: techniques that change what is trained which the plan may add,
+    by their keywords (LoRA's adapters of rank 16 on PEFT's default targets, the base frozen;
+    beside them, the base weights quantized to nf4, QLoRA); without it a plan keeps what is
+    trained as the user gave it.
     """
     started = time.perf_counter()
     margin = options.pop("margin", DEFAULT_MARGIN)
@@ -249,8 +249,7 @@ def _search(request: SearchRequest) -> tuple[Plan, Evaluator, str | None, str]:
     levels = [n for n in range(total, 0, -1) if total % n == 0]
     _search_precisions(ev, space, levels, total, user, workers, progress)
     search_partial(ev, space, levels, total, workers, progress)
-    search_in_backward(ev, space, total, workers, progress)
-    search_eight_bit(ev, space, total, workers, progress)
+    search_variants(ev, space, total, workers, progress)
     search_offload(ev, space, progress)
     search_checkpoint_offload(ev, space, levels, total, progress)
     allow_notes = search_techniques(ev, workers, progress, axes.allow)
@@ -409,7 +408,7 @@ def _refinements(
                     c,
                     micro_batch=smaller,
                     accumulation=total // smaller,
-                    optimizer=optimizers[0] if in_backward(c.optimizer) else c.optimizer,
+                    optimizer=c.optimizer if accumulates(c.optimizer) else optimizers[0],
                 )
             )
         for v in variants:

@@ -11,6 +11,7 @@ from memfit._gpus import GPU
 from memfit.planner._parallel import default_workers
 from memfit.planner._plan_result import Candidate
 from memfit.planner._target import plan_target
+from memfit.planner._variant_search import accumulates
 from memfit.workload import Workload
 
 __all__ = ["baseline_candidate", "check_plannable", "check_workers", "plan_budget"]
@@ -68,9 +69,9 @@ def check_plannable(base: Workload) -> None:
 
 def baseline_candidate(base: Workload, total: int) -> Candidate:
     micro = base.batch_size or total
-    if base.optimizer_in_backward and micro != total:
+    if not accumulates(base.optimizer) and micro != total:
         raise InvalidInputError(
-            f"optimizer={base.optimizer!r} steps in backward and cannot accumulate: give "
+            f"optimizer={base.optimizer!r} cannot accumulate: give "
             f"batch_size={total} (the global batch), or an optimizer that steps after backward "
             f"(optimizer='{str(base.optimizer).partition('-')[0]}') to plan accumulation."
         )

@@ -1,6 +1,7 @@
-"""What a plan searches: the precisions, checkpointing, optimizer variants (stepped after
-backward, in backward, 8-bit states) and, for a model compiled as a whole, torch.compile's
-activation memory budgets, each checked against the workload before any tracing."""
+"""What a plan searches: the precisions, checkpointing, the optimizers (the family's plain
+ones, bisected, and those its variants offer, searched after them) and, for a model compiled
+as a whole, torch.compile's activation memory budgets, each checked against the workload before
+any tracing."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ import torch
 
 from memfit._errors import InvalidInputError
 from memfit._gpus import GPU
+from memfit.planner._variant_search import accumulates
+from memfit.technique import TECHNIQUES, OptimizerVariant, optimizer_variant_of
 from memfit.technique.compilation import check_memory_budget
-from memfit.technique.eight_bit import EIGHT_BIT, eight_bit_available
-from memfit.technique.in_backward import IN_BACKWARD as IN_BW
-from memfit.technique.in_backward import in_backward
 from memfit.workload import Workload
 
 __all__ = ["CHECKPOINTING", "COMPILED_BUDGETS", "compiled_plan_note", "search_space"]
@@ -35,34 +35,36 @@ def search_space(
 ) -> dict[str, tuple[Any, ...]]:
     family = str(base.optimizer).partition("-")[0]
     half = "bf16-mixed" if gpu.sm >= 80 else "fp16-mixed"
+    variants = [t for t in TECHNIQUES if isinstance(t, OptimizerVariant)]
     names = (
         tuple(optimizers)
         if optimizers
-        else (f"{family}-fused", f"{family}-foreach", f"{family}-forloop", f"{family}-{IN_BW}")
+        else (
+            f"{family}-fused",
+            f"{family}-foreach",
+            f"{family}-forloop",
+            *(o for v in variants for o in v.offered(family, base)),
+        )
     )
-    if (
-        not optimizers
-        and family in ("adam", "adamw")
-        and eight_bit_available()
-        and base.strategy != "fsdp2"  # bitsandbytes cannot step FSDP2's DTensor shards
-    ):
-        names += (f"{family}-{EIGHT_BIT}",)
     for o in names:
         dataclasses.replace(base, optimizer=o, accumulation=1, precision="fp32")  # checked
-    eight = tuple(o for o in names if o.endswith("-" + EIGHT_BIT))
-    after = tuple(o for o in names if not in_backward(o) and o not in eight) or eight
+    plain = tuple(o for o in names if optimizer_variant_of(o) is None)
+    after = plain or tuple(o for o in names if accumulates(o))
     if not after:
+        given = {optimizer_variant_of(o) for o in names}
+        alone = [v for v in variants if v in given]  # none of them accumulates
         raise InvalidInputError(
-            f"optimizers={names!r} names only optimizers stepped in backward, which cannot "
-            "accumulate gradients over micro-batches: add one that steps after backward, "
-            f"e.g. optimizers=('{family}-fused', '{family}-{IN_BW}')."
+            f"optimizers={names!r} names only optimizers that cannot accumulate gradients over "
+            f"micro-batches ({' and '.join(v.searched_words for v in alone)}): add one that "
+            f"steps after backward, e.g. optimizers=('{family}-fused', "
+            f"'{family}{alone[0].suffix}')."
         )
-    space = {
+    space: dict[str, tuple[Any, ...]] = {
         "precisions": tuple(precisions) if precisions else _default_precisions(base, half),
         "checkpointing": tuple(checkpointing) if checkpointing is not None else CHECKPOINTING,
-        "optimizers": after,  # bisected and refined: they step after backward
-        "in_backward": tuple(o for o in names if in_backward(o)),  # search_in_backward
-        "eight_bit": tuple(o for o in eight if o not in after),  # search_eight_bit
+        "optimizers": after,  # bisected and refined: they accumulate
+        # the optimizer's variants searched after the bisections (search_variants)
+        "variants": tuple(o for o in names if o not in after),
     }
     for p in space["precisions"]:
         dataclasses.replace(base, precision=p)  # checked by Workload: a clear error
@@ -110,8 +112,8 @@ def _compiled_space(
     """A model compiled as a whole is planned over torch.compile's activation memory budget
     in place of memfit's checkpointing (inductor's partitioner decides what to recompute), at
     the user's precision unless others are asked for: each candidate is a capture of the
-    compiled step, about a minute of CPU for a GPT-2. Neither the optimizer stepped in
-    backward nor 8-bit states are searched for it."""
+    compiled step, about a minute of CPU for a GPT-2. The optimizer's variants are not
+    searched for it."""
     if checkpointing and tuple(checkpointing) != (False,):
         raise InvalidInputError(
             f"checkpointing={tuple(checkpointing)!r} for a model compiled with torch.compile: "
@@ -125,17 +127,18 @@ def _compiled_space(
         check_memory_budget(b)
     if not precisions:
         space["precisions"] = (base.precision,)
-    space["in_backward"] = space["eight_bit"] = ()
+    space["variants"] = ()
 
 
 def compiled_plan_note(space: dict[str, tuple[Any, ...]]) -> str:
     """What a compiled model's plan searched, in words."""
     budgets = ", ".join(f"{b:g}" for b in space["budgets"])
+    variants = ", ".join(t.searched_words for t in TECHNIQUES if isinstance(t, OptimizerVariant))
     return (
         "the model is compiled with torch.compile: the plan searched torch.compile's "
         f"activation memory budget ({budgets}) in place of checkpointing, at "
         f"{' and '.join(space['precisions'])}, each candidate captured as inductor compiles "
-        "it; neither 8-bit optimizer states nor the optimizer stepped in backward were tried. "
+        f"it; the optimizer's variants ({variants}) were not tried. "
         "Below a budget of 1 a first run's reserved memory varied by 4% between fresh runs "
         "(H200, torch 2.11): keep a margin"
     )

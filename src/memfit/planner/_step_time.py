@@ -279,17 +279,17 @@ def step_time(
     it, is left out: a user's data loader does that, beside the step).
     """
     traced, wanted = micro_batches
-    in_backward = variant is not None and variant.steps_in_backward
+    during_backward = variant is not None and variant.steps_in_backward
     shown = [
         (phase, cost)
         for phase in _ORDER
         if (cost := costs.phases.get(f"step{step}.{phase}")) is not None
-        and not (in_backward and phase == "optimizer")
+        and not (during_backward and phase == "optimizer")
         and not (batch_on_gpu and phase == "input")
     ]
-    update = costs.phases.get(f"step{step}.optimizer") if in_backward else None
+    update = costs.phases.get(f"step{step}.optimizer") if during_backward else None
     key = variant.cost_key if variant is not None else ""
-    issuer = _Issuer(costs, calibration, style, traced, update, in_backward, key)
+    issuer = _Issuer(costs, calibration, style, traced, update, during_backward, key)
     micro = [(phase, cost) for phase, cost in shown if phase in _MICRO]
     # the traced micro-batches run as many times as the step's need; a fraction of a repeat
     # counts that share of the last one's time
@@ -313,8 +313,8 @@ class _Issuer:
     calibration: Calibration
     style: str
     traced: int
-    update: Any  # the optimizer's ops, issued in backward (``in_backward``)
-    in_backward: bool
+    update: Any  # the optimizer's ops, issued in backward (``during_backward``)
+    during_backward: bool
     cost_key: str  # the optimizer variant's host cost per tensor (Calibration.optimizer_param)
     phases: dict[str, float] = field(default_factory=dict)
 
@@ -327,7 +327,7 @@ class _Issuer:
         if phase in _MICRO:
             lane.spend(cal.host_fixed(phase, self.style) * self.traced)
         lane.issue(cost.ops, phase, self.style, copies=phase == "input")
-        if phase == "backward" and self.in_backward:
+        if phase == "backward" and self.during_backward:
             # each parameter's update is issued as backward completes its gradient: on the
             # host between backward's ops, on the GPU between its kernels (the host's cost of
             # it hides under a GPU-bound backward). Scaled with backward: one micro-batch

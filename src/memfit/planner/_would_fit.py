@@ -23,6 +23,7 @@ from memfit.planner._candidates import param_bytes
 from memfit.planner._parallel import run_traces, workers_can_trace
 from memfit.planner._plan_result import Candidate, Evaluated
 from memfit.planner._search import TRACED_MICRO_BATCHES, Evaluator, shortened
+from memfit.technique import optimizer_variant_of
 from memfit.workload import Workload
 
 __all__ = ["SHARDED_RANKS", "state_floor", "would_fit"]
@@ -34,13 +35,16 @@ R = TypeVar("R")
 def state_floor(c: Candidate, parameters: tuple[int, int]) -> int:
     """The least a step of ``c``'s precision and optimizer holds whatever its sequences and
     micro-batch: ``parameters`` (all, trained) at the precision's bytes, and two states of each
-    trained one for Adam's family (one byte each, 8-bit). Gradients, buffers, activations and
-    the allocator's rounding come on top."""
+    trained one for Adam's family (each of the bytes its variant keeps it in:
+    ``OptimizerVariant.state_bytes``). Gradients, buffers, activations and the allocator's
+    rounding come on top."""
     total, trained = parameters
     size = param_bytes(c.precision)
     states = 0
     if c.optimizer.partition("-")[0] in ("adam", "adamw"):
-        states = 2 * (1 if c.optimizer.endswith("-8bit") else size) * trained
+        variant = optimizer_variant_of(c.optimizer)
+        per = size if variant is None else variant.state_bytes(c.optimizer, size)
+        states = 2 * per * trained
     return total * size + states
 
 

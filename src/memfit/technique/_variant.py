@@ -9,18 +9,45 @@ from typing import Any
 from memfit._errors import InvalidInputError
 from memfit.technique._base import Option, Settings, Technique
 
-__all__ = ["OptimizerVariant", "check_fusable"]
+__all__ = ["OptimizerVariant", "check_fusable", "element_bytes"]
+
+
+def element_bytes(precision: str) -> int:
+    """Bytes per element of the parameters, their gradients and Adam's states at
+    ``precision``: two in pure bf16/fp16, four otherwise (mixed precision keeps fp32 ones)."""
+    return 2 if precision in ("bf16", "fp16") else 4
 
 
 class OptimizerVariant(Technique):
-    """A variant of the optimizer, named by the suffix of its name (``suffix``: ``-8bit``)."""
+    """A variant of the optimizer, named by the suffix of its name (``suffix``: ``-8bit``).
+
+    The planner offers it (:meth:`offered`) beside its family's plain optimizers and, unless
+    only variants are given, searches it after the micro-batch bisections, only where its
+    :meth:`~memfit.technique.Technique.saving` could make a step fit: one that ``accumulates``
+    at the largest micro-batch found too large by no more than it saves, one that does not at
+    the whole global batch."""
 
     suffix = ""
     default = None
     steps_in_backward = False  # its updates run inside backward, not in an optimizer phase
+    # its gradients add up over micro-batches as the plain optimizer's do; False: it steps at
+    # every micro-batch, so a plan tries it at the whole global batch only
+    accumulates = True
+    # the variant in the planner's words: its progress ("... searched") and its messages
+    searched_words = ""
     # memfit.apply changes the user's live optimizer for it (``apply``); otherwise the
     # optimizer the user built runs it as it is (``check_live`` says whether it can)
     changes_live = False
+
+    def offered(self, family: str, settings: Settings) -> tuple[str, ...]:
+        """The optimizer names of this variant a plan tries by default for the optimizer
+        ``family`` (``adamw``) of the workload ``settings``; none by default."""
+        return ()
+
+    def state_bytes(self, value: str, param_bytes: int) -> int:
+        """Bytes per element of each of the optimizer's states (Adam's two) with the variant
+        ``value``, where the parameters take ``param_bytes``: theirs by default."""
+        return param_bytes
 
     @property
     def cost_key(self) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from memfit._errors import InvalidInputError
 from memfit.technique._base import Settings
-from memfit.technique._variant import OptimizerVariant
+from memfit.technique._variant import OptimizerVariant, element_bytes
 
 __all__ = ["EIGHT_BIT", "TECHNIQUE", "EightBit"]
 
@@ -21,6 +21,29 @@ class EightBit(OptimizerVariant):
 
     name = "eight_bit"
     suffix = SUFFIX
+    searched_words = "8-bit optimizer states"
+
+    def offered(self, family: str, settings: Settings) -> tuple[str, ...]:
+        """Adam's and AdamW's 8-bit states where bitsandbytes is installed, except for FSDP2
+        (bitsandbytes cannot step its DTensor shards)."""
+        from memfit.technique.eight_bit._bnb import eight_bit_available
+
+        if family in ("adam", "adamw") and eight_bit_available() and settings.strategy != "fsdp2":
+            return (family + SUFFIX,)
+        return ()
+
+    def saving(self, value: Any, trained_elements: int, settings: Settings) -> int:
+        """What 8-bit states save against Adam's two full states: a byte per element each (and
+        a float32 scale per 256) instead of four (fp32 and mixed precision) or two (pure
+        bf16/fp16). None at fp16-mixed: bitsandbytes' optimizers beside GradScaler are not
+        planned."""
+        if settings.precision == "fp16-mixed":
+            return 0
+        n = trained_elements
+        return n * 2 * (element_bytes(settings.precision) - 1) - n * 2 * 4 // 256
+
+    def state_bytes(self, value: str, param_bytes: int) -> int:
+        return 1  # a byte per element (its scales left out: a floor)
 
     def make_optimizer(self, value: str, params: Any) -> Any:
         from memfit.technique.eight_bit._bnb import eight_bit_class

@@ -9,7 +9,7 @@ from typing import Any
 
 from memfit._errors import InvalidInputError
 from memfit.technique._base import Place, Settings, Undo
-from memfit.technique._variant import OptimizerVariant, check_fusable
+from memfit.technique._variant import OptimizerVariant, check_fusable, element_bytes
 
 __all__ = ["IN_BACKWARD", "IN_BACKWARD_NOTE", "TECHNIQUE", "InBackward", "in_backward"]
 
@@ -33,7 +33,19 @@ class InBackward(OptimizerVariant):
     name = "in_backward"
     suffix = SUFFIX
     steps_in_backward = True
+    accumulates = False  # each micro-batch's backward steps: a plan tries the whole batch
+    searched_words = "the optimizer stepped in backward"
     changes_live = True
+
+    def offered(self, family: str, settings: Settings) -> tuple[str, ...]:
+        return (family + SUFFIX,)  # memfit steps any family in backward, fused where it can
+
+    def saving(self, value: Any, trained_elements: int, settings: Settings) -> int:
+        """At most the gradients, which it frees as it steps (none at fp16-mixed, which it
+        cannot go with: the scaler checks every gradient first)."""
+        if settings.precision == "fp16-mixed":
+            return 0
+        return trained_elements * element_bytes(settings.precision)
 
     def refusal(self, value: Any, settings: Settings) -> str | None:
         name = settings.optimizer
