@@ -70,6 +70,9 @@ PROBES = [
     "benchmarks/results/2026-12-07-h100-rnn-probes/gru-probe.json.gz",
     # the object detectors' and the fifth hand-written set's convolutions
     "benchmarks/results/2026-12-07-h100-detection-handwritten-convolutions/det-hw5-convs-probe.json.gz",
+    # the sixth hand-written set's and the segmentation, grounding and mask-generation types'
+    "benchmarks/results/2026-12-07-h200-probes-segmentation-sixth-rnn/hw6-convs-probe.json.gz",
+    "benchmarks/results/2026-12-07-h200-probes-segmentation-sixth-rnn/seg-convs-probe.json.gz",
 ]
 
 
