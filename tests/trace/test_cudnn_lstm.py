@@ -109,21 +109,82 @@ def test_reserve_space_lives_from_forward_to_backward_and_is_named() -> None:
     assert not any("LSTM" in n for n in trace.notes)
 
 
-def test_packed_sequences_fall_back_and_say_so() -> None:
-    def loss(m: nn.Module, b: torch.Tensor) -> torch.Tensor:
-        packed = nn.utils.rnn.pack_padded_sequence(b, [4, 3], batch_first=True)
-        out, _ = m(packed)
-        return out.data.sum()
+RNN_PROBES = RESULTS / "2026-12-07-h200-probes-segmentation-sixth-rnn/rnn-probes.json.gz"
 
+
+def _packed_probes() -> list[dict[str, Any]]:
+    with gzip.open(RNN_PROBES, "rt") as fh:
+        runs = json.load(fh)
+    return [p for name in ("packed-lstm", "packed-gru") for p in runs[name]["lstm"]]
+
+
+def test_a_packed_batch_keeps_its_tokens_reserve_and_a_bounded_workspace() -> None:
+    """H200 probes of packed LSTMs and GRUs (1-2 layers, both directions, hidden 256-1024,
+    inputs once and twice it, fp32 and fp16): in training the reserve space is the padded
+    call's with the tokens in place of B*S, exact, and the workspace never above the fit's."""
+    from memfit.trace._rnn import LstmCall, _workspace
+
+    checked = 0
+    for p in _packed_probes():
+        if not p["train"]:
+            continue
+        e = 4 if p["dtype"] == "fp32" else 2
+        dirs = 2 if p["bidirectional"] else 1
+        tokens = sum(p["lengths"])
+        reserve = reserve_bytes(p["layers"], dirs, tokens, 1, p["hidden"], e, p["kind"])
+        allocs = [size for action, size in p["trace"] if action == "alloc"]
+        assert reserve in allocs, _name(p)
+        real = allocs[allocs.index(reserve) - 1]
+        call = LstmCall(
+            p["dtype"], e, p["layers"], dirs, p["batch"], p["seq"], p["hidden"], False,
+            p["input"], p["kind"], tokens,
+        )  # fmt: skip
+        ours, said = _workspace(call)
+        assert real <= ours <= 4.5 * real, (_name(p), ours, real)
+        assert "a packed batch's bounded from above" in said
+        checked += 1
+    assert checked == 170
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_a_packed_batch_is_traced_as_its_cudnn_call(kind: str) -> None:
+    """A packed fp32 batch (16 sequences of 64 down to 16 steps) through a 1-layer LSTM or GRU
+    of 512 units: the output, the reserve space and the flat weight gradient are the sizes the
+    H200 allocated for it, the workspace bounds its from above, and the notes say so."""
+    probe = next(
+        p
+        for p in _packed_probes()
+        if (p["kind"], p["dtype"], p["layers"], p["bidirectional"], p["train"])
+        == (kind, "fp32", 1, False, True)
+        and (p["batch"], p["seq"], p["hidden"], p["input"]) == (16, 64, 512, 512)
+    )
+    lengths = probe["lengths"]
+
+    def loss(m: nn.Module, b: torch.Tensor) -> torch.Tensor:
+        packed = nn.utils.rnn.pack_padded_sequence(b, lengths, batch_first=True)
+        return m(packed)[0].data.sum()
+
+    cls = nn.LSTM if kind == "lstm" else nn.GRU
     work = Workload(
-        build_model=lambda: nn.LSTM(8, 8, batch_first=True),
-        make_batch=lambda: torch.randn(2, 4, 8),
+        build_model=lambda: cls(512, 512, batch_first=True),
+        make_batch=lambda: torch.randn(16, 64, 512),
         loss_fn=loss,
         optimizer="sgd",
         steps=1,
     )
-    notes = trace_workload(work, resolve_gpu("h200")).notes
-    assert any("packed-sequence LSTM" in n for n in notes)
+    trace = trace_workload(work, resolve_gpu("h200"))
+    ours = [e.size for e in trace.events if e.kind == "alloc"]
+    real = [size for action, size in probe["trace"] if action == "alloc"]
+    tokens = sum(lengths)
+    reserve = reserve_bytes(1, 1, tokens, 1, 512, 4, kind)
+    gates = 4 if kind == "lstm" else 3
+    weight_grad = gates * 512 * (512 + 512 + 2) * 4
+    for size in (tokens * 512 * 4, reserve, weight_grad):
+        assert size in real and size in ours, size
+    workspace = real[real.index(reserve) - 1]
+    assert workspace <= ours[ours.index(reserve) - 1]
+    assert not any("cell kernels" in n for n in trace.notes)
+    assert any("a packed batch's bounded from above" in n for n in trace.notes)
 
 
 def test_inference_takes_no_reserve_space_and_its_own_probed_workspace() -> None:
@@ -139,23 +200,6 @@ def test_inference_takes_no_reserve_space_and_its_own_probed_workspace() -> None
     assert "cuDNN LSTM reserve space" not in names
     # inference calls were probed: their own fit, not training's
     assert not any("inference workspace taken from training's" in n for n in trace.notes)
-
-
-def test_a_packed_gru_says_its_cudnn_memory_is_not_modelled() -> None:
-    def loss(m: nn.Module, b: torch.Tensor) -> torch.Tensor:
-        packed = nn.utils.rnn.pack_padded_sequence(b, [4, 3], batch_first=True)
-        out, _ = m(packed)
-        return out.data.sum()
-
-    work = Workload(
-        build_model=lambda: nn.GRU(8, 8, batch_first=True, bidirectional=True),
-        make_batch=lambda: torch.randn(2, 4, 8),
-        loss_fn=loss,
-        optimizer="sgd",
-        steps=1,
-    )
-    notes = trace_workload(work, resolve_gpu("h100")).notes
-    assert any("a packed-sequence GRU ran PyTorch's cell kernels" in n for n in notes)
 
 
 GRU_PROBE = RESULTS / "2026-12-07-h100-rnn-probes/gru-probe.json.gz"
@@ -285,3 +329,38 @@ def test_what_was_not_probed_is_said() -> None:
     assert said == ["hidden size 16 outside the probed ones", "6 layers extrapolated"]
     _, said = _workspace(LstmCall("fp32", 4, 1, 1, 64, 32, 224, True))
     assert said == []  # between two probed engines: the larger, nothing to say
+
+
+def test_dropout_between_layers_adds_its_masks_to_the_reserve_space() -> None:
+    """H200 probes of 2-layer LSTMs and GRUs with dropout 0.1 between the layers (padded and
+    packed, both directions, fp32 and fp16): the reserve space holds a bit per element of the
+    second layer's input over B*S steps (the longest sequence's, packed) besides its own."""
+    from memfit.trace._rnn import RnnHooks, _dropout_masks
+
+    with gzip.open(RNN_PROBES, "rt") as fh:
+        probes = json.load(fh)["dropout"]["lstm"]
+    made: list[int] = []
+    hooks = RnnHooks(alloc=lambda n, _: made.append(n) or 0, free=lambda _: None,
+                     name=lambda *_: None, notes=set())  # fmt: skip
+    for p in probes:
+        e = 4 if p["dtype"] == "fp32" else 2
+        dirs = 2 if p["bidirectional"] else 1
+        steps = sum(p["lengths"]) if "lengths" in p else p["batch"] * p["seq"]
+        reserve = reserve_bytes(p["layers"], dirs, steps, 1, p["hidden"], e, p["kind"])
+        masks = _dropout_masks(p["layers"], dirs, p["batch"], p["seq"], p["hidden"], hooks)
+        assert reserve + masks in [size for action, size in p["trace"] if action == "alloc"]
+    assert len(probes) == 64
+    assert len(made) == 1  # the dropout state, once
+
+
+def test_an_lstm_with_dropout_makes_cudnns_dropout_state_once() -> None:
+    work = Workload(
+        build_model=lambda: nn.LSTM(64, 64, num_layers=2, dropout=0.1, batch_first=True),
+        make_batch=lambda: torch.randn(4, 16, 64),
+        loss_fn=lambda m, b: m(b)[0].sum(),
+        optimizer="sgd",
+        steps=2,
+    )
+    trace = trace_workload(work, resolve_gpu("h200"))
+    names = [trace.infos[e.info].op for e in trace.events if e.kind == "alloc"]
+    assert names.count("cuDNN dropout state") == 1

@@ -27,8 +27,8 @@ fp32, bf16 and fp16) kept a reserve space of ``(7*layers - 1) * directions * B*S
 and 256 bytes, and took a workspace of the same closed form per engine (its own fits); an
 input size other than the hidden size adds ``e*(I-H)*(B*S + 3*H*dirs)`` in inference, and is
 bounded by the LSTM's term in training. Hidden sizes outside 256-1024 are extrapolated and
-said. Packed sequences, projections and plain RNNs keep the meta device's kernels (also said
-in the notes).
+said. A packed batch is the same call over its tokens (:func:`cudnn_rnn`). Projections
+(``proj_size``) and plain RNNs keep the meta device's kernels (said in the notes).
 
 Under CUDA autocast, whatever its dtype, ``_cudnn_rnn`` goes through autocast's own wrapper
 (``aten/src/ATen/cudnn/AutocastRNN.cpp``, ``_cudnn_rnn_cast_reflatten``): it runs cuDNN in
@@ -65,7 +65,6 @@ __all__ = [
 LSTM_FUNCTION = torch._C._VariableFunctions.lstm
 GRU_FUNCTION = torch._C._VariableFunctions.gru
 OTHER_RNN_FUNCTIONS = {  # what runs the meta device's cell kernels, and is said
-    GRU_FUNCTION: "GRU",  # packed sequences only
     torch._C._VariableFunctions.rnn_tanh: "RNN (tanh)",
     torch._C._VariableFunctions.rnn_relu: "RNN (ReLU)",
 }
@@ -83,6 +82,7 @@ class RnnHooks:
     name: Callable[[torch.Tensor, str], None]
     notes: set[str]
     table: str = DEFAULT_ARCHITECTURE.cudnn_table
+    dropout_state: bool = False  # cuDNN's dropout state is made (once per process)
 
     def workspace(self, nbytes: int, label: str) -> None:
         self.free(self.alloc(nbytes, label))
@@ -110,35 +110,45 @@ class LstmCall:
     infer: bool
     input: int = 0  # 0: the hidden size
     kind: str = "lstm"  # or "gru"
+    tokens: int = 0  # a packed batch's: its lengths' sum (0: batch * seq, padded)
 
     @property
     def input_size(self) -> int:
         return self.input or self.hidden
 
+    @property
+    def steps(self) -> int:
+        """The time steps the call runs over all sequences: B*S padded, the tokens packed."""
+        return self.tokens or self.batch * self.seq
 
-def _regime_value(regime: dict[str, Any], b: int, s: int, h: int) -> float:
+
+def _regime_value(regime: dict[str, Any], b: int, s: int, h: int, steps: int = 0) -> float:
     """One engine's closed form (``build_cudnn_table.lstm_workspace_fits``), over the element
-    size."""
+    size; ``steps`` in place of B*S for a packed batch."""
     b1, b0 = regime["b"]
     c1, c0 = regime["c"]
     g2, g1, g0 = regime["g"]
-    per_batch = regime["a"] * h * b * s + (b1 * h + b0) * b + (c1 * h + c0) * s
+    per_batch = regime["a"] * h * (steps or b * s) + (b1 * h + b0) * b + (c1 * h + c0) * s
     return float(per_batch + g2 * h * h + g1 * h + g0)
 
 
-def _at_hidden(regimes: list[dict[str, Any]], b: int, s: int, h: int) -> tuple[float, str]:
+def _at_hidden(
+    regimes: list[dict[str, Any]], b: int, s: int, h: int, steps: int = 0
+) -> tuple[float, str]:
     """The workspace (over the element size) at hidden size ``h``: the regime probed around
     it; between two regimes, the larger of both (where cuDNN changes engine is not known);
     outside every probed size, the nearest regime's, and a note."""
     inside = [r for r in regimes if r["h"][0] <= h <= r["h"][1]]
     if inside:
-        return _regime_value(inside[0], b, s, h), ""
+        return _regime_value(inside[0], b, s, h, steps), ""
     below = [r for r in regimes if r["h"][1] < h]
     above = [r for r in regimes if r["h"][0] > h]
     if below and above:
-        return max(_regime_value(below[-1], b, s, h), _regime_value(above[0], b, s, h)), ""
+        return max(
+            _regime_value(below[-1], b, s, h, steps), _regime_value(above[0], b, s, h, steps)
+        ), ""
     nearest = below[-1] if below else above[0]
-    return _regime_value(nearest, b, s, h), f"hidden size {h} outside the probed ones"
+    return _regime_value(nearest, b, s, h, steps), f"hidden size {h} outside the probed ones"
 
 
 def _input_term(call: LstmCall) -> int:
@@ -149,7 +159,7 @@ def _input_term(call: LstmCall) -> int:
     which bounds the GRU's too), and nothing for I < H, where the workspace at I = H bounds it
     (it grows with I)."""
     i, h, e, dirs = call.input_size, call.hidden, call.element, call.dirs
-    bs, b = call.batch * call.seq, call.batch
+    bs, b = call.steps, call.batch
     if call.infer:
         gates = 3 if call.kind == "gru" else 4
         return e * (i - h) * (bs + gates * h * dirs)
@@ -176,7 +186,7 @@ def _workspace(
     said: list[str] = []
 
     def at(n_layers: int) -> float:
-        value, note = _at_hidden(fits[f"{dtype}|{n_layers}|{dirs}{mode}"], b, s, h)
+        value, note = _at_hidden(fits[f"{dtype}|{n_layers}|{dirs}{mode}"], b, s, h, call.tokens)
         if note and note not in said:
             said.append(note)
         return value
@@ -189,6 +199,8 @@ def _workspace(
         said.append(f"{layers} layers extrapolated")
     if call.input_size > h and not infer:
         said.append("an input size above the hidden size bounded from above")
+    if call.tokens:
+        said.append("a packed batch's bounded from above")
     return max(0, round(size * call.element) + _input_term(call)), said
 
 
@@ -211,6 +223,7 @@ class _Spec:
     reserve: int
     flattened: bool
     hooks: RnnHooks
+    packed: bool = False  # the input is a packed batch's data: (tokens, input size)
 
 
 def _one_buffer(params: Sequence[torch.Tensor]) -> bool:
@@ -235,8 +248,7 @@ class _CudnnRNN(torch.autograd.Function):
     ) -> tuple[torch.Tensor, ...]:
         seq_first = x.transpose(0, 1) if spec.batch_first else x
         contiguous = seq_first.contiguous()
-        s, b, _ = contiguous.shape
-        out = contiguous.new_empty((s, b, h0.shape[-1] * spec.dirs))
+        out = contiguous.new_empty((*contiguous.shape[:-1], h0.shape[-1] * spec.dirs))
         states = [torch.empty_like(h0)] + ([] if c0 is None else [torch.empty_like(c0)])
         weights = None
         if not spec.flattened:
@@ -287,66 +299,154 @@ def rnn_kind(func: Any) -> str | None:
     return "gru" if func is GRU_FUNCTION else None
 
 
-def _padded_state(args: tuple[Any, ...], kind: str) -> Any:
-    """The call's initial state where its input is padded (an LSTM's ``(h0, c0)``, a GRU's
-    3-d ``hx``), else None: a packed call is ``(data, batch_sizes, hx, ...)``."""
-    state = args[1] if len(args) == 9 else None
+@dataclass(frozen=True)
+class _Call:
+    """One ``torch._VF.lstm``/``gru`` call's arguments, padded or packed alike: the input
+    (3-d padded, 2-d a packed batch's data), the packed batch's sizes per step (None: padded),
+    the initial states (``c0`` None for a GRU) and the flat weights."""
+
+    x: torch.Tensor
+    batch_sizes: torch.Tensor | None
+    h0: torch.Tensor
+    c0: torch.Tensor | None
+    params: Sequence[torch.Tensor]
+    has_biases: bool
+    layers: int
+    dropout: float
+    train: bool
+    bidir: bool
+    batch_first: bool
+
+    def args(self, x: torch.Tensor, h0: Any, c0: Any, params: Sequence[Any]) -> tuple[Any, ...]:
+        """The call's arguments with these input, states and weights, in its own form."""
+        state = h0 if c0 is None else (h0, c0)
+        flags = (self.has_biases, self.layers, self.dropout, self.train, self.bidir)
+        if self.batch_sizes is not None:
+            return (x, self.batch_sizes, state, params, *flags)
+        return (x, state, params, *flags, self.batch_first)
+
+
+def _parts(args: tuple[Any, ...], kind: str) -> _Call | None:
+    """A call's parts: padded ``(input, hx, params, has_biases, layers, dropout, train,
+    bidirectional, batch_first)`` or packed ``(data, batch_sizes, hx, params, has_biases,
+    layers, dropout, train, bidirectional)``; hx an LSTM's ``(h0, c0)``, a GRU's tensor.
+    None for a form not modelled."""
+    if len(args) != 9:
+        return None
+    packed = isinstance(args[1], torch.Tensor) and args[1].dim() == 1
+    if packed:
+        x, batch_sizes, state, params, has_biases, layers, dropout, train, bidir = args
+        batch_first = False
+    else:
+        x, state, params, has_biases, layers, dropout, train, bidir, batch_first = args
+        batch_sizes = None
     if kind == "lstm":
-        return state if isinstance(state, (list, tuple)) and len(state) == 2 else None
-    return state if isinstance(state, torch.Tensor) and state.dim() == 3 else None
+        if not (isinstance(state, (list, tuple)) and len(state) == 2):
+            return None
+        h0, c0 = state
+    else:
+        if not isinstance(state, torch.Tensor):
+            return None
+        h0, c0 = state, None
+    if not isinstance(h0, torch.Tensor) or h0.dim() != 3:
+        return None
+    return _Call(
+        x,
+        batch_sizes,
+        h0,
+        c0,
+        params,
+        bool(has_biases),
+        int(layers),
+        float(dropout),
+        bool(train),
+        bool(bidir),
+        bool(batch_first),
+    )
 
 
 def cudnn_rnn(args: tuple[Any, ...], hooks: RnnHooks, kind: str) -> Any:
     """``torch._VF.lstm`` (``kind="lstm"``) or ``torch._VF.gru`` (``"gru"``) as cuDNN runs it,
-    or None where cuDNN's path is not modelled (said in the notes)."""
-    lstm = kind == "lstm"
+    padded or packed, or None where cuDNN's path is not modelled (said in the notes).
+
+    A packed batch (H200, torch 2.11, cuDNN 9.19: 170 training calls of LSTMs and GRUs, 1-2
+    layers, both directions, hidden sizes 256-1024, fp32 and fp16) keeps the reserve space of
+    the padded call with the tokens (the lengths' sum) in place of B*S, exact on every probe;
+    its output is (tokens, directions * H). Its workspace is the padded fit with the tokens in
+    place of B*S: above every probe (by 3% to 4x), a bound."""
     name = kind.upper()
-    state = _padded_state(args, kind)
-    if state is None:
-        if lstm:
-            hooks.notes.add("packed-sequence LSTM ran PyTorch's cell kernels (cuDNN not modelled)")
-        else:
-            note_cell_kernels(GRU_FUNCTION, hooks)
+    call = _parts(args, kind)
+    if call is None:
+        hooks.notes.add(f"an {name} ran PyTorch's cell kernels (its cuDNN path is not modelled)")
         return None
-    x, _, params, has_biases, layers, _, train, bidir, batch_first = args
-    h0: torch.Tensor = state[0] if lstm else state
-    c0: torch.Tensor | None = state[1] if lstm else None
+    x, h0, c0, params = call.x, call.h0, call.c0, call.params
     known = _ELEMENT.get(x.dtype)
+    packed = call.batch_sizes is not None
     if (
         known is None
-        or x.dim() != 3
-        or not has_biases
+        or x.dim() != (2 if packed else 3)
+        or not call.has_biases
         or (c0 is not None and h0.shape[-1] != c0.shape[-1])
         or any(p.dtype != x.dtype for p in params)
     ):
         hooks.notes.add(f"an {name} ran PyTorch's cell kernels (its cuDNN path is not modelled)")
         return None
     dtype, e = known
-    dirs = 2 if bidir else 1
-    b, s = (x.shape[0], x.shape[1]) if batch_first else (x.shape[1], x.shape[0])
+    dirs = 2 if call.bidir else 1
+    if call.batch_sizes is not None:
+        sizes = [int(n) for n in call.batch_sizes.tolist()]
+        b, s, tokens = sizes[0], len(sizes), int(x.shape[0])
+    else:
+        b, s = (x.shape[0], x.shape[1]) if call.batch_first else (x.shape[1], x.shape[0])
+        tokens = 0
     h = int(h0.shape[-1])
     grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
-    training = bool(train) and grad
+    training = call.train and grad
     infer = not training
     if infer and not any(k.endswith("|infer") for k in _fits(hooks.table, kind)):
         hooks.notes.add(f"cuDNN {name} inference workspace taken from training's (not probed)")
         infer = False
-    layers = int(layers)
-    call = LstmCall(dtype, e, layers, dirs, int(b), int(s), h, infer, int(x.shape[-1]), kind)
-    workspace, unprobed = _workspace(call, hooks.table)
+    size = LstmCall(
+        dtype, e, call.layers, dirs, int(b), int(s), h, infer, int(x.shape[-1]), kind, tokens
+    )
+    workspace, unprobed = _workspace(size, hooks.table)
     for what in unprobed:
         hooks.notes.add(f"cuDNN {name} workspace: {what}")
+    reserve = reserve_bytes(call.layers, dirs, size.steps, 1, h, e, kind)
+    if training and call.dropout > 0 and call.layers > 1:
+        reserve += _dropout_masks(call.layers, dirs, int(b), int(s), h, hooks)
     spec = _Spec(
         name=name,
         dirs=dirs,
-        batch_first=bool(batch_first),
+        batch_first=call.batch_first,
         train=training,
         workspace=workspace,
-        reserve=reserve_bytes(layers, dirs, int(b), int(s), h, e, kind),
+        reserve=reserve,
         flattened=_one_buffer(params),
         hooks=hooks,
+        packed=packed,
     )
     return _CudnnRNN.apply(spec, x, h0, c0, *params)
+
+
+# cuDNN's dropout state (its random generators' states), made by the first RNN call with
+# dropout in training and kept for the process: 6,488,064 bytes on an H200 (torch 2.11, cuDNN
+# 9.19; the size grows with the GPU's multiprocessors, and the H100's are as many)
+DROPOUT_STATE = 6_488_064
+
+
+def _dropout_masks(layers: int, dirs: int, b: int, s: int, h: int, hooks: RnnHooks) -> int:
+    """What dropout between the layers adds to the reserve space: a bit per element of each
+    later layer's input (``dirs * H`` wide, per direction) over B*S steps, packed batches too
+    (the longest sequence times the batch); exact on 64 H200 probes of 2-layer LSTMs and GRUs.
+    The first such call makes cuDNN's dropout state, kept from then on (:data:`DROPOUT_STATE`);
+    more than 2 layers: the masks extrapolated, and said."""
+    if not hooks.dropout_state:
+        hooks.dropout_state = True
+        hooks.alloc(DROPOUT_STATE, "cuDNN dropout state")
+    if layers > 2:
+        hooks.notes.add(f"cuDNN's dropout masks of {layers} layers extrapolated from 2 layers'")
+    return (layers - 1) * dirs * dirs * h * b * s // 8
 
 
 class _HalfFlatWeights(torch.autograd.Function):
@@ -381,38 +481,30 @@ def cudnn_rnn_autocast(args: tuple[Any, ...], hooks: RnnHooks, kind: str) -> Any
     """``torch._VF.lstm`` or ``gru`` under CUDA autocast, as ``_cudnn_rnn_cast_reflatten``
     runs it: in fp16, on a fresh fp16 copy of the weights (see the module docstring); None
     where cuDNN's path is not modelled."""
-    state = _padded_state(args, kind)
-    if state is None:
+    call = _parts(args, kind)
+    if call is None:
         return cudnn_rnn(args, hooks, kind)  # says why it is not modelled
-    x, _, params, *rest = args
+    params = call.params
     floats = (torch.float32, torch.bfloat16, torch.float16)
-    if x.dtype not in floats or any(p.dtype not in floats for p in params):
+    if call.x.dtype not in floats or any(p.dtype not in floats for p in params):
         return cudnn_rnn(args, hooks, kind)
     half = torch.float16
     if params and params[0].dtype != half:  # needs_cast_and_flatten
         params = [_HalfFlatWeights.apply(hooks, kind.upper(), *params)]
-    if kind == "lstm":
-        h0, c0 = state
-        cx, hx = c0.to(half), h0.to(half)  # right to left: cx first, the input last
-        return cudnn_rnn((x.to(half), (hx, cx), params, *rest), hooks, kind)
-    return cudnn_rnn((x.to(half), state.to(half), params, *rest), hooks, kind)
+    if call.c0 is not None:
+        cx, hx = call.c0.to(half), call.h0.to(half)  # right to left: cx first, the input last
+        return cudnn_rnn(call.args(call.x.to(half), hx, cx, params), hooks, kind)
+    return cudnn_rnn(call.args(call.x.to(half), call.h0.to(half), None, params), hooks, kind)
 
 
 def note_cell_kernels(func: Any, hooks: RnnHooks) -> None:
-    """Say that a packed GRU or a plain RNN ran the meta device's cell kernels. On CUDA it is
-    one cuDNN call whose reserve space, kept from forward to backward, and workspace are not
-    modelled: they can exceed the cell kernels' saved activations by far. An H100 (torch
-    2.11) took, for a 2-layer bidirectional fp32 GRU of hidden size 512 over packed sequences
-    of T tokens, a reserve space of 26*T*512*4 + 8,388,864 bytes (1,121,804,544 at T = 20,910) and a
-    workspace of about 10*T*512*4 bytes in each of its three calls."""
-    name = OTHER_RNN_FUNCTIONS[func]
-    if func is GRU_FUNCTION:
-        name = "packed-sequence GRU"
+    """Say that a plain RNN ran the meta device's cell kernels. On CUDA it is one cuDNN call
+    whose reserve space, kept from forward to backward, and workspace are not modelled: they
+    can exceed the cell kernels' saved activations by far (an LSTM's or a GRU's reserve space
+    is ``(6 or 7 * layers - 1) * directions`` elements per token and hidden unit)."""
     hooks.notes.add(
-        f"a {name} ran PyTorch's cell kernels: cuDNN's reserve space and workspace for it are "
-        "not modelled, and the GPU can take more (an H100 held 1.1 GB of reserve space and "
-        "0.5 GB of workspace for a 2-layer bidirectional GRU of hidden size 512 over "
-        "21k packed tokens)"
+        f"a {OTHER_RNN_FUNCTIONS[func]} ran PyTorch's cell kernels: cuDNN's reserve space and "
+        "workspace for it are not modelled, and the GPU can take more"
     )
 
 
