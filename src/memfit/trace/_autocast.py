@@ -29,7 +29,7 @@ __all__ = [
     "suspended",
 ]
 
-_Policy = str  # "lowp" | "fp32" | "fp32_opt_dtype" | "fp32_set_dtype" | "promote"
+_Policy = str  # "lowp" | "fp32" | "fp32_opt_dtype" | "fp32_set_dtype" | "fp32_reduce" | "promote"
 
 
 # CUDA autocast's op lists (aten/src/ATen/autocast_mode.cpp, torch 2.11), by where the Python
@@ -66,9 +66,17 @@ _LISTS: dict[_Policy, dict[str, str]] = {
         "linalg": "vector_norm matrix_norm norm",
     },
     "fp32_opt_dtype": {
-        "torch": "softmax log_softmax cumprod cumsum prod sum",
-        "T": "softmax log_softmax cumprod cumsum prod sum",
+        "torch": "softmax log_softmax cumprod cumsum",
+        "T": "softmax log_softmax cumprod cumsum",
         "F": "softmax log_softmax",
+    },
+    # sum and prod are fp32_set_opt_dtype too, and their reductions read a half input as it is
+    # into a float32 result: no cast copy (H200, torch 2.11: an involution network's
+    # (weight * patches).sum(3) under bf16 autocast, 2.5 GB of bf16 summed without the 5 GB
+    # float32 copy a cast would make)
+    "fp32_reduce": {
+        "torch": "prod sum",
+        "T": "prod sum",
     },
     # torch 2.11's AT_FORALL_PROMOTE (ATen/autocast_mode.h): cat and stack are not in it (they
     # promote themselves, without a cast copy: ViT's class token joined to its bf16 patches)
@@ -85,7 +93,7 @@ def _build_policy() -> dict[Callable[..., Any], _Policy]:
     spaces: dict[str, Any] = {"F": F, "torch": torch, "T": torch.Tensor, "linalg": torch.linalg}
     table: dict[Callable[..., Any], _Policy] = {}
     # later policies win where a name is listed twice, lowp last (as the C++ registration)
-    for policy in ("promote", "fp32_opt_dtype", "fp32_set_dtype", "fp32", "lowp"):
+    for policy in ("promote", "fp32_opt_dtype", "fp32_reduce", "fp32_set_dtype", "fp32", "lowp"):
         for space, names in _LISTS[policy].items():
             for name in names.split():
                 fn = getattr(spaces[space], name, None)
@@ -191,6 +199,13 @@ def cast_args(
         # floating tensor autocast acts on; no tensor is cast
         first = args[0] if args else None
         if kwargs.get("dtype") is not None or len(args) > 4 or not _is_float(first):
+            return args, kwargs
+        return args, {**kwargs, "dtype": torch.float32}
+    elif policy == "fp32_reduce":
+        # the wrapper sets the optional dtype to float32 where none is given and the first
+        # argument is a floating tensor other than float64; nothing is cast
+        first = args[0] if args else None
+        if kwargs.get("dtype") is not None or not _is_float(first):
             return args, kwargs
         return args, {**kwargs, "dtype": torch.float32}
     elif policy == "fp32_opt_dtype":

@@ -292,9 +292,12 @@ def reduce_op_scratch(
     elif func in _PAIRED:
         arg_size = 16
     dims = _dims(func, args, kwargs)
-    if _past_32_bit_indexing(x) and arg_size != size and func not in _LOGICAL:
+    given = kwargs.get("dtype")
+    out_size = given.itemsize if isinstance(given, torch.dtype) else size
+    if _past_32_bit_indexing(x) and arg_size != out_size and func not in _LOGICAL:
         # too large for 32-bit indexing: run as sub-iterators that accumulate into a buffer
-        # of arg_t per output, when the output's type cannot hold the running sums
+        # of arg_t per output, when the output's type cannot hold the running sums (a bf16
+        # input summed into a float32 output accumulates in the output: H200, torch 2.11)
         out.append((_outputs(x, dims) * arg_size, "reduction accumulation buffer"))
     scratch = reduction_scratch(x, dims, sm_count, threads_per_sm, arg_size)
     if scratch is not None:
