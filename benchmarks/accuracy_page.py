@@ -139,6 +139,7 @@ HANDWRITTEN_5 = (
     "2026-12-07-h100-handwritten-models-fifth",
 )
 AFTER_PROBE_5 = "2026-12-07-cpu-detection-handwritten-after-probe"
+AFTER_FIXES_5 = "2026-12-07-cpu-handwritten-after-packed-einsum"
 LORA = ("2026-12-07-cpu-lora-predictions", "2026-12-07-cpu-qlora-predictions")
 LORA_H200 = "2026-12-07-h200-lora-qlora"
 OP_SWEEP = "2026-12-06-h100-op-sweep"
@@ -452,6 +453,9 @@ SOURCES: list[Source] = [
     Source(f"{HANDWRITTEN_5[0]}/predictions.json", "handwritten", predictions, prediction=True),
     Source(f"{AFTER_PROBE_5}/handwritten-fifth.json", "handwritten", predictions),
     Source(f"{HANDWRITTEN_5[1]}/measured.json", "handwritten", measured, versions=GPU_HOST),
+    # the fifth set and an earlier packed GRU estimated again after packed RNNs, opt_einsum and
+    # autocast's float32 sums were modelled (after their measurements, not predictions)
+    Source(f"{AFTER_FIXES_5}/fifth-set-after-autocast-sum.json", "handwritten", predictions),
 ]
 
 TOPICS: list[tuple[str, str]] = [
