@@ -41,6 +41,7 @@ order (the call's arguments are evaluated right to left). The H200 trace of
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -82,7 +83,7 @@ class RnnHooks:
     name: Callable[[torch.Tensor, str], None]
     notes: set[str]
     table: str = DEFAULT_ARCHITECTURE.cudnn_table
-    dropout_state: bool = False  # cuDNN's dropout state is made (once per process)
+    dropout_state: bool = False  # cuDNN's dropout state is made (once: the process keeps it)
 
     def workspace(self, nbytes: int, label: str) -> None:
         self.free(self.alloc(nbytes, label))
@@ -223,7 +224,6 @@ class _Spec:
     reserve: int
     flattened: bool
     hooks: RnnHooks
-    packed: bool = False  # the input is a packed batch's data: (tokens, input size)
 
 
 def _one_buffer(params: Sequence[torch.Tensor]) -> bool:
@@ -317,14 +317,6 @@ class _Call:
     bidir: bool
     batch_first: bool
 
-    def args(self, x: torch.Tensor, h0: Any, c0: Any, params: Sequence[Any]) -> tuple[Any, ...]:
-        """The call's arguments with these input, states and weights, in its own form."""
-        state = h0 if c0 is None else (h0, c0)
-        flags = (self.has_biases, self.layers, self.dropout, self.train, self.bidir)
-        if self.batch_sizes is not None:
-            return (x, self.batch_sizes, state, params, *flags)
-        return (x, state, params, *flags, self.batch_first)
-
 
 def _parts(args: tuple[Any, ...], kind: str) -> _Call | None:
     """A call's parts: padded ``(input, hx, params, has_biases, layers, dropout, train,
@@ -374,11 +366,18 @@ def cudnn_rnn(args: tuple[Any, ...], hooks: RnnHooks, kind: str) -> Any:
     the padded call with the tokens (the lengths' sum) in place of B*S, exact on every probe;
     its output is (tokens, directions * H). Its workspace is the padded fit with the tokens in
     place of B*S: above every probe (by 3% to 4x), a bound."""
-    name = kind.upper()
     call = _parts(args, kind)
     if call is None:
-        hooks.notes.add(f"an {name} ran PyTorch's cell kernels (its cuDNN path is not modelled)")
+        hooks.notes.add(
+            f"an {kind.upper()} ran PyTorch's cell kernels (its cuDNN path is not modelled)"
+        )
         return None
+    return _run(call, hooks, kind)
+
+
+def _run(call: _Call, hooks: RnnHooks, kind: str) -> Any:
+    """:func:`cudnn_rnn` of a call's parts."""
+    name = kind.upper()
     x, h0, c0, params = call.x, call.h0, call.c0, call.params
     known = _ELEMENT.get(x.dtype)
     packed = call.batch_sizes is not None
@@ -393,7 +392,7 @@ def cudnn_rnn(args: tuple[Any, ...], hooks: RnnHooks, kind: str) -> Any:
         return None
     dtype, e = known
     dirs = 2 if call.bidir else 1
-    if call.batch_sizes is not None:
+    if call.batch_sizes is not None:  # packed
         sizes = [int(n) for n in call.batch_sizes.tolist()]
         b, s, tokens = sizes[0], len(sizes), int(x.shape[0])
     else:
@@ -424,7 +423,6 @@ def cudnn_rnn(args: tuple[Any, ...], hooks: RnnHooks, kind: str) -> Any:
         reserve=reserve,
         flattened=_one_buffer(params),
         hooks=hooks,
-        packed=packed,
     )
     return _CudnnRNN.apply(spec, x, h0, c0, *params)
 
@@ -491,10 +489,10 @@ def cudnn_rnn_autocast(args: tuple[Any, ...], hooks: RnnHooks, kind: str) -> Any
     half = torch.float16
     if params and params[0].dtype != half:  # needs_cast_and_flatten
         params = [_HalfFlatWeights.apply(hooks, kind.upper(), *params)]
-    if call.c0 is not None:
-        cx, hx = call.c0.to(half), call.h0.to(half)  # right to left: cx first, the input last
-        return cudnn_rnn(call.args(call.x.to(half), hx, cx, params), hooks, kind)
-    return cudnn_rnn(call.args(call.x.to(half), call.h0.to(half), None, params), hooks, kind)
+    cx = None if call.c0 is None else call.c0.to(half)  # right to left: cx, hx, the input
+    hx = call.h0.to(half)
+    half_call = dataclasses.replace(call, x=call.x.to(half), h0=hx, c0=cx, params=params)
+    return _run(half_call, hooks, kind)
 
 
 def note_cell_kernels(func: Any, hooks: RnnHooks) -> None:
