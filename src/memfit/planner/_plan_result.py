@@ -12,7 +12,7 @@ from typing import Any
 
 from memfit._display import html_repr
 from memfit._units import GiB, format_bytes
-from memfit.technique import techniques_in
+from memfit.technique import element_bytes, techniques_in
 
 __all__ = [
     "CHECKPOINTS_WORDS",
@@ -37,10 +37,7 @@ def checkpointing_words(value: bool | str | float) -> str:
     return f"{value} checkpointing"
 
 
-def param_bytes(precision: str) -> int:
-    """Bytes per element of the parameters, their gradients and Adam's states at
-    ``precision``: two in pure bf16/fp16, four otherwise (mixed precision keeps fp32 ones)."""
-    return 2 if precision in ("bf16", "fp16") else 4
+param_bytes = element_bytes  # one home, in the technique layer below the planner
 
 
 def techniques_words(techniques: tuple[tuple[str, Any], ...]) -> list[str]:

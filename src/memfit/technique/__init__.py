@@ -20,7 +20,7 @@ from memfit.technique._registry import (
     techniques_in,
     with_aliases,
 )
-from memfit.technique._variant import OptimizerVariant, check_fusable
+from memfit.technique._variant import OptimizerVariant, check_fusable, element_bytes
 
 __getattr__, __dir__ = lazy_attributes(__name__, {"GpuPlace": "_place"}, globals())
 
@@ -37,6 +37,7 @@ __all__ = [
     "active_techniques",
     "check_fusable",
     "checked_techniques",
+    "element_bytes",
     "optimizer_variant_of",
     "technique_aliases",
     "technique_named",
