@@ -32,9 +32,13 @@ vision-language types' and the fourth hand-written set's), and its LSTM probes
 ``sequencer-lstm-probe.json.gz`` (Sequencer2d's shapes, batches up to 32,768), and the H100's
 GRU probe ``results/2026-12-07-h100-rnn-probes/gru-probe.json.gz``, then
 ``results/2026-12-07-h100-detection-handwritten-convolutions/det-hw5-convs-probe.json.gz`` (the
-object detectors' and the fifth hand-written set's convolutions). Per configuration and
+object detectors' and the fifth hand-written set's convolutions), then the H200's
+``results/2026-12-07-h200-probes-segmentation-sixth-rnn/hw6-convs-probe.json.gz`` and
+``seg-convs-probe.json.gz``, and the run ``proj`` of its ``rnn-probes.json.gz`` (LSTMs with
+projections; a run of a file of several is given as ``PATH:RUN``). Per configuration and
 phase: the forward's workspaces, the input gradient's, the weight gradient's, and the bias
-gradient's reduction's; per LSTM and GRU engine, the workspace's closed form.
+gradient's reduction's; per LSTM and GRU engine, the workspace's closed form, and an LSTM's
+with projections.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ def build(probe: dict[str, Any]) -> dict[str, Any]:
         "conv": table,
         "lstm_workspace": lstm_workspace_fits(probe),
         "gru_workspace": lstm_workspace_fits(probe, kind="gru"),
+        "lstm_proj_workspace": lstm_proj_workspace_fits(probe),
     }
 
 
@@ -147,6 +152,8 @@ def lstm_workspace_fits(
     for p in probe["lstm"]:
         if p.get("kind", "lstm") != kind or p.get("input", p["hidden"]) != p["hidden"]:
             continue
+        if p.get("proj"):  # an LSTM with projections: lstm_proj_workspace_fits
+            continue
         dirs = 2 if p["bidirectional"] else 1
         key = f"{p['dtype']}|{p['layers']}|{dirs}" + ("" if p.get("train", True) else "|infer")
         y = _lstm_workspace(p) / ELEMENT[p["dtype"]]
@@ -164,6 +171,48 @@ def lstm_workspace_fits(
             else:
                 regimes.append((coef[0] / h, {h: coef}))
         fits[key] = [_regime(members) for _, members in regimes]
+    return fits
+
+
+def _proj_workspace(p: dict[str, Any]) -> int:
+    """The workspace of one probe of an LSTM with projections: the allocation before its
+    reserve space in training (``memfit.trace._rnn.proj_reserve_bytes``), the call's largest
+    transient in inference."""
+    if not p.get("train", True):
+        return max(_transients(p["trace"]))
+    dirs = 2 if p["bidirectional"] else 1
+    layers, h, proj, e = p["layers"], p["hidden"], p["proj"], ELEMENT[p["dtype"]]
+    tokens = p["batch"] * p["seq"]
+    reserve = (15 * layers - 2) * max(h, 2 * proj) * dirs * tokens * e // 2 + 256
+    allocs = [size for action, size in p["trace"] if action == "alloc"]
+    return allocs[allocs.index(reserve) - 1]
+
+
+def lstm_proj_workspace_fits(probe: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The workspace of LSTMs with projections (``proj_size``) per (dtype, layers,
+    directions[, infer]), probed at one sequence length and one projection share of the hidden
+    size (H200, torch 2.11, cuDNN 9.19: 64 steps, ``proj_size`` half the hidden size, hidden
+    512 and 1024, batches 16 and 64, 1 and 3 layers). Over the element size it is exactly
+    ``(u1*H + u0)*B + v2*H^2 + v1*H`` at that length, a form exact on every probe; what it is
+    at other lengths and shares is :mod:`memfit.trace._rnn`'s to bound."""
+    points: dict[str, list[tuple[int, int, float]]] = {}
+    shape: dict[str, tuple[int, float]] = {}
+    for p in probe["lstm"]:
+        if not p.get("proj") or p.get("input", p["hidden"]) != p["hidden"]:
+            continue
+        dirs = 2 if p["bidirectional"] else 1
+        key = f"{p['dtype']}|{p['layers']}|{dirs}" + ("" if p.get("train", True) else "|infer")
+        y = _proj_workspace(p) / ELEMENT[p["dtype"]]
+        points.setdefault(key, []).append((p["hidden"], p["batch"], y))
+        probed = (p["seq"], p["proj"] / p["hidden"])
+        if shape.setdefault(key, probed) != probed:
+            raise ValueError(f"{key}: projected LSTMs probed at more than one length or share")
+    fits: dict[str, dict[str, Any]] = {}
+    for key, rows in sorted(points.items()):
+        coef = _solve([[h * b, b, h * h, h] for h, b, _ in rows], [y for *_, y in rows])
+        hs = sorted({h for h, _, _ in rows})
+        seq, share = shape[key]
+        fits[key] = {"h": [hs[0], hs[-1]], "seq": seq, "share": share, "u": coef[:2], "v": coef[2:]}
     return fits
 
 
@@ -186,13 +235,18 @@ def merge(probes: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def load(path: str) -> dict[str, Any]:
+    """A probe run: ``PATH`` of one run, or ``PATH:RUN`` for the run named RUN of a file that
+    holds several by name."""
+    path, _, run = path.partition(":")
+    with gzip.open(path, "rt") as fh:
+        probe: dict[str, Any] = json.load(fh)
+    return probe[run] if run else probe
+
+
 def main() -> int:
-    *inputs, output = sys.argv[1:]
-    probes = []
-    for path in inputs:
-        with gzip.open(path, "rt") as fh:
-            probes.append(json.load(fh))
-    table = build(merge(probes))
+    *inputs, output = sys.argv[1:]  # each PATH, or PATH:RUN (see load)
+    table = build(merge([load(path) for path in inputs]))
     with open(output, "w") as fh:
         json.dump(table, fh, separators=(",", ":"), sort_keys=True)
         fh.write("\n")

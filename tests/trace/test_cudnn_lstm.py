@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from memfit._gpus import resolve_gpu
-from memfit.trace._rnn import reserve_bytes
+from memfit.trace._rnn_sizes import reserve_bytes
 from memfit.trace._tracer import Trace, trace_workload
 from memfit.workload._step import Workload
 
@@ -122,7 +122,7 @@ def test_a_packed_batch_keeps_its_tokens_reserve_and_a_bounded_workspace() -> No
     """H200 probes of packed LSTMs and GRUs (1-2 layers, both directions, hidden 256-1024,
     inputs once and twice it, fp32 and fp16): in training the reserve space is the padded
     call's with the tokens in place of B*S, exact, and the workspace never above the fit's."""
-    from memfit.trace._rnn import LstmCall, _workspace
+    from memfit.trace._rnn_sizes import LstmCall, workspace_bytes
 
     checked = 0
     for p in _packed_probes():
@@ -139,7 +139,7 @@ def test_a_packed_batch_keeps_its_tokens_reserve_and_a_bounded_workspace() -> No
             p["dtype"], e, p["layers"], dirs, p["batch"], p["seq"], p["hidden"], False,
             p["input"], p["kind"], tokens,
         )  # fmt: skip
-        ours, said = _workspace(call)
+        ours, said = workspace_bytes(call)
         assert real <= ours <= 4.5 * real, (_name(p), ours, real)
         assert "a packed batch's bounded from above" in said
         checked += 1
@@ -211,7 +211,7 @@ def test_every_gru_probes_reserve_and_workspace() -> None:
     workspace too (to 4 KiB of up to 100 MB: two-layer one-direction training's engine is not
     exactly linear in the batch), but in training with an input other than the hidden size
     (bounded)."""
-    from memfit.trace._rnn import LstmCall, _workspace
+    from memfit.trace._rnn_sizes import LstmCall, workspace_bytes
 
     counts = {"exact": 0, "bounded": 0}
     for p in _load(GRU_PROBE):
@@ -228,7 +228,7 @@ def test_every_gru_probes_reserve_and_workspace() -> None:
         call = LstmCall(
             p["dtype"], e, p["layers"], dirs, b, s, h, not p["train"], size, "gru"
         )  # fmt: skip
-        ours, said = _workspace(call)
+        ours, said = workspace_bytes(call)
         if size == h or not p["train"]:
             assert abs(ours - real) <= 4096, (_name(p), size, ours, real)
             counts["exact"] += 1
@@ -295,7 +295,7 @@ def _real_workspace(p: dict[str, Any]) -> int:
 
 
 def test_the_workspace_is_every_probes_or_bounds_it_from_above() -> None:
-    from memfit.trace._rnn import LstmCall, _workspace
+    from memfit.trace._rnn_sizes import LstmCall, workspace_bytes
 
     counts = {"exact": 0, "bounded": 0}
     for path in ALL_PROBES:
@@ -309,7 +309,7 @@ def test_the_workspace_is_every_probes_or_bounds_it_from_above() -> None:
                 p["dtype"], e, p["layers"], dirs, p["batch"], p["seq"], p["hidden"],
                 not p.get("train", True), size,
             )  # fmt: skip
-            ours, _ = _workspace(call)
+            ours, _ = workspace_bytes(call)
             real = _real_workspace(p)
             if size == p["hidden"] or not p.get("train", True):
                 assert abs(ours - real) <= 8, (_name(p), size, ours, real)
@@ -321,13 +321,13 @@ def test_the_workspace_is_every_probes_or_bounds_it_from_above() -> None:
 
 
 def test_what_was_not_probed_is_said() -> None:
-    from memfit.trace._rnn import LstmCall, _workspace
+    from memfit.trace._rnn_sizes import LstmCall, workspace_bytes
 
-    _, said = _workspace(LstmCall("bf16", 2, 1, 2, 64, 32, 48, False, 192))
+    _, said = workspace_bytes(LstmCall("bf16", 2, 1, 2, 64, 32, 48, False, 192))
     assert said == ["an input size above the hidden size bounded from above"]
-    _, said = _workspace(LstmCall("fp32", 4, 6, 1, 64, 32, 16, True))
+    _, said = workspace_bytes(LstmCall("fp32", 4, 6, 1, 64, 32, 16, True))
     assert said == ["hidden size 16 outside the probed ones", "6 layers extrapolated"]
-    _, said = _workspace(LstmCall("fp32", 4, 1, 1, 64, 32, 224, True))
+    _, said = workspace_bytes(LstmCall("fp32", 4, 1, 1, 64, 32, 224, True))
     assert said == []  # between two probed engines: the larger, nothing to say
 
 

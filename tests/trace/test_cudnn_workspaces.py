@@ -3,7 +3,6 @@ call takes them; the table is exactly what the committed probe data gives."""
 
 from __future__ import annotations
 
-import gzip
 import importlib.util
 import json
 from pathlib import Path
@@ -73,15 +72,14 @@ PROBES = [
     # the sixth hand-written set's and the segmentation, grounding and mask-generation types'
     "benchmarks/results/2026-12-07-h200-probes-segmentation-sixth-rnn/hw6-convs-probe.json.gz",
     "benchmarks/results/2026-12-07-h200-probes-segmentation-sixth-rnn/seg-convs-probe.json.gz",
+    # LSTMs with projections (proj_size half the hidden size): one run of a file of several
+    "benchmarks/results/2026-12-07-h200-probes-segmentation-sixth-rnn/rnn-probes.json.gz:proj",
 ]
 
 
 def _probe() -> dict[str, Any]:
-    probes = []
-    for path in PROBES:
-        with gzip.open(ROOT / path, "rt") as fh:
-            probes.append(json.load(fh))
-    merged: dict[str, Any] = _builder().merge(probes)
+    build = _builder()
+    merged: dict[str, Any] = build.merge([build.load(str(ROOT / path)) for path in PROBES])
     return merged
 
 
@@ -93,6 +91,8 @@ def test_the_committed_table_is_what_the_probe_gives() -> None:
     committed = json.loads((ROOT / "src/memfit/trace/data/cudnn_sm90.json").read_text())
     built_fits = json.dumps(built["lstm_workspace"], sort_keys=True)
     assert built_fits == json.dumps(committed["lstm_workspace"], sort_keys=True)
+    built_proj = json.dumps(built["lstm_proj_workspace"], sort_keys=True)
+    assert built_proj == json.dumps(committed["lstm_proj_workspace"], sort_keys=True)
     assert {k.split("|")[0] for k in committed["lstm_workspace"]} == {"fp32", "bf16", "fp16"}
 
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from memfit._gpus import resolve_gpu
-from memfit.trace._rnn import LstmCall, _workspace, reserve_bytes
+from memfit.trace._rnn_sizes import LstmCall, reserve_bytes, workspace_bytes
 from memfit.trace._tracer import Trace, trace_workload
 from memfit.workload._step import Workload
 
@@ -60,7 +60,7 @@ def test_autocast_runs_cudnn_in_fp16_on_a_fresh_fp16_weight_buffer() -> None:
     assert not any("cell kernels" in n for n in trace.notes)
     # fp16's workspace is its own probed fit, which needs no note
     workspace = allocs[ops.index("cuDNN LSTM workspace")][1]
-    assert workspace == _workspace(LstmCall("fp16", 2, LAYERS, 1, B, S, H, infer=False))[0]
+    assert workspace == workspace_bytes(LstmCall("fp16", 2, LAYERS, 1, B, S, H, infer=False))[0]
     assert not any("LSTM" in n for n in trace.notes)
 
 
@@ -100,4 +100,4 @@ def test_a_gru_under_autocast_runs_cudnn_in_fp16_too() -> None:
     assert reserve == reserve_bytes(LAYERS, 1, B, S, H, 2, "gru")
     workspace = allocs[ops.index("cuDNN GRU workspace")][1]
     call = LstmCall("fp16", 2, LAYERS, 1, B, S, H, infer=False, kind="gru")
-    assert workspace == _workspace(call)[0]
+    assert workspace == workspace_bytes(call)[0]

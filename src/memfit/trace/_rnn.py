@@ -7,28 +7,10 @@ gradients into one flat buffer. Its weights live in one flat buffer too, made wh
 reaches the GPU in fp32 or fp16 (``flatten_parameters``); in bf16 cuDNN copies them into a new
 buffer on every forward and keeps it for the backward.
 
-Sizes, measured on an H200 and an H100 with torch 2.11 / cuDNN 9.19 in fp32, bf16 and fp16,
-1-4 layers, one and two directions, hidden sizes 32 to 1024, batches 16 to 32,768, training and
-inference (``benchmarks/cudnn_probe.py``): the reserve space is
-``(6*layers - 1) * directions * B*S*H * element_size + 256`` bytes on all of them. The workspace
-over the element size is, at each hidden size, exactly ``a_H*B*S + b_H*B + g_H``, and cuDNN's
-engine shows in ``a_H / H``: fp32 and fp16 take 22 (one direction) or 31 (two) up to a hidden
-size of 192 and 6 or 15 from 256; bf16 takes 6 or 15 throughout. Each such regime is fitted in
-closed form over its hidden sizes (``benchmarks/build_cudnn_table.py``), exact to the byte on
-every probe. Between two regimes the larger is taken; outside the probed hidden sizes or layer
-counts the estimate extrapolates and says so. An input size other than the hidden size adds a
-term of its own (:func:`_input_term`: exact in inference, bounded from above in training).
-The probes' sequences are 16 to 256 long; beyond them the fit can be high: the H200 took
-221,118,976 bytes for lstm-lm-bf16mixed-b32-s512 (fp16 under autocast, 2 layers, H 1024, B 32,
-S 512) where the fit gives 252,969,472.
-A GRU is the same call with three gates and no cell state. An H100 (torch 2.11, cuDNN 9.19;
-hidden sizes 256 and 1024, inputs once and twice the hidden size, 1-2 layers, both directions,
-fp32, bf16 and fp16) kept a reserve space of ``(7*layers - 1) * directions * B*S*H`` elements
-and 256 bytes, and took a workspace of the same closed form per engine (its own fits); an
-input size other than the hidden size adds ``e*(I-H)*(B*S + 3*H*dirs)`` in inference, and is
-bounded by the LSTM's term in training. Hidden sizes outside 256-1024 are extrapolated and
-said. A packed batch is the same call over its tokens (:func:`cudnn_rnn`). Projections
-(``proj_size``) and plain RNNs keep the meta device's kernels (said in the notes).
+Its reserve space and workspace are :mod:`memfit.trace._rnn_sizes`'. A packed batch is the same
+call over its tokens (:func:`cudnn_rnn`); an LSTM with projections (``proj_size``) the same call
+with a projected output and hidden state. Plain RNNs keep the meta device's kernels (said in
+the notes).
 
 Under CUDA autocast, whatever its dtype, ``_cudnn_rnn`` goes through autocast's own wrapper
 (``aten/src/ATen/cudnn/AutocastRNN.cpp``, ``_cudnn_rnn_cast_reflatten``): it runs cuDNN in
@@ -51,7 +33,13 @@ import torch
 from torch import nn
 
 from memfit._gpus import DEFAULT_ARCHITECTURE
-from memfit.trace._cudnn import cudnn_data
+from memfit.trace._rnn_sizes import (
+    LstmCall,
+    proj_reserve_bytes,
+    reserve_bytes,
+    rnn_fits,
+    workspace_bytes,
+)
 
 __all__ = [
     "OTHER_RNN_FUNCTIONS",
@@ -87,131 +75,6 @@ class RnnHooks:
 
     def workspace(self, nbytes: int, label: str) -> None:
         self.free(self.alloc(nbytes, label))
-
-
-def _fits(
-    table: str = DEFAULT_ARCHITECTURE.cudnn_table, kind: str = "lstm"
-) -> dict[str, list[dict[str, Any]]]:
-    fits: dict[str, list[dict[str, Any]]] = cudnn_data(table)[f"{kind}_workspace"]
-    return fits
-
-
-@dataclass(frozen=True)
-class LstmCall:
-    """What cuDNN's LSTM workspace depends on: dtype name and element size, layers,
-    directions, batch, sequence, hidden size, inference or training, and the input size."""
-
-    dtype: str
-    element: int
-    layers: int
-    dirs: int
-    batch: int
-    seq: int
-    hidden: int
-    infer: bool
-    input: int = 0  # 0: the hidden size
-    kind: str = "lstm"  # or "gru"
-    tokens: int = 0  # a packed batch's: its lengths' sum (0: batch * seq, padded)
-
-    @property
-    def input_size(self) -> int:
-        return self.input or self.hidden
-
-    @property
-    def steps(self) -> int:
-        """The time steps the call runs over all sequences: B*S padded, the tokens packed."""
-        return self.tokens or self.batch * self.seq
-
-
-def _regime_value(regime: dict[str, Any], b: int, s: int, h: int, steps: int = 0) -> float:
-    """One engine's closed form (``build_cudnn_table.lstm_workspace_fits``), over the element
-    size; ``steps`` in place of B*S for a packed batch."""
-    b1, b0 = regime["b"]
-    c1, c0 = regime["c"]
-    g2, g1, g0 = regime["g"]
-    per_batch = regime["a"] * h * (steps or b * s) + (b1 * h + b0) * b + (c1 * h + c0) * s
-    return float(per_batch + g2 * h * h + g1 * h + g0)
-
-
-def _at_hidden(
-    regimes: list[dict[str, Any]], b: int, s: int, h: int, steps: int = 0
-) -> tuple[float, str]:
-    """The workspace (over the element size) at hidden size ``h``: the regime probed around
-    it; between two regimes, the larger of both (where cuDNN changes engine is not known);
-    outside every probed size, the nearest regime's, and a note."""
-    inside = [r for r in regimes if r["h"][0] <= h <= r["h"][1]]
-    if inside:
-        return _regime_value(inside[0], b, s, h, steps), ""
-    below = [r for r in regimes if r["h"][1] < h]
-    above = [r for r in regimes if r["h"][0] > h]
-    if below and above:
-        return max(
-            _regime_value(below[-1], b, s, h, steps), _regime_value(above[0], b, s, h, steps)
-        ), ""
-    nearest = below[-1] if below else above[0]
-    return _regime_value(nearest, b, s, h, steps), f"hidden size {h} outside the probed ones"
-
-
-def _input_term(call: LstmCall) -> int:
-    """What an input size I other than the hidden size H adds (H100 probes, torch 2.11, I of
-    0.5, 2 and 4 times H; a GRU's of 2 times H): in inference exactly
-    ``e*(I-H)*(B*S + G*H*dirs)``, G the gates (an LSTM's 4, a GRU's 3); in training at most
-    ``e*(I-H)*(3*dirs*B*S + 2*B + 4*H*dirs)`` for I > H (the LSTM probes' steepest growth,
-    which bounds the GRU's too), and nothing for I < H, where the workspace at I = H bounds it
-    (it grows with I)."""
-    i, h, e, dirs = call.input_size, call.hidden, call.element, call.dirs
-    bs, b = call.steps, call.batch
-    if call.infer:
-        gates = 3 if call.kind == "gru" else 4
-        return e * (i - h) * (bs + gates * h * dirs)
-    if i <= h:
-        return 0
-    return e * (i - h) * (3 * dirs * bs + 2 * b + 4 * h * dirs)
-
-
-def _workspace(
-    call: LstmCall, table: str = DEFAULT_ARCHITECTURE.cudnn_table
-) -> tuple[int, list[str]]:
-    """The workspace of a training (or inference) call, and what about it was not probed:
-    a layer count (extrapolated linearly in the layers from the nearest probed ones), a hidden
-    size outside the probed ones, an input size above the hidden size in training (bounded)."""
-    dtype, layers, dirs, infer = call.dtype, call.layers, call.dirs, call.infer
-    b, s, h = call.batch, call.seq, call.hidden
-    mode = "|infer" if infer else ""
-    fits = {
-        k: v
-        for k, v in _fits(table, call.kind).items()
-        if k.startswith(f"{dtype}|") and k.endswith("|infer") == infer
-    }
-    probed = sorted({int(k.split("|")[1]) for k in fits})
-    said: list[str] = []
-
-    def at(n_layers: int) -> float:
-        value, note = _at_hidden(fits[f"{dtype}|{n_layers}|{dirs}{mode}"], b, s, h, call.tokens)
-        if note and note not in said:
-            said.append(note)
-        return value
-
-    if layers in probed:
-        size = at(layers)
-    else:
-        lo, hi = (probed[-2], probed[-1]) if layers > probed[-1] else (probed[0], probed[1])
-        size = at(lo) + (at(hi) - at(lo)) * (layers - lo) / (hi - lo)
-        said.append(f"{layers} layers extrapolated")
-    if call.input_size > h and not infer:
-        said.append("an input size above the hidden size bounded from above")
-    if call.tokens:
-        said.append("a packed batch's bounded from above")
-    return max(0, round(size * call.element) + _input_term(call)), said
-
-
-def reserve_bytes(
-    layers: int, dirs: int, b: int, s: int, h: int, e: int, kind: str = "lstm"
-) -> int:
-    """cuDNN's LSTM (GRU) reserve space (training only), exact on every probed configuration:
-    ``(6*layers - 1)`` (a GRU's ``7*layers - 1``) times ``dirs*B*S*H`` elements, and 256."""
-    per_layer = 7 if kind == "gru" else 6
-    return (per_layer * layers - 1) * dirs * b * s * h * e + 256
 
 
 @dataclass(frozen=True)
@@ -385,7 +248,6 @@ def _run(call: _Call, hooks: RnnHooks, kind: str) -> Any:
         known is None
         or x.dim() != (2 if packed else 3)
         or not call.has_biases
-        or (c0 is not None and h0.shape[-1] != c0.shape[-1])
         or any(p.dtype != x.dtype for p in params)
     ):
         hooks.notes.add(f"an {name} ran PyTorch's cell kernels (its cuDNN path is not modelled)")
@@ -398,20 +260,21 @@ def _run(call: _Call, hooks: RnnHooks, kind: str) -> Any:
     else:
         b, s = (x.shape[0], x.shape[1]) if call.batch_first else (x.shape[1], x.shape[0])
         tokens = 0
-    h = int(h0.shape[-1])
+    h = int(h0.shape[-1] if c0 is None else c0.shape[-1])
+    proj = int(h0.shape[-1]) if h0.shape[-1] != h else 0  # an LSTM's proj_size
     grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
     training = call.train and grad
     infer = not training
-    if infer and not any(k.endswith("|infer") for k in _fits(hooks.table, kind)):
+    if infer and not any(k.endswith("|infer") for k in rnn_fits(hooks.table, kind)):
         hooks.notes.add(f"cuDNN {name} inference workspace taken from training's (not probed)")
         infer = False
     size = LstmCall(
-        dtype, e, call.layers, dirs, int(b), int(s), h, infer, int(x.shape[-1]), kind, tokens
+        dtype, e, call.layers, dirs, int(b), int(s), h, infer, int(x.shape[-1]), kind, tokens, proj
     )
-    workspace, unprobed = _workspace(size, hooks.table)
+    workspace, unprobed = workspace_bytes(size, hooks.table)
     for what in unprobed:
         hooks.notes.add(f"cuDNN {name} workspace: {what}")
-    reserve = reserve_bytes(call.layers, dirs, size.steps, 1, h, e, kind)
+    reserve = _reserve(size, hooks)
     if training and call.dropout > 0 and call.layers > 1:
         reserve += _dropout_masks(call.layers, dirs, int(b), int(s), h, hooks)
     spec = _Spec(
@@ -425,6 +288,24 @@ def _run(call: _Call, hooks: RnnHooks, kind: str) -> Any:
         hooks=hooks,
     )
     return _CudnnRNN.apply(spec, x, h0, c0, *params)
+
+
+def _reserve(call: LstmCall, hooks: RnnHooks) -> int:
+    """The call's reserve space in training; an LSTM with projections' bounded where not
+    probed (another share of the hidden size; a packed batch, taken as padded), and said."""
+    if not call.proj:
+        return reserve_bytes(
+            call.layers, call.dirs, call.steps, 1, call.hidden, call.element, call.kind
+        )
+    if 2 * call.proj != call.hidden:
+        hooks.notes.add(
+            f"cuDNN LSTM reserve space: a projection of {call.proj} of {call.hidden} units "
+            "bounded from above"
+        )
+    if call.tokens:
+        hooks.notes.add("cuDNN LSTM reserve space: a packed batch with projections taken as padded")
+    steps = call.batch * call.seq
+    return proj_reserve_bytes(call.layers, call.dirs, steps, call.hidden, call.proj, call.element)
 
 
 # cuDNN's dropout state (its random generators' states), made by the first RNN call with
@@ -514,7 +395,7 @@ def _flatten(module: nn.RNNBase) -> None:
     dtype = weights[0].dtype
     if dtype not in _FLATTENED or any(w.dtype != dtype or w.device.type != "meta" for w in weights):
         return
-    if module.mode not in ("LSTM", "GRU") or module.proj_size > 0 or _one_buffer(weights):
+    if module.mode not in ("LSTM", "GRU") or _one_buffer(weights):
         return
     flat = torch.empty(sum(w.numel() for w in weights), dtype=dtype, device="meta")
     offset = 0
