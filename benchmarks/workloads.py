@@ -1725,6 +1725,44 @@ HELD_OUT_QLORA: list[dict[str, Any]] = [
     },
 ]
 
+# Held out for LoRA on LLM.int8 weights (techniques={"quantize": "int8", "lora": R}): the same
+# four architectures, each predicted with predict.py and committed before gpu_measure.py ran it
+HELD_OUT_INT8_LORA: list[dict[str, Any]] = [
+    {
+        "id": "tinyllama-bf16-b8-s1024-int8-lora16",
+        "model": "tinyllama-1.1b",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16",
+        "techniques": {"quantize": "int8", "lora": 16},
+    },
+    {
+        "id": "qwen2.5-0.5b-bf16-b8-s1024-int8-lora16",
+        "model": "qwen2.5-0.5b",
+        "batch_size": 8,
+        "seq_len": 1024,
+        "precision": "bf16",
+        "techniques": {"quantize": "int8", "lora": 16},
+    },
+    {
+        "id": "mistral-7b-bf16-b4-s1024-ckpt-int8-lora16",
+        "model": "mistral-7b-v0.1",
+        "batch_size": 4,
+        "seq_len": 1024,
+        "precision": "bf16",
+        "checkpointing": True,
+        "techniques": {"quantize": "int8", "lora": 16},
+    },
+    {
+        "id": "gemma-2b-bf16-b4-s1024-int8-lora64",
+        "model": "benchmarks/models/gemma_2b.py:make_model",
+        "batch_size": 4,
+        "seq_len": 1024,
+        "precision": "bf16",
+        "techniques": {"quantize": "int8", "lora": 64},
+    },
+]
+
 ALL = (
     WORKLOADS
     + HELD_OUT
@@ -1762,4 +1800,5 @@ ALL = (
     + HELD_OUT_HOST_OPTIMIZER
     + HELD_OUT_LORA
     + HELD_OUT_QLORA
+    + HELD_OUT_INT8_LORA
 )
