@@ -1,6 +1,6 @@
-"""4-bit base weights by bitsandbytes: every linear layer but the output layer packed two values a
-byte with its scales, frozen, QLoRA's adapters trained on top; int8 and other types refused,
-and a missing bitsandbytes named with its install command."""
+"""Base weights by bitsandbytes: every linear layer but the output layer packed two values a byte
+with its scales (or one byte with a scale a row: LLM.int8), frozen, QLoRA's adapters trained on
+top; other types refused, and a missing bitsandbytes named with its install command."""
 
 from __future__ import annotations
 
@@ -47,9 +47,48 @@ def test_qlora_trains_the_adapters_on_the_packed_weights() -> None:
     assert e.to_dict()["workload"]["techniques"] == {"quantize": "nf4", "lora": 8}
 
 
-def test_int8_is_refused_with_the_reason() -> None:
-    with pytest.raises(InvalidInputError, match="depends on the data"):
-        estimate(techniques={"quantize": "int8"})
+def test_int8_takes_a_byte_a_value_and_a_scale_a_row() -> None:
+    full = estimate()
+    int8 = estimate(techniques={"quantize": "int8"})
+    linear = 2 * (4 * 512 * 512 + 3 * 512 * 1536)  # q, k, v, o and the MLP's, two layers
+    rows = 2 * (4 * 512 + 2 * 1536 + 512)  # a float32 scale per output row
+    saved = full.by_category[Category.PARAMETER] - int8.by_category[Category.PARAMETER]
+    assert saved == linear * 2 - linear - rows * 4
+    assert any("int8 by bitsandbytes" in n for n in int8.notes)
+    # the outlier split depends on the values: bounded, and said once
+    bounded = [n for n in int8.notes if "outlier columns" in n]
+    assert len(bounded) == 1 and "upper bound" in bounded[0]
+
+
+def test_int8_keeps_every_outlier_column_for_the_backward_an_upper_bound() -> None:
+    """LoRA on int8 weights: autograd keeps each base layer's input and its outlier columns
+    (every column, the bound) for the backward, and the backward dequantizes each weight."""
+    from memfit.trace import trace_workload
+
+    pytest.importorskip("peft")
+    w = memfit.make_workload(
+        llama, tokens, precision="bf16", techniques={"quantize": "int8", "lora": 8}, gpu="h100"
+    )
+    trace = trace_workload(w, memfit.resolve_gpu("h100"))
+    ops = [trace.infos[e.info].op for e in trace.events if e.kind == "alloc" and e.info is not None]
+    assert "int8 product (int32)" in ops and "int8 outlier mask" in ops
+    assert "outlier weight columns dequantized (float32)" in ops
+    e = estimate(mode="train", techniques={"quantize": "int8", "lora": 8})
+    nf4 = estimate(mode="train", techniques={"quantize": "nf4", "lora": 8})
+    assert e.peak_allocated > nf4.peak_allocated  # a byte a value, and the outliers kept
+
+
+def test_a_model_without_linear_layers_to_quantize_is_refused() -> None:
+    from torch import nn
+
+    with pytest.raises(InvalidInputError, match="found no layer to quantize in Sequential"):
+        memfit.estimate(
+            lambda: nn.Sequential(nn.Conv1d(8, 8, 3)),
+            lambda: __import__("torch").randn(2, 8, 16),
+            gpu="h100",
+            mode="infer",
+            techniques={"quantize": "int8"},
+        )
 
 
 @pytest.mark.parametrize("kind", ["nf8", 4, None])

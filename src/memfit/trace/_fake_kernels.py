@@ -50,6 +50,7 @@ from typing import Any
 
 import torch
 
+from memfit.trace._bnb_int8 import INT8_FAKES, int8_scratch, int8_temporaries
 from memfit.trace._scratch import Scratch, sort_scratch
 
 __all__ = ["FakeContext", "cudnn_ctc_note", "fake_kernel", "op_name", "scratch", "temporaries"]
@@ -277,6 +278,7 @@ _FAKES: dict[str, Fake] = {
     "aten::_ctc_loss_backward.default": _ctc_loss_backward,
     "aten::_ctc_loss_backward.Tensor": _ctc_loss_backward,
     "torchvision::nms.default": _nms,
+    **INT8_FAKES,  # bitsandbytes' LLM.int8 (``_bnb_int8``)
 }
 _CTC = ("aten::_ctc_loss.default", "aten::_ctc_loss.Tensor")
 _CTC_BACKWARD = ("aten::_ctc_loss_backward.default", "aten::_ctc_loss_backward.Tensor")
@@ -287,9 +289,13 @@ def fake_kernel(func: Any) -> Fake | None:
     return _FAKES.get(op_name(func))
 
 
-def temporaries(func: Any, args: tuple[Any, ...]) -> list[tuple[int, str]]:
+def temporaries(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+) -> list[tuple[int, str]]:
     """What ``func``'s CUDA kernel allocates before its outputs and frees when it returns."""
     name = op_name(func)
+    if name in INT8_FAKES:
+        return int8_temporaries(name, args, kwargs or {})
     if name in _CTC:
         return _lengths_on_gpu(args[0])
     if name in _CTC_BACKWARD:
@@ -303,6 +309,9 @@ def temporaries(func: Any, args: tuple[Any, ...]) -> list[tuple[int, str]]:
 
 def scratch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scratch]]:
     """What ``func``'s CUDA kernel allocates after its outputs, in groups that live together."""
-    if op_name(func) in _CTC_BACKWARD:
+    name = op_name(func)
+    if name in _CTC_BACKWARD:
         return _ctc_backward_scratch(args, kwargs)
+    if name in INT8_FAKES:
+        return int8_scratch(name, args, kwargs)
     return []

@@ -424,7 +424,7 @@ class KernelModel:
             return flash_backward_copies(func, args)
         if func in LOSS_OPS:
             return loss_copies(func, args)
-        return temporaries(func, args)
+        return temporaries(func, args, kwargs)
 
     def scratch(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]

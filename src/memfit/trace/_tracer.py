@@ -575,6 +575,9 @@ def _mark_model(recorder: Recorder, model: nn.Module) -> None:
     for name, p in model.named_parameters():
         owners[id(p)] = _owner(name)
         recorder.set_category(p, Category.PARAMETER, force=True, module=owners[id(p)])
+        for held in vars(p).values():  # a quantized weight's own state (LLM.int8's row scales)
+            if isinstance(held, torch.Tensor) and held is not p:
+                recorder.set_category(held, Category.PARAMETER, force=True, module=owners[id(p)])
     for name, b in model.named_buffers():
         recorder.set_category(b, Category.BUFFER, force=True, module=_owner(name))
 

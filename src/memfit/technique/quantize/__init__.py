@@ -6,8 +6,12 @@ worth of scratch at a time). The quantized weights are frozen; with ``lora`` the
 (QLoRA: ``--quantize nf4 --lora 16``).
 
 bitsandbytes' own quantize and dequantize run on the trace's fake tensors (their fake kernels),
-so the packed weights and scales are what the installed version makes. ``int8`` (LLM.int8's
-outlier decomposition, which depends on the values) is refused, not guessed.
+so the packed weights and scales are what the installed version makes.
+
+``int8`` makes each such layer ``Linear8bitLt`` as transformers' ``load_in_8bit`` does (int8
+weights, a float32 scale per row, transformers' outlier threshold 6.0). Its products split out
+the input's columns that hold an outlier, which depends on the values: the trace takes every
+column as one, an upper bound, and says so (``memfit.trace._bnb_int8``).
 """
 
 from memfit.technique.quantize._technique import TECHNIQUE, Quantize

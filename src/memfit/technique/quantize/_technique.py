@@ -13,36 +13,29 @@ if TYPE_CHECKING:
 
 __all__ = ["KINDS", "TECHNIQUE", "Quantize"]
 
-KINDS = ("nf4", "fp4")  # bitsandbytes' 4-bit data types
+KINDS = ("nf4", "fp4", "int8")  # bitsandbytes' 4-bit data types and LLM.int8
 
 
 class Quantize(Technique):
-    """4-bit base weights (see the package's docstring)."""
+    """4-bit or 8-bit base weights (see the package's docstring)."""
 
     name = "quantize"
     option = Option(
         keyword="quantize",
         flag="--quantize",
         kind=str,
-        help="the linear layers' weights in 4 bits by bitsandbytes (nf4 or fp4), frozen, as "
-        "QLoRA loads them; with --lora, QLoRA",
+        help="the linear layers' weights in 4 bits (nf4 or fp4) or 8 bits (int8, LLM.int8) by "
+        "bitsandbytes, frozen, as QLoRA loads them; with --lora, QLoRA",
     )
     default = None
     kept_in_plans = True
     needs = ("lora",)  # a plan adds 4-bit weights under adapters only: QLoRA
 
     def check(self, value: object) -> Any:
-        if value == "int8":
-            raise InvalidInputError(
-                "quantize='int8' is not estimated: LLM.int8's matrix product splits out the "
-                "columns whose values pass its threshold, and how many there are depends on "
-                "the data, which an estimate does not have. Use quantize='nf4' (QLoRA's), or "
-                "estimate the model unquantized."
-            )
         if value not in KINDS:
             raise InvalidInputError(
                 f"quantize={value!r} is not a data type memfit quantizes to: give 'nf4' "
-                "(QLoRA's 4-bit NormalFloat) or 'fp4'."
+                "(QLoRA's 4-bit NormalFloat), 'fp4' or 'int8' (LLM.int8)."
             )
         return value
 
@@ -50,7 +43,7 @@ class Quantize(Technique):
         if settings.strategy is not None:
             return (
                 f"quantize={value!r} cannot go with strategy={settings.strategy!r}: memfit "
-                "estimates 4-bit weights on one GPU. Drop one of them."
+                "estimates quantized weights on one GPU. Drop one of them."
             )
         return None
 
@@ -71,9 +64,9 @@ class Quantize(Technique):
         return ("nf4",) if settings.mode == "train" else ()
 
     def saving(self, value: Any, trained_elements: int, settings: Settings) -> int:
-        # at most every weight from its precision's bytes to half a byte
+        # at most every weight from its precision's bytes to half a byte (4 bits) or one byte
         per = 2 if settings.precision in ("bf16", "fp16") else 4
-        return trained_elements * per if value else 0
+        return trained_elements * (per - 1 if value == "int8" else per) if value else 0
 
 
 TECHNIQUE = Quantize()
