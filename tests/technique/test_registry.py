@@ -63,8 +63,27 @@ def test_every_technique_has_a_flag_that_reaches_the_workload() -> None:
         assert options["techniques"] == {technique.option.keyword: value}
 
 
-# the callers that still name a technique (none)
-STILL_NAMED: dict[str, set[str]] = {}
+# the callers that still name a technique: activation offload's axis in the planner's search,
+# its change of a live model and its flags are not its hooks yet (its wrapping of the blocks,
+# the trace's observer of its copies and its refusal of compiled models are)
+STILL_NAMED: dict[str, set[str]] = {
+    "offload": {
+        "__init__.py",
+        "_calibrate.py",
+        "_gpu_rates.py",
+        "_offload_search.py",
+        "_plan.py",
+        "_plan_checks.py",
+        "_plan_result.py",
+        "_search.py",
+        "_step_time.py",
+        "_technique_search.py",
+        "_would_fit.py",
+        "_changes.py",
+        "_apply.py",
+        "_workload_args.py",
+    }
+}
 
 
 def test_the_optimizers_variants_are_techniques_by_its_name() -> None:
@@ -100,6 +119,7 @@ def test_the_callers_of_the_hooks_name_no_technique() -> None:
     callers = [
         SRC / "workload" / "_step.py",
         SRC / "trace" / "_tracer.py",
+        SRC / "trace" / "_trace_notes.py",
         *planner,
         SRC / "runtime" / "_changes.py",
         SRC / "runtime" / "_apply.py",

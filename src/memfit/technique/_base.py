@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # importing a technique imports no torch: the command line li
     import torch
     from torch import nn
 
-__all__ = ["Option", "Place", "Settings", "StepFacts", "Technique", "Undo"]
+__all__ = ["CopyObserver", "Option", "Place", "Settings", "StepFacts", "Technique", "Undo"]
 
 Undo = Callable[[], None]  # what apply() returns: puts the model and optimizer back
 
@@ -55,7 +55,30 @@ class Settings(Protocol):
     @property
     def accumulation(self) -> int: ...
     @property
+    def offload(self) -> float: ...
+    @property
+    def offload_checkpoints(self) -> bool: ...
+    @property
     def techniques(self) -> tuple[tuple[str, Any], ...]: ...
+
+
+class CopyObserver(Protocol):
+    """What a trace is told of the copies between the GPU and the host that a technique issues
+    on a side stream, which fake tensors do not run: each copy, the side stream's events, the
+    compute stream's waits on them, and the tensors a copy back lands in."""
+
+    def copied(self, direction: str, nbytes: int) -> None:
+        """``direction`` ``"d2h"`` or ``"h2d"``: one copy of ``nbytes`` issued on the side
+        stream, after everything the compute stream had issued."""
+
+    def marked(self, event: int) -> None:
+        """The side stream's copies so far are ``event``."""
+
+    def waited(self, event: int) -> None:
+        """The compute stream waits for ``event``."""
+
+    def fetched(self, t: torch.Tensor) -> None:
+        """``t`` was allocated to take a saved tensor back."""
 
 
 class Place(Protocol):
@@ -73,6 +96,12 @@ class Place(Protocol):
 
     def synchronize(self) -> None:
         """Wait for the GPU's copies to and from the host."""
+        ...
+
+    def copies(self, words: Callable[[int], str]) -> CopyObserver | None:
+        """An observer of a technique's side-stream copies where they are not run (a trace),
+        whose note for the estimate is ``words`` of the most pinned host memory they held at
+        once; None where the copies are real."""
         ...
 
 
@@ -112,6 +141,11 @@ class Technique:
 
     def refusal(self, value: Any, settings: Settings) -> str | None:
         """Why ``value`` cannot go with the other settings (one paragraph), or None."""
+        return None
+
+    def refusal_compiled(self, value: Any) -> str | None:
+        """Why ``value`` cannot be estimated for a model ``torch.compile`` compiles as a whole
+        (found only when the trace meets it), or None."""
         return None
 
     def prepare(self, value: Any, model: nn.Module, settings: Settings) -> nn.Module:

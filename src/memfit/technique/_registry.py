@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from memfit._errors import InvalidInputError
-from memfit.technique import eight_bit, host_optimizer, in_backward, lora, quantize
+from memfit.technique import eight_bit, host_optimizer, in_backward, lora, offload, quantize
 from memfit.technique._base import Settings, Technique
 from memfit.technique._variant import OptimizerVariant
 
@@ -24,13 +24,15 @@ __all__ = [
 ]
 
 # in the order their hooks run: the weights quantized before LoRA adapts them (QLoRA); the
-# optimizer's variants (asked for by its name, ``adamw-in-backward``) last
+# optimizer's variants (asked for by its name, ``adamw-in-backward``) after; activation offload
+# (asked for by its own settings) last, around the blocks the others leave
 TECHNIQUES: tuple[Technique, ...] = (
     host_optimizer.TECHNIQUE,
     quantize.TECHNIQUE,
     lora.TECHNIQUE,
     in_backward.TECHNIQUE,
     eight_bit.TECHNIQUE,
+    offload.TECHNIQUE,
 )
 
 

@@ -3,11 +3,13 @@ tensors the recorder does not count, and what runs on them allocates nothing on 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
 
+from memfit.trace._copy_lane import CopyLane
 from memfit.trace._recorder import Recorder
 
 __all__ = ["TracedHost"]
@@ -18,6 +20,7 @@ class TracedHost:
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
+        self.lanes: list[CopyLane] = []  # the techniques' side-stream copies, for the notes
 
     def host_empty_like(self, t: torch.Tensor) -> torch.Tensor:
         with self.recorder.host():
@@ -28,3 +31,9 @@ class TracedHost:
 
     def synchronize(self) -> None:
         """Nothing to wait for: a trace's copies are done when they are recorded."""
+
+    def copies(self, words: Callable[[int], str]) -> CopyLane:
+        """A lane that records a technique's side-stream copies into the trace."""
+        lane = CopyLane(self.recorder, words)
+        self.lanes.append(lane)
+        return lane

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from memfit._units import format_bytes
-from memfit.trace._offload_observer import OffloadTrace
+from memfit.trace._copy_lane import CopyLane
 from memfit.workload import Workload
 
 __all__ = ["held_batch_note", "trace_notes"]
@@ -15,16 +15,16 @@ __all__ = ["held_batch_note", "trace_notes"]
 def trace_notes(
     workload: Workload,
     session: Any,
-    observer: OffloadTrace | None,
+    lanes: list[CopyLane],
     held: int = 0,
 ) -> list[str]:
-    """What the trace assumed or answered, beside the compile's and the rank's notes (``held``:
-    the bytes of the batch the caller holds)."""
+    """What the trace assumed or answered, beside the compile's and the rank's notes
+    (``lanes``: the techniques' side-stream copies; ``held``: the bytes of the batch the caller
+    holds)."""
     notes: list[str] = []
     if held:
         notes.append(held_batch_note(held))
-    if observer is not None:
-        notes.append(observer.note())
+    notes += [lane.note() for lane in lanes]
     if workload.step_fn is not None:
         notes += _step_notes(workload, session.user_autocast)
     notes += [f"attention ran {n} x {b}" for b, n in sorted(session.backends.items())]

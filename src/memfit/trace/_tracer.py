@@ -25,7 +25,6 @@ from memfit._events import AllocationInfo, Category, MemoryEvent
 from memfit._gpus import GPU
 from memfit.technique import active_techniques
 from memfit.technique.data_parallel import host_bytes, parallel_group
-from memfit.technique.offload import offloader_of
 from memfit.trace import _autocast
 from memfit.trace._compiled import CaptureNeeded, CompileGuard
 from memfit.trace._compiled_capture import CompiledPlan, capture_compiled
@@ -46,7 +45,6 @@ from memfit.trace._kernels import KernelModel
 from memfit.trace._library_autocast import meta_autocast_as_cuda
 from memfit.trace._library_caches import library_caches_kept
 from memfit.trace._modules import ModuleTracker
-from memfit.trace._offload_observer import OffloadTrace
 from memfit.trace._parallel_trace import (
     claim_buffers,
     offloaded_optimizer,
@@ -74,12 +72,6 @@ from memfit.workload import (
 
 __all__ = ["REPEAT_STEPS", "Trace", "trace_workload"]
 
-_COMPILED_OFFLOAD = (
-    "offload={offload!r} cannot be estimated for a torch.compile'd model: what its forward "
-    "saves is inductor's plan, which saved-tensor hooks do not see as eager blocks do. Drop "
-    "offload (activation_memory_budget= trades memory for recompute in a compiled model), or "
-    "estimate the model uncompiled (compiled='eager')."
-)
 REPEAT_STEPS = True  # copy later steps from step 1 where it shows they are the same (_repeat)
 
 
@@ -376,8 +368,10 @@ def trace_workload(
     try:
         trace = _trace(workload, gpu, None, start, costs, rank, kernel_calls)
     except CaptureNeeded:
-        if workload.offload:
-            raise InvalidInputError(_COMPILED_OFFLOAD.format(offload=workload.offload)) from None
+        for technique, value in active_techniques(workload):
+            refusal = technique.refusal_compiled(value)
+            if refusal is not None:
+                raise InvalidInputError(refusal) from None
         plan = capture_compiled(workload, gpu)
     else:
         if workload.activation_memory_budget is not None:  # nothing was compiled
@@ -452,7 +446,7 @@ def _trace(
     model: nn.Module | None = None
     on_host = False
     host = (0, 0, 0)  # what the offloaded shards hold on the host (data_parallel.host_bytes)
-    observer: OffloadTrace | None = None
+    place = TracedHost(recorder)
     compile_guard = CompileGuard(workload, lambda: recorder.phase, plan)
     group = parallel_group(workload.strategy, workload.world_size, "meta", rank)
     with group as streams, session.active(), compile_guard.active(), ExitStack() as sharded:
@@ -460,19 +454,10 @@ def _trace(
             building = sharded_build(workload, streams, recorder, sharded)  # FSDP2: off the GPU
             model = compile_guard.checked_model(prepare_model(workload, "meta", building))
             claim_buffers(workload, streams, recorder, model)
-            offload = offloader_of(model)
-            if offload is not None:
-                observer = OffloadTrace(
-                    recorder,
-                    len(offload.offloaded),
-                    len(offload.blocks),
-                    checkpointed=len(offload.checkpointed),
-                )
-                offload.observer = observer
             _mark_model(recorder, model)
             session.modules.name_modules(model)
             optimizer = optimizer_for(workload, model)
-            model, optimizer = engage(workload, model, optimizer, TracedHost(recorder))
+            model, optimizer = engage(workload, model, optimizer, place)
             on_host = offloaded_optimizer(workload, recorder, model, optimizer)
             steps_start = len(recorder.events)
             session.phases.append(("steps", steps_start))
@@ -502,7 +487,7 @@ def _trace(
         del model, optimizer
     notes = compile_guard.finish() + rank_notes(workload) + technique_notes
     notes += [shards_note(*host)] if on_host else []
-    notes += trace_notes(workload, session, observer, sum(held))
+    notes += trace_notes(workload, session, place.lanes, sum(held))
     # what happens after the last step (the model torn down) is not part of the workload
     phases = session.phases
     end = next((i for name, i in reversed(phases) if name == "end"), len(recorder.events))

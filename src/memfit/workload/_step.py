@@ -17,10 +17,9 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from memfit._errors import InvalidInputError
-from memfit.technique import Place, active_techniques, optimizer_variant_of, techniques_in
+from memfit.technique import Place, active_techniques, optimizer_variant_of
 from memfit.technique.checkpointing import checkpoint_blocks
 from memfit.technique.data_parallel import ZERO, engage_zero, parallelize, zero_config
-from memfit.technique.offload import offload_blocks
 from memfit.workload._first_imports import imports_outside_modes
 from memfit.workload._spec import Batch, OptimizerSpec, Workload, partial_fraction
 
@@ -199,7 +198,7 @@ def engage(
             workload.strategy, workload.precision, workload.batch_size or 1, workload.accumulation
         )
         model, optimizer = engage_zero(model, optimizer, config)
-    for technique, value in techniques_in(workload.techniques):
+    for technique, value in active_techniques(workload):
         optimizer = technique.engage(value, model, optimizer, place)
     return model, optimizer
 
@@ -318,12 +317,11 @@ def prepare_model(
             model = model.to(workload.param_dtype)
         model.train(workload.mode == "train")
         _checkpointing(workload, model)
-        # the techniques' changes to the model (PEFT's adapters) as a script makes them: after
-        # the model is built and its checkpointing is switched on
-        for technique, value in techniques_in(workload.techniques):
+        # the techniques' changes to the model (PEFT's adapters, the blocks' wrapping that
+        # copies what they save to the host) as a script makes them: after the model is built
+        # and its checkpointing is switched on
+        for technique, value in active_techniques(workload):
             model = technique.prepare(value, model, workload)
-    if workload.offload or workload.offload_checkpoints:  # after the wrapping above
-        offload_blocks(model, workload.offload, checkpoints=workload.offload_checkpoints)
     for p in model.parameters():
         if workload.mode == "infer":
             p.requires_grad_(False)
@@ -347,8 +345,8 @@ def _checkpointing(workload: Workload, model: nn.Module) -> None:
     elif fraction is not None:
         checkpoint_blocks(model, selective=False, fraction=fraction)
     elif workload.activation_checkpointing:
-        # no switch of its own, or its inputs offloaded (memfit's wrapping, which the offload
-        # wraps in turn): its repeated blocks
+        # no switch of its own, or its inputs offloaded (memfit's wrapping, which the copies
+        # to the host wrap in turn): its repeated blocks
         if workload.enable_checkpointing is None or workload.offload_checkpoints:
             checkpoint_blocks(model, selective=False)
         else:

@@ -1,13 +1,14 @@
 """Activation offload: what a share of the model's blocks save for the backward waits in pinned
-host memory, copied on a side stream (see ``_offload``).
+host memory, copied on a side stream (see ``_offload``); its hooks are ``_technique``'s.
 
-Its names need torch: they load on first use (``memfit._lazy``)."""
+Its mechanics need torch: they load on first use (``memfit._lazy``)."""
 
 from __future__ import annotations
 
 import typing as _typing
 
 from memfit._lazy import lazy_attributes as _lazy_attributes
+from memfit.technique.offload._technique import TECHNIQUE, Offload
 
 if _typing.TYPE_CHECKING:
     from memfit.technique.offload._offload import (
@@ -32,7 +33,9 @@ __getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, globals())
 
 __all__ = [
     "MIN_OFFLOAD_BYTES",
+    "TECHNIQUE",
     "ActivationOffload",
+    "Offload",
     "OffloadObserver",
     "check_offload",
     "offload_blocks",

@@ -40,7 +40,7 @@ import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
@@ -50,6 +50,7 @@ from memfit._errors import HostMemoryError, InvalidInputError
 from memfit._host_memory import free_host_memory, pinned_size
 from memfit._tensors import is_dense
 from memfit._units import format_bytes
+from memfit.technique._base import CopyObserver
 from memfit.technique.checkpointing import (
     call_forward,
     checkpointed_blocks,
@@ -75,21 +76,7 @@ _MARK = "_memfit_offloaded"
 _OWNER = "_memfit_offload"
 
 
-class OffloadObserver(Protocol):
-    """What a trace is told of the copies it does not run (``memfit.trace``)."""
-
-    def copied(self, direction: str, nbytes: int) -> None:
-        """``direction`` ``"d2h"`` or ``"h2d"``: one copy of ``nbytes`` issued on the side
-        stream, after everything the compute stream had issued."""
-
-    def marked(self, event: int) -> None:
-        """The side stream's copies so far are ``event``."""
-
-    def waited(self, event: int) -> None:
-        """The compute stream waits for ``event``."""
-
-    def fetched(self, t: torch.Tensor) -> None:
-        """``t`` was allocated to take a saved tensor back."""
+OffloadObserver = CopyObserver  # what a trace is told of the copies it does not run
 
 
 def check_offload(value: object) -> float:
