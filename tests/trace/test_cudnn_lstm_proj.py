@@ -131,3 +131,19 @@ def test_the_call_allocates_what_the_gpu_did(index: int) -> None:
         weight_grad = dirs * (first + (layers - 1) * later) * _element(p)
         assert weight_grad in real and weight_grad in ours
     assert not any("cell kernels" in n for n in trace.notes), trace.notes
+    # a share probed and its length: nothing to say; inference keeps no reserve space
+    assert not any("cuDNN LSTM" in n for n in trace.notes if "interpolated" not in n), trace.notes
+
+
+def test_inference_says_nothing_of_a_reserve_space_it_does_not_keep() -> None:
+    work = Workload(
+        build_model=lambda: nn.LSTM(256, 512, proj_size=128, batch_first=True),
+        make_batch=lambda: torch.randn(16, 64, 256),
+        loss_fn=lambda m, b: m(b)[0].sum(),
+        mode="infer",
+    )
+    trace = trace_workload(work, resolve_gpu("h200"))
+    names = [trace.infos[e.info].op for e in trace.events if e.kind == "alloc"]
+    assert "cuDNN LSTM reserve space" not in names
+    assert not any("reserve space" in n for n in trace.notes), trace.notes
+    assert any("a projection of 128 of 512 units bounded" in n for n in trace.notes)

@@ -274,7 +274,7 @@ def _run(call: _Call, hooks: RnnHooks, kind: str) -> Any:
     workspace, unprobed = workspace_bytes(size, hooks.table)
     for what in unprobed:
         hooks.notes.add(f"cuDNN {name} workspace: {what}")
-    reserve = _reserve(size, hooks)
+    reserve = _reserve(size, hooks) if training else 0  # inference keeps none
     if training and call.dropout > 0 and call.layers > 1:
         reserve += _dropout_masks(call.layers, dirs, int(b), int(s), h, hooks)
     spec = _Spec(
