@@ -146,3 +146,22 @@ def test_the_command_line_plots_around_the_answer(model: str, tmp_path: Path) ->
     )
     assert bad.returncode == 1 and "serve.pdf" in bad.stderr and "Traceback" not in bad.stderr
     assert "traced" not in bad.stdout  # refused before any trace
+
+
+@pytest.mark.parametrize("kind", ["nf4", "int8"])
+def test_quantized_weights_take_less(model: str, kind: str) -> None:
+    pytest.importorskip("bitsandbytes")
+    plain = serving_capacity(model, gpu=GPU, context=128, new_tokens=2)
+    packed = serving_capacity(model, gpu=GPU, context=128, new_tokens=2, quantize=kind)
+    assert packed.weights < plain.weights
+    if kind == "nf4":  # at these sizes the weights are little beside the activations
+        assert packed.concurrency >= plain.concurrency
+    else:  # LLM.int8's products take int32 and fp16 copies and its outlier search, bounded
+        assert any("outlier columns" in n for n in packed.notes)
+    assert packed.to_dict()["quantize"] == kind and plain.to_dict()["quantize"] is None
+    assert packed.weights_words == f"bf16 with {kind} weights"
+
+
+def test_a_quantization_it_does_not_make_is_refused(model: str) -> None:
+    with pytest.raises(InvalidInputError, match="is not a data type memfit quantizes to"):
+        serving_capacity(model, gpu=GPU, context=64, new_tokens=2, quantize="int4")

@@ -52,6 +52,13 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--precision", "-p", default="bf16", metavar="P", help="the weights' dtype: bf16, fp16..."
     )
     p.add_argument(
+        "--quantize",
+        choices=("nf4", "fp4", "int8"),
+        default=None,
+        help="the linear layers' weights quantized by bitsandbytes as a server loads them: nf4 "
+        "or fp4 (load_in_4bit), int8 (load_in_8bit)",
+    )
+    p.add_argument(
         "--table",
         type=positive_int,
         nargs="*",
@@ -92,6 +99,7 @@ def run_serve(args: argparse.Namespace, console: Console) -> int:
         new_tokens=args.new_tokens,
         cache=args.cache,
         precision=args.precision,
+        quantize=args.quantize,
         table=table,
         progress=progress,
     )

@@ -67,6 +67,9 @@ class ServingOptions(TypedDict, total=False):
     new_tokens: int  # each request generates these, within the context (256)
     cache: str  # transformers' cache class: "dynamic" (generate's default) or "static"
     precision: str  # the weights' and activations' precision ("bf16")
+    # the linear layers' weights quantized by bitsandbytes as a server loads them: "nf4" or
+    # "fp4" (load_in_4bit), "int8" (load_in_8bit); None: in the precision
+    quantize: str | None
     # contexts to give the largest concurrency at too; "around": powers of two around the
     # answer's context, from a quarter of it to four times it, within the model's positions
     table: tuple[int, ...] | str
@@ -120,12 +123,19 @@ class ServingCapacity:
     table: list[ServingPoint] = field(default_factory=list)  # the largest fit per context
     notes: list[str] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
+    quantize: str | None = None  # the linear layers' weights by bitsandbytes (None: none)
+
+    @property
+    def weights_words(self) -> str:
+        """The precision, and the quantized weights' type where there is one."""
+        return self.precision + (f" with {self.quantize} weights" if self.quantize else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "gpu": {"name": self.gpu.name, "memory": self.gpu.total},
             "precision": self.precision,
+            "quantize": self.quantize,
             "cache": self.cache,
             "new_tokens": self.new_tokens,
             "context": self.context,
@@ -168,6 +178,7 @@ def serving_capacity(
     new_tokens, cache = options.get("new_tokens", 256), options.get("cache", "dynamic")
     precision, given = options.get("precision", "bf16"), options.get("table", ())
     progress = options.get("progress")
+    quantize = options.get("quantize")
     around = given == "around"
     if isinstance(given, str) and not around:
         raise InvalidInputError(
@@ -177,7 +188,8 @@ def serving_capacity(
         )
     table: tuple[int, ...] = () if isinstance(given, str) else tuple(given)
     _check(model, context, concurrency, new_tokens, cache, table)
-    search = _Search(model, target, precision, cache, new_tokens, progress)
+    techniques = {"quantize": quantize} if quantize is not None else {}
+    search = _Search(model, target, precision, cache, new_tokens, progress, techniques)
     limit = search.max_positions()
     for length in (context, *table):
         if length is not None and limit is not None and length > limit:
@@ -216,6 +228,7 @@ def serving_capacity(
         table=rows,
         notes=search.notes(),
         versions={k: v for k, v in installed_versions().to_dict().items() if v},
+        quantize=quantize,
     )
 
 
@@ -249,8 +262,10 @@ class _Search:
         cache: str,
         new_tokens: int,
         progress: Progress | None,
+        techniques: dict[str, Any],
     ) -> None:
         self.model, self.gpu, self.precision = model, gpu, precision
+        self.techniques = techniques  # the model's quantization, as make_workload takes it
         self.cache, self.new_tokens, self.progress = cache, new_tokens, progress
         self.points: dict[tuple[int, int], ServingPoint] = {}
         self.first: Estimate | None = None
@@ -298,6 +313,7 @@ class _Search:
             precision=self.precision,
             step_fn=_generate(self.new_tokens, self.cache),
             gpu=self.gpu,
+            techniques=self.techniques,
         )
 
     def largest_concurrency(self, context: int) -> ServingPoint | None:

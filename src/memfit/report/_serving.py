@@ -32,14 +32,14 @@ def render_serving(result: ServingCapacity, console: Console) -> None:
     if best is None:
         console.print(
             f"{result.model} does not fit one sequence of {result.context or 'any'} tokens on "
-            f"{gpu} in {result.precision}.",
+            f"{gpu} in {result.weights_words}.",
             style="bold red",
         )
     else:
         console.print(
             f"[bold]{result.concurrency}[/bold] sequence{'s' * (result.concurrency != 1)} of "
             f"[bold]{result.context}[/bold] tokens ({result.new_tokens} generated) fit on "
-            f"{gpu}: {result.model} in {result.precision}, {result.cache} cache."
+            f"{gpu}: {result.model} in {result.weights_words}, {result.cache} cache."
         )
     memory = Table(show_header=False, box=None)
     memory.add_column(justify="left")

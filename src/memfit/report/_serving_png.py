@@ -48,7 +48,7 @@ def _kv_bound(result: ServingCapacity) -> list[tuple[int, int]]:
 def _title(result: ServingCapacity) -> str:
     head = (
         f"{result.model} on {result.gpu.name} ({format_bytes(result.gpu.total)}), "
-        f"{result.precision}, {result.cache} cache, {result.new_tokens} new tokens"
+        f"{result.weights_words}, {result.cache} cache, {result.new_tokens} new tokens"
     )
     if result.best is None:
         return f"{head}\nnot one sequence of {result.context} tokens fits"
