@@ -15,11 +15,19 @@
 #                                             # processes, then SECONDS more of the zoo sweep
 #   bash benchmarks/gpu_session.sh heldout ID...  # predict on this host's CPU first, then measure
 #                                             # with allocator traces (fresh process each)
+#   bash benchmarks/gpu_session.sh handwritten-segmentation  # the sixth hand-written set beside
+#                                             # the segmentation and grounding types (histories
+#                                             # kept), then LSTMs with projections probed (~9 min)
+#   bash benchmarks/gpu_session.sh quantized  # LoRA on int8 weights, the seeded LSTM seq2seq,
+#                                             # nf4 serving's concurrency and one more (~9 min)
+#
+# bitsandbytes and PEFT are not on the GPU host: carry their Python files (and bitsandbytes'
+# CUDA library) in a folder and put it on PYTHONPATH.
 #
 # Each step has its own time limit, so that a slow one cannot starve the rest, and writes its
 # results under $OUT as soon as it ends; steps.txt says how each ended.
 set -u
-export PYTHONPATH=src
+export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH}  # and a carried folder of extra packages
 mkdir -p "$OUT"
 step() {  # step NAME SECONDS COMMAND...
     local name=$1 limit=$2
@@ -159,8 +167,45 @@ heldout)
     mv "$OUT/m/measured.json" "$OUT/measured.json" 2>/dev/null
     (cd "$OUT/m" && tar czf ../traces.tar.gz ./*.pickle.gz) && rm -rf "$OUT/m"
     ;;
+handwritten-segmentation)
+    # two processes at once (each workload in a fresh child): at most about 50 GiB together
+    hw6="hw6-segnet-unpool-fp16mixed-b24 hw6-sngan-discriminator-bf16mixed-b256
+        hw6-wgan-gp-fp32-b128 hw6-transformer-translator-bf16mixed-b64-s256
+        hw6-fold-inpainting-fp16mixed-b64 hw6-unet3d-volume-bf16mixed-b4
+        hw6-biaffine-parser-fp32-b1024-s64 hw6-dcp-registration-fp32-b32
+        hw6-complex-rotary-lm-bf16mixed-b8-s2048 hw6-bicubic-sr-fp16mixed-b16"
+    zoo=""
+    for t in eomt eomt_dinov3 grounding-dino mask2former maskformer mm-grounding-dino sam sam2 \
+        sam3_tracker sam_hq oneformer; do zoo="$zoo hf:$t/train hf:$t/infer"; done
+    models=benchmarks/results/2026-12-07-cpu-zoo-held-out-segmentation-grounding/models.json
+    (
+        # shellcheck disable=SC2086
+        step hw6 430 python benchmarks/gpu_measure.py "$OUT/hw6" --only $hw6 --traces
+        step lstm-proj-probe 90 python benchmarks/cudnn_probe.py "$OUT/proj-shares.json" --models \
+            --conv-batches --rnn-kinds lstm --lstm-proj 0.375 --lstm-hidden 512 800 1024 \
+            --lstm-layers 1 3 --lstm-batches 16 64 --lstm-seqs 64 256 --lstm-dtypes fp32 fp16 \
+            --lstm-infer
+    ) &
+    # shellcheck disable=SC2086
+    step zoo-history 530 python benchmarks/zoo_history.py "$OUT/zoo" $zoo --models "$models" \
+        --timeout 90
+    wait
+    (cd "$OUT/hw6" && tar cf ../hw6-traces.tar ./*.pickle.gz) && rm -f "$OUT"/hw6/*.pickle.gz
+    (cd "$OUT/zoo" && tar cf ../zoo-histories.tar ./*.pickle.gz) && rm -f "$OUT"/zoo/*.pickle.gz
+    ;;
+quantized)
+    step int8-lora 280 python benchmarks/gpu_measure.py "$OUT/int8" --only \
+        tinyllama-bf16-b8-s1024-int8-lora16 qwen2.5-0.5b-bf16-b8-s1024-int8-lora16 \
+        mistral-7b-bf16-b4-s1024-ckpt-int8-lora16 gemma-2b-bf16-b4-s1024-int8-lora64
+    step seq2seq 90 python benchmarks/gpu_measure.py "$OUT/seq2seq" \
+        --only hw5-lstm-seq2seq-fp16mixed-b128-s128 --traces
+    step serving-nf4 200 python benchmarks/serving.py measure \
+        benchmarks/results/2026-12-07-cpu-serving-nf4-predictions/predictions.json \
+        --out "$OUT/serving-nf4.json"
+    ;;
 *)
-    echo "unknown part '$1': give tests, finders, attention, monitor, sweeps, recheck, x2 or heldout" >&2
+    echo "unknown part '$1': give tests, finders, attention, monitor, sweeps, recheck, x2," \
+        "heldout, handwritten-segmentation or quantized" >&2
     exit 2
     ;;
 esac

@@ -5,6 +5,8 @@ within 2% of the GPU).
     PYTHONPATH=src python benchmarks/serving.py predict --gpu h100 --out predictions.json
     PYTHONPATH=src python benchmarks/serving.py measure predictions.json --out measured.json
 
+``predict --quantize nf4`` asks with the linear layers' weights quantized by bitsandbytes
+(``memfit serve --quantize``), and ``measure`` quantizes them as memfit does on the GPU.
 ``measure`` runs each prediction's generate call at its concurrency and at one more, each in a
 fresh process, on the whole GPU (its memory is the budget).
 """
@@ -31,7 +33,9 @@ CASES = [
 ]
 
 
-def predict(gpu: str, out: Path, models: list[str] | None = None) -> None:
+def predict(
+    gpu: str, out: Path, models: list[str] | None = None, quantize: str | None = None
+) -> None:
     from memfit.estimator import installed_versions, serving_capacity
 
     rows = []
@@ -39,7 +43,7 @@ def predict(gpu: str, out: Path, models: list[str] | None = None) -> None:
         if models and model not in models:
             continue
         start = time.time()
-        r = serving_capacity(model, gpu=gpu, context=context, new_tokens=new)
+        r = serving_capacity(model, gpu=gpu, context=context, new_tokens=new, quantize=quantize)
         rows.append({"model": model, "context": context, "new_tokens": new, **r.to_dict()})
         print(f"{model:16s} {context:6d} -> {r.concurrency:5d} ({time.time() - start:.0f} s)")
         meta = {
@@ -51,7 +55,9 @@ def predict(gpu: str, out: Path, models: list[str] | None = None) -> None:
         out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
-def run_one(model: str, context: int, new: int, concurrency: int) -> dict[str, Any]:
+def run_one(
+    model: str, context: int, new: int, concurrency: int, quantize: str | None = None
+) -> dict[str, Any]:
     """One generate call on the GPU, as memfit traced it; its peaks or the OOM."""
     import torch
 
@@ -61,6 +67,10 @@ def run_one(model: str, context: int, new: int, concurrency: int) -> dict[str, A
     recipe = resolve_model(model)
     with torch.device("cuda"):
         net = recipe.build().to(torch.bfloat16).eval()
+        if quantize:  # as memfit's trace quantizes them: where they lie
+            from memfit.technique.quantize._replace import quantized
+
+            net = quantized(net, quantize, "bf16")
     assert recipe.make_batch is not None
     batch = recipe.make_batch(concurrency, context - new)
     batch = {k: v.cuda() for k, v in batch.items()}
@@ -86,6 +96,8 @@ def measure(predictions: Path, out: Path) -> None:
     for row in data["rows"]:
         for n in (row["concurrency"], row["concurrency"] + 1):
             args = [row["model"], str(row["context"]), str(row["new_tokens"]), str(n)]
+            if row.get("quantize"):
+                args += ["--quantize", row["quantize"]]
             proc = subprocess.run(
                 [sys.executable, __file__, "child", *args], capture_output=True, text=True
             )
@@ -103,6 +115,7 @@ def main() -> int:
     p.add_argument("--gpu", required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--models", nargs="+", help="of the cases, only these models")
+    p.add_argument("--quantize", choices=("nf4", "fp4", "int8"), help="the weights quantized")
     m = sub.add_parser("measure")
     m.add_argument("predictions", type=Path)
     m.add_argument("--out", type=Path, required=True)
@@ -111,13 +124,15 @@ def main() -> int:
     c.add_argument("context", type=int)
     c.add_argument("new", type=int)
     c.add_argument("concurrency", type=int)
+    c.add_argument("--quantize", default=None)
     args = parser.parse_args()
     if args.what == "predict":
-        predict(args.gpu, args.out, args.models)
+        predict(args.gpu, args.out, args.models, args.quantize)
     elif args.what == "measure":
         measure(args.predictions, args.out)
     else:
-        print("RESULT " + json.dumps(run_one(args.model, args.context, args.new, args.concurrency)))
+        found = run_one(args.model, args.context, args.new, args.concurrency, args.quantize)
+        print("RESULT " + json.dumps(found))
     return 0
 
 
