@@ -73,6 +73,7 @@ def test_int8_keeps_every_outlier_column_for_the_backward_an_upper_bound() -> No
     ops = [trace.infos[e.info].op for e in trace.events if e.kind == "alloc" and e.info is not None]
     assert "int8 product (int32)" in ops and "int8 outlier mask" in ops
     assert "outlier weight columns dequantized (float32)" in ops
+    assert "int8 product before the outliers'" in ops  # the outliers' product adds into a new one
     e = estimate(mode="train", techniques={"quantize": "int8", "lora": 8})
     nf4 = estimate(mode="train", techniques={"quantize": "nf4", "lora": 8})
     assert e.peak_allocated > nf4.peak_allocated  # a byte a value, and the outliers kept

@@ -27,7 +27,8 @@ What each CUDA kernel allocates, read from bitsandbytes 0.50.2's ``backends/cuda
 ``int8_mixed_scaled_mm``
     the outlier columns of A (A's dtype; an output, kept by autograd), their weight columns
     (int8) dequantized to float32 (a product and its scaled copy) and cast to A's dtype, then
-    ``int8_scaled_mm``, then the outliers' product added into a new output.
+    ``int8_scaled_mm`` (its product a temporary here), then the outliers' product added into a
+    new output.
 ``int8_vectorwise_dequant(A, stats)``
     ``A * stats * (1/127)``: a float32 product and the float32 result.
 """
@@ -147,7 +148,12 @@ def int8_temporaries(
             (weight * 4, "outlier weight columns scaled (float32)"),
             (weight * a.element_size(), "outlier weight columns in the input's dtype"),
         ]
-        return [*(made if n else []), *_product_temporaries(a, cb, a.dtype)]
+        if not n:
+            return _product_temporaries(a, cb, a.dtype)
+        rows, _ = _rows_cols(a)
+        # the outliers' product is added into a new output: the int8 one is a temporary
+        before = (rows * int(cb.shape[0]) * a.element_size(), "int8 product before the outliers'")
+        return [*made, *_product_temporaries(a, cb, a.dtype), before]
     return []
 
 
