@@ -13,6 +13,7 @@ from typing import Any
 from memfit._display import html_repr
 from memfit._units import GiB, format_bytes
 from memfit.technique import element_bytes, techniques_in
+from memfit.technique.offload import CHECKPOINTS_WORDS, offload_words
 
 __all__ = [
     "CHECKPOINTS_WORDS",
@@ -43,22 +44,6 @@ param_bytes = element_bytes  # one home, in the technique layer below the planne
 def techniques_words(techniques: tuple[tuple[str, Any], ...]) -> list[str]:
     """Each technique of a candidate in words (``memfit.technique``'s own)."""
     return [technique.words(value) for technique, value in techniques_in(techniques)]
-
-
-def offload_words(share: float, checkpoints: bool = False) -> str:
-    """Activation offload in words: the share of the blocks not checkpointed, then whether the
-    checkpointed blocks' inputs go too (``""``: no offload)."""
-    rest = "the blocks not checkpointed"
-    parts = []
-    if share:
-        of = rest if share >= 1 else f"{share:.0%} of {rest}"
-        parts.append(f"activation offload of {of}")
-    if checkpoints:
-        parts.append(CHECKPOINTS_WORDS)
-    return ", ".join(parts)
-
-
-CHECKPOINTS_WORDS = "checkpointed blocks' inputs offloaded"
 
 
 def budget_words(budget: float) -> str:

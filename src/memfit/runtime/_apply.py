@@ -30,7 +30,6 @@ from memfit.runtime._changes import (
     Cast,
     Change,
     CompileBudget,
-    Offload,
     OptimizerFlags,
     SwitchCheckpointing,
     TechniqueChange,
@@ -43,6 +42,7 @@ from memfit.runtime._microbatch import LossFn
 from memfit.runtime._planned_step import AUTOCAST, PURE, PlannedStep
 from memfit.technique import check_fusable, optimizer_variant_of, techniques_in
 from memfit.technique.compilation import check_memory_budget
+from memfit.technique.offload import TECHNIQUE as OFFLOAD
 from memfit.workload import valid_checkpointing
 
 __all__ = ["apply", "unapply"]
@@ -265,7 +265,8 @@ def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -
             else _full_checkpointing(model)
         )
     if c.offload or c.offload_checkpoints:  # after the checkpointing: the blocks it leaves
-        changes.append(Offload(model, c.offload, checkpoints=c.offload_checkpoints))
+        value = (c.offload, c.offload_checkpoints)
+        changes.append(TechniqueChange(OFFLOAD, value, model, optimizer))
     flags = _optimizer_flags(optimizer, c.optimizer)
     if flags is not None:
         changes.append(flags)

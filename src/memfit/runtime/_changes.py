@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from memfit._errors import InvalidInputError
-from memfit.planner import offload_words
 from memfit.technique import GpuPlace, Technique, Undo
 from memfit.technique.checkpointing import (
     checkpoint_blocks,
@@ -26,7 +25,6 @@ from memfit.technique.checkpointing import (
     unwrap_blocks,
 )
 from memfit.technique.compilation import budget_in_effect
-from memfit.technique.offload import offload_blocks, offloader_of
 
 __all__ = [
     "RECORD",
@@ -34,7 +32,6 @@ __all__ = [
     "BlockCheckpointing",
     "Cast",
     "Change",
-    "Offload",
     "OptimizerFlags",
     "SwitchCheckpointing",
     "TechniqueChange",
@@ -302,46 +299,6 @@ class OptimizerFlags(Change):
                     self.optimizer.state[p]["step"] = step.to(device=where, dtype=dtype)
 
 
-class Offload(Change):
-    """Activation offload of ``share`` of the blocks memfit does not checkpoint and, with
-    ``checkpoints``, of the inputs of those it does (made after the checkpointing, which picks
-    its blocks first); ``undo`` takes it off."""
-
-    def __init__(self, model: nn.Module, share: float, *, checkpoints: bool = False) -> None:
-        if offloader_of(model) is not None:
-            raise InvalidInputError(
-                f"The plan offloads activations, but {type(model).__name__} already has "
-                "memfit's activation offload on; remove it (.remove() on the handle "
-                "offload_activations returned) before memfit.apply. Nothing was changed."
-            )
-        if checkpointing_on(model):
-            raise InvalidInputError(
-                f"The plan offloads activations, but {type(model).__name__} has its own "
-                "gradient checkpointing switched on, whose checkpoint runs outside the forward "
-                "memfit's offload wraps. Switch it off (gradient_checkpointing_disable()) and "
-                "apply the plan again: it checkpoints the blocks itself. Nothing was changed."
-            )
-        find_blocks(model)  # refuses a model without repeated blocks, now
-        self._model = weakref.ref(model)
-        self.share = share
-        self.checkpoints = checkpoints
-        words = offload_words(share, checkpoints)
-        if not share:  # the inputs alone: say what the offload is
-            words = f"activation offload: {words}"
-        self.text = f"{words}, to pinned host memory (memfit's)"
-        self._offload: Any = None
-
-    def do(self) -> None:
-        self._offload = offload_blocks(
-            _alive(self._model), self.share, checkpoints=self.checkpoints
-        )
-
-    def undo(self) -> None:
-        if self._offload is not None:
-            self._offload.remove()
-            self._offload = None
-
-
 class TechniqueChange(Change):
     """One of ``memfit.technique``'s techniques at ``value``, made by its own ``apply`` on the
     live model and optimizer (their host tensors pinned CPU memory); ``undo`` is what that
@@ -350,6 +307,9 @@ class TechniqueChange(Change):
     def __init__(
         self, technique: Technique, value: Any, model: nn.Module, optimizer: torch.optim.Optimizer
     ) -> None:
+        refusal = technique.refusal_live(value, model)
+        if refusal is not None:
+            raise InvalidInputError(refusal)
         self.technique, self.value = technique, value
         self._model = weakref.ref(model)
         self.optimizer = optimizer

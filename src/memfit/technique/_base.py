@@ -193,6 +193,11 @@ class Technique:
         """Seconds ``value`` adds to a step (what the GPU then waits for)."""
         return 0.0
 
+    def refusal_live(self, value: Any, model: nn.Module) -> str | None:
+        """Why ``value`` cannot be applied to the user's live ``model`` (one paragraph, said
+        before ``memfit.apply`` changes anything), or None."""
+        return None
+
     def apply(self, value: Any, model: nn.Module, optimizer: Any, place: Place) -> Undo:
         """Do it to a user's live model and optimizer; returns what undoes it."""
         raise NotImplementedError(f"{self.name} cannot be applied to a live model")

@@ -8,7 +8,12 @@ from __future__ import annotations
 import typing as _typing
 
 from memfit._lazy import lazy_attributes as _lazy_attributes
-from memfit.technique.offload._technique import TECHNIQUE, Offload
+from memfit.technique.offload._technique import (
+    CHECKPOINTS_WORDS,
+    TECHNIQUE,
+    Offload,
+    offload_words,
+)
 
 if _typing.TYPE_CHECKING:
     from memfit.technique.offload._offload import (
@@ -32,6 +37,7 @@ _LAZY = {
 __getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, globals())
 
 __all__ = [
+    "CHECKPOINTS_WORDS",
     "MIN_OFFLOAD_BYTES",
     "TECHNIQUE",
     "ActivationOffload",
@@ -39,5 +45,6 @@ __all__ = [
     "OffloadObserver",
     "check_offload",
     "offload_blocks",
+    "offload_words",
     "offloader_of",
 ]

@@ -8,12 +8,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memfit._errors import InvalidInputError
-from memfit.technique._base import Option, Place, Settings, Technique
+from memfit.technique._base import Option, Place, Settings, Technique, Undo
 
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["TECHNIQUE", "Offload"]
+__all__ = ["CHECKPOINTS_WORDS", "TECHNIQUE", "Offload", "offload_words"]
+
+CHECKPOINTS_WORDS = "checkpointed blocks' inputs offloaded"
+
+
+def offload_words(share: float, checkpoints: bool = False) -> str:
+    """Activation offload in words: the share of the blocks not checkpointed, then whether the
+    checkpointed blocks' inputs go too (``""``: no offload)."""
+    rest = "the blocks not checkpointed"
+    parts = []
+    if share:
+        of = rest if share >= 1 else f"{share:.0%} of {rest}"
+        parts.append(f"activation offload of {of}")
+    if checkpoints:
+        parts.append(CHECKPOINTS_WORDS)
+    return ", ".join(parts)
 
 
 class Offload(Technique):
@@ -43,6 +58,40 @@ class Offload(Technique):
             "blocks do. Drop offload (activation_memory_budget= trades memory for recompute in "
             "a compiled model), or estimate the model uncompiled (compiled='eager')."
         )
+
+    def words(self, value: Any) -> str:
+        share, checkpoints = value
+        words = offload_words(share, checkpoints)
+        if not share:  # the inputs alone: say what the offload is
+            words = f"activation offload: {words}"
+        return f"{words}, to pinned host memory (memfit's)"
+
+    def refusal_live(self, value: Any, model: nn.Module) -> str | None:
+        from memfit.technique.checkpointing import checkpointing_on, find_blocks
+        from memfit.technique.offload._offload import offloader_of
+
+        name = type(model).__name__
+        if offloader_of(model) is not None:
+            return (
+                f"The plan offloads activations, but {name} already has memfit's activation "
+                "offload on; remove it (.remove() on the handle offload_activations returned) "
+                "before memfit.apply. Nothing was changed."
+            )
+        if checkpointing_on(model):
+            return (
+                f"The plan offloads activations, but {name} has its own gradient checkpointing "
+                "switched on, whose checkpoint runs outside the forward memfit's offload wraps. "
+                "Switch it off (gradient_checkpointing_disable()) and apply the plan again: it "
+                "checkpoints the blocks itself. Nothing was changed."
+            )
+        find_blocks(model)  # refuses a model without repeated blocks
+        return None
+
+    def apply(self, value: Any, model: nn.Module, optimizer: Any, place: Place) -> Undo:
+        from memfit.technique.offload._offload import offload_blocks
+
+        share, checkpoints = value
+        return offload_blocks(model, share, checkpoints=checkpoints).remove
 
     def prepare(self, value: Any, model: nn.Module, settings: Settings) -> nn.Module:
         from memfit.technique.offload._offload import offload_blocks
