@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from memfit.trace._fake_args import arg, meta
 from memfit.trace._scratch import Scratch
 
 __all__ = ["INT8_FAKES", "int8_scratch", "int8_temporaries"]
@@ -47,14 +48,6 @@ _QUANT = "bitsandbytes::int8_vectorwise_quant.default"
 _SCALED = "bitsandbytes::int8_scaled_mm.default"
 _MIXED = "bitsandbytes::int8_mixed_scaled_mm.default"
 _DEQUANT = "bitsandbytes::int8_vectorwise_dequant.default"
-
-
-def _meta(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, device="meta")
-
-
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str, default: Any) -> Any:
-    return args[i] if len(args) > i else kwargs.get(name, default)
 
 
 def _rows_cols(a: torch.Tensor) -> tuple[int, int]:
@@ -66,7 +59,7 @@ def _quant(args: tuple[Any, ...], kwargs: dict[str, Any], ctx: Any) -> Any:
     """``int8_vectorwise_quant``: (int8 rows, row scales, outlier columns or None); every
     column an outlier where there is a threshold (see the module doc)."""
     a = args[0]
-    threshold = float(_arg(args, kwargs, 1, "threshold", 0.0))
+    threshold = float(arg(args, kwargs, 1, "threshold", 0.0))
     rows, cols = _rows_cols(a)
     outliers = None
     if threshold > 0.0:
@@ -75,33 +68,33 @@ def _quant(args: tuple[Any, ...], kwargs: dict[str, Any], ctx: Any) -> Any:
             f"as an outlier (threshold {threshold:g}), an upper bound on the columns kept for "
             "the backward and on the dequantized weights"
         )
-        outliers = _meta((cols,), torch.int64)
-    return _meta(tuple(a.shape), torch.int8), _meta((rows,), torch.float32), outliers
+        outliers = meta((cols,), torch.int64)
+    return meta(tuple(a.shape), torch.int8), meta((rows,), torch.float32), outliers
 
 
 def _scaled_dtype(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.dtype:
-    dtype = _arg(args, kwargs, 5, "dtype", None)
+    dtype = arg(args, kwargs, 5, "dtype", None)
     return dtype if isinstance(dtype, torch.dtype) else torch.float16
 
 
 def _scaled(args: tuple[Any, ...], kwargs: dict[str, Any], ctx: Any) -> Any:
     """``int8_scaled_mm``: the product in the requested dtype (fp16 by default)."""
     a, b = args[0], args[1]
-    return _meta((*a.shape[:-1], int(b.shape[0])), _scaled_dtype(args, kwargs))
+    return meta((*a.shape[:-1], int(b.shape[0])), _scaled_dtype(args, kwargs))
 
 
 def _mixed(args: tuple[Any, ...], kwargs: dict[str, Any], ctx: Any) -> Any:
     """``int8_mixed_scaled_mm``: (the product in A's dtype, A's outlier columns)."""
     a, cb = args[0], args[2]
-    outliers = _arg(args, kwargs, 5, "outlier_cols", None)
+    outliers = arg(args, kwargs, 5, "outlier_cols", None)
     rows, _ = _rows_cols(a)
     n = int(outliers.numel()) if isinstance(outliers, torch.Tensor) else 0
-    sub = _meta((rows, n), a.dtype) if n else _meta((0,), a.dtype)
-    return _meta((*a.shape[:-1], int(cb.shape[0])), a.dtype), sub
+    sub = meta((rows, n), a.dtype) if n else meta((0,), a.dtype)
+    return meta((*a.shape[:-1], int(cb.shape[0])), a.dtype), sub
 
 
 def _dequant(args: tuple[Any, ...], kwargs: dict[str, Any], ctx: Any) -> Any:
-    return _meta(tuple(args[0].shape), torch.float32)
+    return meta(tuple(args[0].shape), torch.float32)
 
 
 INT8_FAKES = {_QUANT: _quant, _SCALED: _scaled, _MIXED: _mixed, _DEQUANT: _dequant}
@@ -139,7 +132,7 @@ def int8_temporaries(
         return [(args[0].numel() * 4, "int8 dequantization product (float32)")]
     if name == _MIXED:
         a, cb = args[0], args[2]
-        outliers = _arg(args, kwargs, 5, "outlier_cols", None)
+        outliers = arg(args, kwargs, 5, "outlier_cols", None)
         n = int(outliers.numel()) if isinstance(outliers, torch.Tensor) else 0
         weight = int(cb.shape[0]) * n
         made = [
@@ -160,7 +153,7 @@ def int8_temporaries(
 def int8_scratch(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Scratch]]:
     """What ``int8_vectorwise_quant`` allocates after its outputs with a threshold: ``|A|`` and
     the mask at or above it, then the columns that hold one."""
-    if name != _QUANT or float(_arg(args, kwargs, 1, "threshold", 0.0)) <= 0.0:
+    if name != _QUANT or float(arg(args, kwargs, 1, "threshold", 0.0)) <= 0.0:
         return []
     a = args[0]
     _, cols = _rows_cols(a)

@@ -51,6 +51,7 @@ from typing import Any
 import torch
 
 from memfit.trace._bnb_int8 import INT8_FAKES, int8_scratch, int8_temporaries
+from memfit.trace._fake_args import arg, meta
 from memfit.trace._scratch import Scratch, sort_scratch
 
 __all__ = ["FakeContext", "cudnn_ctc_note", "fake_kernel", "op_name", "scratch", "temporaries"]
@@ -79,14 +80,6 @@ class FakeContext:
 
 
 Fake = Callable[[tuple[Any, ...], dict[str, Any], FakeContext], Any]
-
-
-def _meta(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, device="meta")
-
-
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str, default: Any) -> Any:
-    return args[i] if len(args) > i else kwargs.get(name, default)
 
 
 # -- CTC loss -------------------------------------------------------------------------------
@@ -121,14 +114,14 @@ def _ctc_loss(args: tuple[Any, ...], kwargs: dict[str, Any], ctx: FakeContext) -
     _check_ctc_dtype(log_probs, "ctc_loss_cuda")
     steps, batch = int(log_probs.shape[0]), int(log_probs.shape[1])
     longest = _longest_target(targets, target_lengths, ctx)
-    return _meta((batch,), log_probs.dtype), _meta((batch, steps, 2 * longest + 1), log_probs.dtype)
+    return meta((batch,), log_probs.dtype), meta((batch, steps, 2 * longest + 1), log_probs.dtype)
 
 
 def _ctc_loss_backward(args: tuple[Any, ...], kwargs: dict[str, Any], ctx: FakeContext) -> Any:
     """``_ctc_loss_backward``: the gradient of ``log_probs``, contiguous (``full_like``)."""
     log_probs = args[1]
     _check_ctc_dtype(log_probs, "ctc_loss_backward_cuda")
-    return _meta(tuple(log_probs.shape), log_probs.dtype)
+    return meta(tuple(log_probs.shape), log_probs.dtype)
 
 
 def _lengths_on_gpu(log_probs: torch.Tensor) -> list[tuple[int, str]]:
@@ -146,7 +139,7 @@ def _ctc_backward_scratch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list
     result live with the sum); with ``zero_infinity``, the ``where`` that replaces the
     gradient."""
     log_probs, log_alpha = args[1], args[6]
-    zero_infinity = bool(_arg(args, kwargs, 8, "zero_infinity", False))
+    zero_infinity = bool(arg(args, kwargs, 8, "zero_infinity", False))
     steps, batch, classes = (int(n) for n in log_probs.shape)
     if 2 * steps + (24 * batch) // 10 + (2 * classes) // 10 <= 450:
         return []  # one kernel collects the gradient: nothing allocated
@@ -181,10 +174,10 @@ def cudnn_ctc_note(args: tuple[Any, ...], kwargs: dict[str, Any], ctx: FakeConte
     gradient of ``log_probs``' size for backward instead of ``log_alpha``, and a workspace whose
     size only cuDNN knows; memfit estimates PyTorch's own kernel and says so."""
     log_probs, targets, inputs, lengths = (
-        _arg(args, kwargs, i, name, None)
+        arg(args, kwargs, i, name, None)
         for i, name in enumerate(("log_probs", "targets", "input_lengths", "target_lengths"))
     )
-    blank = _arg(args, kwargs, 4, "blank", 0)
+    blank = arg(args, kwargs, 4, "blank", 0)
     if not (isinstance(log_probs, torch.Tensor) and isinstance(targets, torch.Tensor)):
         return None
     if not torch.backends.cudnn.enabled or blank != 0 or log_probs.dim() != 3:
@@ -229,15 +222,15 @@ def _nms(args: tuple[Any, ...], kwargs: dict[str, Any], ctx: FakeContext) -> Any
         raise NotImplementedError(f"\"nms_kernel\" not implemented for '{words}'")
     real_boxes, real_scores = ctx.value(boxes), ctx.value(scores)
     if real_boxes is not None and real_scores is not None:
-        threshold = float(_arg(args, kwargs, 2, "iou_threshold", 0.5))
+        threshold = float(arg(args, kwargs, 2, "iou_threshold", 0.5))
         kept = torch.ops.torchvision.nms.default(real_boxes, real_scores, threshold)
-        return _meta((int(kept.numel()),), torch.long)
+        return meta((int(kept.numel()),), torch.long)
     where = ctx.module() or "the model"
     ctx.note(
         f"torchvision::nms in {where} keeps as many boxes as real data decides; answered all "
         "of them kept (an upper bound on its output and on what is computed from it)"
     )
-    return _meta((int(boxes.shape[0]),), torch.long)
+    return meta((int(boxes.shape[0]),), torch.long)
 
 
 def _nms_temporaries(args: tuple[Any, ...]) -> list[tuple[int, str]]:
@@ -268,7 +261,7 @@ def _margin_loss_backward(args: tuple[Any, ...], kwargs: dict[str, Any], ctx: Fa
     the input's gradient, contiguous, as the CUDA kernels allocate it and nothing more (H100 op
     sweep: 3,276,800 bytes for a 1,280 x 640 float32 input)."""
     x = args[1]
-    return _meta(tuple(int(n) for n in x.shape), x.dtype)
+    return meta(tuple(int(n) for n in x.shape), x.dtype)
 
 
 _FAKES: dict[str, Fake] = {
