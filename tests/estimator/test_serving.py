@@ -165,3 +165,10 @@ def test_quantized_weights_take_less(model: str, kind: str) -> None:
 def test_a_quantization_it_does_not_make_is_refused(model: str) -> None:
     with pytest.raises(InvalidInputError, match="is not a data type memfit quantizes to"):
         serving_capacity(model, gpu=GPU, context=64, new_tokens=2, quantize="int4")
+
+
+def test_the_command_line_refuses_a_quantization_it_does_not_make(model: str) -> None:
+    run = [sys.executable, "-m", "memfit", "serve", model, "--gpu", GPU, "--context", "64"]
+    bad = subprocess.run([*run, "--quantize", "int4"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice: 'int4'" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -36,6 +36,7 @@ shares it is bounded (said in the notes).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -152,17 +153,25 @@ def workspace_bytes(
             said.append(note)
         return value
 
-    if layers in probed:
-        size = at(layers)
-    else:
-        lo, hi = (probed[-2], probed[-1]) if layers > probed[-1] else (probed[0], probed[1])
-        size = at(lo) + (at(hi) - at(lo)) * (layers - lo) / (hi - lo)
-        said.append(f"{layers} layers extrapolated")
+    size, how = _in_layers(layers, probed, at)
+    if how:
+        said.append(f"{layers} layers {how}")
     if call.input_size > h and not infer:
         said.append("an input size above the hidden size bounded from above")
     if call.tokens:
         said.append("a packed batch's bounded from above")
     return max(0, round(size * call.element) + _input_term(call)), said
+
+
+def _in_layers(layers: int, probed: list[int], at: Callable[[int], float]) -> tuple[float, str]:
+    """``at(layers)`` where that layer count was probed; else linear in the layers from the
+    two nearest probed counts, and how (``interpolated`` between them, else ``extrapolated``)."""
+    if layers in probed:
+        return at(layers), ""
+    lo, hi = (probed[-2], probed[-1]) if layers > probed[-1] else (probed[0], probed[1])
+    low, high = at(lo), at(hi)
+    how = "interpolated" if probed[0] < layers < probed[-1] else "extrapolated"
+    return low + (high - low) * (layers - lo) / (hi - lo), how
 
 
 def reserve_bytes(
@@ -184,9 +193,10 @@ def proj_reserve_bytes(layers: int, dirs: int, steps: int, h: int, proj: int, e:
     return (15 * layers - 2) * max(h, 2 * proj) * dirs * steps * e // 2 + 256
 
 
-def _proj_fits(table: str, call: LstmCall, said: list[str]) -> tuple[dict[str, Any], str]:
-    """The projected-LSTM fits of the call's dtype and mode, and the dtype they are of (bf16
-    takes fp16's, which it was not probed beside: said)."""
+def _proj_fits(table: str, call: LstmCall, said: list[str]) -> dict[int, dict[str, Any]]:
+    """The projected-LSTM fits of the call's dtype, mode and directions by layer count (bf16
+    takes fp16's, which it was not probed beside: said; inference training's where it has no
+    fits of its own)."""
     fits: dict[str, Any] = cudnn_data(table).get("lstm_proj_workspace", {})
     dtype = call.dtype
     if fits and not any(k.startswith(f"{dtype}|") for k in fits):
@@ -194,7 +204,11 @@ def _proj_fits(table: str, call: LstmCall, said: list[str]) -> tuple[dict[str, A
         dtype = "fp16"
     of_dtype = {k: v for k, v in fits.items() if k.startswith(f"{dtype}|")}
     infer = call.infer and any(k.endswith("|infer") for k in of_dtype)
-    return {k: v for k, v in of_dtype.items() if k.endswith("|infer") == infer}, dtype
+    return {
+        int(k.split("|")[1]): v
+        for k, v in of_dtype.items()
+        if k.endswith("|infer") == infer and int(k.split("|")[2]) == call.dirs
+    }
 
 
 def _proj_workspace(call: LstmCall, table: str) -> tuple[int, list[str]]:
@@ -206,29 +220,20 @@ def _proj_workspace(call: LstmCall, table: str) -> tuple[int, list[str]]:
     - another projection share: at least the plain LSTM's workspace at the hidden size;
     - a packed batch: as padded; an input size other than the hidden size: the plain term."""
     said: list[str] = []
-    fits, dtype = _proj_fits(table, call, said)
+    fits = _proj_fits(table, call, said)
     if not fits:  # a table without projected LSTMs
         plain, said = workspace_bytes(replace(call, proj=0), table)
         return plain, [*said, "with projections not probed: the plain LSTM's taken"]
-    mode = "|infer" if any(k.endswith("|infer") for k in fits) else ""
     h, b = call.hidden, call.batch
-    probed = sorted({int(k.split("|")[1]) for k in fits})
 
-    def at(n_layers: int) -> tuple[float, dict[str, Any]]:
-        f = fits[f"{dtype}|{n_layers}|{call.dirs}{mode}"]
-        u1, u0 = f["u"]
-        v2, v1 = f["v"]
-        return (u1 * h + u0) * b + v2 * h * h + v1 * h, f
+    def at(n_layers: int) -> float:
+        (u1, u0), (v2, v1) = fits[n_layers]["u"], fits[n_layers]["v"]
+        return float((u1 * h + u0) * b + v2 * h * h + v1 * h)
 
-    if call.layers in probed:
-        size, fit = at(call.layers)
-    else:
-        lo, hi = (probed[-2], probed[-1]) if call.layers > probed[-1] else (probed[0], probed[1])
-        (low, fit), (high, _) = at(lo), at(hi)
-        size = low + (high - low) * (call.layers - lo) / (hi - lo)
-        between = probed[0] < call.layers < probed[-1]
-        how = "interpolated" if between else "extrapolated"
+    size, how = _in_layers(call.layers, sorted(fits), at)
+    if how:
         said.append(f"{call.layers} layers with projections {how}")
+    fit = next(iter(fits.values()))  # the hidden sizes, length and share probed, as all
     if not fit["h"][0] <= h <= fit["h"][1]:
         said.append(f"hidden size {h} with projections outside the probed ones")
     if call.seq != fit["seq"]:
