@@ -143,7 +143,6 @@ def estimate_workload(
         gpu=gpu,
         notes=[
             *workload.notes,
-            *workload.setting_notes,
             *trace.notes,
             *_rank_notes(ranks, peak_rank),
             *(setup_cache_note(trace, config, max(reserved, default=0)) if setup_note else []),

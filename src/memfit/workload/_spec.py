@@ -179,22 +179,6 @@ class Workload:
 
     notes: tuple[str, ...] = ()  # what was assumed or warned while building, for the estimate
 
-    @property
-    def setting_notes(self) -> tuple[str, ...]:
-        """What the settings themselves make memfit do otherwise than asked, said beside
-        :attr:`notes` in the estimate."""
-        if (
-            self.offload_checkpoints
-            and self.activation_checkpointing is True
-            and self.enable_checkpointing is not None
-        ):
-            return (
-                "offload_checkpoints: the blocks are checkpointed by memfit's wrapper in place "
-                "of the model's own switch (whose checkpoint runs outside the forward the "
-                "offload wraps); memfit.apply does the same",
-            )
-        return ()
-
     def __post_init__(self) -> None:
         for what in ("precision", "mode"):
             if not isinstance(getattr(self, what), str):
@@ -249,9 +233,6 @@ class Workload:
         check_parallelize(self.parallelize, self.strategy)
         check_offload_shards(self.offload_shards, self.strategy, self.optimizer)
         check_sharded_optimizer(self.strategy, self.optimizer)
-        if self.offload:
-            _check_offload_use(self)
-        _check_offload_checkpoints(self)
         if self.activation_memory_budget is not None:
             _check_budget_use(self)
         if self.moe_routing is not None:
@@ -322,55 +303,6 @@ def _check_budget_use(w: Workload) -> None:
             f"activation_memory_budget={budget!r} would be ignored here: {why}. It sets what a "
             "torch.compile'd training step's forward saves; drop it, or estimate a compiled "
             "model's training step with it."
-        )
-
-
-def _check_offload_use(w: Workload) -> None:
-    """Where activation offload would be ignored or cannot run, refused."""
-    why = (
-        "inference saves no activations for a backward"
-        if w.mode == "infer"
-        else "every block is checkpointed (it saves only its inputs): offload those inputs "
-        "with offload_checkpoints=True, or give a share of the blocks to checkpoint, e.g. "
-        "activation_checkpointing=0.5, and the others are offloaded"
-        if w.activation_checkpointing is True or w.activation_checkpointing == "selective"
-        else "a compiled model's saved tensors are inductor's, not autograd's hooks'"
-        if w.activation_memory_budget is not None
-        else ""
-    )
-    if why:
-        raise InvalidInputError(
-            f"offload={w.offload!r} would be ignored here: {why}. Offload copies what a "
-            "training step's blocks save for the backward to pinned host memory; drop it, or "
-            "estimate an eager model's training step with it."
-        )
-
-
-def _check_offload_checkpoints(w: Workload) -> None:
-    """``offload_checkpoints`` is a bool, and there are checkpointed blocks to offload."""
-    value = w.offload_checkpoints
-    if not isinstance(value, bool):
-        raise InvalidInputError(
-            f"offload_checkpoints={value!r} is not True or False: give True to offload the "
-            "inputs of the checkpointed blocks to pinned host memory."
-        )
-    if not value:
-        return
-    why = (
-        "inference saves no activations for a backward"
-        if w.mode == "infer"
-        else "a compiled model's saved tensors are inductor's, not autograd's hooks'"
-        if w.activation_memory_budget is not None
-        else "no block is checkpointed (give activation_checkpointing=True, 'selective' or a "
-        "share such as 0.5)"
-        if not w.activation_checkpointing
-        else ""
-    )
-    if why:
-        raise InvalidInputError(
-            f"offload_checkpoints=True would be ignored here: {why}. It offloads the inputs "
-            "checkpointed blocks keep for their recompute; drop it, or estimate a training "
-            "step that checkpoints its blocks."
         )
 
 

@@ -51,6 +51,39 @@ class Offload(Technique):
         share, checkpoints = settings.offload, settings.offload_checkpoints
         return (share, checkpoints) if share or checkpoints else None
 
+    def refusal(self, value: Any, settings: Settings) -> str | None:
+        share, checkpoints = value
+        if share:
+            why = _share_ignored(settings)
+            if why:
+                return (
+                    f"offload={share!r} would be ignored here: {why}. Offload copies what a "
+                    "training step's blocks save for the backward to pinned host memory; drop "
+                    "it, or estimate an eager model's training step with it."
+                )
+        why = _checkpoints_ignored(settings) if checkpoints else ""
+        if why:
+            return (
+                f"offload_checkpoints=True would be ignored here: {why}. It offloads the inputs "
+                "checkpointed blocks keep for their recompute; drop it, or estimate a training "
+                "step that checkpoints its blocks."
+            )
+        return None
+
+    def notes(self, value: Any, settings: Settings, optimizer: Any) -> list[str]:
+        checkpoints = value[1]
+        if (
+            checkpoints
+            and settings.activation_checkpointing is True
+            and settings.enable_checkpointing is not None
+        ):
+            return [
+                "offload_checkpoints: the blocks are checkpointed by memfit's wrapper in place "
+                "of the model's own switch (whose checkpoint runs outside the forward the "
+                "offload wraps); memfit.apply does the same"
+            ]
+        return []
+
     def refusal_compiled(self, value: Any) -> str | None:
         return (
             f"offload={value[0]!r} cannot be estimated for a torch.compile'd model: what its "
@@ -108,6 +141,39 @@ class Offload(Technique):
             counts = (len(offload.offloaded), len(offload.blocks), len(offload.checkpointed))
             offload.observer = place.copies(lambda most: _note(*counts, most))
         return optimizer
+
+
+_INFERENCE = "inference saves no activations for a backward"
+_COMPILED = "a compiled model's saved tensors are inductor's, not autograd's hooks'"
+
+
+def _share_ignored(settings: Settings) -> str:
+    """Why offloading a share of the blocks would do nothing with these settings ("": it
+    would not)."""
+    if settings.mode == "infer":
+        return _INFERENCE
+    checkpointing = settings.activation_checkpointing
+    if checkpointing is True or checkpointing == "selective":
+        return (
+            "every block is checkpointed (it saves only its inputs): offload those inputs "
+            "with offload_checkpoints=True, or give a share of the blocks to checkpoint, e.g. "
+            "activation_checkpointing=0.5, and the others are offloaded"
+        )
+    return _COMPILED if settings.activation_memory_budget is not None else ""
+
+
+def _checkpoints_ignored(settings: Settings) -> str:
+    """Why offloading the checkpointed blocks' inputs would do nothing ("": it would not)."""
+    if settings.mode == "infer":
+        return _INFERENCE
+    if settings.activation_memory_budget is not None:
+        return _COMPILED
+    if not settings.activation_checkpointing:
+        return (
+            "no block is checkpointed (give activation_checkpointing=True, 'selective' or a "
+            "share such as 0.5)"
+        )
+    return ""
 
 
 def _note(offloaded: int, blocks: int, checkpointed: int, most: int) -> str:
