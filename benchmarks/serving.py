@@ -8,7 +8,10 @@ within 2% of the GPU).
 ``predict --quantize nf4`` asks with the linear layers' weights quantized by bitsandbytes
 (``memfit serve --quantize``), and ``measure`` quantizes them as memfit does on the GPU.
 ``measure`` runs each prediction's generate call at its concurrency and at one more, each in a
-fresh process, on the whole GPU (its memory is the budget).
+fresh process, on the whole GPU (its memory is the budget). On a larger GPU than the one
+predicted for (an H200 for an H100), the caching allocator is held to what the prediction
+leaves PyTorch of the smaller one (its memory less what it put outside PyTorch) by
+``torch.cuda.set_per_process_memory_fraction``, and the rows say so (``capped_at``).
 """
 
 from __future__ import annotations
@@ -56,10 +59,21 @@ def predict(
 
 
 def run_one(
-    model: str, context: int, new: int, concurrency: int, quantize: str | None = None
+    model: str,
+    context: int,
+    new: int,
+    concurrency: int,
+    quantize: str | None = None,
+    cap: int = 0,
 ) -> dict[str, Any]:
-    """One generate call on the GPU, as memfit traced it; its peaks or the OOM."""
+    """One generate call on the GPU, as memfit traced it; its peaks or the OOM. ``cap``: the
+    most the caching allocator may reserve, where the GPU has more (0: the whole GPU)."""
     import torch
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    capped = 0 < cap < total
+    if capped:
+        torch.cuda.set_per_process_memory_fraction(cap / total)
 
     from memfit.estimator._serving import _generate
     from memfit.workload import resolve_model
@@ -81,13 +95,17 @@ def run_one(
             _generate(new, "dynamic")(net, batch)
         torch.cuda.synchronize()
     except torch.OutOfMemoryError:
-        return {"oom": True, "peak_reserved": torch.cuda.max_memory_reserved()}
-    return {
-        "oom": False,
-        "peak_allocated": torch.cuda.max_memory_allocated(),
-        "peak_reserved": torch.cuda.max_memory_reserved(),
-        "total": torch.cuda.get_device_properties(0).total_memory,
-    }
+        found: dict[str, Any] = {"oom": True, "peak_reserved": torch.cuda.max_memory_reserved()}
+    else:
+        found = {
+            "oom": False,
+            "peak_allocated": torch.cuda.max_memory_allocated(),
+            "peak_reserved": torch.cuda.max_memory_reserved(),
+        }
+    found["total"] = total
+    if capped:
+        found["capped_at"] = cap
+    return found
 
 
 def measure(predictions: Path, out: Path) -> None:
@@ -98,6 +116,7 @@ def measure(predictions: Path, out: Path) -> None:
             args = [row["model"], str(row["context"]), str(row["new_tokens"]), str(n)]
             if row.get("quantize"):
                 args += ["--quantize", row["quantize"]]
+            args += ["--cap", str(row["gpu"]["memory"] - row["outside_pytorch"])]
             proc = subprocess.run(
                 [sys.executable, __file__, "child", *args], capture_output=True, text=True
             )
@@ -125,13 +144,16 @@ def main() -> int:
     c.add_argument("new", type=int)
     c.add_argument("concurrency", type=int)
     c.add_argument("--quantize", default=None)
+    c.add_argument("--cap", type=int, default=0, help="the most the allocator may reserve")
     args = parser.parse_args()
     if args.what == "predict":
         predict(args.gpu, args.out, args.models, args.quantize)
     elif args.what == "measure":
         measure(args.predictions, args.out)
     else:
-        found = run_one(args.model, args.context, args.new, args.concurrency, args.quantize)
+        found = run_one(
+            args.model, args.context, args.new, args.concurrency, args.quantize, args.cap
+        )
         print("RESULT " + json.dumps(found))
     return 0
 
