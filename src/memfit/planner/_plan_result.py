@@ -12,8 +12,11 @@ from typing import Any
 
 from memfit._display import html_repr
 from memfit._units import GiB, format_bytes
-from memfit.technique import element_bytes, techniques_in
+from memfit.technique import Technique, element_bytes, techniques_in
+from memfit.technique.checkpointing import TECHNIQUE as CHECKPOINTING
+from memfit.technique.checkpointing import checkpointing_words, wrapped
 from memfit.technique.offload import CHECKPOINTS_WORDS, offload_words
+from memfit.technique.offload import TECHNIQUE as OFFLOAD
 
 __all__ = [
     "CHECKPOINTS_WORDS",
@@ -26,16 +29,6 @@ __all__ = [
     "param_bytes",
     "techniques_words",
 ]
-
-
-def checkpointing_words(value: bool | str | float) -> str:
-    """``activation_checkpointing``'s value in words: ``full checkpointing``, ``checkpointing
-    of 42% of the blocks``..."""
-    if isinstance(value, float):
-        return f"checkpointing of {value:.0%} of the blocks"
-    if value is True or value is False:
-        return "full checkpointing" if value else "no checkpointing"
-    return f"{value} checkpointing"
 
 
 param_bytes = element_bytes  # one home, in the technique layer below the planner
@@ -97,6 +90,20 @@ class Candidate:
             out["offload_checkpoints"] = True
         if self.techniques:
             out["techniques"] = dict(self.techniques)
+        return out
+
+    def given_techniques(self) -> list[tuple[Technique, Any]]:
+        """The techniques this configuration's own settings ask for, with their values as a
+        user's live model takes them, in the order they are switched on: checkpointing
+        (memfit's wrapping of the blocks where their inputs are offloaded), then activation
+        offload around the blocks it leaves."""
+        out: list[tuple[Technique, Any]] = []
+        if self.checkpointing:
+            # the model's own switch where it has one: the live model's hook finds it
+            by_memfit = wrapped(self.checkpointing, "", self.offload_checkpoints)
+            out.append((CHECKPOINTING, (self.checkpointing, by_memfit)))
+        if self.offload or self.offload_checkpoints:
+            out.append((OFFLOAD, (self.offload, self.offload_checkpoints)))
         return out
 
     def describe(self) -> str:

@@ -26,23 +26,18 @@ from memfit.runtime._allocator_change import AllocatorChange
 from memfit.runtime._changes import (
     RECORD,
     Applied,
-    BlockCheckpointing,
     Cast,
     Change,
     CompileBudget,
     OptimizerFlags,
-    SwitchCheckpointing,
     TechniqueChange,
     applied_record,
-    checkpointing_on,
-    own_switch,
 )
 from memfit.runtime._guard_checks import check_callables, check_parts, refuse_sharded
 from memfit.runtime._microbatch import LossFn
 from memfit.runtime._planned_step import AUTOCAST, PURE, PlannedStep
 from memfit.technique import check_fusable, optimizer_variant_of, techniques_in
 from memfit.technique.compilation import check_memory_budget
-from memfit.technique.offload import TECHNIQUE as OFFLOAD
 from memfit.workload import valid_checkpointing
 
 __all__ = ["apply", "unapply"]
@@ -253,20 +248,12 @@ def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> None
 
 def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -> list[Change]:
     """The changes the candidate asks of this model, each checked, none made yet."""
-    changes: list[Change] = []
-    if c.checkpointing == "selective":
-        changes.append(BlockCheckpointing(model, selective=True))
-    elif isinstance(c.checkpointing, float):
-        changes.append(BlockCheckpointing(model, selective=False, fraction=c.checkpointing))
-    elif c.checkpointing:  # memfit's wrapping where the offload must wrap it in turn
-        changes.append(
-            BlockCheckpointing(model, selective=False)
-            if c.offload_checkpoints
-            else _full_checkpointing(model)
-        )
-    if c.offload or c.offload_checkpoints:  # after the checkpointing: the blocks it leaves
-        value = (c.offload, c.offload_checkpoints)
-        changes.append(TechniqueChange(OFFLOAD, value, model, optimizer))
+    # the techniques the step's own settings ask for first (checkpointing, then activation
+    # offload around the blocks it leaves)
+    changes: list[Change] = [
+        TechniqueChange(technique, value, model, optimizer)
+        for technique, value in c.given_techniques()
+    ]
     flags = _optimizer_flags(optimizer, c.optimizer)
     if flags is not None:
         changes.append(flags)
@@ -318,15 +305,6 @@ def _allocator_blocked(model: nn.Module) -> str | None:
     return None
 
 
-def _full_checkpointing(model: nn.Module) -> Change:
-    library = own_switch(model)
-    if library is not None:
-        if checkpointing_on(model):
-            return _Nothing("full activation checkpointing (already on, left as it was)")
-        return SwitchCheckpointing(model, library)
-    return BlockCheckpointing(model, selective=False)
-
-
 def _optimizer_flags(optimizer: torch.optim.Optimizer, name: str) -> Change | None:
     family, _, impl = name.partition("-")
     variant = optimizer_variant_of(name)
@@ -359,16 +337,3 @@ def _optimizer_flags(optimizer: torch.optim.Optimizer, name: str) -> Change | No
     if fused:
         check_fusable(optimizer, name)
     return OptimizerFlags(optimizer, fused, foreach, name)
-
-
-class _Nothing(Change):
-    """A change already in place: recorded so that ``changes`` says so, undone as nothing."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def do(self) -> None:
-        pass
-
-    def undo(self) -> None:
-        pass

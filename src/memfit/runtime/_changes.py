@@ -17,40 +17,19 @@ from torch import nn
 
 from memfit._errors import InvalidInputError
 from memfit.technique import GpuPlace, Technique, Undo
-from memfit.technique.checkpointing import (
-    checkpoint_blocks,
-    checkpointing_on,
-    chosen_blocks,
-    find_blocks,
-    unwrap_blocks,
-)
 from memfit.technique.compilation import budget_in_effect
 
 __all__ = [
     "RECORD",
     "Applied",
-    "BlockCheckpointing",
     "Cast",
     "Change",
     "OptimizerFlags",
-    "SwitchCheckpointing",
     "TechniqueChange",
     "applied_record",
-    "checkpointing_on",
-    "own_switch",
 ]
 
 _MISSING = object()
-# instance attributes the models' own checkpointing switches set (transformers, timm)
-_SWITCH_ATTRS = (
-    "gradient_checkpointing",
-    "_gradient_checkpointing_func",
-    "_require_grads_hook",
-    "_require_grads_hooks",
-    "grad_checkpointing",
-)
-
-
 RECORD = "_memfit_applied"  # the model's attribute that holds its Applied record
 
 
@@ -93,116 +72,6 @@ def applied_record(model: nn.Module) -> Applied | None:
     """The record of the plan applied to ``model`` (already unwrapped), or ``None``."""
     record = model.__dict__.get(RECORD)
     return record if isinstance(record, Applied) else None
-
-
-def _use_cache(model: nn.Module) -> dict[int, tuple[Any, Any]]:
-    """The ``config.use_cache`` of every module's config, by config (checkpointing turns it off)."""
-    found: dict[int, tuple[Any, Any]] = {}
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if config is not None and hasattr(config, "use_cache"):
-            found.setdefault(id(config), (config, config.use_cache))
-    return found
-
-
-def _restore_use_cache(saved: dict[int, tuple[Any, Any]]) -> None:
-    for config, value in saved.values():
-        config.use_cache = value
-
-
-class BlockCheckpointing(Change):
-    """memfit's checkpointing of the model's repeated blocks (``selective``: matrix products
-    kept, the rest recomputed; else full)."""
-
-    def __init__(self, model: nn.Module, *, selective: bool, fraction: float = 1.0) -> None:
-        kind = "selective" if selective else "full" if fraction >= 1.0 else "partial"
-        if checkpointing_on(model):
-            raise InvalidInputError(
-                f"The plan chooses {kind} checkpointing, but "
-                f"{type(model).__name__} already has its own gradient checkpointing switched on, "
-                "and its blocks would be checkpointed twice. Switch it off "
-                "(model.gradient_checkpointing_disable()) before memfit.apply."
-            )
-        blocks = find_blocks(model)  # refuses a model without repeated blocks, now
-        self.blocks = [weakref.ref(b) for b in chosen_blocks(blocks, fraction)]
-        self._model = weakref.ref(model)
-        self.selective = selective
-        self.fraction = fraction
-        of = f" of {len(blocks)}" if len(self.blocks) < len(blocks) else ""
-        self.text = (
-            f"{'selective' if selective else 'full'} activation checkpointing of "
-            f"{len(self.blocks)}{of} blocks (memfit's)"
-        )
-        self._cache: dict[int, tuple[Any, Any]] = {}
-
-    def do(self) -> None:
-        model = _alive(self._model)
-        self._cache = _use_cache(model)
-        checkpoint_blocks(model, selective=self.selective, fraction=self.fraction)
-
-    def undo(self) -> None:
-        unwrap_blocks(_alive(self._model))
-        _restore_use_cache(self._cache)
-
-
-def own_switch(model: nn.Module) -> str | None:
-    """Which checkpointing switch of its own the model has: ``"transformers"``, ``"timm"``,
-    or ``None``."""
-    if callable(getattr(model, "gradient_checkpointing_enable", None)):
-        return "transformers"
-    if callable(getattr(model, "set_grad_checkpointing", None)):
-        return "timm"
-    return None
-
-
-class SwitchCheckpointing(Change):
-    """Full checkpointing through the model's own switch (transformers, timm); ``undo`` switches
-    it off and drops what switching on left (input hooks, attributes, ``use_cache``)."""
-
-    def __init__(self, model: nn.Module, library: str) -> None:
-        self._model = weakref.ref(model)
-        self.library = library
-        self.text = f"full activation checkpointing (the model's own switch, {library})"
-        self._attrs: list[tuple[weakref.ReferenceType[nn.Module], dict[str, Any]]] = []
-        self._cache: dict[int, tuple[Any, Any]] = {}
-
-    def do(self) -> None:
-        model: Any = _alive(self._model)
-        self._attrs = [
-            (weakref.ref(m), {n: m.__dict__.get(n, _MISSING) for n in _SWITCH_ATTRS})
-            for m in model.modules()
-        ]
-        self._cache = _use_cache(model)
-        if self.library == "timm":
-            model.set_grad_checkpointing(True)
-        elif callable(getattr(model, "activation_checkpointing_enable", None)):
-            model.activation_checkpointing_enable(
-                activation_checkpointing_kwargs={"use_reentrant": False}
-            )
-        else:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
-
-    def undo(self) -> None:
-        model: Any = _alive(self._model)
-        if self.library == "timm":
-            model.set_grad_checkpointing(False)
-        else:
-            disable = getattr(model, "activation_checkpointing_disable", None)
-            (disable if callable(disable) else model.gradient_checkpointing_disable)()
-            if getattr(model, "_require_grads_hooks", None) and callable(
-                getattr(model, "disable_input_require_grads", None)
-            ):
-                model.disable_input_require_grads()  # the embedding hook switching on added
-        for ref, attrs in self._attrs:
-            module = _alive(ref)
-            for name, value in attrs.items():
-                if value is _MISSING:
-                    module.__dict__.pop(name, None)
-                else:
-                    module.__dict__[name] = value
-        _restore_use_cache(self._cache)
 
 
 class Cast(Change):
@@ -313,7 +182,7 @@ class TechniqueChange(Change):
         self.technique, self.value = technique, value
         self._model = weakref.ref(model)
         self.optimizer = optimizer
-        self.text = technique.words(value)
+        self.text = technique.live_words(value, model)
         self._undo: Undo | None = None
 
     def do(self) -> None:

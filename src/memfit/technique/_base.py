@@ -204,6 +204,11 @@ class Technique:
         before ``memfit.apply`` changes anything), or None."""
         return None
 
+    def live_words(self, value: Any, model: nn.Module) -> str:
+        """What applying ``value`` to the user's live ``model`` does, in words (what
+        ``PlannedStep.changes`` says); by default :meth:`words`."""
+        return self.words(value)
+
     def apply(self, value: Any, model: nn.Module, optimizer: Any, place: Place) -> Undo:
         """Do it to a user's live model and optimizer; returns what undoes it."""
         raise NotImplementedError(f"{self.name} cannot be applied to a live model")

@@ -8,7 +8,15 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from memfit._errors import InvalidInputError
-from memfit.technique import eight_bit, host_optimizer, in_backward, lora, offload, quantize
+from memfit.technique import (
+    checkpointing,
+    eight_bit,
+    host_optimizer,
+    in_backward,
+    lora,
+    offload,
+    quantize,
+)
 from memfit.technique._base import Settings, Technique
 from memfit.technique._variant import OptimizerVariant
 
@@ -23,10 +31,12 @@ __all__ = [
     "with_aliases",
 ]
 
-# in the order their hooks run: the weights quantized before LoRA adapts them (QLoRA); the
-# optimizer's variants (asked for by its name, ``adamw-in-backward``) after; activation offload
-# (asked for by its own settings) last, around the blocks the others leave
+# in the order their hooks run: checkpointing (asked for by its own setting) first, as a script
+# switches it on once the model is built; the weights quantized before LoRA adapts them
+# (QLoRA); the optimizer's variants (asked for by its name, ``adamw-in-backward``) after;
+# activation offload (asked for by its own settings) last, around the blocks the others leave
 TECHNIQUES: tuple[Technique, ...] = (
+    checkpointing.TECHNIQUE,
     host_optimizer.TECHNIQUE,
     quantize.TECHNIQUE,
     lora.TECHNIQUE,

@@ -18,10 +18,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from memfit._errors import InvalidInputError
 from memfit.technique import Place, active_techniques, optimizer_variant_of
-from memfit.technique.checkpointing import checkpoint_blocks
 from memfit.technique.data_parallel import ZERO, engage_zero, parallelize, zero_config
 from memfit.workload._first_imports import imports_outside_modes
-from memfit.workload._spec import Batch, OptimizerSpec, Workload, partial_fraction
+from memfit.workload._spec import Batch, OptimizerSpec, Workload
 
 __all__ = [
     "StepHooks",
@@ -305,7 +304,8 @@ def prepare_model(
     build_device: torch.device | str,
     building: AbstractContextManager[Any] | None = None,
 ) -> nn.Module:
-    """Build on ``build_device``, cast for pure low precision, set train/eval and checkpointing;
+    """Build on ``build_device``, cast for pure low precision, set train/eval, then the
+    techniques' changes;
     the build and the cast run inside ``building`` (a trace's model that FSDP2 shards is built
     off the GPU)."""
     # a library the constructor imports makes its module's tensors as it would anywhere else
@@ -316,10 +316,9 @@ def prepare_model(
         if workload.param_dtype != torch.float32:
             model = model.to(workload.param_dtype)
         model.train(workload.mode == "train")
-        _checkpointing(workload, model)
-        # the techniques' changes to the model (PEFT's adapters, the blocks' wrapping that
-        # copies what they save to the host) as a script makes them: after the model is built
-        # and its checkpointing is switched on
+        # the techniques' changes to the model (its blocks' recompute switched on, PEFT's adapters,
+        # the blocks' wrapping that copies what they save to the host) as a script makes them,
+        # once the model is built
         for technique, value in active_techniques(workload):
             model = technique.prepare(value, model, workload)
     for p in model.parameters():
@@ -335,22 +334,6 @@ def prepare_model(
             workload.offload_shards,
         )
     return model
-
-
-def _checkpointing(workload: Workload, model: nn.Module) -> None:
-    """The workload's activation checkpointing switched on in ``model``."""
-    fraction = partial_fraction(workload.activation_checkpointing)
-    if workload.activation_checkpointing == "selective":
-        checkpoint_blocks(model)
-    elif fraction is not None:
-        checkpoint_blocks(model, selective=False, fraction=fraction)
-    elif workload.activation_checkpointing:
-        # no switch of its own, or its inputs offloaded (memfit's wrapping, which the copies
-        # to the host wrap in turn): its repeated blocks
-        if workload.enable_checkpointing is None or workload.offload_checkpoints:
-            checkpoint_blocks(model, selective=False)
-        else:
-            workload.enable_checkpointing(model)
 
 
 def _move_strays(model: nn.Module, device: torch.device) -> None:
