@@ -20,6 +20,10 @@
 #                                             # kept), then LSTMs with projections probed (~9 min)
 #   bash benchmarks/gpu_session.sh quantized  # LoRA on int8 weights, the seeded LSTM seq2seq,
 #                                             # nf4 serving's concurrency and one more (~9 min)
+#   bash benchmarks/gpu_session.sh combined   # the sixth hand-written set beside the quantized
+#                                             # part and the GPU tests of memfit.apply, offload and
+#                                             # LoRA, at once (~10 min; serving on a GPU of more
+#                                             # than 100 GiB only, where it fits beside the rest)
 #
 # bitsandbytes and PEFT are not on the GPU host: carry their Python files (and bitsandbytes'
 # CUDA library) in a folder and put it on PYTHONPATH.
@@ -203,9 +207,35 @@ quantized)
         benchmarks/results/2026-12-07-cpu-serving-nf4-predictions/predictions.json \
         --out "$OUT/serving-nf4.json"
     ;;
+combined)
+    hw6="hw6-segnet-unpool-fp16mixed-b24 hw6-sngan-discriminator-bf16mixed-b256
+        hw6-wgan-gp-fp32-b128 hw6-transformer-translator-bf16mixed-b64-s256
+        hw6-fold-inpainting-fp16mixed-b64 hw6-unet3d-volume-bf16mixed-b4
+        hw6-biaffine-parser-fp32-b1024-s64 hw6-dcp-registration-fp32-b32
+        hw6-complex-rotary-lm-bf16mixed-b8-s2048 hw6-bicubic-sr-fp16mixed-b16"
+    big=$(python -c "import torch; print(int(torch.cuda.get_device_properties(0).total_memory > 100 * 2**30))")
+    # shellcheck disable=SC2086
+    step hw6 420 python benchmarks/gpu_measure.py "$OUT/hw6" --only $hw6 --traces &
+    step gpu-tests 150 python -m pytest -q -n 2 --timeout 130 tests/gpu/test_apply_gpu.py \
+        tests/gpu/test_offload_gpu.py tests/gpu/test_lora_gpu.py -p no:cacheprovider -rA &
+    step int8-lora 270 python benchmarks/gpu_measure.py "$OUT/int8" --only \
+        tinyllama-bf16-b8-s1024-int8-lora16 qwen2.5-0.5b-bf16-b8-s1024-int8-lora16 \
+        mistral-7b-bf16-b4-s1024-ckpt-int8-lora16 gemma-2b-bf16-b4-s1024-int8-lora64
+    step seq2seq 80 python benchmarks/gpu_measure.py "$OUT/seq2seq" \
+        --only hw5-lstm-seq2seq-fp16mixed-b128-s128 --traces
+    if [ "$big" = 1 ]; then
+        step serving-nf4 190 python benchmarks/serving.py measure \
+            benchmarks/results/2026-12-07-cpu-serving-nf4-predictions/predictions.json \
+            --out "$OUT/serving-nf4.json"
+    fi
+    wait
+    (cd "$OUT/hw6" && tar cf ../hw6-traces.tar ./*.pickle.gz) && rm -f "$OUT"/hw6/*.pickle.gz
+    (cd "$OUT" && tar czf results.tar.gz hw6 int8 seq2seq serving-nf4.json 2>/dev/null)
+    rm -rf "$OUT/hw6" "$OUT/int8" "$OUT/seq2seq" "$OUT/serving-nf4.json"
+    ;;
 *)
     echo "unknown part '$1': give tests, finders, attention, monitor, sweeps, recheck, x2," \
-        "heldout, handwritten-segmentation or quantized" >&2
+        "heldout, handwritten-segmentation, quantized or combined" >&2
     exit 2
     ;;
 esac
