@@ -1,6 +1,7 @@
 """Base weights by bitsandbytes: every linear layer but the output layer packed two values a byte
 with its scales (or one byte with a scale a row: LLM.int8), frozen, QLoRA's adapters trained on
-top; other types refused, and a missing bitsandbytes named with its install command."""
+top (through memfit's loop or a user's step alike); other types refused, and a missing
+bitsandbytes named with its install command."""
 
 from __future__ import annotations
 
@@ -146,3 +147,20 @@ def test_a_few_rows_run_the_fused_kernel_and_take_nothing_more() -> None:
     assert gemm_4bit_temporaries((wide, *args[1:]), {}, (132, 9, 0)) == [
         (1536 * 512 * 2, "4-bit weight dequantized")
     ]
+
+
+def _users_step(model: object, batch: dict[str, object], optimizer: object) -> None:
+    model(**batch).loss.backward()  # type: ignore[operator]
+    optimizer.step()  # type: ignore[attr-defined]
+    optimizer.zero_grad(set_to_none=True)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kind", ["nf4", "int8"])
+def test_a_users_own_step_estimates_as_memfits_loop(kind: str) -> None:
+    techniques = {"quantize": kind, "lora": 8}
+    ours = estimate(mode="train", techniques=techniques)
+    theirs = estimate(mode="train", techniques=techniques, step_fn=_users_step)
+    assert (theirs.peak_allocated, theirs.peak_reserved) == (
+        ours.peak_allocated,
+        ours.peak_reserved,
+    )
