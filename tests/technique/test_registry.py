@@ -68,9 +68,11 @@ def test_every_technique_has_a_flag_that_reaches_the_workload() -> None:
 # the trace's observer of its copies, its refusal of compiled models and its change of a live
 # model are); checkpointing's levels are the planner's own axis, which its search and the
 # plan's fields name, beside its flags (its wrapping of the blocks, its checks and its change
-# of a live model are its hooks)
+# of a live model are its hooks); so is a compiled model's activation memory budget, whose
+# values the plan checks before memfit.apply (its checks and live change are its hooks)
 PLANNER = {p.name for p in (SRC / "planner").rglob("*.py")}
 STILL_NAMED: dict[str, set[str]] = {
+    "memory_budget": PLANNER | {"_apply.py"},
     "checkpointing": PLANNER | {"_apply.py", "_workload_args.py", "_options.py"},
     "offload": {
         "__init__.py",

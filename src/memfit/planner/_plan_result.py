@@ -15,6 +15,8 @@ from memfit._units import GiB, format_bytes
 from memfit.technique import Technique, element_bytes, techniques_in
 from memfit.technique.checkpointing import TECHNIQUE as CHECKPOINTING
 from memfit.technique.checkpointing import checkpointing_words, wrapped
+from memfit.technique.compilation import TECHNIQUE as MEMORY_BUDGET
+from memfit.technique.compilation import budget_words
 from memfit.technique.offload import CHECKPOINTS_WORDS, offload_words
 from memfit.technique.offload import TECHNIQUE as OFFLOAD
 
@@ -37,11 +39,6 @@ param_bytes = element_bytes  # one home, in the technique layer below the planne
 def techniques_words(techniques: tuple[tuple[str, Any], ...]) -> list[str]:
     """Each technique of a candidate in words (``memfit.technique``'s own)."""
     return [technique.words(value) for technique, value in techniques_in(techniques)]
-
-
-def budget_words(budget: float) -> str:
-    """A compiled model's activation memory budget in words."""
-    return f"compiled activation memory budget {budget:g}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +91,13 @@ class Candidate:
 
     def given_techniques(self) -> list[tuple[Technique, Any]]:
         """The techniques this configuration's own settings ask for, with their values as a
-        user's live model takes them, in the order they are switched on: checkpointing
+        user's live model takes them, in the order they are switched on: a compiled model's
+        activation memory budget, checkpointing
         (memfit's wrapping of the blocks where their inputs are offloaded), then activation
         offload around the blocks it leaves."""
         out: list[tuple[Technique, Any]] = []
+        if self.memory_budget is not None:  # set on the compiled wrapper the user calls
+            out.append((MEMORY_BUDGET, self.memory_budget))
         if self.checkpointing:
             # the model's own switch where it has one: the live model's hook finds it
             by_memfit = wrapped(self.checkpointing, "", self.offload_checkpoints)

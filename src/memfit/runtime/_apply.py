@@ -28,7 +28,6 @@ from memfit.runtime._changes import (
     Applied,
     Cast,
     Change,
-    CompileBudget,
     OptimizerFlags,
     TechniqueChange,
     applied_record,
@@ -97,9 +96,7 @@ def apply(
             "norm cannot run). Plan without it (memfit.plan(..., optimizers=[...]) naming "
             "variants that step after backward) or drop before_step; nothing was changed."
         )
-    changes = _changes(inner, optimizer, candidate)
-    if candidate.memory_budget is not None:  # the compiled wrapper, not the module inside
-        changes.insert(0, _compile_budget(model, candidate.memory_budget))
+    changes = _changes(model, inner, optimizer, candidate)
     step = PlannedStep(model, optimizer, plan, candidate, loss_fn, before_step)
     done: list[Change] = []
     try:
@@ -246,12 +243,15 @@ def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> None
         )
 
 
-def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -> list[Change]:
-    """The changes the candidate asks of this model, each checked, none made yet."""
-    # the techniques the step's own settings ask for first (checkpointing, then activation
-    # offload around the blocks it leaves)
+def _changes(
+    held: nn.Module, model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate
+) -> list[Change]:
+    """The changes the candidate asks of this model (``held``: as the user holds it, a
+    compiled wrapper around ``model``), each checked, none made yet."""
+    # the techniques the step's own settings ask for first (a compiled model's budget,
+    # checkpointing, then activation offload around the blocks it leaves)
     changes: list[Change] = [
-        TechniqueChange(technique, value, model, optimizer)
+        TechniqueChange(technique, value, held if technique.live_on_wrapper else model, optimizer)
         for technique, value in c.given_techniques()
     ]
     flags = _optimizer_flags(optimizer, c.optimizer)
@@ -279,21 +279,6 @@ def _changes(model: nn.Module, optimizer: torch.optim.Optimizer, c: Candidate) -
                 stacklevel=4,
             )
     return changes
-
-
-def _compile_budget(model: nn.Module, budget: float) -> Change:
-    """The compiled model's activation memory budget; refused for a model that is not
-    compiled, where it would be ignored."""
-    from memfit.technique.compilation import compiled_parts, whole_model_compiled
-
-    if not whole_model_compiled(model, compiled_parts(model)):
-        raise InvalidInputError(
-            f"The plan sets torch.compile's activation memory budget to {budget:g}, but "
-            f"{type(model).__name__} is not compiled as a whole with torch.compile, so the "
-            "budget would be ignored; nothing was changed. Apply the plan to "
-            "torch.compile(model), as it was planned."
-        )
-    return CompileBudget(budget)
 
 
 def _allocator_blocked(model: nn.Module) -> str | None:

@@ -17,7 +17,6 @@ from torch import nn
 
 from memfit._errors import InvalidInputError
 from memfit.technique import GpuPlace, Technique, Undo
-from memfit.technique.compilation import budget_in_effect
 
 __all__ = [
     "RECORD",
@@ -193,35 +192,3 @@ class TechniqueChange(Change):
         if self._undo is not None:
             self._undo()
             self._undo = None
-
-
-class CompileBudget(Change):
-    """torch.compile's activation memory budget set for the process (it is
-    ``torch._functorch.config``'s, read at each compile): the compiled model's caches are reset
-    so that its next call compiles with the budget; ``undo`` puts the setting back and resets
-    them again."""
-
-    def __init__(self, budget: float) -> None:
-        self.budget = budget
-        self.text = (
-            f"torch.compile's activation memory budget {budget:g} (the process's setting; "
-            "the compiled model recompiles at its next call)"
-        )
-        self.before: float | None = None
-
-    def do(self) -> None:
-        import torch._dynamo
-        import torch._functorch.config as functorch_config
-
-        self.before = budget_in_effect()
-        functorch_config.activation_memory_budget = self.budget
-        torch._dynamo.reset()
-
-    def undo(self) -> None:
-        import torch._dynamo
-        import torch._functorch.config as functorch_config
-
-        if self.before is not None:
-            functorch_config.activation_memory_budget = self.before
-            torch._dynamo.reset()
-            self.before = None

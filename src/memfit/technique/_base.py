@@ -61,6 +61,8 @@ class Settings(Protocol):
     @property
     def activation_memory_budget(self) -> float | None: ...
     @property
+    def compiled(self) -> str | None: ...
+    @property
     def offload(self) -> float: ...
     @property
     def offload_checkpoints(self) -> bool: ...
@@ -132,6 +134,9 @@ class Technique:
     # candidate and adds it (at its ``axis``) only where the user allows it; memfit.apply
     # leaves it to the user's own model
     kept_in_plans: bool = False
+    # its live change acts on the model as the user holds it (torch.compile's wrapper), not on
+    # the module inside
+    live_on_wrapper: bool = False
     # the techniques a plan adds this one beside only, never alone (4-bit weights: alone they
     # would leave the linear layers untrained)
     needs: tuple[str, ...] = ()

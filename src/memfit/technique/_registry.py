@@ -10,6 +10,7 @@ from typing import Any
 from memfit._errors import InvalidInputError
 from memfit.technique import (
     checkpointing,
+    compilation,
     eight_bit,
     host_optimizer,
     in_backward,
@@ -31,11 +32,13 @@ __all__ = [
     "with_aliases",
 ]
 
-# in the order their hooks run: checkpointing (asked for by its own setting) first, as a script
-# switches it on once the model is built; the weights quantized before LoRA adapts them
-# (QLoRA); the optimizer's variants (asked for by its name, ``adamw-in-backward``) after;
-# activation offload (asked for by its own settings) last, around the blocks the others leave
+# in the order their hooks run: a compiled model's activation memory budget and checkpointing
+# (each asked for by its own setting) first, as a script sets them once the model is built; the
+# weights quantized before LoRA adapts them (QLoRA); the optimizer's variants (asked for by its
+# name, ``adamw-in-backward``) after; activation offload (asked for by its own settings) last,
+# around the blocks the others leave
 TECHNIQUES: tuple[Technique, ...] = (
+    compilation.TECHNIQUE,
     checkpointing.TECHNIQUE,
     host_optimizer.TECHNIQUE,
     quantize.TECHNIQUE,

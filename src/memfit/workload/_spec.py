@@ -233,8 +233,6 @@ class Workload:
         check_parallelize(self.parallelize, self.strategy)
         check_offload_shards(self.offload_shards, self.strategy, self.optimizer)
         check_sharded_optimizer(self.strategy, self.optimizer)
-        if self.activation_memory_budget is not None:
-            _check_budget_use(self)
         if self.moe_routing is not None:
             check_moe_routing(self.moe_routing)
         if self.batch_size is not None:
@@ -282,27 +280,6 @@ class Workload:
         batch_of = self.batch_of
         return dataclasses.replace(
             self, batch_size=batch_size, make_batch=lambda: batch_of(batch_size)
-        )
-
-
-def _check_budget_use(w: Workload) -> None:
-    """Where a compiled model's activation memory budget would be ignored, refused."""
-    budget = w.activation_memory_budget
-    why = (
-        "inference saves no activations for a backward"
-        if w.mode == "infer"
-        else "compiled='eager' estimates the uncompiled step, which no partitioner plans"
-        if w.compiled == "eager"
-        else "memfit's checkpointing of eager blocks and the compiled partitioner's budget "
-        "cannot both be estimated"
-        if w.activation_checkpointing
-        else ""
-    )
-    if why:
-        raise InvalidInputError(
-            f"activation_memory_budget={budget!r} would be ignored here: {why}. It sets what a "
-            "torch.compile'd training step's forward saves; drop it, or estimate a compiled "
-            "model's training step with it."
         )
 
 

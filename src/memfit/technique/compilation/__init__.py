@@ -8,6 +8,7 @@ from __future__ import annotations
 import typing as _typing
 
 from memfit._lazy import lazy_attributes as _lazy_attributes
+from memfit.technique.compilation._technique import TECHNIQUE, MemoryBudget, budget_words
 
 if _typing.TYPE_CHECKING:
     from memfit.technique.compilation._compiled import (
@@ -50,7 +51,10 @@ __getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, globals())
 
 __all__ = [
     "COMPILED_NOTE",
+    "TECHNIQUE",
+    "MemoryBudget",
     "budget_in_effect",
+    "budget_words",
     "check_compiled_setting",
     "check_memory_budget",
     "compiled_as_eager",
