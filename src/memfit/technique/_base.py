@@ -15,6 +15,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from memfit._errors import InvalidInputError
+
 if TYPE_CHECKING:  # importing a technique imports no torch: the command line lists them
     import torch
     from torch import nn
@@ -141,8 +143,18 @@ class Technique:
     # would leave the linear layers untrained)
     needs: tuple[str, ...] = ()
 
+    # a technique asked for by settings of its own (``given_by``), not by ``techniques=``:
+    # what it is and the settings to give, for the refusal of ``techniques={keyword: ...}``
+    given_as: tuple[str, str] = ("", "")
+
     def check(self, value: object) -> Any:
         """``value`` as given, checked and normalized; raises ``InvalidInputError``."""
+        what, give = self.given_as
+        if what:
+            raise InvalidInputError(
+                f"techniques={{{self.option.keyword!r}: {value!r}}}: {what} is asked for by "
+                f"its own setting; give {give}."
+            )
         return value
 
     def given_by(self, settings: Settings) -> Any:

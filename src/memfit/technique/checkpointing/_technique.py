@@ -43,12 +43,11 @@ class Checkpointing(Technique):
     option = Option(keyword="checkpointing", flag="", kind=bool, help="")
     default = None
 
-    def check(self, value: object) -> Any:
-        raise InvalidInputError(
-            f"techniques={{'checkpointing': {value!r}}}: activation checkpointing is asked for "
-            "by its own setting; give activation_checkpointing=True (every block), "
-            "'selective' or a share of the blocks such as 0.5."
-        )
+    given_as = (
+        "activation checkpointing",
+        "activation_checkpointing=True (every block), 'selective' or a share of the blocks "
+        "such as 0.5",
+    )
 
     def given_by(self, settings: Settings) -> Any:
         setting = settings.activation_checkpointing

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memfit._errors import InvalidInputError
 from memfit.technique._base import Option, Place, Settings, Technique, Undo
 
 if TYPE_CHECKING:
@@ -30,12 +29,10 @@ class MemoryBudget(Technique):
     default = None
     live_on_wrapper = True  # torch.compile's wrapper is what the user's step calls
 
-    def check(self, value: object) -> Any:
-        raise InvalidInputError(
-            f"techniques={{'memory_budget': {value!r}}}: torch.compile's activation memory "
-            "budget is asked for by its own setting; give activation_memory_budget=SHARE, "
-            "e.g. 0.5, with a compiled model."
-        )
+    given_as = (
+        "torch.compile's activation memory budget",
+        "activation_memory_budget=SHARE, e.g. 0.5, with a compiled model",
+    )
 
     def given_by(self, settings: Settings) -> Any:
         return settings.activation_memory_budget

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memfit._errors import InvalidInputError
 from memfit.technique._base import Option, Place, Settings, Technique, Undo
 
 if TYPE_CHECKING:
@@ -40,12 +39,11 @@ class Offload(Technique):
     option = Option(keyword="offload", flag="", kind=float, help="")
     default = None
 
-    def check(self, value: object) -> Any:
-        raise InvalidInputError(
-            f"techniques={{'offload': {value!r}}}: activation offload is asked for by its own "
-            "settings; give offload=SHARE (a share of the blocks, or True for every one) and, "
-            "for the checkpointed blocks' inputs, offload_checkpoints=True."
-        )
+    given_as = (
+        "activation offload",
+        "offload=SHARE (a share of the blocks, or True for every one) and, for the "
+        "checkpointed blocks' inputs, offload_checkpoints=True",
+    )
 
     def given_by(self, settings: Settings) -> Any:
         share, checkpoints = settings.offload, settings.offload_checkpoints
