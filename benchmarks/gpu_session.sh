@@ -35,9 +35,13 @@
 set -u
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH}  # and a carried folder of extra packages
 mkdir -p "$OUT"
-step() {  # step NAME SECONDS COMMAND...
+step() {  # step NAME SECONDS COMMAND... (no step runs past $DEADLINE seconds less 25, if set)
     local name=$1 limit=$2
     shift 2
+    if [ -n "${DEADLINE:-}" ] && [ $((DEADLINE - SECONDS - 25)) -lt "$limit" ]; then
+        limit=$((DEADLINE - SECONDS - 25))
+        [ "$limit" -lt 5 ] && limit=5
+    fi
     local start=$SECONDS
     timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - start)) s" | tee -a "$OUT/steps.txt"
