@@ -140,6 +140,13 @@ HANDWRITTEN_5 = (
 )
 AFTER_PROBE_5 = "2026-12-07-cpu-detection-handwritten-after-probe"
 AFTER_FIXES_5 = "2026-12-07-cpu-handwritten-after-packed-einsum"
+HANDWRITTEN_6 = (
+    "2026-12-07-cpu-handwritten-models-sixth",
+    "2026-12-08-h100-handwritten-int8-serving",
+)
+INT8 = "2026-12-07-cpu-int8-lora-predictions"
+SEQ2SEQ = "2026-12-07-cpu-lstm-seq2seq-seeded"
+ZOO_HELD_5 = "2026-12-07-cpu-zoo-held-out-segmentation-grounding"
 LORA = ("2026-12-07-cpu-lora-predictions", "2026-12-07-cpu-qlora-predictions")
 LORA_H200 = "2026-12-07-h200-lora-qlora"
 OP_SWEEP = "2026-12-06-h100-op-sweep"
@@ -456,6 +463,34 @@ SOURCES: list[Source] = [
     # the fifth set and an earlier packed GRU estimated again after packed RNNs, opt_einsum and
     # autocast's float32 sums were modelled (after their measurements, not predictions)
     Source(f"{AFTER_FIXES_5}/fifth-set-after-autocast-sum.json", "handwritten", predictions),
+    # the sixth set, predicted three times before it ran (the first shown); the seeded LSTM
+    # seq2seq; LoRA on int8 weights (upper bounds: every column an outlier)
+    Source(f"{HANDWRITTEN_6[0]}/predictions.json", "handwritten", predictions, prediction=True),
+    Source(f"{HANDWRITTEN_6[0]}/predictions-after-conv-probe.json", "handwritten", predictions),
+    Source(f"{HANDWRITTEN_6[0]}/predictions-after-projections.json", "handwritten", predictions),
+    Source(f"{SEQ2SEQ}/predictions.json", "handwritten", predictions, prediction=True),
+    Source(f"{HANDWRITTEN_6[1]}/hw6-measured.json", "handwritten", measured, versions=GPU_HOST),
+    Source(
+        f"{HANDWRITTEN_6[1]}/lstm-seq2seq-measured.json",
+        "handwritten",
+        measured,
+        versions=GPU_HOST,
+    ),
+    # segmentation and grounding types: 10 of 22 measured (the first estimate the prediction)
+    Source(f"{ZOO_HELD_5}/estimates.jsonl", "families", held_out_estimates, prediction=True),
+    Source(f"{ZOO_HELD_5}/estimates-after-conv-probe.jsonl", "families", held_out_estimates),
+    Source(
+        f"{HANDWRITTEN_6[1]}/zoo-segmentation-peaks.jsonl",
+        "families",
+        held_out_peaks,
+        gpu=H100,
+        versions=HOST_211,
+    ),
+    Source(f"{INT8}/predictions.json", "techniques", predictions, prediction=True),
+    Source(f"{INT8}/predictions-after-product-temporary.json", "techniques", predictions),
+    Source(
+        f"{HANDWRITTEN_6[1]}/int8-lora-measured.json", "techniques", measured, versions=GPU_HOST
+    ),
 ]
 
 TOPICS: list[tuple[str, str]] = [
@@ -469,7 +504,7 @@ TOPICS: list[tuple[str, str]] = [
     ("offload", "Activation offload and offloaded checkpoint inputs"),
     ("parallel", "Data parallel: DDP, FSDP2 and DeepSpeed ZeRO, rank 0"),
     ("optimizer", "Optimizer stepped in backward, 8-bit optimizer states"),
-    ("techniques", "Techniques: the optimizer on the host, LoRA and QLoRA"),
+    ("techniques", "Techniques: the optimizer on the host, LoRA, QLoRA, LoRA on int8 weights"),
     ("zoo", "Zoo sweep"),
     ("opsweep", "Op sweep"),
     ("finder", "Batch-size finder"),
