@@ -10,7 +10,7 @@ import torch
 
 from memfit.trace._layouts import channels_last, conv_memory_format
 
-__all__ = ["conv_backward_input_copy", "conv_grad_copy", "conv_input_copy"]
+__all__ = ["conv_backward_input_copy", "conv_grad_copy", "conv_input_copy", "conv_weight_copy"]
 
 
 def conv_input_copy(args: tuple[Any, ...]) -> int:
@@ -28,6 +28,24 @@ def conv_input_copy(args: tuple[Any, ...]) -> int:
     if x.is_contiguous(memory_format=fmt):
         return 0
     return int(x.numel() * x.element_size())
+
+
+def conv_weight_copy(args: tuple[Any, ...]) -> int:
+    """Bytes of the copy a CUDA convolution makes of a weight laid out neither contiguously
+    nor as it runs, made before the input's copy and freed when the call ends. A weight is
+    such a view where autograd convolves by a gradient: the double backward's weight gradient
+    convolves the transposed input gradient by the transposed grad_output (H100 traces, torch
+    2.11, a WGAN-GP critic at batch 128 in fp32: a 134,217,728-byte copy of a
+    [128, 64, 64, 64] grad_output before a 6,291,456-byte input copy, and a 268,435,456-byte
+    one a block later). A contiguous weight convolving a channels-last input is not copied
+    (H200 traces, ConvNeXt-T's downsampling after its channels-last layer norm); 0 when none
+    is made."""
+    x, weight = args[0], args[1]
+    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor) or x.dim() < 4:
+        return 0
+    if weight.is_contiguous() or weight.is_contiguous(memory_format=conv_memory_format(x, weight)):
+        return 0
+    return int(weight.numel() * weight.element_size())
 
 
 def conv_backward_input_copy(args: tuple[Any, ...]) -> int:

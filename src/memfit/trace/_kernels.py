@@ -32,7 +32,12 @@ from memfit.trace._attention_kernels import (
     flash_backward_scratch,
 )
 from memfit.trace._bnb_kernels import GEMM_4BIT, gemm_4bit_temporaries
-from memfit.trace._conv_copies import conv_backward_input_copy, conv_grad_copy, conv_input_copy
+from memfit.trace._conv_copies import (
+    conv_backward_input_copy,
+    conv_grad_copy,
+    conv_input_copy,
+    conv_weight_copy,
+)
 from memfit.trace._cudnn import ConvWorkspaces
 from memfit.trace._cudnn_batch_norm import cudnn_batch_norm_grad_copy
 from memfit.trace._deform_conv import deform_scratch, deform_temporaries, is_deform
@@ -341,7 +346,10 @@ class KernelModel:
     ) -> Iterable[tuple[int, str]]:
         """Persistent allocations a kernel triggers the first time it runs on a thread."""
         if func in _CUBLAS_OPS or is_deform(func):
-            thread = "backward" if phase.endswith("backward") else "main"
+            # autograd runs a CUDA backward on a device thread of its own, a gradient taken
+            # inside the forward (a gradient penalty's autograd.grad) too (H100, WGAN-GP)
+            backward = phase.endswith("backward") or torch._C._current_autograd_node() is not None
+            thread = "backward" if backward else "main"
             out: list[tuple[int, str]] = []
             if thread not in self._handles:
                 self._handles.add(thread)
@@ -385,9 +393,11 @@ class KernelModel:
             # source; abs's is the one measured)
             return [(args[0].numel() * args[0].element_size(), "complex angle temporary")]
         if func is aten.convolution.default:
-            copy = conv_input_copy(args)
-            if copy:
-                return [(copy, "convolution input copy")]
+            made = [
+                (conv_weight_copy(args), "convolution weight copy"),
+                (conv_input_copy(args), "convolution input copy"),
+            ]
+            return [(nbytes, label) for nbytes, label in made if nbytes]
         if func is aten.convolution_backward.default:
             made = [
                 (conv_backward_input_copy(args), "convolution backward input copy"),
