@@ -291,16 +291,18 @@ def _run(call: _Call, hooks: RnnHooks, kind: str) -> Any:
 
 
 def _reserve(call: LstmCall, hooks: RnnHooks) -> int:
-    """The call's reserve space in training; an LSTM with projections' bounded where not
-    probed (another share of the hidden size; a packed batch, taken as padded), and said."""
+    """The call's reserve space in training; an LSTM with projections' from its form, linear in
+    the projection (exact at the two shares probed; another share said), a packed batch with
+    projections taken as padded (said)."""
     if not call.proj:
         return reserve_bytes(
             call.layers, call.dirs, call.steps, 1, call.hidden, call.element, call.kind
         )
-    if 2 * call.proj != call.hidden:
+    if call.proj * 8 not in (4 * call.hidden, 3 * call.hidden):
         hooks.notes.add(
             f"cuDNN LSTM reserve space: a projection of {call.proj} of {call.hidden} units "
-            "bounded from above"
+            "taken from its form linear in the projection, exact at 3/8 and 1/2 of the hidden "
+            "size"
         )
     if call.tokens:
         hooks.notes.add("cuDNN LSTM reserve space: a packed batch with projections taken as padded")

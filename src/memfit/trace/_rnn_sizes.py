@@ -25,10 +25,10 @@ said. A packed batch is the same call over its tokens.
 
 An LSTM with projections (``proj_size`` P): an H200 (torch 2.11, cuDNN 9.19; hidden sizes 512
 and 1024 with P half of it, 1 and 3 layers, both directions, batches 16 and 64 of 64 steps, fp32
-and fp16, training and inference) kept a reserve space of ``(7.5*layers - 1) * directions *
-B*S*H`` elements and 256 bytes on all 32 training probes. How it splits between H and P is not
-known with P always H/2, so another P is bounded from above (:func:`proj_reserve_bytes`). The
-workspace, the same in training and inference, is at 64 steps exactly ``(u1*H + u0)*B + v2*H^2 +
+and fp16, training and inference) and an H100 (the same with hidden sizes 512, 800 and 1024, P
+3/8 of it, 64 and 256 steps) kept a reserve space of ``((7*layers - 1)*H + layers*P) *
+directions * B*S`` elements and 256 bytes on all 128 training probes
+(:func:`proj_reserve_bytes`). The workspace, the same in training and inference, is at 64 steps exactly ``(u1*H + u0)*B + v2*H^2 +
 v1*H`` elements per (dtype, layers, directions) (:func:`proj_workspace`); at other lengths and
 shares it is bounded (said in the notes).
 """
@@ -185,12 +185,10 @@ def reserve_bytes(
 
 def proj_reserve_bytes(layers: int, dirs: int, steps: int, h: int, proj: int, e: int) -> int:
     """The reserve space of an LSTM with projections (training only) over ``steps`` time steps
-    of all sequences: ``(7.5*layers - 1) * dirs`` elements per step and hidden unit, and 256
-    bytes, exact on every probe (all with ``proj = h/2``). How the elements split between the
-    hidden and the projected sizes is not known, so the larger of ``h`` and ``2*proj`` takes
-    their place: exact at ``proj = h/2``, above the truth elsewhere (if neither size's share is
-    negative)."""
-    return (15 * layers - 2) * max(h, 2 * proj) * dirs * steps * e // 2 + 256
+    of all sequences: ``(7*layers - 1)*H + layers*P`` elements per step and direction, and 256
+    bytes, exact on every training probe at both shares measured (``P = H/2``: an H200's 32;
+    ``P = 3H/8``: an H100's 96, at 64 and 256 steps)."""
+    return ((7 * layers - 1) * h + layers * proj) * dirs * steps * e + 256
 
 
 def _proj_fits(table: str, call: LstmCall, said: list[str]) -> dict[int, dict[str, Any]]:
