@@ -28,9 +28,10 @@ and 1024 with P half of it, 1 and 3 layers, both directions, batches 16 and 64 o
 and fp16, training and inference) and an H100 (the same with hidden sizes 512, 800 and 1024, P
 3/8 of it, 64 and 256 steps) kept a reserve space of ``((7*layers - 1)*H + layers*P) *
 directions * B*S`` elements and 256 bytes on all 128 training probes
-(:func:`proj_reserve_bytes`). The workspace, the same in training and inference, is at 64 steps exactly ``(u1*H + u0)*B + v2*H^2 +
-v1*H`` elements per (dtype, layers, directions) (:func:`proj_workspace`); at other lengths and
-shares it is bounded (said in the notes).
+(:func:`proj_reserve_bytes`). The workspace, the same in training and inference, is at 64
+steps and P = H/2 exactly ``(u1*H + u0)*B + v2*H^2 + v1*H`` elements per (dtype, layers,
+directions) (:func:`proj_workspace`); at other lengths and shares it is bounded (said in the
+notes).
 """
 
 from __future__ import annotations
