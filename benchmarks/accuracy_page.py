@@ -147,6 +147,7 @@ HANDWRITTEN_6 = (
 INT8 = "2026-12-07-cpu-int8-lora-predictions"
 SEQ2SEQ = "2026-12-07-cpu-lstm-seq2seq-seeded"
 ZOO_HELD_5 = "2026-12-07-cpu-zoo-held-out-segmentation-grounding"
+AFTER_MEASURED_6 = "2026-12-08-cpu-double-backward"
 LORA = ("2026-12-07-cpu-lora-predictions", "2026-12-07-cpu-qlora-predictions")
 LORA_H200 = "2026-12-07-h200-lora-qlora"
 OP_SWEEP = "2026-12-06-h100-op-sweep"
@@ -476,6 +477,10 @@ SOURCES: list[Source] = [
         measured,
         versions=GPU_HOST,
     ),
+    # the sixth set estimated again after its measurement: a gradient taken inside the step,
+    # then a projected LSTM's reserve space (not predictions)
+    Source(f"{AFTER_MEASURED_6}/estimates-after.json", "handwritten", predictions),
+    Source(f"{AFTER_MEASURED_6}/biaffine-after-reserve-form.json", "handwritten", predictions),
     # segmentation and grounding types: 10 of 22 measured (the first estimate the prediction)
     Source(f"{ZOO_HELD_5}/estimates.jsonl", "families", held_out_estimates, prediction=True),
     Source(f"{ZOO_HELD_5}/estimates-after-conv-probe.jsonl", "families", held_out_estimates),
