@@ -100,7 +100,7 @@ class Candidate:
             out.append((MEMORY_BUDGET, self.memory_budget))
         if self.checkpointing:
             # the model's own switch where it has one: the live model's hook finds it
-            by_memfit = wrapped(self.checkpointing, "", self.offload_checkpoints)
+            by_memfit = wrapped(self.checkpointing, True, self.offload_checkpoints)
             out.append((CHECKPOINTING, (self.checkpointing, by_memfit)))
         if self.offload or self.offload_checkpoints:
             out.append((OFFLOAD, (self.offload, self.offload_checkpoints)))

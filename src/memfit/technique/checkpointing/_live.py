@@ -37,11 +37,11 @@ _SWITCH_ATTRS = (
 @dataclass(frozen=True)
 class LiveCheckpointing:
     """Checkpointing as it will be switched on in one model: ``text`` says how; ``switch_on``
-    does it and returns what switches it off again (and puts back what switching on changed),
-    holding the model weakly (a plan's record hangs on the model)."""
+    does it to that model and returns what switches it off again (and puts back what
+    switching on changed), holding the model weakly (a plan's record hangs on the model)."""
 
     text: str
-    switch_on: Callable[[], Callable[[], None]]
+    switch_on: Callable[[nn.Module], Callable[[], None]]
 
 
 def own_switch(model: nn.Module) -> str | None:
@@ -61,25 +61,14 @@ def live_checkpointing(
     memfit's wrapping of its blocks even where it has a switch of its own), checked: a model
     whose own checkpointing is on already is refused where memfit would wrap its blocks again,
     and one without repeated blocks where there are none to wrap."""
-    ref = weakref.ref(model)
-
-    def on(change: Callable[[nn.Module], Callable[[], None]]) -> Callable[[], Callable[[], None]]:
-        def switch_on() -> Callable[[], None]:
-            live = ref()
-            if live is None:
-                raise InvalidInputError("The model this change was made to is gone.")
-            return change(live)
-
-        return switch_on
-
     if setting is True and not wrapped:
         library = own_switch(model)
         if library is not None:
             if checkpointing_on(model):
                 text = "full activation checkpointing (already on, left as it was)"
-                return LiveCheckpointing(text, on(lambda m: lambda: None))
+                return LiveCheckpointing(text, lambda m: lambda: None)
             text = f"full activation checkpointing (the model's own switch, {library})"
-            return LiveCheckpointing(text, on(lambda m: _switch_on(m, library)))
+            return LiveCheckpointing(text, lambda m: _switch_on(m, library))
     selective = setting == "selective"
     fraction = setting if isinstance(setting, float) else 1.0
     kind = "selective" if selective else "full" if fraction >= 1.0 else "partial"
@@ -97,7 +86,7 @@ def live_checkpointing(
         f"{'selective' if selective else 'full'} activation checkpointing of "
         f"{chosen}{of} blocks (memfit's)"
     )
-    return LiveCheckpointing(text, on(lambda m: _wrap(m, selective, fraction)))
+    return LiveCheckpointing(text, lambda m: _wrap(m, selective, fraction))
 
 
 def _wrap(model: nn.Module, selective: bool, fraction: float) -> Callable[[], None]:

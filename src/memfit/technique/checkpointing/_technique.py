@@ -29,11 +29,12 @@ def checkpointing_words(value: bool | str | float) -> str:
     return f"{value} checkpointing"
 
 
-def wrapped(setting: bool | str | float, switch: object, inputs_offloaded: bool) -> bool:
+def wrapped(setting: bool | str | float, own_switch: bool, inputs_offloaded: bool) -> bool:
     """Whether memfit's wrapping of the blocks does ``setting``: always but for full
-    checkpointing, which the model's own ``switch`` does where it has one, unless the
-    checkpointed blocks' inputs are offloaded (that offload wraps memfit's wrapping)."""
-    return setting is not True or switch is None or inputs_offloaded
+    checkpointing, which the model's own switch does where it may have one (``own_switch``),
+    unless the checkpointed blocks' inputs are offloaded (that offload wraps memfit's
+    wrapping)."""
+    return setting is not True or not own_switch or inputs_offloaded
 
 
 class Checkpointing(Technique):
@@ -55,7 +56,9 @@ class Checkpointing(Technique):
             return None
         return (
             setting,
-            wrapped(setting, settings.enable_checkpointing, settings.offload_checkpoints),
+            wrapped(
+                setting, settings.enable_checkpointing is not None, settings.offload_checkpoints
+            ),
         )
 
     def prepare(self, value: Any, model: nn.Module, settings: Settings) -> nn.Module:
@@ -86,7 +89,7 @@ class Checkpointing(Technique):
         return self._live(value, model).text
 
     def apply(self, value: Any, model: nn.Module, optimizer: Any, place: Place) -> Undo:
-        return self._live(value, model).switch_on()
+        return self._live(value, model).switch_on(model)
 
     @staticmethod
     def _live(value: Any, model: nn.Module) -> LiveCheckpointing:
